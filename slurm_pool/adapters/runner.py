@@ -1,0 +1,144 @@
+"""The one seam for external commands.
+
+Every call to ``scontrol``, ``sacctmgr``, ``sinfo``, ``nvidia-smi`` and friends
+goes through a :class:`Runner`.  Production code uses :class:`SubprocessRunner`;
+unit tests use :class:`RecordingRunner`, which records each call, replays
+canned results and can inject failures.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished command returned."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class CommandError(RuntimeError):
+    """A command exited non-zero where success was required."""
+
+    def __init__(self, result: Result):
+        self.result = result
+        detail = (result.stderr or result.stdout).strip()
+        super().__init__(f"{' '.join(result.argv)} exited {result.returncode}: {detail}")
+
+
+class Runner(Protocol):
+    """Runs one external command; never through a shell."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> Result: ...
+
+
+@dataclass
+class SubprocessRunner:
+    """Runs commands for real.  ``env`` is merged over the current environment."""
+
+    env: Mapping[str, str] | None = None
+    default_timeout: float = 120.0
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> Result:
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        try:
+            proc = subprocess.run(
+                list(argv),
+                input=input,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout or self.default_timeout,
+            )
+            res = Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+        except FileNotFoundError as exc:
+            res = Result(tuple(argv), 127, "", str(exc))
+        except subprocess.TimeoutExpired:
+            res = Result(tuple(argv), 124, "", f"timed out after {timeout or self.default_timeout}s")
+        if check and not res.ok:
+            raise CommandError(res)
+        return res
+
+
+Responder = Callable[[tuple[str, ...], str | None], Result | None]
+
+
+@dataclass
+class RecordingRunner:
+    """A fake runner for unit tests: records calls and answers from rules.
+
+    Rules are tried newest first; each maps an argv prefix to a canned
+    :class:`Result` or a responder callable.  Unmatched commands succeed with
+    empty output, so tests can assert on what *would* have run.
+    """
+
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+    inputs: list[str | None] = field(default_factory=list)
+    rules: list[tuple[tuple[str, ...], Responder]] = field(default_factory=list)
+
+    def on(self, prefix: Sequence[str], stdout: str = "", returncode: int = 0, stderr: str = "") -> None:
+        """Answer commands starting with ``prefix`` with a fixed result."""
+        fixed = (returncode, stdout, stderr)
+        self.rules.insert(0, (tuple(prefix), lambda argv, _in: Result(argv, *fixed)))
+
+    def respond(self, prefix: Sequence[str], fn: Responder) -> None:
+        """Answer commands starting with ``prefix`` by calling ``fn(argv, input)``."""
+        self.rules.insert(0, (tuple(prefix), fn))
+
+    def fail(self, prefix: Sequence[str], returncode: int = 1, stderr: str = "injected failure") -> None:
+        """Make commands starting with ``prefix`` fail (fault injection)."""
+        self.on(prefix, "", returncode, stderr)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> Result:
+        args = tuple(argv)
+        self.calls.append(args)
+        self.inputs.append(input)
+        res: Result | None = None
+        for prefix, fn in self.rules:
+            if args[: len(prefix)] == prefix:
+                res = fn(args, input)
+                if res is not None:
+                    break
+        if res is None:
+            res = Result(args, 0, "", "")
+        if check and not res.ok:
+            raise CommandError(res)
+        return res
+
+    def commands(self, program: str) -> list[tuple[str, ...]]:
+        """The recorded calls of one program."""
+        return [c for c in self.calls if c and os.path.basename(c[0]) == program]

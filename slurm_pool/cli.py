@@ -1,0 +1,70 @@
+"""The ``slurm-pool`` command line.
+
+Subcommands live next to the code they drive and are imported lazily, so
+``slurm-pool prolog`` (run by slurmd for every job) loads only what it needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from slurm_pool.errors import SpecError
+
+# name -> "module:attribute" of a click command or group.
+COMMANDS: dict[str, str] = {
+    "validate": "slurm_pool.conf_cli:validate",
+    "render": "slurm_pool.conf_cli:render",
+    "apply": "slurm_pool.conf_cli:apply",
+    "cluster": "slurm_pool.localcluster.cli:cluster",
+    "mig": "slurm_pool.mig.cli:mig",
+    "run": "slurm_pool.checkpoint.cli:run",
+    "prolog": "slurm_pool.node.cli:prolog",
+    "epilog": "slurm_pool.node.cli:epilog",
+    "healthcheck": "slurm_pool.node.cli:healthcheck",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="slurm-pool")
+def cli() -> None:
+    """Turn per-project GPU servers into one shared, preemptible Slurm pool."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: spec errors exit 2 with one line per problem."""
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except SpecError as exc:
+        for issue in exc.issues:
+            click.echo(f"error: {issue}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

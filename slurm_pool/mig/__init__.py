@@ -1,0 +1,1 @@
+"""MIG hardware rules (as data), placement checking and planning.  Pure."""

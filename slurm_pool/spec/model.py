@@ -1,0 +1,181 @@
+"""Schema of the pool spec, version 1.
+
+Every model forbids unknown keys.  Field-level rules live here; rules that
+relate several fields (nodes named by a partition exist, the preemption graph
+has no cycle, MIG layouts fit their GPU) live in :mod:`slurm_pool.spec.rules`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME_RE = r"^[a-z][a-z0-9_-]{0,62}$"
+USER_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
+TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d{2}){0,2})$")
+TRES_KEY_RE = re.compile(r"^(cpu|mem|node|billing|gres/gpu(:[a-z0-9._-]+)?)$")
+
+PreemptMode = Literal["off", "cancel", "requeue", "suspend"]
+
+
+class Strict(BaseModel):
+    """Base model: unknown keys are errors; values are not coerced across types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Cluster(Strict):
+    name: str = Field(pattern=NAME_RE)
+    control_host: str = "localhost"
+
+
+class Gpus(Strict):
+    """The GPUs of every node in a group.
+
+    ``mig`` is a list with one entry per GPU index: ``null`` (MIG off, whole
+    GPU) or a list of MIG profile names (MIG on; ``[]`` is an empty GPU).
+    """
+
+    model: str
+    count: int = Field(ge=0, le=64)
+    mig: Optional[list[Optional[list[str]]]] = None
+
+
+class NodeGroup(Strict):
+    name: str = Field(pattern=NAME_RE)
+    hosts: str = Field(min_length=1)
+    cpus: int = Field(ge=1)
+    memory_mb: int = Field(ge=1)
+    gpus: Optional[Gpus] = None
+    features: list[str] = []
+
+
+class TierPolicy(Strict):
+    """What the generated job_submit.lua enforces for jobs in one tier."""
+
+    max_gpus_per_job: Optional[int] = Field(default=None, ge=1)
+    require_time_limit: bool = False
+    checkpoint: Literal["none", "reject", "add_requeue"] = "none"
+
+
+class Tier(Strict):
+    """A pool tier: one Slurm QOS, used by one or more partitions."""
+
+    name: str = Field(pattern=NAME_RE)
+    description: str = ""
+    priority: int = Field(ge=0)
+    preempt: list[str] = []
+    preempt_mode: PreemptMode = "off"
+    grace_time: int = Field(default=0, ge=0)
+    usage_factor: float = Field(default=1.0, ge=0)
+    grp_tres: dict[str, int] = {}
+    max_tres_per_user: dict[str, int] = {}
+    policy: TierPolicy = TierPolicy()
+
+    @field_validator("grp_tres", "max_tres_per_user")
+    @classmethod
+    def _tres(cls, v: dict[str, int]) -> dict[str, int]:
+        for key, val in v.items():
+            if not TRES_KEY_RE.match(key):
+                raise ValueError(f"{key!r} is not a TRES name (cpu, mem, node, billing, gres/gpu[:type])")
+            if val < 0:
+                raise ValueError(f"{key}={val} is negative")
+        return v
+
+
+class Partition(Strict):
+    name: str = Field(pattern=NAME_RE)
+    nodes: list[str] = Field(min_length=1)
+    tier: str
+    priority_tier: int = Field(ge=0, le=65533)
+    preempt_mode: Optional[PreemptMode] = None
+    grace_time: Optional[int] = Field(default=None, ge=0)
+    default: bool = False
+    max_time: str = "UNLIMITED"
+    default_time: Optional[str] = None
+    allow_accounts: Optional[list[str]] = None
+
+    @field_validator("max_time", "default_time")
+    @classmethod
+    def _time(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not TIME_RE.match(v):
+            raise ValueError(f"{v!r} is not a Slurm time ([days-]hours:minutes:seconds, minutes, or UNLIMITED)")
+        return v
+
+
+class Project(Strict):
+    """A project: one Slurm account, its users, owned nodes and allowed tiers."""
+
+    name: str = Field(pattern=NAME_RE)
+    description: str = ""
+    users: list[str] = []
+    owns: list[str] = []
+    tiers: list[str] = Field(min_length=1)
+    default_tier: Optional[str] = None
+    fairshare: int = Field(default=1, ge=0)
+
+    @field_validator("users")
+    @classmethod
+    def _users(cls, v: list[str]) -> list[str]:
+        for u in v:
+            if not re.match(USER_RE, u):
+                raise ValueError(f"{u!r} is not a valid user name")
+        return v
+
+
+class Scheduler(Strict):
+    """Scheduler timing.  Small values make preemption prompt."""
+
+    sched_interval: int = Field(default=60, ge=1)
+    sched_min_interval_us: int = Field(default=2_000_000, ge=0)
+    bf_interval: int = Field(default=30, ge=1)
+    message_timeout: int = Field(default=10, ge=1)
+    requeue_exit: list[int] = []
+
+
+class Policy(Strict):
+    """Switches for the generated job_submit.lua."""
+
+    job_submit: bool = True
+    on_error: Literal["reject", "accept"] = "reject"
+    default_tier: Optional[str] = None
+    right_size_mig: bool = True
+    admin_contact: str = "your cluster administrators"
+
+
+class Checkpoint(Strict):
+    """Defaults for checkpoint-on-preempt."""
+
+    base_dir: str = "/var/lib/slurm-pool/checkpoints"
+    signal: str = Field(default="USR1", pattern=r"^(SIG)?[A-Z0-9]+$")
+    warn_seconds: int = Field(default=120, ge=0)
+    max_self_requeues: int = Field(default=5, ge=0)
+
+
+class Health(Strict):
+    """Prolog/epilog and HealthCheckProgram wiring."""
+
+    prolog: bool = True
+    epilog: bool = True
+    health_check_interval: int = Field(default=300, ge=0)
+
+
+class PoolSpec(Strict):
+    version: Literal[1]
+    cluster: Cluster
+    node_groups: list[NodeGroup] = Field(min_length=1)
+    tiers: list[Tier] = Field(min_length=1)
+    partitions: list[Partition] = Field(min_length=1)
+    projects: list[Project] = Field(min_length=1)
+    scheduler: Scheduler = Scheduler()
+    policy: Policy = Policy()
+    checkpoint: Checkpoint = Checkpoint()
+    health: Health = Health()
+
+    def tier(self, name: str) -> Tier:
+        return next(t for t in self.tiers if t.name == name)
+
+    def group(self, name: str) -> NodeGroup:
+        return next(g for g in self.node_groups if g.name == name)

@@ -1,0 +1,162 @@
+"""Cross-field rules of the pool spec, checked after the schema passes."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from slurm_pool.errors import Issue
+from slurm_pool.mig.catalogue import GPU_MODELS
+from slurm_pool.spec.hosts import HostlistError, expand
+from slurm_pool.spec.model import PoolSpec
+
+
+def _dupes(names: list[str]) -> set[str]:
+    seen: set[str] = set()
+    return {n for n in names if n in seen or seen.add(n)}  # type: ignore[func-returns-value]
+
+
+def check(spec: PoolSpec) -> list[Issue]:
+    """Every cross-field problem in ``spec``; empty when it is valid."""
+    return list(_check(spec))
+
+
+def _check(spec: PoolSpec) -> Iterator[Issue]:
+    for label, items in (
+        ("node_groups", spec.node_groups),
+        ("tiers", spec.tiers),
+        ("partitions", spec.partitions),
+        ("projects", spec.projects),
+    ):
+        names = [i.name for i in items]
+        for i, item in enumerate(items):
+            if item.name in _dupes(names) and names.index(item.name) != i:
+                yield Issue(f"{label}[{i}].name", f"{item.name!r} is defined twice")
+
+    node_owner: dict[str, str] = {}
+    group_nodes: dict[str, list[str]] = {}
+    for gi, group in enumerate(spec.node_groups):
+        try:
+            nodes = expand(group.hosts)
+        except HostlistError as exc:
+            yield Issue(f"node_groups[{gi}].hosts", str(exc))
+            continue
+        group_nodes[group.name] = nodes
+        for node in nodes:
+            if node in node_owner:
+                yield Issue(f"node_groups[{gi}].hosts", f"node {node!r} is already in group {node_owner[node]!r}")
+            node_owner.setdefault(node, group.name)
+        if group.gpus is not None:
+            yield from _check_gpus(spec, gi)
+
+    tiers = {t.name for t in spec.tiers}
+    for ti, tier in enumerate(spec.tiers):
+        for pi, target in enumerate(tier.preempt):
+            if target not in tiers:
+                yield Issue(f"tiers[{ti}].preempt[{pi}]", f"unknown tier {target!r} (known: {', '.join(sorted(tiers))})")
+            elif target == tier.name:
+                yield Issue(f"tiers[{ti}].preempt[{pi}]", f"tier {target!r} cannot preempt itself")
+    cycle = _preempt_cycle(spec)
+    if cycle:
+        ti = [t.name for t in spec.tiers].index(cycle[0])
+        yield Issue(f"tiers[{ti}].preempt", "preemption cycle: " + " -> ".join(cycle))
+    preemptible = {target for t in spec.tiers for target in t.preempt}
+    for ti, tier in enumerate(spec.tiers):
+        if tier.name in preemptible and tier.preempt_mode == "off":
+            yield Issue(f"tiers[{ti}].preempt_mode", f"tier {tier.name!r} is preempted by another tier, so preempt_mode must not be 'off'")
+
+    projects = {p.name for p in spec.projects}
+    defaults = [i for i, p in enumerate(spec.partitions) if p.default]
+    if len(defaults) > 1:
+        yield Issue(f"partitions[{defaults[1]}].default", "only one partition may be the default")
+    for pi, part in enumerate(spec.partitions):
+        if part.tier not in tiers:
+            yield Issue(f"partitions[{pi}].tier", f"unknown tier {part.tier!r} (known: {', '.join(sorted(tiers))})")
+        for ni, entry in enumerate(part.nodes):
+            if entry == "ALL" or entry in group_nodes:
+                continue
+            try:
+                unknown = [n for n in expand(entry) if n not in node_owner]
+            except HostlistError as exc:
+                yield Issue(f"partitions[{pi}].nodes[{ni}]", str(exc))
+                continue
+            if unknown:
+                yield Issue(f"partitions[{pi}].nodes[{ni}]", f"unknown node {unknown[0]!r} (not in any node group)")
+        for ai, acct in enumerate(part.allow_accounts or []):
+            if acct not in projects:
+                yield Issue(f"partitions[{pi}].allow_accounts[{ai}]", f"unknown project {acct!r}")
+
+    users_seen: dict[str, str] = {}
+    for pi, proj in enumerate(spec.projects):
+        for ti, tname in enumerate(proj.tiers):
+            if tname not in tiers:
+                yield Issue(f"projects[{pi}].tiers[{ti}]", f"unknown tier {tname!r} (known: {', '.join(sorted(tiers))})")
+        if proj.default_tier is not None and proj.default_tier not in proj.tiers:
+            yield Issue(f"projects[{pi}].default_tier", f"{proj.default_tier!r} is not one of the project's tiers {proj.tiers}")
+        for oi, gname in enumerate(proj.owns):
+            if gname not in group_nodes and gname not in {g.name for g in spec.node_groups}:
+                yield Issue(f"projects[{pi}].owns[{oi}]", f"unknown node group {gname!r}")
+        for ui, user in enumerate(proj.users):
+            if user in users_seen and users_seen[user] == proj.name:
+                yield Issue(f"projects[{pi}].users[{ui}]", f"user {user!r} is listed twice")
+            users_seen.setdefault(user, proj.name)
+    owned: dict[str, str] = {}
+    for pi, proj in enumerate(spec.projects):
+        for oi, gname in enumerate(proj.owns):
+            if gname in owned:
+                yield Issue(f"projects[{pi}].owns[{oi}]", f"node group {gname!r} is already owned by {owned[gname]!r}")
+            owned.setdefault(gname, proj.name)
+
+    if spec.policy.default_tier is not None and spec.policy.default_tier not in tiers:
+        yield Issue("policy.default_tier", f"unknown tier {spec.policy.default_tier!r}")
+
+
+def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
+    gpus = spec.node_groups[gi].gpus
+    assert gpus is not None
+    base = f"node_groups[{gi}].gpus"
+    model = GPU_MODELS.get(gpus.model)
+    if model is None:
+        yield Issue(f"{base}.model", f"unknown GPU model {gpus.model!r} (known: {', '.join(GPU_MODELS)})")
+        return
+    if gpus.mig is None:
+        return
+    if not model.mig_capable:
+        yield Issue(f"{base}.mig", f"{gpus.model} does not support MIG")
+        return
+    if len(gpus.mig) != gpus.count:
+        yield Issue(f"{base}.mig", f"has {len(gpus.mig)} entries but count is {gpus.count} (one layout per GPU, null for MIG off)")
+    from slurm_pool.mig.placement import layout_problem
+
+    for i, layout in enumerate(gpus.mig):
+        if layout is None:
+            continue
+        problem = layout_problem(gpus.model, layout)
+        if problem:
+            yield Issue(f"{base}.mig[{i}]", f"{','.join(layout)} is not a valid {gpus.model} layout: {problem}")
+
+
+def _preempt_cycle(spec: PoolSpec) -> list[str] | None:
+    graph = {t.name: [p for p in t.preempt if p != t.name] for t in spec.tiers}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, []):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt in graph and not state.get(nxt):
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for name in graph:
+        if not state.get(name):
+            found = visit(name)
+            if found:
+                return found
+    return None
