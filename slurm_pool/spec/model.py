@@ -132,6 +132,8 @@ class Scheduler(Strict):
     sched_min_interval_us: int = Field(default=2_000_000, ge=0)
     bf_interval: int = Field(default=30, ge=1)
     message_timeout: int = Field(default=10, ge=1)
+    kill_wait: int = Field(default=30, ge=0)
+    def_mem_per_cpu: int = Field(default=1024, ge=1)
     requeue_exit: list[int] = []
 
 

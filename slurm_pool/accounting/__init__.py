@@ -1,0 +1,1 @@
+"""Accounting objects (cluster, accounts, users, QOS): plan, diff and apply."""

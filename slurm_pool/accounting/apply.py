@@ -1,0 +1,203 @@
+"""Sync accounting objects through sacctmgr: diff first, then apply the diff.
+
+Assert, then apply: the current state is read, the difference against the
+plan is computed as a list of :class:`Change`, printed, and only then run.  A
+second run finds nothing to change and issues no sacctmgr modification.
+Objects slurm-pool did not create are never removed unless ``prune`` is set,
+and even then only objects carrying the ``slurm-pool`` tag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from slurm_pool.accounting.plan import OWNER_TAG, AccountingPlan, build_plan
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.spec.model import PoolSpec
+
+QOS_FIELDS = ["Name", "Description", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor",
+              "GrpTRES", "MaxTRESPU"]
+ASSOC_FIELDS = ["Account", "User", "Fairshare", "QOS", "DefaultQOS"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One sacctmgr action, with the human-readable line that describes it."""
+
+    summary: str
+    argv: tuple[str, ...]
+
+
+def _norm(field: str, value: str) -> str:
+    v = value.strip()
+    if field in ("QOS", "Preempt", "GrpTRES", "MaxTRESPU"):
+        return ",".join(sorted(x for x in v.split(",") if x))
+    if field == "PreemptMode":
+        # sacctmgr shows an unset (OFF) mode as "cluster".
+        return "OFF" if v.upper() in ("", "CLUSTER", "OFF") else v.upper()
+    if field in ("Description", "Descr"):
+        return v.lower()  # sacctmgr stores descriptions lower-cased
+    if field == "UsageFactor":
+        return f"{float(v or 1):.6f}"
+    if field == "Fairshare":
+        return v or "1"
+    if field == "GraceTime":
+        return str(_seconds(v))
+    return v
+
+
+def _seconds(v: str) -> int:
+    """sacctmgr prints GraceTime as [D-]HH:MM:SS; the plan holds seconds."""
+    if not v:
+        return 0
+    if v.isdigit():
+        return int(v)
+    days, _, hms = v.rpartition("-")
+    parts = [int(x) for x in hms.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def _clear_value(field: str, current: str) -> str:
+    """The sacctmgr value that clears a TRES/list field."""
+    if field in ("GrpTRES", "MaxTRESPU"):
+        return ",".join(f"{kv.split('=')[0]}=-1" for kv in current.split(",") if kv)
+    return "''" if field in ("Preempt",) else ""
+
+
+def _field_changes(want: dict[str, str], have: dict[str, str]) -> list[tuple[str, str, str]]:
+    out = []
+    for f, v in want.items():
+        if _norm(f, v) != _norm(f, have.get(f, "")):
+            out.append((f, have.get(f, ""), v))
+    return out
+
+
+def _set_args(changes: list[tuple[str, str, str]]) -> list[str]:
+    args = []
+    for f, old, new in changes:
+        if f == "Preempt" and not new:
+            args.append("Preempt=")
+        elif f in ("GrpTRES", "MaxTRESPU") and not new:
+            args.append(f"{f}={_clear_value(f, old)}")
+        elif f in ("GrpTRES", "MaxTRESPU"):
+            dropped = {kv.split("=")[0] for kv in old.split(",") if kv} - {kv.split("=")[0] for kv in new.split(",")}
+            args.append(f"{f}=" + ",".join([new] + [f"{k}=-1" for k in sorted(dropped)]))
+        else:
+            args.append(f"{f}={new}")
+    return args
+
+
+def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False) -> list[Change]:
+    """The changes that bring Slurm's accounting in line with ``plan``."""
+    changes: list[Change] = []
+    cluster = plan.cluster
+    clusters = {r["Cluster"] for r in slurm.sacctmgr_show("cluster", ["Cluster"])}
+    if cluster not in clusters:
+        changes.append(Change(f"+ cluster {cluster}", ("add", "cluster", cluster)))
+
+    qos_have = {r["Name"]: r for r in slurm.sacctmgr_show("qos", QOS_FIELDS)}
+    preempt_later: list[Change] = []
+    for q in plan.qos:
+        have = qos_have.get(q.name)
+        if have is None:
+            changes.append(Change(f"+ qos {q.name}", ("add", "qos", q.name)))
+            have = {}
+        direct = {k: v for k, v in q.fields.items() if k != "Preempt"}
+        fc = _field_changes(direct, have)
+        if fc:
+            desc = ", ".join(f"{f}: {o or '-'} -> {n or '-'}" for f, o, n in fc)
+            changes.append(Change(f"~ qos {q.name}: {desc}", ("modify", "qos", "where", f"name={q.name}", "set", *_set_args(fc))))
+        pc = _field_changes({"Preempt": q.fields["Preempt"]}, have)
+        if pc:
+            preempt_later.append(Change(
+                f"~ qos {q.name}: Preempt: {pc[0][1] or '-'} -> {pc[0][2] or '-'}",
+                ("modify", "qos", "where", f"name={q.name}", "set", *_set_args(pc))))
+    changes.extend(preempt_later)
+
+    accts_have = {r["Account"]: r for r in slurm.sacctmgr_show("account", ["Account", "Descr", "Org"])}
+    assoc_rows = slurm.sacctmgr_show("assoc", ASSOC_FIELDS, where=["where", f"cluster={cluster}"])
+    assoc_have = {(r["Account"], r["User"]): r for r in assoc_rows}
+    for a in plan.accounts:
+        if a.name not in accts_have:
+            changes.append(Change(
+                f"+ account {a.name}",
+                ("add", "account", a.name, f"Cluster={cluster}", f"Description={a.fields['Description']}",
+                 f"Organization={a.fields['Organization']}")))
+        elif _norm("Descr", accts_have[a.name].get("Descr", "")) != _norm("Descr", a.fields["Description"]):
+            changes.append(Change(f"~ account {a.name}: Description",
+                                  ("modify", "account", "where", f"name={a.name}", "set",
+                                   f"Description={a.fields['Description']}")))
+        have = assoc_have.get((a.name, ""), {})
+        want = {k: a.fields[k] for k in ("Fairshare", "QOS", "DefaultQOS")}
+        fc = _field_changes(want, have)
+        if fc:
+            desc = ", ".join(f"{f}: {o or '-'} -> {n}" for f, o, n in fc)
+            changes.append(Change(f"~ account {a.name}: {desc}",
+                                  ("modify", "account", "where", f"name={a.name}", f"cluster={cluster}",
+                                   "set", *[f"{f}={n}" for f, _o, n in fc])))
+
+    users_have = {r["User"]: r for r in slurm.sacctmgr_show("user", ["User", "DefaultAccount"])}
+    for u in plan.users:
+        key = (u.account, u.name)
+        if key not in assoc_have:
+            argv = ["add", "user", u.name, f"Account={u.account}", f"Cluster={cluster}"]
+            if u.name not in users_have:
+                argv.append(f"DefaultAccount={u.fields['DefaultAccount']}")
+            changes.append(Change(f"+ user {u.name} in {u.account}", tuple(argv)))
+            users_have.setdefault(u.name, {"User": u.name, "DefaultAccount": u.fields["DefaultAccount"]})
+        have = assoc_have.get(key, {})
+        want = {k: u.fields[k] for k in ("QOS", "DefaultQOS")}
+        fc = _field_changes(want, have)
+        if fc:
+            desc = ", ".join(f"{f}: {o or '-'} -> {n}" for f, o, n in fc)
+            changes.append(Change(f"~ user {u.name} in {u.account}: {desc}",
+                                  ("modify", "user", "where", f"name={u.name}", f"account={u.account}",
+                                   f"cluster={cluster}", "set", *[f"{f}={n}" for f, _o, n in fc])))
+        cur_default = users_have.get(u.name, {}).get("DefaultAccount", "")
+        if cur_default and cur_default != u.fields["DefaultAccount"] and key in assoc_have:
+            changes.append(Change(f"~ user {u.name}: DefaultAccount: {cur_default} -> {u.fields['DefaultAccount']}",
+                                  ("modify", "user", "where", f"name={u.name}", "set",
+                                   f"DefaultAccount={u.fields['DefaultAccount']}")))
+            users_have[u.name]["DefaultAccount"] = u.fields["DefaultAccount"]
+
+    if prune:
+        changes.extend(_prune(plan, qos_have, accts_have, assoc_have))
+    return changes
+
+
+def _prune(plan: AccountingPlan, qos_have: dict, accts_have: dict, assoc_have: dict) -> list[Change]:
+    out: list[Change] = []
+    ours = {name for name, r in accts_have.items() if r.get("Org") == OWNER_TAG}
+    wanted_users = {(u.account, u.name) for u in plan.users}
+    for (acct, user) in sorted(assoc_have):
+        if user and acct in ours and (acct, user) not in wanted_users:
+            out.append(Change(f"- user {user} from {acct}",
+                              ("delete", "user", "where", f"name={user}", f"account={acct}", f"cluster={plan.cluster}")))
+    for name in sorted(ours - {a.name for a in plan.accounts}):
+        out.append(Change(f"- account {name}", ("delete", "account", "where", f"name={name}")))
+    for name, r in sorted(qos_have.items()):
+        if r.get("Description", "").startswith(OWNER_TAG) and name not in {q.name for q in plan.qos}:
+            out.append(Change(f"- qos {name}", ("delete", "qos", "where", f"name={name}")))
+    return out
+
+
+def apply_accounting(spec: PoolSpec, slurm: SlurmClient, *, prune: bool = False, dry_run: bool = False,
+                     echo: Callable[[str], None] = print) -> list[Change]:
+    """Print and (unless ``dry_run``) apply the accounting diff; return it."""
+    plan = build_plan(spec)
+    changes = diff(plan, slurm, prune=prune)
+    if not changes:
+        echo("accounting: no changes")
+        return []
+    for c in changes:
+        echo(c.summary)
+    if not dry_run:
+        for c in changes:
+            slurm.sacctmgr(*c.argv)
+        echo(f"accounting: applied {len(changes)} change(s)")
+    else:
+        echo(f"accounting: {len(changes)} change(s) (dry run, nothing applied)")
+    return changes

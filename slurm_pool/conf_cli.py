@@ -1,0 +1,90 @@
+"""``slurm-pool validate``, ``render`` and ``apply accounting``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import click
+
+from slurm_pool.errors import SpecError
+from slurm_pool.spec import load_spec
+
+
+def _version(explicit: str | None):
+    from slurm_pool.adapters.runner import SubprocessRunner
+    from slurm_pool.render import SlurmVersion
+    from slurm_pool.render.render import DEFAULT_VERSION
+
+    if explicit:
+        return SlurmVersion.parse(explicit)
+    res = SubprocessRunner().run(["slurmctld", "-V"], check=False)
+    if res.ok:
+        return SlurmVersion.parse(res.stdout)
+    click.echo(f"warning: Slurm not found; rendering for {DEFAULT_VERSION} (use --slurm-version)", err=True)
+    return DEFAULT_VERSION
+
+
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+def validate(spec: str) -> None:
+    """Check a pool spec: schema, hostlists, preemption graph, MIG layouts."""
+    s = load_spec(spec)
+    nodes = sum(len(__import__("slurm_pool.spec.hosts", fromlist=["expand"]).expand(g.hosts)) for g in s.node_groups)
+    click.echo(f"{spec}: valid (version {s.version}, cluster {s.cluster.name}, {nodes} nodes, "
+               f"{len(s.partitions)} partitions, {len(s.tiers)} tiers)")
+
+
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--slurm-version", help="Target Slurm release, e.g. 22.05 or 24.11 (default: detect).")
+@click.option("--templates", type=click.Path(file_okay=False), help="Directory of modified Jinja2 templates.")
+def render(spec: str, outdir: str, slurm_version: str | None, templates: str | None) -> None:
+    """Render slurm.conf, gres.conf, plugstack.conf, job_submit.lua and the accounting plan.
+
+    Everything is rendered in memory first; on any error nothing is written.
+    """
+    from slurm_pool.render import render_all
+
+    s = load_spec(spec)
+    files = render_all(s, version=_version(slurm_version), templates_dir=Path(templates) if templates else None)
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
+    try:
+        for name, text in files.items():
+            (stage / name).write_text(text)
+        for name in files:
+            os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    for name in files:
+        click.echo(str(out / name))
+
+
+@click.group()
+def apply() -> None:
+    """Apply parts of the spec to a running Slurm."""
+
+
+@apply.command("accounting")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Print the diff only.")
+@click.option("--prune", is_flag=True, help="Also remove slurm-pool objects the spec no longer has.")
+def apply_accounting_cmd(spec: str, dry_run: bool, prune: bool) -> None:
+    """Sync accounts, users and QOS through sacctmgr (idempotent)."""
+    from slurm_pool.accounting.apply import apply_accounting
+    from slurm_pool.adapters.runner import CommandError
+    from slurm_pool.adapters.slurm import SlurmClient
+
+    s = load_spec(spec)
+    try:
+        apply_accounting(s, SlurmClient(), prune=prune, dry_run=dry_run, echo=click.echo)
+    except CommandError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+__all__ = ["validate", "render", "apply", "SpecError"]

@@ -1,0 +1,1 @@
+"""The embedded local cluster: real Slurm daemons on one machine."""

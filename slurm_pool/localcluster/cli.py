@@ -1,0 +1,91 @@
+"""``slurm-pool cluster up|down|status|env``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+DEFAULT_SPEC = "examples/pool.yaml"
+
+
+def _cluster(spec: str | None, state_dir: str | None, port_base: int | None = None):
+    from slurm_pool.localcluster.cluster import LocalCluster, default_state_dir
+
+    if spec is None:
+        root = Path(state_dir) if state_dir else default_state_dir()
+        try:
+            spec = json.loads((root / "cluster.json").read_text())["spec"]
+        except (OSError, ValueError, KeyError):
+            spec = DEFAULT_SPEC
+    return LocalCluster(spec, state_dir, port_base)
+
+
+@click.group()
+def cluster() -> None:
+    """Run a real local Slurm cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd per node)."""
+
+
+_spec_opt = click.option("--spec", type=click.Path(dir_okay=False), help=f"Pool spec (default: {DEFAULT_SPEC}).")
+_state_opt = click.option("--state-dir", type=click.Path(file_okay=False), help="State directory.")
+
+
+@cluster.command()
+@_spec_opt
+@_state_opt
+@click.option("--port-base", type=int, help="First of the loopback ports to use (default 16800).")
+def up(spec: str | None, state_dir: str | None, port_base: int | None) -> None:
+    """Start the cluster (safe to run twice)."""
+    from slurm_pool.localcluster.cluster import ClusterError
+
+    c = _cluster(spec, state_dir, port_base)
+    try:
+        c.up()
+    except (ClusterError, TimeoutError) as exc:
+        raise click.ClickException(f"{exc} (logs: {c.layout.log})") from None
+    click.echo(f"cluster {c.spec.cluster.name} is up; use: export SLURM_CONF={c.layout.slurm_conf}")
+
+
+@cluster.command()
+@_spec_opt
+@_state_opt
+def down(spec: str | None, state_dir: str | None) -> None:
+    """Stop only the daemons that ``up`` started."""
+    c = _cluster(spec, state_dir)
+    stopped = c.down()
+    click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+@cluster.command()
+@_spec_opt
+@_state_opt
+def env(spec: str | None, state_dir: str | None) -> None:
+    """Print the shell line that points Slurm's commands at this cluster."""
+    c = _cluster(spec, state_dir)
+    click.echo(f"export SLURM_CONF={c.layout.slurm_conf}")
+
+
+@cluster.command()
+@_spec_opt
+@_state_opt
+def status(spec: str | None, state_dir: str | None) -> None:
+    """Show daemons, nodes with GRES, partitions and QOS."""
+    from slurm_pool.adapters.runner import CommandError
+    from slurm_pool.adapters.slurm import SlurmClient
+
+    c = _cluster(spec, state_dir)
+    for name, alive in c.running().items():
+        click.echo(f"{name:24s} {'running' if alive else 'stopped'}")
+    if not c.running().get("slurmctld"):
+        raise SystemExit(1)
+    slurm = SlurmClient(c.runner)
+    try:
+        click.echo("\nNODE        STATE            GRES")
+        for n in slurm.nodes():
+            click.echo(f"{n.name:11s} {'+'.join(n.state):16s} {n.gres}{'  (' + n.reason + ')' if n.reason else ''}")
+        click.echo(c.runner.run(["sinfo", "-o", "%P %a %l %D %N"]).stdout)
+        for row in slurm.sacctmgr_show("qos", ["Name", "Priority", "Preempt", "PreemptMode", "GraceTime"]):
+            click.echo("  ".join(f"{k}={v}" for k, v in row.items()))
+    except CommandError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -1,0 +1,330 @@
+"""A real Slurm cluster on this one machine, under one state directory.
+
+munge, MariaDB, slurmdbd, slurmctld and one ``slurmd -N <node>`` per spec
+node run as root on loopback ports.  GPUs are emulated with ``mknod``
+character devices named in gres.conf with ``AutoDetect=off``, so Slurm
+allocates GPU and MIG GRES for real.  ``up`` is idempotent; ``down`` stops
+only the processes ``up`` started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_pool.adapters.runner import Runner, SubprocessRunner
+from slurm_pool.localcluster.procs import ProcTable, wait_for
+from slurm_pool.render import Site, SlurmVersion, render_all
+from slurm_pool.render.context import build_context
+from slurm_pool.render.render import _env, _template, default_templates_dir
+from slurm_pool.spec import PoolSpec, load_spec
+from slurm_pool.spec.hosts import expand
+
+DEFAULT_PORT_BASE = 16800
+NVIDIA_MAJOR = 195
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def default_state_dir(cluster: str = "pool") -> Path:
+    """World-traversable default, so job users can read slurm.conf."""
+    return Path(os.environ.get("SLURM_POOL_STATE_DIR", f"/var/tmp/slurm-pool/{cluster}"))
+
+
+@dataclass
+class Layout:
+    """Paths and ports of one local cluster."""
+
+    root: Path
+    port_base: int
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.root / "munge" / "munge.socket"
+
+    @property
+    def mysql_socket(self) -> Path:
+        return self.root / "mysql" / "mysqld.sock"
+
+    def port(self, what: str) -> int:
+        return self.port_base + {"mysql": 6, "slurmctld": 17, "slurmd": 18, "slurmdbd": 19}[what]
+
+    def env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.slurm_conf)}
+
+
+def find_spank_plugin() -> str:
+    built = REPO_ROOT / "spank" / "slurm_pool_spank.so"
+    return str(built)
+
+
+class LocalCluster:
+    """Bring a pool spec up as real daemons, and down again."""
+
+    def __init__(self, spec_path: str | Path, state_dir: str | Path | None = None,
+                 port_base: int | None = None, runner: Runner | None = None):
+        self.spec_path = Path(spec_path).resolve()
+        self.spec: PoolSpec = load_spec(self.spec_path)
+        root = Path(state_dir) if state_dir else default_state_dir(self.spec.cluster.name)
+        saved = self._saved(root)
+        base = port_base or saved.get("port_base") or int(os.environ.get("SLURM_POOL_PORT_BASE", DEFAULT_PORT_BASE))
+        self.layout = Layout(root.resolve(), int(base))
+        self.runner = runner or SubprocessRunner(env=self.layout.env())
+        self.procs = ProcTable(self.layout.run)
+
+    @staticmethod
+    def _saved(root: Path) -> dict:
+        try:
+            return json.loads((root / "cluster.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    # -- configuration -------------------------------------------------
+    def nodes(self) -> list[str]:
+        return [n for g in self.spec.node_groups for n in expand(g.hosts)]
+
+    def site(self) -> Site:
+        L = self.layout
+        ports = {n: L.port_base + 100 + i for i, n in enumerate(self.nodes())}
+        return Site(
+            conf_dir=str(L.etc),
+            control_host=socket.gethostname(),
+            control_addr="127.0.0.1",
+            state_save_location=str(L.root / "spool" / "ctld"),
+            slurmd_spool_dir=str(L.root / "spool" / "d" / "%n"),
+            log_dir=str(L.log),
+            run_dir=str(L.run),
+            slurm_user="root",
+            slurmctld_port=L.port("slurmctld"),
+            slurmd_port=L.port("slurmd"),
+            slurmdbd_host="localhost",
+            slurmdbd_port=L.port("slurmdbd"),
+            storage_host="127.0.0.1",
+            storage_port=L.port("mysql"),
+            storage_user="slurm",
+            storage_pass=self._db_password(),
+            munge_socket=str(L.munge_socket),
+            node_ports=ports,
+            node_addr="127.0.0.1",
+            node_hostname=socket.gethostname(),
+            dev_dir=str(L.root / "dev"),
+            emulated_devices=True,
+            proctrack_type="proctrack/linuxproc",
+            task_plugin="task/none",
+            jobacct_gather_type="jobacct_gather/none",
+            bin_dir=str(L.root / "bin"),
+            spank_plugin=find_spank_plugin(),
+            extra_slurm_conf=("SlurmdParameters=config_overrides",),
+        )
+
+    def _db_password(self) -> str:
+        f = self.layout.root / "mysql" / "slurm.pass"
+        if not f.exists():
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(secrets.token_hex(12))
+            f.chmod(0o600)
+        return f.read_text().strip()
+
+    def slurm_version(self) -> SlurmVersion:
+        out = self.runner.run(["slurmctld", "-V"], check=False)
+        return SlurmVersion.parse(out.stdout or "22.05")
+
+    def write_configs(self) -> None:
+        """Render the spec for this machine into ``etc/``."""
+        L, site = self.layout, self.site()
+        version = self.slurm_version()
+        files = render_all(self.spec, site, version)
+        ctx = build_context(self.spec, site, version)
+        files["slurmdbd.conf"] = _template(_env(default_templates_dir()), "slurmdbd.conf.j2", ctx)
+        L.etc.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            _write(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)
+        self._write_node_programs()
+        self._make_devices(ctx)
+
+    def _write_node_programs(self) -> None:
+        bindir = self.layout.root / "bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        for prog in ("prolog", "epilog", "healthcheck"):
+            _write(
+                bindir / f"slurm-pool-{prog}",
+                f'#!/bin/sh\nexec "{sys.executable}" -m slurm_pool {prog} "$@"\n',
+                0o755,
+            )
+
+    def _make_devices(self, ctx: dict) -> None:
+        minor = 0
+        for group in ctx["groups"]:
+            for node in group["nodes"]:
+                for dev in node["devices"]:
+                    path = Path(dev.file)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    if path.exists():
+                        if not stat.S_ISCHR(path.stat().st_mode):
+                            raise ClusterError(f"{path} exists and is not a character device")
+                    else:
+                        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+                    minor += 1
+
+    # -- lifecycle -----------------------------------------------------
+    def up(self, timeout: float = 120.0) -> None:
+        """Start whatever is not running yet; safe to call twice."""
+        L = self.layout
+        self._check_programs()
+        for d in (L.root, L.etc, L.run, L.log, L.root / "munge", L.root / "spool" / "ctld"):
+            d.mkdir(parents=True, exist_ok=True)
+        L.root.chmod(0o755)
+        for node in self.nodes():
+            (L.root / "spool" / "d" / node).mkdir(parents=True, exist_ok=True)
+        (L.root / "cluster.json").write_text(json.dumps(
+            {"spec": str(self.spec_path), "port_base": L.port_base, "cluster": self.spec.cluster.name}, indent=2))
+        self.write_configs()
+        self._start_munge()
+        self._start_mysql()
+        self._start_slurmdbd()
+        self._ensure_users()
+        from slurm_pool.accounting.apply import apply_accounting
+        from slurm_pool.adapters.slurm import SlurmClient
+
+        slurm = SlurmClient(self.runner)
+        if self.spec.cluster.name not in {r["Cluster"] for r in slurm.sacctmgr_show("cluster", ["Cluster"])}:
+            slurm.sacctmgr("add", "cluster", self.spec.cluster.name)
+        # slurmctld registers the cluster's TRES (gres/gpu...) that QOS limits name.
+        self._start_slurmctld()
+        apply_accounting(self.spec, slurm, prune=False, dry_run=False, echo=lambda _m: None)
+        for node in self.nodes():
+            self._start("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", str(L.slurm_conf)])
+        wait_for(self._nodes_ready, timeout, "every node to register with slurmctld")
+
+    def down(self) -> list[str]:
+        """Stop the processes ``up`` started, newest first."""
+        stopped = []
+        order = [f"slurmd-{n}" for n in self.nodes()] + ["slurmctld", "slurmdbd", "mysql", "munge"]
+        known = {p.name for p in self.procs.all()}
+        for name in order + sorted(known - set(order)):
+            if self.procs.stop(name):
+                stopped.append(name)
+        return stopped
+
+    def running(self) -> dict[str, bool]:
+        names = ["munge", "mysql", "slurmdbd", "slurmctld"] + [f"slurmd-{n}" for n in self.nodes()]
+        return {n: self.procs.running(n) for n in names}
+
+    # -- daemons -------------------------------------------------------
+    def _check_programs(self) -> None:
+        missing = [p for p in ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
+                               "sacctmgr", "sinfo") if shutil.which(p) is None]
+        if missing:
+            raise ClusterError(f"missing programs: {', '.join(missing)} (run: make deps)")
+        if os.geteuid() != 0:
+            raise ClusterError("the local cluster runs its daemons as root; run as root")
+
+    def _start(self, name: str, argv: list[str]) -> None:
+        if not self.procs.running(name):
+            self.procs.start(name, argv, self.layout.log / f"{name}.out", env=self.layout.env())
+
+    def _start_munge(self) -> None:
+        d = self.layout.root / "munge"
+        key = d / "munge.key"
+        if not key.exists():
+            key.write_bytes(secrets.token_bytes(1024))
+            key.chmod(0o400)
+        d.chmod(0o755)
+        self._start("munge", ["munged", "-F", "--force", f"--socket={self.layout.munge_socket}",
+                              f"--key-file={key}", f"--pid-file={d / 'munged.pid'}",
+                              f"--log-file={self.layout.log / 'munged.log'}", f"--seed-file={d / 'munged.seed'}"])
+        sock = str(self.layout.munge_socket)
+        wait_for(lambda: _ok(["sh", "-c", f'munge -n -S "{sock}" | unmunge -S "{sock}"']), 20, "munged")
+
+    def _start_mysql(self) -> None:
+        d = self.layout.root / "mysql"
+        data = d / "data"
+        if not (data / "mysql").exists():
+            data.mkdir(parents=True, exist_ok=True)
+            res = subprocess.run(["mariadb-install-db", f"--datadir={data}", "--user=root",
+                                  "--auth-root-authentication-method=socket", "--skip-test-db"],
+                                 capture_output=True, text=True)
+            if res.returncode:
+                raise ClusterError(f"mariadb-install-db failed: {res.stderr.strip()[-500:]}")
+        self._start("mysql", ["mariadbd", "--no-defaults", f"--datadir={data}", "--user=root",
+                              f"--socket={self.layout.mysql_socket}", f"--port={self.layout.port('mysql')}",
+                              "--bind-address=127.0.0.1", f"--pid-file={d / 'mysqld.pid'}",
+                              "--innodb-buffer-pool-size=64M", "--innodb-lock-wait-timeout=900",
+                              f"--log-error={self.layout.log / 'mysqld.log'}"])
+        sock = str(self.layout.mysql_socket)
+        wait_for(lambda: _ok(["mariadb", "-S", sock, "-e", "SELECT 1"]), 60, "MariaDB")
+        pw = self._db_password()
+        sql = (f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{pw}';"
+               f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{pw}';"
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';")
+        res = subprocess.run(["mariadb", "-S", sock, "-e", sql], capture_output=True, text=True)
+        if res.returncode:
+            raise ClusterError(f"MariaDB user setup failed: {res.stderr.strip()}")
+
+    def _start_slurmdbd(self) -> None:
+        self._start("slurmdbd", ["slurmdbd", "-D"])
+        wait_for(lambda: self.runner.run(["sacctmgr", "-n", "show", "cluster"], check=False).ok, 60, "slurmdbd")
+
+    def _start_slurmctld(self) -> None:
+        self._start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.layout.slurm_conf)])
+        wait_for(lambda: self.runner.run(["scontrol", "ping"], check=False).stdout.find("UP") >= 0, 60, "slurmctld")
+
+    def _nodes_ready(self) -> bool:
+        res = self.runner.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
+        if not res.ok:
+            return False
+        states = dict(line.split() for line in res.stdout.splitlines() if line.strip())
+        return all(states.get(n, "").rstrip("*") in ("idle", "mix", "alloc", "drain", "drng") for n in self.nodes())
+
+    def _ensure_users(self) -> None:
+        """Create the spec's users as local accounts (local cluster only)."""
+        import pwd
+
+        for proj in self.spec.projects:
+            for user in proj.users:
+                try:
+                    pwd.getpwnam(user)
+                except KeyError:
+                    res = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user],
+                                         capture_output=True, text=True)
+                    if res.returncode not in (0, 9):
+                        raise ClusterError(f"useradd {user} failed: {res.stderr.strip()}")
+
+
+def _ok(argv: list[str]) -> bool:
+    return subprocess.run(argv, capture_output=True).returncode == 0
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    os.replace(tmp, path)

@@ -1,0 +1,133 @@
+"""Start, track and stop daemons by pid, and only the ones we started.
+
+Each started process gets a record ``<run>/procs/<name>.json`` holding its pid
+and kernel start time, so a recycled pid is never mistaken for ours.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime) follows the parenthesised comm, which may hold spaces.
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+@dataclass(frozen=True)
+class Proc:
+    name: str
+    pid: int
+    start: int
+
+    def alive(self) -> bool:
+        return _start_time(self.pid) == self.start
+
+
+class ProcTable:
+    """The processes one state directory owns."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = run_dir / "procs"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def get(self, name: str) -> Proc | None:
+        try:
+            rec = json.loads((self.dir / f"{name}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return Proc(rec["name"], rec["pid"], rec["start"])
+
+    def all(self) -> list[Proc]:
+        out = []
+        for f in sorted(self.dir.glob("*.json")):
+            p = self.get(f.stem)
+            if p:
+                out.append(p)
+        return out
+
+    def running(self, name: str) -> bool:
+        p = self.get(name)
+        return bool(p and p.alive())
+
+    def start(self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> Proc:
+        """Start ``argv`` in its own session with output to ``log``."""
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        with open(log, "ab") as out:
+            child = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        start = None
+        for _ in range(50):
+            start = _start_time(child.pid)
+            if start is not None:
+                break
+            time.sleep(0.01)
+        proc = Proc(name, child.pid, start or 0)
+        (self.dir / f"{name}.json").write_text(json.dumps(proc.__dict__))
+        return proc
+
+    def stop(self, name: str, timeout: float = 15.0) -> bool:
+        """SIGTERM, then SIGKILL after ``timeout``; True if it was running."""
+        proc = self.get(name)
+        rec = self.dir / f"{name}.json"
+        if proc is None or not proc.alive():
+            rec.unlink(missing_ok=True)
+            return False
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout
+        while proc.alive() and time.monotonic() < deadline:
+            _reap(proc.pid)
+            time.sleep(0.1)
+        if proc.alive():
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while proc.alive():
+                _reap(proc.pid)
+                time.sleep(0.05)
+        rec.unlink(missing_ok=True)
+        return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
+    """Poll ``check`` until it is true; raise naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")

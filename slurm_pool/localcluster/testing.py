@@ -1,0 +1,130 @@
+"""Helpers for tests that run against the real local cluster.
+
+One cluster per test session: a private state directory and a free block of
+loopback ports, so several sessions on one machine do not collide.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from slurm_pool.adapters.runner import Result
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.localcluster.cluster import LocalCluster
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(n_nodes: int, tries: int = 50) -> int:
+    """A base port whose service and node ports are all free."""
+    for _ in range(tries):
+        base = random.randrange(20000, 40000, 200)
+        ports = [base + o for o in (6, 17, 18, 19)] + [base + 100 + i for i in range(n_nodes)]
+        if all(_port_free(p) for p in ports):
+            return base
+    raise RuntimeError("no free block of loopback ports found")
+
+
+@dataclass
+class ClusterHandle:
+    """A running local cluster, as tests see it."""
+
+    cluster: LocalCluster
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.cluster.layout.env()
+
+    @property
+    def slurm(self) -> SlurmClient:
+        return SlurmClient(self.cluster.runner)
+
+    @property
+    def spec(self):
+        return self.cluster.spec
+
+    def run(self, argv: Sequence[str], check: bool = False, timeout: float = 60) -> Result:
+        return self.cluster.runner.run(list(argv), check=check, timeout=timeout)
+
+    def sbatch(self, *args: str, user: str | None = None, script: str | None = None) -> int:
+        """Submit a batch job; return its id.  ``script`` is the batch script text."""
+        argv = ["sbatch", "--parsable"]
+        if user:
+            argv.append(f"--uid={user}")
+        argv.extend(args)
+        res = self.cluster.runner.run(argv, input=script, check=True)
+        return int(res.stdout.strip().split(";")[0])
+
+    def job_field(self, job_id: int, field: str) -> str:
+        res = self.run(["squeue", "-h", "-j", str(job_id), "-o", field])
+        return res.stdout.strip()
+
+    def wait_state(self, job_id: int, states: Sequence[str], timeout: float = 60) -> str:
+        """Wait until squeue (or sacct, once gone) shows one of ``states``."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            last = self.job_field(job_id, "%T") or self.sacct_state(job_id)
+            if last in states:
+                return last
+            time.sleep(0.25)
+        raise AssertionError(f"job {job_id} is {last!r}, not one of {list(states)}, after {timeout}s")
+
+    def sacct_state(self, job_id: int) -> str:
+        res = self.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"])
+        lines = [l for l in res.stdout.splitlines() if l.strip()]
+        return lines[-1].split()[0] if lines else ""
+
+    def cancel_all(self, timeout: float = 60) -> None:
+        """Cancel every job and wait for an empty queue and idle nodes."""
+        self.run(["scancel", "--full", "-u", "root"])
+        for user in {u for p in self.spec.projects for u in p.users}:
+            self.run(["scancel", "--full", "-u", user])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            q = self.run(["squeue", "-h", "-o", "%i %T"]).stdout.split()
+            nodes = self.run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.split()
+            if not q and all(s.rstrip("*~#") in ("idle", "drain", "drained") for s in nodes):
+                return
+            time.sleep(0.25)
+        raise AssertionError("cluster did not drain its jobs in time")
+
+    def release_begin_time(self, job_id: int) -> None:
+        """Slurm delays a requeued job's start by 120 s; tests skip the wait."""
+        self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+
+
+def start_session_cluster(spec_path: str | Path) -> tuple[ClusterHandle, Path]:
+    """Bring up a cluster in a fresh state directory on free ports."""
+    state = Path(tempfile.mkdtemp(prefix="slurm-pool-test-", dir="/var/tmp"))
+    state.chmod(0o755)
+    cluster = LocalCluster(spec_path, state_dir=state, port_base=free_port_base(8 + 4))
+    try:
+        cluster.up()
+    except BaseException:
+        logs = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
+                         for f in sorted((state / "log").glob("*")) if f.is_file())
+        cluster.down()
+        raise RuntimeError(f"local cluster failed to start; logs:\n{logs}")
+    return ClusterHandle(cluster), state
+
+
+def stop_session_cluster(handle: ClusterHandle, state: Path) -> None:
+    handle.cluster.down()
+    subprocess.run(["pkill", "-f", f"{state}/"], check=False)
+    shutil.rmtree(state, ignore_errors=True)

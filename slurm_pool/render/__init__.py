@@ -1,0 +1,7 @@
+"""Pure renderers: spec in, configuration text out."""
+
+from slurm_pool.render.render import render_all
+from slurm_pool.render.site import Site
+from slurm_pool.render.version import SlurmVersion
+
+__all__ = ["Site", "SlurmVersion", "render_all"]

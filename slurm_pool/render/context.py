@@ -1,0 +1,153 @@
+"""Turn a validated spec into the plain data the templates render.
+
+Templates stay dumb: every decision (hostlist folding, GRES types and counts,
+version-specific spellings) is made here, in Python, where it is tested.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_pool.mig import catalogue
+from slurm_pool.render.site import Site
+from slurm_pool.render.version import SlurmVersion
+from slurm_pool.spec.hosts import expand, fold
+from slurm_pool.spec.model import NodeGroup, PoolSpec
+
+
+def mig_type(model: str, profile: str) -> str:
+    """Slurm GRES Type of one MIG instance (as NVML autodetection names it)."""
+    fn = getattr(catalogue, "mig_gres_type", None)
+    if fn is not None:
+        return fn(model, profile)
+    return f"{catalogue.GPU_MODELS[model].slurm_type}_{profile}"
+
+
+@dataclass(frozen=True)
+class GresDevice:
+    """One schedulable GPU or MIG instance on a node."""
+
+    type: str
+    file: str
+
+
+def gpu_units(group: NodeGroup) -> list[tuple[int, str | None]]:
+    """(GPU index, MIG profile or None) for every schedulable unit of a node."""
+    if group.gpus is None:
+        return []
+    units: list[tuple[int, str | None]] = []
+    layouts = group.gpus.mig or [None] * group.gpus.count
+    for idx in range(group.gpus.count):
+        layout = layouts[idx] if idx < len(layouts) else None
+        if layout is None:
+            units.append((idx, None))
+        else:
+            units.extend((idx, prof) for prof in layout)
+    return units
+
+
+def unit_type(group: NodeGroup, profile: str | None) -> str:
+    assert group.gpus is not None
+    model = group.gpus.model
+    return catalogue.GPU_MODELS[model].slurm_type if profile is None else mig_type(model, profile)
+
+
+def gres_string(group: NodeGroup) -> str:
+    """The slurm.conf ``Gres=`` value of every node in a group."""
+    counts: Counter[str] = Counter(unit_type(group, prof) for _, prof in gpu_units(group))
+    return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
+
+
+def emulated_devices(group: NodeGroup, node: str, site: Site) -> list[GresDevice]:
+    """Device files of one node on the emulated cluster, in GRES order."""
+    dev = site.node_dev_dir(node)
+    out: list[GresDevice] = []
+    seen: Counter[int] = Counter()
+    for idx, prof in gpu_units(group):
+        if prof is None:
+            out.append(GresDevice(unit_type(group, None), f"{dev}/nvidia{idx}"))
+        else:
+            out.append(GresDevice(unit_type(group, prof), f"{dev}/nvidia{idx}-mig{seen[idx]}"))
+            seen[idx] += 1
+    return out
+
+
+def _nodes_of(spec: PoolSpec, entries: list[str]) -> str:
+    if "ALL" in entries:
+        return "ALL"
+    names: set[str] = set()
+    for entry in entries:
+        try:
+            group = spec.group(entry)
+            names.update(expand(group.hosts))
+        except StopIteration:
+            names.update(expand(entry))
+    return fold(names)
+
+
+def build_context(spec: PoolSpec, site: Site, version: SlurmVersion) -> dict[str, Any]:
+    """Everything the Jinja2 templates need, as plain data."""
+    groups = []
+    gres_types: list[str] = []
+    for group in spec.node_groups:
+        nodes = expand(group.hosts)
+        gres = gres_string(group)
+        for part in gres.split(","):
+            if part and (t := part.split(":")[1]) not in gres_types:
+                gres_types.append(t)
+        has_mig = bool(group.gpus and group.gpus.mig and any(l is not None for l in group.gpus.mig))
+        groups.append(
+            {
+                "name": group.name,
+                "hostlist": fold(nodes),
+                "nodes": [
+                    {
+                        "name": n,
+                        "port": site.node_ports.get(n),
+                        "devices": emulated_devices(group, n, site) if site.emulated_devices else [],
+                    }
+                    for n in nodes
+                ],
+                "cpus": group.cpus,
+                "memory_mb": group.memory_mb,
+                "gres": gres,
+                "features": ",".join(group.features),
+                "gpu_count": group.gpus.count if group.gpus else 0,
+                "gpu_type": unit_type(group, None) if group.gpus else None,
+                "has_mig": has_mig,
+            }
+        )
+    partitions = []
+    for part in spec.partitions:
+        tier = spec.tier(part.tier)
+        partitions.append(
+            {
+                "name": part.name,
+                "nodes": _nodes_of(spec, part.nodes),
+                "default": part.default,
+                "priority_tier": part.priority_tier,
+                "preempt_mode": (part.preempt_mode or tier.preempt_mode).upper(),
+                "grace_time": part.grace_time if part.grace_time is not None else tier.grace_time,
+                "max_time": part.max_time,
+                "default_time": part.default_time,
+                "allow_qos": tier.name,
+                "allow_accounts": ",".join(part.allow_accounts) if part.allow_accounts else None,
+            }
+        )
+    ctld_params = []
+    if not version.at_least(23, 2):
+        ctld_params.append("preempt_send_user_signal")
+    return {
+        "spec": spec,
+        "site": site,
+        "version": str(version),
+        "features": version.features(),
+        "groups": groups,
+        "partitions": partitions,
+        "gres_types": gres_types,
+        "accounting_tres": ",".join(["gres/gpu"] + [f"gres/gpu:{t}" for t in gres_types]),
+        "slurmctld_parameters": ",".join(ctld_params),
+        "dbd_host": site.slurmdbd_host or spec.cluster.control_host,
+    }

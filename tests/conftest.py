@@ -1,0 +1,29 @@
+"""Session-wide fixtures: one real local Slurm cluster for every test that asks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_SPEC = REPO / "examples" / "pool.yaml"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The example pool running as real daemons (munge, MariaDB, slurmdbd, slurmctld, slurmd)."""
+    from slurm_pool.localcluster.testing import start_session_cluster, stop_session_cluster
+
+    handle, state = start_session_cluster(os.environ.get("SLURM_POOL_TEST_SPEC", EXAMPLE_SPEC))
+    yield handle
+    stop_session_cluster(handle, state)
+
+
+@pytest.fixture
+def cluster(slurm_cluster):
+    """The session cluster with an empty queue before and after the test."""
+    slurm_cluster.cancel_all()
+    yield slurm_cluster
+    slurm_cluster.cancel_all()
