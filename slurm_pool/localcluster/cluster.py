@@ -156,12 +156,62 @@ class LocalCluster:
         out = self.runner.run(["slurmctld", "-V"], check=False)
         return SlurmVersion.parse(out.stdout or "22.05")
 
+    def device_layouts(self) -> dict[str, list]:
+        """MIG layouts the emulated GPUs hold now, for nodes changed since ``up``."""
+        out = {}
+        for f in sorted((self.layout.root / "dev").glob("*/mig.json")):
+            out[f.parent.name] = json.loads(f.read_text())
+        return out
+
+    def set_device_layouts(self, node: str, layouts: list) -> None:
+        """Repartition a node's emulated GPUs (what nvidia-smi does on real ones)."""
+        d = self.layout.root / "dev" / node
+        d.mkdir(parents=True, exist_ok=True)
+        _write(d / "mig.json", json.dumps([list(l) if l is not None else None for l in layouts]), 0o644)
+
+    def node_gres(self, node: str) -> str:
+        """The ``Gres=`` value the current slurm.conf gives ``node``."""
+        for line in self.layout.slurm_conf.read_text().splitlines():
+            if line.startswith(f"NodeName={node} "):
+                for f in line.split():
+                    if f.startswith("Gres="):
+                        return f[len("Gres="):]
+                return ""
+        raise KeyError(node)
+
+    def restart_slurmd(self, node: str, timeout: float = 60.0) -> None:
+        """Restart one node's slurmd, and slurmctld, on the current configs.
+
+        Slurm (22.05 at least) takes a node's new GRES *types* only from
+        slurm.conf at slurmctld start: neither ``scontrol reconfigure`` nor
+        ``scontrol update Gres=`` changes them.  Jobs and queue survive the
+        restart (state is saved).
+        """
+        from slurm_pool.adapters.slurm import SlurmClient
+
+        slurm = SlurmClient(self.runner)
+        before = slurm.node(node)
+        self.procs.stop(f"slurmd-{node}")
+        self.procs.stop("slurmctld")
+        self._start_slurmctld()
+        self._start(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.layout.slurm_conf)])
+        wait_for(lambda: self._node_up(node), timeout, f"slurmd on {node} to register")
+        # A node whose configuration changed loses its saved state: keep the drain.
+        if before.drained and not slurm.node(node).drained:
+            slurm.drain(node, before.reason)
+
+    def _node_up(self, node: str) -> bool:
+        res = self.runner.run(["sinfo", "-h", "-n", node, "-o", "%t"], check=False)
+        states = res.stdout.split()
+        return res.ok and bool(states) and all(s.rstrip("*") not in ("down", "unk", "inval") for s in states)
+
     def write_configs(self) -> None:
-        """Render the spec for this machine into ``etc/``."""
+        """Render the spec (and the GPUs' current MIG state) for this machine into ``etc/``."""
         L, site = self.layout, self.site()
         version = self.slurm_version()
-        files = render_all(self.spec, site, version)
-        ctx = build_context(self.spec, site, version)
+        layouts = self.device_layouts()
+        files = render_all(self.spec, site, version, node_layouts=layouts)
+        ctx = build_context(self.spec, site, version, layouts)
         files["slurmdbd.conf"] = _template(_env(default_templates_dir()), "slurmdbd.conf.j2", ctx)
         L.etc.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
@@ -183,6 +233,11 @@ class LocalCluster:
         minor = 0
         for group in ctx["groups"]:
             for node in group["nodes"]:
+                wanted = {Path(d.file).name for d in node["devices"]}
+                ndir = self.layout.root / "dev" / node["name"]
+                for stale in ndir.glob("nvidia*") if ndir.is_dir() else []:
+                    if stale.name not in wanted:
+                        stale.unlink()
                 for dev in node["devices"]:
                     path = Path(dev.file)
                     path.parent.mkdir(parents=True, exist_ok=True)

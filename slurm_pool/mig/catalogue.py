@@ -1,12 +1,32 @@
-"""GPU models known to slurm-pool.
+"""GPU models known to slurm-pool and the GRES Type names Slurm gives them.
 
-This module is pure data.  The MIG profile tables for each model are added in
-:mod:`slurm_pool.mig.profiles`; here is what every GPU has, MIG or not.
+This module is pure data plus naming rules.  The MIG profile tables for each
+model (compute and memory slices, placements, counts, the ``+me`` rule) live
+in :mod:`slurm_pool.mig.profiles`; their source is the NVIDIA Multi-Instance
+GPU User Guide, "Supported MIG Profiles" (docs.nvidia.com/datacenter/tesla/
+mig-user-guide).
+
+Slurm naming rule (SchedMD ``src/plugins/gpu/nvml/gpu_nvml.c``, functions
+``_nvml_get_device_name``, ``_handle_mig`` and ``_get_system_gpu_list_nvml``;
+``gpu_common_underscorify_tolower`` in ``src/plugins/gpu/common``):
+
+* whole GPU: the NVML device name (``nvmlDeviceGetName``), lower-cased, spaces
+  replaced by ``_``.  Current drivers prefix ``NVIDIA``, so
+  ``NVIDIA A100-SXM4-40GB`` becomes ``nvidia_a100-sxm4-40gb`` (drivers before
+  R510 gave ``A100-SXM4-40GB``, hence ``a100-sxm4-40gb`` on older sites);
+* MIG device: that whole-GPU type cut at its first ``-`` (if any), then
+  ``_<GI slices>g.<round(memory MiB / 1024)>gb`` from ``nvmlDeviceGetAttributes``
+  of the MIG device.  The memory is what the instance really has, so it can
+  differ from the GB figure in NVIDIA's profile name: an A100-80GB ``3g.40gb``
+  has 39.25 GiB and Slurm calls it ``nvidia_a100_3g.39gb``.  ``+me`` profiles
+  get the same Type as their plain twin.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import re
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -15,23 +35,87 @@ class GpuModel:
 
     ``slurm_type`` is the GRES Type that Slurm's NVML autodetection reports for
     the whole GPU, so that rendered configs match autodetected ones.
+    ``nvml_name`` is what ``nvmlDeviceGetName`` returns on current drivers.
+    ``mig_gib`` maps a profile (without ``+me``) to the memory in GiB, as
+    Slurm rounds it, that NVML reports for that instance; entries come from
+    published ``nvidia-smi mig -lgip`` output.  Profiles missing from it fall
+    back to the GB figure of the profile name (see :func:`mig_type_verified`).
     """
 
     name: str
     memory_gib: int
     slurm_type: str
     mig_capable: bool
+    nvml_name: str = ""
+    mig_gib: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
 
 
+def underscorify_tolower(text: str) -> str:
+    """Slurm's ``gpu_common_underscorify_tolower``: lower-case, spaces to ``_``."""
+    return text.lower().replace(" ", "_")
+
+
+def slurm_gpu_type(nvml_name: str) -> str:
+    """GRES Type of a whole GPU from its NVML device name."""
+    return underscorify_tolower(nvml_name)
+
+
+def slurm_mig_type(nvml_name: str, gi_slices: int, memory_mib: int) -> str:
+    """GRES Type of a MIG device exactly as Slurm's gpu/nvml plugin builds it."""
+    base = slurm_gpu_type(nvml_name).split("-", 1)[0]
+    gib = math.floor(memory_mib / 1024 + 0.5)  # C roundl: halves away from zero
+    return f"{base}_{gi_slices}g.{gib}gb"
+
+
+_PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
+
+
+def _gpu(name: str, gib: int, nvml: str, mig: dict[str, int] | None = None) -> GpuModel:
+    return GpuModel(name, gib, slurm_gpu_type(nvml), True, nvml, dict(mig or {}))
+
+
+# Memory (GiB, rounded as Slurm does) per MIG profile, from -lgip listings:
+# A100-SXM4-80GB 9.50/19.50/39.25/79.00, H100 80GB HBM3 9.75/19.62/39.50/79.25,
+# H100 NVL 10.75/21.62/46.38/93.12, A100-SXM4-40GB 4.75/9.62/19.50/39.25,
+# H200 16.00/32.50/140.00 (4-slot profiles not published).
 GPU_MODELS: dict[str, GpuModel] = {
     m.name: m
     for m in (
-        GpuModel("A100-40GB", 40, "a100-sxm4-40gb", True),
-        GpuModel("A100-80GB", 80, "a100-sxm4-80gb", True),
-        GpuModel("A30", 24, "a30", True),
-        GpuModel("H100-80GB", 80, "h100-80gb-hbm3", True),
-        GpuModel("H100-94GB", 94, "h100-nvl", True),
-        GpuModel("H200-141GB", 141, "h200", True),
-        GpuModel("B200", 180, "b200", True),
+        _gpu("A100-40GB", 40, "NVIDIA A100-SXM4-40GB",
+             {"1g.5gb": 5, "1g.10gb": 10, "2g.10gb": 10, "3g.20gb": 20, "4g.20gb": 20, "7g.40gb": 39}),
+        _gpu("A100-80GB", 80, "NVIDIA A100-SXM4-80GB",
+             {"1g.10gb": 10, "1g.20gb": 20, "2g.20gb": 20, "3g.40gb": 39, "4g.40gb": 39, "7g.80gb": 79}),
+        _gpu("A30", 24, "NVIDIA A30"),
+        _gpu("H100-80GB", 80, "NVIDIA H100 80GB HBM3",
+             {"1g.10gb": 10, "1g.20gb": 20, "2g.20gb": 20, "3g.40gb": 40, "4g.40gb": 40, "7g.80gb": 79}),
+        _gpu("H100-94GB", 94, "NVIDIA H100 NVL",
+             {"1g.12gb": 11, "1g.24gb": 22, "2g.24gb": 22, "3g.47gb": 46, "4g.47gb": 46, "7g.94gb": 93}),
+        _gpu("H200-141GB", 141, "NVIDIA H200",
+             {"1g.18gb": 16, "1g.35gb": 33, "2g.35gb": 33, "7g.141gb": 140}),
+        _gpu("B200", 180, "NVIDIA B200"),
     )
 }
+
+
+def _split(profile: str) -> tuple[int, int]:
+    m = _PROFILE_RE.match(profile)
+    if not m:
+        raise ValueError(f"not a MIG profile name: {profile!r} (expected e.g. 3g.40gb or 1g.10gb+me)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def mig_type_verified(model_name: str, profile: str) -> bool:
+    """True when :func:`mig_gres_type` uses a published memory size, not the name."""
+    return profile.split("+", 1)[0] in GPU_MODELS[model_name].mig_gib
+
+
+def mig_gres_type(model_name: str, profile: str) -> str:
+    """GRES Type Slurm's NVML autodetection reports for ``profile`` on ``model_name``.
+
+    ``mig_gres_type("A100-80GB", "3g.40gb") == "nvidia_a100_3g.39gb"``.  Both the
+    gres.conf and the slurm.conf ``Gres=`` of a node must use this name.
+    """
+    model = GPU_MODELS[model_name]
+    slices, name_gb = _split(profile)
+    gib = model.mig_gib.get(profile.split("+", 1)[0], name_gb)
+    return slurm_mig_type(model.nvml_name or model.name, slices, gib * 1024)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Optional, Sequence
 
 from slurm_pool.mig import catalogue
 from slurm_pool.render.site import Site
@@ -33,12 +33,18 @@ class GresDevice:
     file: str
 
 
-def gpu_units(group: NodeGroup) -> list[tuple[int, str | None]]:
-    """(GPU index, MIG profile or None) for every schedulable unit of a node."""
+Layouts = Sequence[Optional[Sequence[str]]]
+
+
+def gpu_units(group: NodeGroup, layouts: Layouts | None = None) -> list[tuple[int, str | None]]:
+    """(GPU index, MIG profile or None) for every schedulable unit of a node.
+
+    ``layouts`` overrides the spec's MIG layouts with what a node has now.
+    """
     if group.gpus is None:
         return []
     units: list[tuple[int, str | None]] = []
-    layouts = group.gpus.mig or [None] * group.gpus.count
+    layouts = layouts if layouts is not None else (group.gpus.mig or [None] * group.gpus.count)
     for idx in range(group.gpus.count):
         layout = layouts[idx] if idx < len(layouts) else None
         if layout is None:
@@ -54,18 +60,18 @@ def unit_type(group: NodeGroup, profile: str | None) -> str:
     return catalogue.GPU_MODELS[model].slurm_type if profile is None else mig_type(model, profile)
 
 
-def gres_string(group: NodeGroup) -> str:
-    """The slurm.conf ``Gres=`` value of every node in a group."""
-    counts: Counter[str] = Counter(unit_type(group, prof) for _, prof in gpu_units(group))
+def gres_string(group: NodeGroup, layouts: Layouts | None = None) -> str:
+    """The slurm.conf ``Gres=`` value of a node of ``group``."""
+    counts: Counter[str] = Counter(unit_type(group, prof) for _, prof in gpu_units(group, layouts))
     return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
 
 
-def emulated_devices(group: NodeGroup, node: str, site: Site) -> list[GresDevice]:
+def emulated_devices(group: NodeGroup, node: str, site: Site, layouts: Layouts | None = None) -> list[GresDevice]:
     """Device files of one node on the emulated cluster, in GRES order."""
     dev = site.node_dev_dir(node)
     out: list[GresDevice] = []
     seen: Counter[int] = Counter()
-    for idx, prof in gpu_units(group):
+    for idx, prof in gpu_units(group, layouts):
         if prof is None:
             out.append(GresDevice(unit_type(group, None), f"{dev}/nvidia{idx}"))
         else:
@@ -87,26 +93,38 @@ def _nodes_of(spec: PoolSpec, entries: list[str]) -> str:
     return fold(names)
 
 
-def build_context(spec: PoolSpec, site: Site, version: SlurmVersion) -> dict[str, Any]:
-    """Everything the Jinja2 templates need, as plain data."""
+def build_context(
+    spec: PoolSpec, site: Site, version: SlurmVersion, node_layouts: Mapping[str, Layouts] | None = None
+) -> dict[str, Any]:
+    """Everything the Jinja2 templates need, as plain data.
+
+    ``node_layouts`` gives nodes whose GPUs hold MIG layouts other than the
+    spec's (what ``mig apply`` made); those nodes get their own lines.
+    """
+    node_layouts = node_layouts or {}
     groups = []
     gres_types: list[str] = []
     for group in spec.node_groups:
         nodes = expand(group.hosts)
         gres = gres_string(group)
-        for part in gres.split(","):
-            if part and (t := part.split(":")[1]) not in gres_types:
-                gres_types.append(t)
+        node_gres = {n: gres_string(group, node_layouts.get(n)) for n in nodes}
+        for g in [gres, *node_gres.values()]:
+            for part in g.split(","):
+                if part and (t := part.split(":")[1]) not in gres_types:
+                    gres_types.append(t)
         has_mig = bool(group.gpus and group.gpus.mig and any(l is not None for l in group.gpus.mig))
+        has_mig = has_mig or any(any(l is not None for l in node_layouts.get(n) or []) for n in nodes)
         groups.append(
             {
                 "name": group.name,
                 "hostlist": fold(nodes),
+                "per_node": bool(site.node_ports) or any(node_gres[n] != gres for n in nodes),
                 "nodes": [
                     {
                         "name": n,
                         "port": site.node_ports.get(n),
-                        "devices": emulated_devices(group, n, site) if site.emulated_devices else [],
+                        "gres": node_gres[n],
+                        "devices": emulated_devices(group, n, site, node_layouts.get(n)) if site.emulated_devices else [],
                     }
                     for n in nodes
                 ],

@@ -7,12 +7,13 @@ import inspect
 import json
 import os
 from pathlib import Path
+from typing import Mapping
 
 import jinja2
 
 from slurm_pool.accounting.plan import build_plan
 from slurm_pool.errors import SpecError
-from slurm_pool.render.context import build_context
+from slurm_pool.render.context import Layouts, build_context
 from slurm_pool.render.site import Site
 from slurm_pool.render.version import SlurmVersion
 from slurm_pool.spec.model import PoolSpec
@@ -68,12 +69,17 @@ def render_all(
     site: Site | None = None,
     version: SlurmVersion = DEFAULT_VERSION,
     templates_dir: Path | None = None,
+    node_layouts: Mapping[str, Layouts] | None = None,
 ) -> dict[str, str]:
-    """Every file of the pool's configuration, name -> text, manifest last."""
+    """Every file of the pool's configuration, name -> text, manifest last.
+
+    ``node_layouts`` overrides the spec's MIG layouts per node (see
+    :func:`slurm_pool.render.context.build_context`).
+    """
     site = site or Site()
     tdir = Path(templates_dir) if templates_dir else default_templates_dir()
     env = _env(tdir)
-    ctx = build_context(spec, site, version)
+    ctx = build_context(spec, site, version, node_layouts)
     files: dict[str, str] = {
         "slurm.conf": _template(env, "slurm.conf.j2", ctx),
         "slurm-pool.conf": _template(env, "slurm-pool.conf.j2", ctx),

@@ -1,0 +1,129 @@
+"""MIG on the local cluster: emulated devices and Slurm node control.
+
+The emulated "hardware" state of a node's GPUs lives next to its device files
+(``dev/<node>/mig.json``), just as a real GPU keeps its own MIG state; Slurm's
+view is then re-rendered from it, exactly as ``mig apply`` does on a real node
+with gres.conf and slurm.conf.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.mig.apply import NodeStatus
+from slurm_pool.mig.emit import MigDevice
+from slurm_pool.mig.placement import Layout, find_placement
+from slurm_pool.localcluster.cluster import LocalCluster
+
+
+def _counts(gres: str) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for part in filter(None, gres.split(",")):
+        _, typ, n = part.split(":")
+        out[typ] += int(n)
+    return out
+
+
+class EmulatedMigBackend:
+    """The local cluster's emulated GPUs, which hold MIG layouts like real ones."""
+
+    def __init__(self, cluster: LocalCluster):
+        self.cluster = cluster
+
+    def _group(self, node: str):
+        from slurm_pool.spec.hosts import expand
+
+        for g in self.cluster.spec.node_groups:
+            if node in expand(g.hosts):
+                return g
+        raise KeyError(f"unknown node {node!r}")
+
+    def layouts(self, node: str) -> dict[int, Layout | None]:
+        stored = self.cluster.device_layouts().get(node)
+        group = self._group(node)
+        assert group.gpus is not None
+        spec_layouts = group.gpus.mig or [None] * group.gpus.count
+        base = stored if stored is not None else spec_layouts
+        return {i: (tuple(l) if l is not None else None) for i, l in enumerate(base)}
+
+    def apply(self, node: str, gpu: int, layout: Layout | None) -> None:
+        group = self._group(node)
+        assert group.gpus is not None
+        if layout is not None and find_placement(group.gpus.model, list(layout)) is None:
+            raise ValueError(f"{','.join(layout)} cannot be placed on a {group.gpus.model}")
+        current = self.layouts(node)
+        current[gpu] = tuple(layout) if layout is not None else None
+        self.cluster.set_device_layouts(node, [current[i] for i in sorted(current)])
+
+    def devices(self, node: str) -> list[MigDevice]:
+        group = self._group(node)
+        assert group.gpus is not None
+        out = []
+        for idx, layout in sorted(self.layouts(node).items()):
+            placement = find_placement(group.gpus.model, list(layout)) if layout else None
+            for gi, (prof, start) in enumerate(placement or ()):
+                out.append(MigDevice(idx, gi + 1, 0, prof, start=start))
+        return out
+
+
+class LocalNodeControl:
+    """Drain, resume and reconfigure one node of the local cluster through Slurm."""
+
+    def __init__(self, cluster: LocalCluster, poll: float = 0.5):
+        self.cluster = cluster
+        self.slurm = SlurmClient(cluster.runner)
+        self.poll = poll
+
+    def status(self, node: str) -> NodeStatus:
+        n = self.slurm.node(node)
+        return NodeStatus(drained=n.drained, reason=n.reason)
+
+    def drain(self, node: str, reason: str) -> None:
+        self.slurm.drain(node, reason)
+
+    def resume(self, node: str) -> None:
+        self.slurm.resume(node)
+
+    def wait_idle(self, node: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            res = self.cluster.runner.run(["squeue", "-h", "-w", node, "-o", "%i"], check=False)
+            if res.ok and not res.stdout.strip():
+                n = self.slurm.node(node)
+                if not any(s in n.state for s in ("ALLOCATED", "MIXED", "COMPLETING")):
+                    return True
+            time.sleep(self.poll)
+        return False
+
+    def write_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
+        """Re-render the cluster's configs from device state; check they agree with ``gres``."""
+        self.cluster.write_configs()
+        rendered = self.cluster.node_gres(node)
+        if _counts(rendered) != _counts(gres):
+            raise RuntimeError(f"rendered Gres {rendered!r} for {node} disagrees with the plan's {gres!r}")
+
+    def restart_slurmd(self, node: str) -> None:
+        self.cluster.restart_slurmd(node)
+
+
+def controls(plan: object = None) -> tuple[LocalNodeControl, EmulatedMigBackend]:
+    """``mig apply --controls slurm_pool.localcluster.mig:controls``.
+
+    The cluster is the one ``SLURM_POOL_STATE_DIR`` (or ``SLURM_CONF``'s
+    state directory) names.
+    """
+    import os
+
+    state = os.environ.get("SLURM_POOL_STATE_DIR")
+    if not state and os.environ.get("SLURM_CONF"):
+        state = str(Path(os.environ["SLURM_CONF"]).resolve().parent.parent)
+    if not state:
+        raise RuntimeError("set SLURM_POOL_STATE_DIR (or SLURM_CONF) to the local cluster's state directory")
+    saved = json.loads((Path(state) / "cluster.json").read_text())
+    cluster = LocalCluster(saved["spec"], state_dir=state)
+    return LocalNodeControl(cluster), EmulatedMigBackend(cluster)

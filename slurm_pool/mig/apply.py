@@ -1,0 +1,278 @@
+"""Apply a MIG plan safely: drain, wait, repartition, reconfigure, resume.
+
+Written against two small Protocols so the same orchestration drives real
+nodes (``NvidiaSmiBackend`` plus a Slurm ``NodeControl``), the emulated local
+cluster and unit-test fakes.  Guarantees, per node:
+
+* only nodes with a changed GPU are touched; nodes drained by someone else
+  (a reason not starting with ``slurm-pool: mig reconfigure``) are skipped;
+* the node is drained before anything changes and resumed only after the new
+  layout is verified, gres.conf/slurm.conf are written and slurmd restarted;
+* on any failure the node stays drained, its reason saying what failed;
+* re-running is idempotent: GPUs already in their target layout are left
+  alone, and a node left drained by an earlier failed run is picked up again.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Protocol, Sequence
+
+from slurm_pool.adapters.runner import Runner
+from slurm_pool.mig.emit import MigDevice, gres_conf_autodetect, gres_conf_explicit, nvidia_smi_commands, parse_mig_minors, slurm_gres
+from slurm_pool.mig.placement import Layout, canonical
+from slurm_pool.mig.planner import Plan
+from slurm_pool.mig.profiles import geometry
+
+REASON = "slurm-pool: mig reconfigure"
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What apply needs to know about a node before touching it."""
+
+    drained: bool
+    reason: str = ""
+
+
+class NodeControl(Protocol):
+    """Slurm-side control of one node."""
+
+    def status(self, node: str) -> NodeStatus: ...
+
+    def drain(self, node: str, reason: str) -> None:
+        """Drain (or, when already drained, update the reason)."""
+
+    def resume(self, node: str) -> None: ...
+
+    def wait_idle(self, node: str, timeout: float) -> bool:
+        """Block until no job runs on the node; False on timeout."""
+
+    def write_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
+        """Install the node's gres.conf lines and its slurm.conf ``Gres=`` value."""
+
+    def restart_slurmd(self, node: str) -> None: ...
+
+
+class MigBackend(Protocol):
+    """Device-side view and control of a node's GPUs."""
+
+    def layouts(self, node: str) -> dict[int, Layout | None]:
+        """Current layout per GPU index (None: MIG off)."""
+
+    def apply(self, node: str, gpu: int, layout: Layout | None) -> None:
+        """Make GPU ``gpu`` hold exactly ``layout``."""
+
+    def devices(self, node: str) -> list[MigDevice]:
+        """The MIG devices that exist now (for explicit gres.conf lines)."""
+
+
+class ApplyError(RuntimeError):
+    """One step of applying a node failed."""
+
+
+@dataclass
+class NodeResult:
+    node: str
+    status: Literal["applied", "unchanged", "skipped", "failed", "dry-run"]
+    actions: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
+class ApplyReport:
+    results: list[NodeResult]
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.status == "failed" for r in self.results)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ok": self.ok, "nodes": [r.__dict__ for r in self.results]}
+
+
+def _targets(plan: Plan) -> dict[str, dict[int, Layout | None]]:
+    out: dict[str, dict[int, Layout | None]] = {}
+    for i in plan.changed():
+        g = plan.gpus[i]
+        out.setdefault(g.node, {})[g.index] = plan.layouts[i]
+    return out
+
+
+def _same(model: str, a: Layout | None, b: Layout | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    geo = geometry(model)
+    return canonical(geo, a) == canonical(geo, b)
+
+
+def apply_plan(
+    plan: Plan,
+    nodes: NodeControl,
+    backend: MigBackend,
+    *,
+    dry_run: bool = False,
+    timeout: float = 3600.0,
+    gres_mode: Literal["explicit", "autodetect"] = "explicit",
+) -> ApplyReport:
+    """Apply ``plan`` node by node; never raises for a node's failure (see the report)."""
+    results = []
+    for node, targets in sorted(_targets(plan).items()):
+        results.append(_apply_node(plan.model, node, targets, nodes, backend, dry_run, timeout, gres_mode))
+    return ApplyReport(results)
+
+
+def _apply_node(
+    model: str,
+    node: str,
+    targets: dict[int, Layout | None],
+    nodes: NodeControl,
+    backend: MigBackend,
+    dry_run: bool,
+    timeout: float,
+    gres_mode: str,
+) -> NodeResult:
+    res = NodeResult(node, "applied")
+    try:
+        st = nodes.status(node)
+        ours = st.drained and st.reason.startswith(REASON)
+        if st.drained and not ours:
+            return NodeResult(node, "skipped", [], f"drained by someone else: {st.reason or '(no reason)'}")
+        current = backend.layouts(node)
+    except Exception as exc:  # noqa: BLE001 - reported, node untouched
+        return NodeResult(node, "failed", [], f"cannot read node state: {exc}")
+    todo = {i: lay for i, lay in targets.items() if not _same(model, current.get(i, ()), lay)}
+    if not todo and not ours:
+        return NodeResult(node, "unchanged")
+    steps: list[tuple[str, Callable[[], object]]] = []
+    if not ours:
+        steps.append((f"drain {node} reason={REASON!r}", lambda: nodes.drain(node, REASON)))
+    steps.append((f"wait until {node} is idle", lambda: _wait(nodes, node, timeout)))
+    for idx, lay in sorted(todo.items()):
+        label = "MIG off" if lay is None else (",".join(lay) or "empty")
+        steps.append((f"set GPU {idx} to {label}", functools.partial(backend.apply, node, idx, lay)))
+    steps.append(("verify layouts", lambda: _verify(model, node, targets, backend)))
+    steps.append(("write gres.conf and slurm.conf Gres", lambda: _write(model, node, nodes, backend, gres_mode)))
+    steps.append(("restart slurmd", lambda: nodes.restart_slurmd(node)))
+    steps.append((f"resume {node}", lambda: nodes.resume(node)))
+    if dry_run:
+        res.status = "dry-run"
+        res.actions = [label for label, _ in steps]
+        for idx, lay in sorted(todo.items()):
+            for cmd in nvidia_smi_commands(model, idx, lay, current.get(idx) is not None):
+                res.actions.append("  would run: " + " ".join(cmd))
+        return res
+    for label, fn in steps:
+        try:
+            fn()
+            res.actions.append(label)
+        except Exception as exc:  # noqa: BLE001 - any failure leaves the node drained
+            res.status = "failed"
+            res.error = f"{label}: {exc}"
+            reason = f"{REASON} failed: {_short(res.error)}"
+            try:
+                nodes.drain(node, reason)
+                res.actions.append(f"left drained: {reason}")
+            except Exception as exc2:  # noqa: BLE001
+                res.error += f"; and re-draining failed: {exc2}"
+            return res
+    return res
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _wait(nodes: NodeControl, node: str, timeout: float) -> None:
+    if not nodes.wait_idle(node, timeout):
+        raise ApplyError(f"jobs still running on {node} after {timeout:g}s")
+
+
+def _verify(model: str, node: str, targets: dict[int, Layout | None], backend: MigBackend) -> None:
+    after = backend.layouts(node)
+    bad = [i for i, lay in targets.items() if not _same(model, after.get(i, ()), lay)]
+    if bad:
+        got = ", ".join(f"GPU {i}: {after.get(i)}" for i in bad)
+        raise ApplyError(f"layout not as planned on {node} ({got})")
+
+
+def _write(model: str, node: str, nodes: NodeControl, backend: MigBackend, gres_mode: str) -> None:
+    after = backend.layouts(node)
+    gres = slurm_gres(model, [after[i] for i in sorted(after)])
+    if gres_mode == "autodetect":
+        lines = gres_conf_autodetect(node)
+    else:
+        minors_fn = getattr(backend, "mig_minors", None)
+        minors = minors_fn(node) if minors_fn else None
+        whole = [(i, i) for i, lay in sorted(after.items()) if lay is None]
+        lines = gres_conf_explicit(node, model, backend.devices(node), whole, minors)
+    nodes.write_gres(node, lines, gres)
+
+
+# ---------------------------------------------------------------- nvidia-smi
+
+_LGI_RE = re.compile(r"\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|")
+_LCI_RE = re.compile(r"\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|")
+
+
+def parse_lgi(text: str) -> list[tuple[int, str, int, int]]:
+    """``nvidia-smi mig -lgi`` rows as (gpu, profile, gi_id, start)."""
+    return [(int(m[1]), m[2], int(m[4]), int(m[5])) for m in _LGI_RE.finditer(text)]
+
+
+def parse_lci(text: str) -> list[tuple[int, int, int]]:
+    """``nvidia-smi mig -lci`` rows as (gpu, gi_id, ci_id)."""
+    return [(int(m[1]), int(m[2]), int(m[5])) for m in _LCI_RE.finditer(text)]
+
+
+@dataclass
+class NvidiaSmiBackend:
+    """Real GPUs through ``nvidia-smi`` (via the Runner; ``remote`` prefixes e.g. ssh)."""
+
+    runner: Runner
+    model: str
+    remote: Callable[[str], list[str]] | None = None
+
+    def _run(self, node: str, argv: Sequence[str], check: bool = True) -> str:
+        prefix = self.remote(node) if self.remote else []
+        return self.runner.run([*prefix, *argv], check=check).stdout
+
+    def _modes(self, node: str) -> dict[int, bool]:
+        out = self._run(node, ["nvidia-smi", "--query-gpu=index,mig.mode.current", "--format=csv,noheader"])
+        modes = {}
+        for line in out.splitlines():
+            if "," in line:
+                idx, mode = (s.strip() for s in line.split(",", 1))
+                modes[int(idx)] = mode.lower() == "enabled"
+        return modes
+
+    def layouts(self, node: str) -> dict[int, Layout | None]:
+        modes = self._modes(node)
+        geo = geometry(self.model)
+        found: dict[int, list[str]] = {i: [] for i, on in modes.items() if on}
+        if found:
+            for gpu, prof, _, _ in parse_lgi(self._run(node, ["nvidia-smi", "mig", "-lgi"], check=False)):
+                found.setdefault(gpu, []).append(prof)
+        return {i: (canonical(geo, found[i]) if on else None) for i, on in modes.items()}
+
+    def apply(self, node: str, gpu: int, layout: Layout | None) -> None:
+        enabled = self._modes(node).get(gpu, False)
+        for cmd in nvidia_smi_commands(self.model, gpu, layout, enabled):
+            destroy = "-dci" in cmd or "-dgi" in cmd
+            self._run(node, cmd, check=not destroy)  # destroying nothing exits non-zero
+
+    def devices(self, node: str) -> list[MigDevice]:
+        gis = {(g, gi): (prof, start) for g, prof, gi, start in parse_lgi(self._run(node, ["nvidia-smi", "mig", "-lgi"], check=False))}
+        out = []
+        for g, gi, ci in parse_lci(self._run(node, ["nvidia-smi", "mig", "-lci"], check=False)):
+            prof, start = gis.get((g, gi), ("", None))
+            if prof:
+                out.append(MigDevice(g, gi, ci, prof, start=start))
+        return out
+
+    def mig_minors(self, node: str) -> dict[str, int] | None:
+        text = self._run(node, ["cat", "/proc/driver/nvidia-caps/mig-minors"], check=False)
+        return parse_mig_minors(text) or None

@@ -1,0 +1,327 @@
+"""``slurm-pool mig``: check layouts, plan them from demand, apply a plan.
+
+Bad input exits 2 with a message naming the bad value.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from slurm_pool.mig.profiles import GEOMETRIES
+
+
+class MigInputError(click.ClickException):
+    """Bad user input: exit status 2."""
+
+    exit_code = 2
+
+
+def _model(model: str) -> str:
+    if model not in GEOMETRIES:
+        raise MigInputError(f"unknown GPU model {model!r} (known: {', '.join(GEOMETRIES)})")
+    return model
+
+
+@click.group()
+def mig() -> None:
+    """Plan and apply MIG layouts (NVIDIA Multi-Instance GPU)."""
+
+
+@mig.command()
+@click.option("--model", required=True, help="GPU model, e.g. A100-40GB.")
+@click.argument("layout")
+def check(model: str, layout: str) -> None:
+    """Exit 0 and print a placement when LAYOUT fits MODEL, else exit 2 and say why.
+
+    LAYOUT is a comma list such as 3g.40gb,2g.20gb,1g.10gb; give every item
+    as PROFILE@START (e.g. 3g.40gb@4) to check an explicit placement.
+    """
+    from slurm_pool.mig.placement import find_placement, layout_problem, placement_problem
+
+    _model(model)
+    items = [p.strip() for p in layout.split(",") if p.strip()]
+    explicit = [i for i in items if "@" in i]
+    if explicit and len(explicit) != len(items):
+        raise MigInputError("give a start (PROFILE@START) for every item or for none")
+    placement: list[tuple[str, int]] = []
+    if explicit:
+        for item in items:
+            prof, _, slot = item.partition("@")
+            if not slot.isdigit():
+                raise MigInputError(f"bad start {slot!r} in {item!r} (expected a memory slot number)")
+            placement.append((prof, int(slot)))
+        problem = placement_problem(model, placement)
+        profiles = [p for p, _ in placement]
+    else:
+        profiles = items
+        problem = layout_problem(model, profiles)
+        placement = list(find_placement(model, profiles) or ()) if not problem else []
+    if problem:
+        raise MigInputError(f"{','.join(items) or '(empty)'} is not a valid {model} layout: {problem}")
+    click.echo(f"{model}: {','.join(profiles) or '(empty)'} is valid")
+    click.echo(_diagram(model, placement))
+    for prof, pos in sorted(placement, key=lambda t: t[1]):
+        click.echo(f"  {prof} at memory slot {pos}")
+
+
+def _diagram(model: str, placement: Any) -> str:
+    geo = GEOMETRIES[model]
+    cells = ["."] * geo.memory_slots
+    for n, (prof, start) in enumerate(placement):
+        for s in range(start, start + geo.profiles[prof].memory):
+            cells[s] = chr(ord("A") + n)
+    return "  slots |" + "|".join(cells) + "|"
+
+
+def _parse_busy(text: str) -> set[tuple[str, int]]:
+    out = set()
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        node, sep, idx = item.rpartition(":")
+        if not sep or not node or not idx.isdigit():
+            raise MigInputError(f"bad --busy entry {item!r} (expected NODE:GPUINDEX)")
+        out.add((node, int(idx)))
+    return out
+
+
+def _gpus_from_spec(path: str, model: str | None, busy: set[tuple[str, int]]) -> tuple[str, list[Any]]:
+    from slurm_pool.errors import SpecError
+    from slurm_pool.mig.planner import Gpu
+    from slurm_pool.spec.hosts import expand
+    from slurm_pool.spec.load import load_spec
+
+    try:
+        spec = load_spec(path)
+    except SpecError as exc:
+        raise MigInputError(f"{path}: " + "; ".join(str(i) for i in exc.issues)) from None
+    except OSError as exc:
+        raise MigInputError(f"cannot read spec {path!r}: {exc}") from None
+    models = sorted({g.gpus.model for g in spec.node_groups if g.gpus and g.gpus.model in GEOMETRIES})
+    if model is None:
+        if len(models) != 1:
+            raise MigInputError(f"pass --model (MIG-capable models in the spec: {', '.join(models) or 'none'})")
+        model = models[0]
+    gpus = []
+    for group in spec.node_groups:
+        if group.gpus is None or group.gpus.model != model:
+            continue
+        for node in expand(group.hosts):
+            for i in range(group.gpus.count):
+                cur = group.gpus.mig[i] if group.gpus.mig and i < len(group.gpus.mig) else None
+                gpus.append(Gpu(node, i, None if cur is None else tuple(cur), (node, i) in busy))
+    if not gpus:
+        raise MigInputError(f"the spec has no {model} GPUs (models: {', '.join(models) or 'none'})")
+    unknown = busy - {(g.node, g.index) for g in gpus}
+    if unknown:
+        n, i = sorted(unknown)[0]
+        raise MigInputError(f"--busy names {n}:{i}, which is not a {model} GPU in the spec")
+    return model, gpus
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise MigInputError(f"cannot read {path!r}: {exc}") from None
+
+
+@mig.command()
+@click.option("--model", help="GPU model (default: the only MIG-capable model in --spec).")
+@click.option("--gpus", "count", type=click.IntRange(min=0), help="Plan for N empty, idle GPUs.")
+@click.option("--spec", "spec_path", help="Plan for the GPUs of a pool spec (its gpus.mig are the current layouts).")
+@click.option("--busy", default="", help="GPUs with running jobs, never changed: NODE:IDX,...")
+@click.option("--demand", "demand_text", help="Counts per profile: 1g.10gb=10,3g.40gb=3.")
+@click.option("--needs", "needs_path", help="CSV/JSON of jobs' gpu_mem_gb, compute (0..1) and count.")
+@click.option("--sacct", "sacct_path", help="File with `sacct --json` output (MIG GRES requests).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (input for `mig apply --plan`).")
+@click.option("--out", "out_path", help="Also write the JSON plan to this file.")
+def plan(
+    model: str | None,
+    count: int | None,
+    spec_path: str | None,
+    busy: str,
+    demand_text: str | None,
+    needs_path: str | None,
+    sacct_path: str | None,
+    as_json: bool,
+    out_path: str | None,
+) -> None:
+    """Per-GPU layouts covering the demand with the fewest changes."""
+    from slurm_pool.mig import demand as dem
+    from slurm_pool.mig.planner import PlanError, gpus_from_count, parse_demand
+    from slurm_pool.mig.planner import plan as make_plan
+
+    if (count is None) == (spec_path is None):
+        raise MigInputError("give exactly one of --gpus N and --spec SPEC")
+    if not (demand_text or needs_path or sacct_path):
+        raise MigInputError("give the demand: --demand, --needs or --sacct")
+    busy_set = _parse_busy(busy)
+    if spec_path:
+        model, gpus = _gpus_from_spec(spec_path, model, busy_set)
+    else:
+        if model is None:
+            raise MigInputError("--model is required with --gpus")
+        _model(model)
+        gpus = gpus_from_count(count or 0)
+        names = {(g.node, g.index) for g in gpus}
+        for n, i in sorted(busy_set - names):
+            raise MigInputError(f"--busy names {n}:{i}, but --gpus GPUs are gpu:0..gpu:{max((count or 0) - 1, 0)}")
+        gpus = [type(g)(g.node, g.index, g.current, (g.node, g.index) in busy_set) for g in gpus]
+    assert model is not None
+    _model(model)
+    notes: list[str] = []
+    try:
+        parts = []
+        if demand_text:
+            parts.append(parse_demand(model, demand_text))
+        if needs_path:
+            d, too_big = dem.demand_from_needs_text(model, _read(needs_path))
+            parts.append(d)
+            if too_big:
+                notes.append(f"{too_big} job(s) in {needs_path} need more than a whole {model}; not planned")
+        if sacct_path:
+            d, other = dem.demand_from_sacct(model, _read(sacct_path))
+            parts.append(d)
+            if other:
+                notes.append("not MIG requests (ignored): " + ", ".join(f"{t}={n}" for t, n in sorted(other.items())))
+        demand = dem.merge(parts)
+        t0 = time.perf_counter()
+        result = make_plan(model, gpus, demand)
+        elapsed = time.perf_counter() - t0
+    except (PlanError, json.JSONDecodeError, ValueError) as exc:
+        raise MigInputError(str(exc)) from None
+    result.notes.extend(notes)
+    doc = result.to_dict()
+    doc["notes"] = result.notes
+    doc["outputs"] = _outputs(result)
+    if out_path:
+        Path(out_path).write_text(json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    _print_plan(result, elapsed)
+
+
+def _outputs(result: Any) -> dict[str, Any]:
+    from slurm_pool.mig.emit import gres_conf_autodetect, mig_parted_config, nvidia_smi_commands, slurm_gres
+
+    by_node: dict[str, dict[int, Any]] = {}
+    for g, lay in zip(result.gpus, result.layouts):
+        by_node.setdefault(g.node, {})[g.index] = lay
+    cmds: dict[str, list[str]] = {}
+    for i in result.changed():
+        g = result.gpus[i]
+        for cmd in nvidia_smi_commands(result.model, g.index, result.layouts[i], g.current is not None):
+            cmds.setdefault(g.node, []).append(" ".join(cmd))
+    return {
+        "mig_parted": mig_parted_config(by_node),
+        "nvidia_smi": cmds,
+        "slurm_gres": {n: slurm_gres(result.model, [lays[i] for i in sorted(lays)]) for n, lays in by_node.items()},
+        "gres_conf_autodetect": gres_conf_autodetect(),
+    }
+
+
+def _fmt(layout: Any) -> str:
+    return "MIG off" if layout is None else (",".join(layout) or "[]")
+
+
+def _print_plan(result: Any, elapsed: float) -> None:
+    s = result.score
+    click.echo(f"{result.model}: {len(result.gpus)} GPUs, {s.changed} changed, {s.used} in use ({elapsed * 1000:.0f} ms)")
+    for g, lay in zip(result.gpus, result.layouts):
+        tag = "busy" if g.busy else ("CHANGE" if lay != g.current else "keep")
+        arrow = f"{_fmt(g.current)} -> {_fmt(lay)}" if lay != g.current else _fmt(lay)
+        click.echo(f"  {g.node}:{g.index}  {tag:6}  {arrow}")
+    for p in sorted(result.demand):
+        line = f"  demand {p}: {result.demand[p]}, covered {result.covered[p]}"
+        if result.unmet[p]:
+            line += f", UNMET {result.unmet[p]}"
+        click.echo(line)
+    if any(result.unmet.values()):
+        click.echo("unmet demand: " + ", ".join(f"{p}={n}" for p, n in sorted(result.unmet.items()) if n), err=True)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+
+
+def _load_controls(spec: str, result: Any) -> tuple[Any, Any]:
+    module, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr or "controls")
+    except (ImportError, AttributeError) as exc:
+        raise MigInputError(f"cannot load --controls {spec!r}: {exc}") from None
+    return factory(result)
+
+
+@mig.command()
+@click.option("--plan", "plan_path", required=True, help="Plan file from `mig plan --json`.")
+@click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
+@click.option("--controls", envvar="SLURM_POOL_MIG_CONTROLS", help="MODULE:FACTORY returning (NodeControl, MigBackend) for a plan.")
+@click.option("--timeout", default=3600.0, show_default=True, help="Seconds to wait for a drained node to become idle.")
+@click.option("--gres-mode", type=click.Choice(["explicit", "autodetect"]), default="explicit", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def apply(plan_path: str, dry_run: bool, controls: str | None, timeout: float, gres_mode: str, as_json: bool) -> None:
+    """Drain the affected nodes, repartition, rewrite GRES, restart slurmd, resume."""
+    from slurm_pool.mig.apply import apply_plan
+    from slurm_pool.mig.emit import nvidia_smi_commands
+    from slurm_pool.mig.planner import PlanError, plan_from_dict
+
+    try:
+        result = plan_from_dict(json.loads(_read(plan_path)))
+    except (PlanError, json.JSONDecodeError) as exc:
+        raise MigInputError(f"{plan_path}: {exc}") from None
+    if controls is None:
+        if not dry_run:
+            raise MigInputError("no node control configured: pass --controls MODULE:FACTORY (or --dry-run)")
+        for i in result.changed():
+            g = result.gpus[i]
+            click.echo(f"{g.node}: GPU {g.index}: {_fmt(g.current)} -> {_fmt(result.layouts[i])}")
+            for cmd in nvidia_smi_commands(result.model, g.index, result.layouts[i], g.current is not None):
+                click.echo("  would run: " + " ".join(cmd))
+        if not result.changed():
+            click.echo("nothing to change")
+        return
+    nodes, backend = _load_controls(controls, result)
+    report = apply_plan(result, nodes, backend, dry_run=dry_run, timeout=timeout, gres_mode=gres_mode)  # type: ignore[arg-type]
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        for r in report.results:
+            click.echo(f"{r.node}: {r.status}" + (f" ({r.error})" if r.error else ""))
+            for a in r.actions:
+                click.echo(f"  {a}")
+        if not report.results:
+            click.echo("nothing to change")
+    if not report.ok:
+        sys.exit(1)
+
+
+@mig.command("emit")
+@click.option("--plan", "plan_path", required=True, help="Plan file from `mig plan --json`.")
+@click.argument("what", type=click.Choice(["mig-parted", "commands", "gres"]))
+def emit_cmd(plan_path: str, what: str) -> None:
+    """Print one output of a plan: mig-parted YAML, nvidia-smi commands or slurm.conf Gres."""
+    from slurm_pool.mig.planner import PlanError, plan_from_dict
+
+    try:
+        result = plan_from_dict(json.loads(_read(plan_path)))
+    except (PlanError, json.JSONDecodeError) as exc:
+        raise MigInputError(f"{plan_path}: {exc}") from None
+    out = _outputs(result)
+    if what == "mig-parted":
+        click.echo(yaml.safe_dump(out["mig_parted"], sort_keys=False), nl=False)
+    elif what == "commands":
+        for node, cmds in sorted(out["nvidia_smi"].items()):
+            click.echo(f"# {node}")
+            for c in cmds:
+                click.echo(c)
+    else:
+        for node, gres in sorted(out["slurm_gres"].items()):
+            click.echo(f"NodeName={node} Gres={gres}")
+

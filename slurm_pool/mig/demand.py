@@ -1,0 +1,154 @@
+"""Demand sources for the planner: job needs files and ``sacct --json`` history.
+
+Pure parsing: nothing here runs Slurm; ``sacct --json`` output is read from a
+file.  GRES Types in accounting (``gres/gpu:a100-sxm4-40gb_1g.5gb``,
+``gpu:nvidia_a100_3g.39gb``) are mapped back to profiles by their trailing
+``<slices>g.<GB>gb`` part, accepting either the profile-name GB or the GiB
+figure Slurm's autodetection uses.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections import Counter, defaultdict
+from typing import Any, Iterable
+
+from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type
+from slurm_pool.mig.planner import PlanError, demand_from_needs
+from slurm_pool.mig.profiles import geometry
+
+_TAIL_RE = re.compile(r"(\d+)g\.(\d+)gb(\+me)?$")
+_TRES_STR_RE = re.compile(r"gres/gpu:([A-Za-z0-9_.+-]+)=(\d+)")
+
+
+def profile_for_gres_type(model: str, gres_type: str) -> str | None:
+    """The plain profile behind a GRES Type, or None when it is not a MIG type of ``model``."""
+    geo = geometry(model)
+    t = gres_type.lower().removeprefix("gpu:")
+    plain = [p for p in geo.profiles.values() if not p.media_ext]
+    for p in plain:
+        if t == mig_gres_type(model, p.name) or t == p.name:
+            return p.name
+    m = _TAIL_RE.search(t)
+    if not m:
+        return None
+    slices, gb = int(m.group(1)), int(m.group(2))
+    gib = GPU_MODELS[model].mig_gib
+    cands = [p for p in plain if p.compute == slices and gb in (p.memory_gb, gib.get(p.name))]
+    return cands[0].name if len(cands) == 1 else None
+
+
+def parse_needs(text: str) -> list[tuple[float, float, int]]:
+    """Rows of (GPU memory GB, compute fraction, count) from CSV or JSON.
+
+    CSV needs a header with ``gpu_mem_gb`` (or ``memory_gb``) and optionally
+    ``compute`` (fraction of a GPU, 0..1) and ``count``; JSON is a list of
+    objects with the same keys.
+    """
+    text = text.strip()
+    rows: list[dict[str, Any]]
+    if text.startswith("[") or text.startswith("{"):
+        data = json.loads(text)
+        rows = data if isinstance(data, list) else data.get("needs", [])
+    else:
+        rows = list(csv.DictReader(io.StringIO(text)))
+    out = []
+    for i, r in enumerate(rows):
+        mem = r.get("gpu_mem_gb", r.get("memory_gb"))
+        if mem in (None, ""):
+            raise PlanError(f"needs row {i + 1}: missing gpu_mem_gb")
+        try:
+            out.append((float(mem), float(r.get("compute") or 0), int(r.get("count") or 1)))
+        except (TypeError, ValueError):
+            raise PlanError(f"needs row {i + 1}: bad number in {dict(r)}") from None
+    return out
+
+
+def demand_from_needs_text(model: str, text: str) -> tuple[dict[str, int], int]:
+    """Demand from a needs file; also how many jobs fit no profile."""
+    return demand_from_needs(model, parse_needs(text))
+
+
+def _num(v: Any) -> int | None:
+    if isinstance(v, dict):
+        if v.get("set") is False or v.get("infinite"):
+            return None
+        v = v.get("number")
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _job_requests(job: dict[str, Any]) -> Counter[str]:
+    out: Counter[str] = Counter()
+    tres = job.get("tres") or {}
+    for key in ("requested", "allocated"):
+        items = tres.get(key) if isinstance(tres, dict) else None
+        if isinstance(items, list):
+            for it in items:
+                name = str(it.get("name") or "")
+                if it.get("type") == "gres" and name.startswith("gpu:"):
+                    out[name[4:]] += int(it.get("count") or 0)
+        elif isinstance(items, str):
+            for t, n in _TRES_STR_RE.findall(items):
+                out[t] += int(n)
+        if out:
+            return out
+    for key in ("tres_req_str", "tres_alloc_str"):
+        if isinstance(job.get(key), str):
+            for t, n in _TRES_STR_RE.findall(job[key]):
+                out[t] += int(n)
+            if out:
+                return out
+    return out
+
+
+def demand_from_sacct(model: str, text: str) -> tuple[dict[str, int], dict[str, int]]:
+    """MIG demand from ``sacct --json`` output, and the GRES Types that are not MIG.
+
+    With start and end times on every job the demand is the peak number of
+    instances of each profile in use at once; otherwise the total requested.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"sacct JSON: {exc}") from None
+    jobs = data.get("jobs", []) if isinstance(data, dict) else data
+    events: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    totals: Counter[str] = Counter()
+    other: Counter[str] = Counter()
+    timed = True
+    for job in jobs:
+        t = job.get("time") or {}
+        start, end = _num(t.get("start")), _num(t.get("end"))
+        for gtype, n in _job_requests(job).items():
+            prof = profile_for_gres_type(model, gtype)
+            if prof is None:
+                other[gtype] += n
+                continue
+            totals[prof] += n
+            if start is None or end is None or start <= 0 or end < start:
+                timed = False
+            else:
+                events[prof] += [(start, n), (end, -n)]
+    if not timed:
+        return dict(totals), dict(other)
+    peak: dict[str, int] = {}
+    for prof, evs in events.items():
+        level = best = 0
+        for _, delta in sorted(evs, key=lambda e: (e[0], e[1])):  # ends before starts at ties
+            level += delta
+            best = max(best, level)
+        peak[prof] = best
+    return peak, dict(other)
+
+
+def merge(demands: Iterable[dict[str, int]]) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    for d in demands:
+        out.update(d)
+    return dict(out)

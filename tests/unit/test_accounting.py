@@ -1,0 +1,165 @@
+"""Accounting diff/apply against the recording fake: idempotence, prune, order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_pool.accounting.apply import apply_accounting, diff
+from slurm_pool.accounting.plan import build_plan
+from slurm_pool.adapters.runner import CommandError, RecordingRunner, Result
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.spec import load_spec
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
+
+
+class FakeSacctmgr:
+    """A tiny in-memory sacctmgr: enough to check that apply converges."""
+
+    def __init__(self):
+        self.clusters: set[str] = set()
+        self.qos: dict[str, dict[str, str]] = {"normal": {"Description": "normal qos"}}
+        self.accounts: dict[str, dict[str, str]] = {}
+        self.assoc: dict[tuple[str, str], dict[str, str]] = {}
+        self.users: dict[str, str] = {}
+
+    def __call__(self, argv, _input):
+        args = list(argv[1:])
+        if args[:1] == ["-n"]:
+            return self.show(argv, args)
+        assert args[0] == "-i"
+        return self.change(argv, args[1:])
+
+    def show(self, argv, args):
+        entity = args[3]
+        fields = args[-1].split("=", 1)[1].split(",")
+        if entity == "cluster":
+            rows = [{"Cluster": c} for c in sorted(self.clusters)]
+        elif entity == "qos":
+            rows = [{"Name": n, **f} for n, f in self.qos.items()]
+        elif entity == "account":
+            rows = [{"Account": n, **f} for n, f in self.accounts.items()]
+        elif entity == "assoc":
+            rows = [{"Account": a, "User": u, **f} for (a, u), f in self.assoc.items()]
+        elif entity == "user":
+            rows = [{"User": u, "DefaultAccount": d} for u, d in self.users.items()]
+        else:
+            raise AssertionError(entity)
+        text = "\n".join("|".join(r.get(f, "") for f in fields) for r in rows)
+        return Result(tuple(argv), 0, text + "\n" if text else "")
+
+    def change(self, argv, args):
+        verb, entity = args[0], args[1]
+        kv = lambda items: dict(i.split("=", 1) for i in items if "=" in i)  # noqa: E731
+        if verb == "add" and entity == "cluster":
+            self.clusters.add(args[2])
+        elif verb == "add" and entity == "qos":
+            self.qos[args[2]] = {}
+        elif verb == "add" and entity == "account":
+            f = kv(args[3:])
+            self.accounts[args[2]] = {"Descr": f["Description"].lower(), "Org": f["Organization"].lower()}
+            self.assoc[(args[2], "")] = {}
+        elif verb == "add" and entity == "user":
+            f = kv(args[3:])
+            self.users.setdefault(args[2], f.get("DefaultAccount", f["Account"]))
+            self.assoc[(f["Account"], args[2])] = {}
+        elif verb == "modify":
+            where = kv(args[args.index("where") + 1: args.index("set")])
+            sets = kv(args[args.index("set") + 1:])
+            if entity == "qos":
+                self.qos[where["name"]].update(sets)
+            elif entity == "account" and "cluster" in where:
+                self.assoc[(where["name"], "")].update(sets)
+            elif entity == "account":
+                self.accounts[where["name"]]["Descr"] = sets["Description"].lower()
+            elif entity == "user" and "account" in where:
+                self.assoc[(where["account"], where["name"])].update(sets)
+            elif entity == "user":
+                self.users[where["name"]] = sets["DefaultAccount"]
+        elif verb == "delete":
+            where = kv(args[3:])
+            if entity == "qos":
+                del self.qos[where["name"]]
+            elif entity == "account":
+                del self.accounts[where["name"]]
+            elif entity == "user":
+                del self.assoc[(where["account"], where["name"])]
+        else:
+            raise AssertionError(args)
+        return Result(tuple(argv), 0, "")
+
+
+@pytest.fixture
+def world():
+    fake = FakeSacctmgr()
+    runner = RecordingRunner()
+    runner.respond(["sacctmgr"], fake)
+    return fake, runner, SlurmClient(runner)
+
+
+def _changes(runner):
+    return [c for c in runner.commands("sacctmgr") if c[1] == "-i"]
+
+
+def test_apply_converges_and_second_run_is_a_noop(world):
+    fake, runner, slurm = world
+    spec = load_spec(EXAMPLE)
+    first = apply_accounting(spec, slurm, echo=lambda _m: None)
+    assert first, "the first run creates everything"
+    assert ("sacctmgr", "-i", "add", "cluster", "pool") in runner.calls
+    n = len(_changes(runner))
+    lines: list[str] = []
+    assert apply_accounting(spec, slurm, echo=lines.append) == []
+    assert lines == ["accounting: no changes"]
+    assert len(_changes(runner)) == n, "no modification on the second run"
+
+
+def test_qos_created_before_preempt_lists_reference_them(world):
+    _fake, runner, slurm = world
+    apply_accounting(load_spec(EXAMPLE), slurm, echo=lambda _m: None)
+    changes = _changes(runner)
+    adds = max(i for i, c in enumerate(changes) if c[2:4] == ("add", "qos"))
+    preempts = [i for i, c in enumerate(changes) if any(a.startswith("Preempt=") for a in c)]
+    assert preempts and min(preempts) > adds
+
+
+def test_dry_run_changes_nothing(world):
+    _fake, runner, slurm = world
+    lines: list[str] = []
+    changes = apply_accounting(load_spec(EXAMPLE), slurm, dry_run=True, echo=lines.append)
+    assert changes and not _changes(runner)
+    assert "dry run" in lines[-1]
+
+
+def test_prune_removes_only_tagged_objects(world):
+    fake, _runner, slurm = world
+    spec = load_spec(EXAMPLE)
+    apply_accounting(spec, slurm, echo=lambda _m: None)
+    fake.qos["old-tier"] = {"Description": "slurm-pool: retired"}
+    fake.qos["site-qos"] = {"Description": "made by a human"}
+    fake.accounts["human"] = {"Descr": "hand made", "Org": "physics"}
+    plan = build_plan(spec)
+    assert not any(c.summary.startswith("-") for c in diff(plan, slurm, prune=False))
+    removed = {c.summary for c in diff(plan, slurm, prune=True) if c.summary.startswith("-")}
+    assert removed == {"- qos old-tier"}
+
+
+def test_changed_tier_is_a_modify_of_only_that_field(world):
+    _fake, runner, slurm = world
+    spec = load_spec(EXAMPLE)
+    apply_accounting(spec, slurm, echo=lambda _m: None)
+    data = spec.model_dump()
+    data["tiers"][1]["grace_time"] = 45
+    spec2 = type(spec).model_validate(data)
+    changes = diff(build_plan(spec2), slurm)
+    assert [c.summary for c in changes] == ["~ qos shared: GraceTime: 20 -> 45"]
+    assert changes[0].argv[-1] == "GraceTime=45"
+
+
+def test_sacctmgr_failure_surfaces(world):
+    _fake, runner, slurm = world
+    runner.fail(["sacctmgr", "-i", "add", "qos"], stderr="sacctmgr: error: Problem adding")
+    with pytest.raises(CommandError, match="Problem adding"):
+        apply_accounting(load_spec(EXAMPLE), slurm, echo=lambda _m: None)
