@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Run every benchmark and write BENCHMARKS.md from their result sections.
+
+Benchmarks that need Slurm share one local cluster started here (the example
+pool on free loopback ports), exactly as the tests do.
+
+    python3 bench/run_all.py [--only NAME ...] [--skip-cluster]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results"
+
+# name -> (script args, needs the cluster)
+BENCHES: dict[str, tuple[list[str], bool]] = {
+    "render_scale": (["render_scale.py"], False),
+    "mig_pack": (["mig_pack.py"], False),
+    "prolog_latency": (["prolog_latency.py"], False),
+    "submit_overhead": (["submit_overhead.py"], True),
+    "preempt_resume": (["preempt_resume.py"], True),
+}
+
+HEADER = """# Benchmarks
+
+Every figure below was made by the command shown with it, on the project's
+2-core test machine, and is given as a ratio against a baseline measured in
+the same run (the machines are shared and noisy: compare ratios, not seconds).
+Regenerate all of it with `python3 bench/run_all.py` (or `make bench`).
+Trace data: see `bench/traces/SOURCES.md` for sources and licences.
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--skip-cluster", action="store_true", help="Skip benchmarks that need Slurm.")
+    args = ap.parse_args()
+    names = args.only or list(BENCHES)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    handle = state = None
+    failed = []
+    try:
+        for name in names:
+            script, needs_cluster = BENCHES[name]
+            if needs_cluster and args.skip_cluster:
+                continue
+            if needs_cluster and handle is None:
+                sys.path.insert(0, str(REPO))
+                from slurm_pool.localcluster.testing import start_session_cluster
+
+                handle, state = start_session_cluster(REPO / "examples" / "pool.yaml")
+                env.update(handle.env)
+                env["SLURM_POOL_STATE_DIR"] = str(handle.cluster.layout.root)
+            t = time.monotonic()
+            print(f"== {name}", flush=True)
+            res = subprocess.run([sys.executable, str(BENCH / script[0]), *script[1:]], env=env, cwd=REPO)
+            print(f"== {name}: exit {res.returncode} in {time.monotonic() - t:.0f}s", flush=True)
+            if res.returncode:
+                failed.append(name)
+    finally:
+        if handle is not None:
+            from slurm_pool.localcluster.testing import stop_session_cluster
+
+            stop_session_cluster(handle, state)
+    parts = [HEADER]
+    for name in BENCHES:
+        f = RESULTS / f"{name}.md"
+        if f.exists():
+            parts.append(f.read_text().strip() + "\n")
+    (REPO / "BENCHMARKS.md").write_text("\n".join(parts))
+    print("wrote BENCHMARKS.md" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

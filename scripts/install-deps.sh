@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install everything slurm-pool's demo and tests need on a fresh Debian 12
+# machine, as root.  Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  slurm-wlm slurmctld slurmd slurmdbd slurm-client slurm-wlm-basic-plugins slurm-wlm-mysql-plugin
+  libslurm-dev munge mariadb-server mariadb-client lua5.1 prometheus
+  python3 python3-venv python3-dev gcc make valgrind openssl procps iproute2 passwd
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  # Our scripts start the daemons themselves: keep the packages from starting theirs.
+  created_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    created_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+fi
+
+# Python environment for the package and its tests.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest" 2>/dev/null; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test,k8s]"
+fi
+
+# The SPANK plugin, built against Debian's libslurm-dev.
+make -s -C spank

@@ -1,0 +1,422 @@
+"""A real, local Kubernetes control plane for the bridge's tests.
+
+``ControlPlane`` runs etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok (which plays the kubelets) from binaries built by
+:mod:`slurm_pool.testing.k8s_build`.  Everything listens on 127.0.0.1 on ports
+picked free at start, lives in one temporary state directory (certificates,
+kubeconfig, etcd data, logs) and is stopped by the pids it started.
+
+Command line::
+
+    python3 -m slurm_pool.testing.k8s build   # build once; a fast no-op when cached
+    python3 -m slurm_pool.testing.k8s info    # where the cache is, what it holds
+    python3 -m slurm_pool.testing.k8s up      # run a control plane until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from slurm_pool.testing.k8s_build import BuildError, Toolset, require_binaries
+from slurm_pool.testing.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
+
+#: The example pool's nodes (examples/pool.yaml): 2 GPUs, 4 CPUs, 8000 MB each.
+DEFAULT_NODE_NAMES: tuple[str, ...] = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
+GPU_RESOURCE = "nvidia.com/gpu"
+KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+#: Label put on every node the control plane creates.
+NODE_LABEL = "slurm-pool.testing/kwok-node"
+#: Order of start; stop goes the other way.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+_PR_SET_PDEATHSIG = 1
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started or did not become ready."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One kwok node: a Kubernetes mirror of a Slurm node."""
+
+    name: str
+    gpus: int = 2
+    cpus: int = 4
+    memory: str = "8000Mi"
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def manifest(self) -> dict:
+        capacity = {"cpu": str(self.cpus), "memory": self.memory, "pods": "110",
+                    GPU_RESOURCE: str(self.gpus)}
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+            NODE_LABEL: "true",
+            **self.labels,
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": labels,
+                "annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1],
+                                "node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        }
+
+
+def node_specs(nodes: Iterable[str | NodeSpec] | None) -> list[NodeSpec]:
+    """Normalise node names (or specs) to specs; ``None`` means the example pool."""
+    if nodes is None:
+        env = os.environ.get("SLURM_POOL_K8S_NODES", "").split()
+        nodes = env or DEFAULT_NODE_NAMES
+    return [n if isinstance(n, NodeSpec) else NodeSpec(n) for n in nodes]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL if the starting thread dies, so a killed test run leaves nothing."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + controller-manager + scheduler + kwok on loopback.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.  Call
+    ``start`` from a thread that outlives the control plane: the children are
+    told to die with it.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[str | NodeSpec] | None = None,
+        crds: Sequence[Path] = (),
+        state_dir: Path | None = None,
+        toolset: Toolset | None = None,
+        keep_state: bool = False,
+    ) -> None:
+        self.nodes = node_specs(nodes)
+        self.crds = [Path(c) for c in crds]
+        self._toolset = toolset
+        self._state_arg = state_dir
+        self.keep_state = keep_state
+        self.state_dir: Path | None = None
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.ports: dict[str, int] = {}
+        self.pki: PkiPaths | None = None
+        self.kubeconfig: Path | None = None
+        self.server: str | None = None
+        self.start_seconds: float | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> "ControlPlane":
+        """Start every component and wait until nodes are Ready and CRDs established."""
+        if self.procs:
+            raise ControlPlaneError("already started")
+        tools = self._toolset or require_binaries()
+        began = time.monotonic()
+        deadline = began + timeout
+        for attempt in range(3):
+            if self._state_arg is None:
+                self.state_dir = Path(tempfile.mkdtemp(prefix="slurm-pool-k8s-"))
+            else:
+                self.state_dir = self._state_arg
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+                self.state_dir.mkdir(parents=True)
+            try:
+                self._start(tools, deadline)
+                break
+            except ControlPlaneError as exc:
+                self.stop()
+                # A port picked free was taken before its server bound it: pick again.
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+        self.start_seconds = round(time.monotonic() - began, 1)
+        (self.state_dir / "control-plane.json").write_text(json.dumps(self.describe(), indent=2) + "\n")
+        return self
+
+    def _start(self, tools: Toolset, deadline: float) -> None:
+        state = self.state_dir
+        assert state is not None
+        (state / "logs").mkdir(exist_ok=True)
+        self.pki = generate_pki(state / "pki")
+        self.ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port()}
+        self.server = f"https://127.0.0.1:{self.ports['apiserver']}"
+        self.kubeconfig = write_kubeconfig(state / "admin.kubeconfig", self.server, self.pki)
+
+        self._spawn(tools, "etcd", self._etcd_args())
+        self._spawn(tools, "kube-apiserver", self._apiserver_args())
+        self._wait("kube-apiserver /readyz", self._apiserver_ready, deadline)
+
+        from kubernetes import client
+
+        with self.api_client() as api:
+            # CRDs first, so the controller-manager's garbage collector and
+            # quota controllers see them in their first discovery.
+            self._install_crds(api, deadline)
+            for name, args in (
+                ("kube-controller-manager", self._controller_manager_args()),
+                ("kube-scheduler", self._scheduler_args()),
+                ("kwok", self._kwok_args()),
+            ):
+                self._spawn(tools, name, args)
+            core = client.CoreV1Api(api)
+            for node in self.nodes:
+                core.create_node(node.manifest())
+            self._wait("nodes Ready and untainted", lambda: self._nodes_ready(core), deadline)
+            self._wait("the default service account", lambda: self._default_sa(core), deadline)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the processes this object started (by pid), newest first, and clean up."""
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)  # its own group, made at spawn
+        end = time.monotonic() + grace
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            try:
+                proc.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()
+        if self.state_dir and not self.keep_state and self._state_arg is None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> "ControlPlane":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- access --------------------------------------------------------------
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: proc.pid for name, proc in self.procs.items()}
+
+    def api_client(self):
+        """A fresh ``kubernetes.client.ApiClient`` for the admin kubeconfig."""
+        from kubernetes import config
+
+        if self.kubeconfig is None:
+            raise ControlPlaneError("not started")
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def describe(self) -> dict:
+        return {"server": self.server, "kubeconfig": str(self.kubeconfig), "pids": self.pids,
+                "ports": self.ports, "state_dir": str(self.state_dir),
+                "nodes": [n.name for n in self.nodes], "start_seconds": self.start_seconds}
+
+    def log_path(self, name: str) -> Path:
+        assert self.state_dir is not None
+        return self.state_dir / "logs" / f"{name}.log"
+
+    # -- components ----------------------------------------------------------
+
+    def _spawn(self, tools: Toolset, name: str, args: list[str]) -> None:
+        assert self.state_dir is not None
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_dir)}
+        with open(self.log_path(name), "ab") as log:
+            self.procs[name] = subprocess.Popen(
+                [str(tools.binary(name)), *args],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.state_dir, env=env, start_new_session=True, close_fds=True,
+                preexec_fn=_die_with_parent,
+            )
+
+    def _etcd_args(self) -> list[str]:
+        assert self.state_dir is not None
+        client_url = f"http://127.0.0.1:{self.ports['etcd']}"
+        peer_url = f"http://127.0.0.1:{self.ports['etcd-peer']}"
+        return [
+            "--name=default", f"--data-dir={self.state_dir / 'etcd'}",
+            f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}", "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true", "--log-level=warn",
+        ]
+
+    def _apiserver_args(self) -> list[str]:
+        pki = self.pki
+        assert pki is not None
+        return [
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--tls-cert-file={pki.apiserver_cert}", f"--tls-private-key-file={pki.apiserver_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC", "--allow-privileged=true",
+            "--endpoint-reconciler-type=none", "--profiling=false",
+        ]
+
+    def _controller_manager_args(self) -> list[str]:
+        pki = self.pki
+        assert pki is not None
+        return [
+            f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+            "--bind-address=127.0.0.1", "--secure-port=0",
+            f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_cert}",
+            "--controllers=*", "--profiling=false",
+        ]
+
+    def _scheduler_args(self) -> list[str]:
+        return [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+                "--bind-address=127.0.0.1", "--secure-port=0", "--profiling=false"]
+
+    def _kwok_args(self) -> list[str]:
+        assert self.state_dir is not None
+        config = self.state_dir / "kwok.yaml"
+        config.write_text("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n")
+        selector = "=".join(KWOK_ANNOTATION)
+        return [f"--kubeconfig={self.kubeconfig}", f"--config={config}",
+                "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={selector}",
+                "--cidr=10.244.0.1/16", "--node-ip=10.240.0.1"]
+
+    # -- readiness -----------------------------------------------------------
+
+    def _wait(self, what: str, ready: Callable[[], bool], deadline: float) -> None:
+        while True:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise ControlPlaneError(
+                        f"{name} exited with status {proc.returncode} while waiting for {what}; "
+                        f"last log lines:\n{_tail(self.log_path(name))}")
+            with contextlib.suppress(Exception):
+                if ready():
+                    return
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {n}\n{_tail(self.log_path(n), 8)}" for n in self.procs)
+                raise ControlPlaneError(f"timed out waiting for {what}\n{logs}")
+            time.sleep(0.25)
+
+    def _apiserver_ready(self) -> bool:
+        pki = self.pki
+        assert pki is not None
+        ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+        ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        with urllib.request.urlopen(f"{self.server}/readyz", context=ctx, timeout=2) as resp:
+            return resp.status == 200
+
+    def _nodes_ready(self, core) -> bool:
+        wanted = {n.name for n in self.nodes}
+        ready = set()
+        for node in core.list_node(label_selector=f"{NODE_LABEL}=true").items:
+            conds = {c.type: c.status for c in (node.status.conditions or [])}
+            taints = [t.key for t in (node.spec.taints or []) if t.key.startswith("node.kubernetes.io/")]
+            if conds.get("Ready") == "True" and not taints:
+                ready.add(node.metadata.name)
+        return wanted <= ready
+
+    @staticmethod
+    def _default_sa(core) -> bool:
+        core.read_namespaced_service_account("default", "default")
+        return True
+
+    def _install_crds(self, api, deadline: float) -> None:
+        import yaml
+        from kubernetes import client
+
+        ext = client.ApiextensionsV1Api(api)
+        names = []
+        for path in self.crds:
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc:
+                    ext.create_custom_resource_definition(doc)
+                    names.append(doc["metadata"]["name"])
+
+        def established() -> bool:
+            for name in names:
+                crd = ext.read_custom_resource_definition(name)
+                conds = {c.type: c.status for c in (crd.status.conditions or [])}
+                if conds.get("Established") != "True":
+                    return False
+            return True
+
+        self._wait("CRDs established", established, deadline)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m slurm_pool.testing.k8s", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    build = sub.add_parser("build", help="build the Go programs unless cached")
+    build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    sub.add_parser("info", help="show the cache directory and build record")
+    up = sub.add_parser("up", help="run a control plane until interrupted")
+    up.add_argument("--crd", action="append", default=[], type=Path, help="CRD YAML to install")
+    up.add_argument("nodes", nargs="*", help="node names (default: the example pool's)")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.cmd == "build":
+            record = Toolset.for_module().build(force=args.force)
+            print(json.dumps(record, indent=2))
+        elif args.cmd == "info":
+            tools = Toolset.for_module()
+            print(json.dumps({"directory": str(tools.directory), "built": tools.is_built(),
+                              "versions": tools.versions, "record": tools.build_info()}, indent=2))
+        else:
+            signal.signal(signal.SIGTERM, _interrupt)
+            cp = ControlPlane(nodes=args.nodes or None, crds=args.crd)
+            with contextlib.suppress(KeyboardInterrupt), cp:
+                print(json.dumps(cp.describe(), indent=2), flush=True)
+                while True:
+                    signal.pause()
+    except (BuildError, ControlPlaneError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,192 @@
+"""Build and cache the Go programs of the test control plane.
+
+The versions are pinned by two wrapper modules under ``tests/k8s/go``:
+``kube`` requires ``k8s.io/kubernetes`` (its staging modules replaced with the
+matching ``v0.X.Y``) and ``go.etcd.io/etcd/server/v3``; ``kwok`` requires
+``sigs.k8s.io/kwok``, which is built against its own Kubernetes libraries.  One
+``go build`` per module compiles its programs, so the packages they share are
+compiled once.  The binaries are cached outside the repository, under
+``$SLURM_POOL_K8S_CACHE`` (default ``~/.cache/slurm-pool``), in a directory
+named after the pinned versions and a hash of the module files, so a changed
+pin builds afresh and an unchanged one is reused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Wrapper module (subdirectory) -> binary name -> Go main package.
+MODULES: dict[str, dict[str, str]] = {
+    "kube": {
+        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+        "etcd": "go.etcd.io/etcd/server/v3",
+    },
+    "kwok": {"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+}
+PROGRAMS: dict[str, str] = {name: pkg for progs in MODULES.values() for name, pkg in progs.items()}
+#: ``go build -o DIR`` names a binary after its package path's last element
+#: (the element before a ``/vN`` suffix).
+_GO_OUTPUT_NAME = {"etcd": "server"}
+#: Component -> (wrapper module, Go module whose version is the pin).
+_PINNED = {
+    "k8s": ("kube", "k8s.io/kubernetes"),
+    "etcd": ("kube", "go.etcd.io/etcd/server/v3"),
+    "kwok": ("kwok", "sigs.k8s.io/kwok"),
+}
+_STAMP = "build.json"
+
+
+class BuildError(RuntimeError):
+    """The Go programs could not be built or found."""
+
+
+def cache_root() -> Path:
+    """The cache root: ``$SLURM_POOL_K8S_CACHE`` or ``~/.cache/slurm-pool``."""
+    env = os.environ.get("SLURM_POOL_K8S_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "slurm-pool"
+
+
+def default_module_dir() -> Path:
+    """The wrapper Go module, found relative to a source checkout."""
+    env = os.environ.get("SLURM_POOL_K8S_GOMOD")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "tests" / "k8s" / "go"
+
+
+def pinned_versions(module_dir: Path) -> dict[str, str]:
+    """Read the pinned versions of the components from the wrappers' go.mod files."""
+    versions: dict[str, str] = {}
+    for key, (sub, module) in _PINNED.items():
+        gomod = module_dir / sub / "go.mod"
+        try:
+            text = gomod.read_text()
+        except OSError as exc:
+            raise BuildError(f"cannot read the wrapper module {gomod}: {exc}") from exc
+        found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)\s*$", text, re.MULTILINE)
+        if not found:
+            raise BuildError(f"{gomod} does not require {module}")
+        versions[key] = found.group(1)
+    return versions
+
+
+def _ldflags(k8s_version: str) -> str:
+    """Link flags: strip symbols and stamp the Kubernetes version into the binaries."""
+    major, minor = k8s_version.lstrip("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={k8s_version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return " ".join(flags)
+
+
+@dataclass(frozen=True)
+class Toolset:
+    """One cached build: where the binaries are and what they were built from."""
+
+    module_dir: Path
+    versions: dict[str, str]
+    directory: Path
+
+    @classmethod
+    def for_module(cls, module_dir: Path | None = None) -> "Toolset":
+        """The toolset pinned by the wrapper modules in ``module_dir`` (default: the checkout's)."""
+        module_dir = module_dir or default_module_dir()
+        versions = pinned_versions(module_dir)
+        digest = hashlib.sha256()
+        for sub in MODULES:
+            for name in ("go.mod", "go.sum"):
+                path = module_dir / sub / name
+                digest.update(path.read_bytes() if path.exists() else b"")
+        digest.update(_ldflags(versions["k8s"]).encode())
+        tag = "_".join(f"{k}-{v}" for k, v in versions.items())
+        return cls(module_dir, versions, cache_root() / f"{tag}-{digest.hexdigest()[:10]}")
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.directory / "bin"
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / name
+
+    def is_built(self) -> bool:
+        return (self.directory / _STAMP).is_file() and all(
+            os.access(self.binary(n), os.X_OK) for n in PROGRAMS
+        )
+
+    def build_info(self) -> dict:
+        """What the stamp records (versions, go version, build seconds)."""
+        try:
+            return json.loads((self.directory / _STAMP).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def build(self, force: bool = False, log=sys.stderr) -> dict:
+        """Build the programs unless cached; returns the build record."""
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.directory.parent / (self.directory.name + ".lock")
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; waiters reuse it
+            if self.is_built() and not force:
+                return self.build_info()
+            return self._build_locked(log)
+
+    def _build_locked(self, log) -> dict:
+        go = shutil.which("go")
+        if not go:
+            raise BuildError("the Go toolchain (`go`) is not on PATH; it is needed to build the control plane")
+        staging = self.directory.with_name(self.directory.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        (staging / "bin").mkdir(parents=True)
+        env = dict(os.environ, CGO_ENABLED="0")
+        print(f"building the test control plane ({self.versions}) into {self.directory}", file=log, flush=True)
+        started = time.monotonic()
+        for sub, programs in MODULES.items():
+            ldflags = _ldflags(self.versions["k8s"]) if sub == "kube" else "-s -w"
+            cmd = ["nice", "-n", "19", go, "build", "-trimpath", f"-ldflags={ldflags}",
+                   "-o", str(staging / "bin") + os.sep, *programs.values()]
+            print(f"  (cd {sub} && {' '.join(cmd)})", file=log, flush=True)
+            done = subprocess.run(cmd, cwd=self.module_dir / sub, env=env, stdout=log, stderr=subprocess.STDOUT)
+            if done.returncode != 0:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise BuildError(f"go build failed with exit status {done.returncode} in "
+                                 f"{self.module_dir / sub}: {' '.join(cmd)}")
+        seconds = round(time.monotonic() - started, 1)
+        for name, out_name in _GO_OUTPUT_NAME.items():
+            (staging / "bin" / out_name).rename(staging / "bin" / name)
+        go_version = subprocess.run([go, "version"], capture_output=True, text=True).stdout.strip()
+        record = {"versions": self.versions, "go": go_version, "build_seconds": seconds,
+                  "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (staging / _STAMP).write_text(json.dumps(record, indent=2) + "\n")
+        shutil.rmtree(self.directory, ignore_errors=True)
+        staging.rename(self.directory)
+        print(f"built in {seconds}s", file=log, flush=True)
+        return record
+
+
+def require_binaries(module_dir: Path | None = None) -> Toolset:
+    """The cached toolset, or a BuildError that says how to build it."""
+    tools = Toolset.for_module(module_dir)
+    if not tools.is_built():
+        raise BuildError(
+            "the test Kubernetes control plane is not built (expected in "
+            f"{tools.directory}); build it with `python3 -m slurm_pool.testing.k8s build` "
+            "(needs Go and the Go module proxy; a cold build takes about 10 minutes on 2 cores)"
+        )
+    return tools

@@ -1,0 +1,290 @@
+"""The bridge's Kubernetes test bed behaves like a real cluster.
+
+Scheduling, cordons and taints, PodDisruptionBudget-guarded evictions and
+InferenceService merge patches all act through the real API server, scheduler,
+controller-manager and kwok nodes; the last test checks that a control plane
+leaves nothing running once stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from slurm_pool.testing.k8s import GPU_RESOURCE, KWOK_ANNOTATION, ControlPlane
+from slurm_pool.testing.k8s_controller import GROUP, PLURAL, VERSION, deployment_name, wait_for
+
+pytestmark = pytest.mark.k8s
+
+MERGE = "application/merge-patch+json"
+IMAGE = "slurm-pool-test/app:0"
+
+
+def pod(name: str, gpus: int = 0, labels: dict | None = None, spec: dict | None = None) -> dict:
+    """A pod manifest; ``gpus`` > 0 asks for that many ``nvidia.com/gpu``; ``spec`` adds pod fields."""
+    container: dict = {"name": "main", "image": IMAGE}
+    if gpus:
+        container["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": {"containers": [container], **(spec or {})}}
+
+
+def placements(core, ns: str) -> dict[str, str | None]:
+    """Pod name -> node it is bound to (None while pending)."""
+    return {p.metadata.name: p.spec.node_name for p in core.list_namespaced_pod(ns).items}
+
+
+def running_on(core, ns: str, name: str) -> str | None:
+    p = core.read_namespaced_pod(name, ns)
+    return p.spec.node_name if p.status.phase == "Running" else None
+
+
+def unschedulable(core, ns: str, name: str) -> str | None:
+    """The scheduler's message if it found no node for the pod."""
+    p = core.read_namespaced_pod(name, ns)
+    for cond in p.status.conditions or []:
+        if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
+            return cond.message or "unschedulable"
+    return None
+
+
+def test_gpu_pods_schedule_onto_kwok_nodes(k8s_control_plane: ControlPlane, k8s_api, k8s_namespace: str):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_api)
+    ns = k8s_namespace
+    nodes = {n.metadata.name: n for n in core.list_node().items}
+    assert set(nodes) == {s.name for s in k8s_control_plane.nodes}
+    for spec in k8s_control_plane.nodes:
+        node = nodes[spec.name]
+        assert node.metadata.annotations[KWOK_ANNOTATION[0]] == KWOK_ANNOTATION[1]
+        assert node.status.allocatable[GPU_RESOURCE] == str(spec.gpus)
+
+    total = sum(s.gpus for s in k8s_control_plane.nodes)
+    for i in range(total):
+        core.create_namespaced_pod(ns, pod(f"gpu-{i}", gpus=1))
+    wait_for(lambda: all(running_on(core, ns, f"gpu-{i}") for i in range(total)),
+             timeout=60, what="every GPU pod Running")
+    per_node = Counter(placements(core, ns).values())
+    assert per_node == Counter({s.name: s.gpus for s in k8s_control_plane.nodes})
+
+    # Every GPU is taken: one more GPU pod must not fit anywhere.
+    core.create_namespaced_pod(ns, pod("gpu-extra", gpus=1))
+    message = wait_for(lambda: unschedulable(core, ns, "gpu-extra"), timeout=30, what="gpu-extra unschedulable")
+    assert GPU_RESOURCE in message
+    assert core.read_namespaced_pod("gpu-extra", ns).spec.node_name is None
+
+
+def test_cordoned_and_tainted_nodes_get_no_new_pods(k8s_control_plane: ControlPlane, k8s_api, k8s_namespace: str):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_api)
+    ns = k8s_namespace
+    specs = k8s_control_plane.nodes
+    assert len(specs) >= 3, "needs at least three nodes"
+    cordoned, tainted, open_nodes = specs[0].name, specs[1].name, [s.name for s in specs[2:]]
+    open_gpus = sum(s.gpus for s in specs[2:])
+    taint = {"key": "slurm-pool.testing/reclaimed", "value": "true", "effect": "NoSchedule"}
+    core.patch_node(cordoned, {"spec": {"unschedulable": True}}, _content_type=MERGE)
+    core.patch_node(tainted, {"spec": {"taints": [taint]}}, _content_type=MERGE)
+    try:
+        for i in range(open_gpus + 1):
+            core.create_namespaced_pod(ns, pod(f"gpu-{i}", gpus=1))
+
+        def settled() -> bool:
+            bound = [n for n in placements(core, ns).values() if n]
+            pending = [f"gpu-{i}" for i in range(open_gpus + 1) if unschedulable(core, ns, f"gpu-{i}")]
+            return len(bound) == open_gpus and len(pending) == 1
+
+        wait_for(settled, timeout=60, what="open nodes full and one GPU pod pending")
+        assert set(n for n in placements(core, ns).values() if n) <= set(open_nodes)
+
+        host = "kubernetes.io/hostname"
+        core.create_namespaced_pod(ns, pod("on-cordoned", spec={"nodeSelector": {host: cordoned}}))
+        core.create_namespaced_pod(ns, pod("on-tainted", spec={"nodeSelector": {host: tainted}}))
+        tolerating = pod("tolerates-taint", spec={
+            "nodeSelector": {host: tainted},
+            "tolerations": [{"key": taint["key"], "operator": "Exists", "effect": "NoSchedule"}]})
+        core.create_namespaced_pod(ns, tolerating)
+        assert "unschedulable" in wait_for(lambda: unschedulable(core, ns, "on-cordoned"), timeout=30,
+                                           what="pod pinned to the cordoned node rejected")
+        assert "taint" in wait_for(lambda: unschedulable(core, ns, "on-tainted"), timeout=30,
+                                   what="pod pinned to the tainted node rejected")
+        assert wait_for(lambda: running_on(core, ns, "tolerates-taint"), timeout=30,
+                        what="tolerating pod running") == tainted
+    finally:
+        core.patch_node(cordoned, {"spec": {"unschedulable": None}}, _content_type=MERGE)
+        core.patch_node(tainted, {"spec": {"taints": None}}, _content_type=MERGE)
+
+
+def test_eviction_respects_pod_disruption_budget(k8s_api, k8s_namespace: str):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core, apps, policy = client.CoreV1Api(k8s_api), client.AppsV1Api(k8s_api), client.PolicyV1Api(k8s_api)
+    ns = k8s_namespace
+    labels = {"app": "guarded"}
+    template = pod("unused", gpus=1, labels=labels)
+    apps.create_namespaced_deployment(ns, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "guarded"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": template["spec"]}}})
+    policy.create_namespaced_pod_disruption_budget(ns, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": labels}}})
+
+    def budget(allowed: int) -> bool:
+        pdb = policy.read_namespaced_pod_disruption_budget("guarded", ns)
+        st = pdb.status
+        return bool(st and st.observed_generation == pdb.metadata.generation
+                    and st.current_healthy == 2 and st.disruptions_allowed == allowed)
+
+    wait_for(lambda: budget(0), timeout=60, what="PDB with 2 healthy pods and no disruption allowed")
+    victim = core.list_namespaced_pod(ns, label_selector="app=guarded").items[0].metadata.name
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": ns}}
+
+    with pytest.raises(ApiException) as blocked:
+        core.create_namespaced_pod_eviction(victim, ns, eviction)
+    assert blocked.value.status == 429
+    assert core.read_namespaced_pod(victim, ns).metadata.deletion_timestamp is None
+
+    policy.patch_namespaced_pod_disruption_budget("guarded", ns, {"spec": {"minAvailable": 1}}, _content_type=MERGE)
+    wait_for(lambda: budget(1), timeout=60, what="PDB allowing one disruption")
+    core.create_namespaced_pod_eviction(victim, ns, eviction)
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod(victim, ns)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, timeout=60, what=f"evicted pod {victim} deleted")
+
+    def replaced() -> bool:
+        pods = core.list_namespaced_pod(ns, label_selector="app=guarded").items
+        names = {p.metadata.name for p in pods if p.status.phase == "Running"}
+        return len(names) == 2 and victim not in names
+
+    # The ReplicaSet replaces it on a node with a free GPU.
+    wait_for(replaced, timeout=60, what="replacement pod running")
+
+
+def test_merge_patch_of_max_replicas_resizes_predictor(k8s_api, k8s_namespace: str, isvc_controller):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core, apps, custom = client.CoreV1Api(k8s_api), client.AppsV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
+    ns = k8s_namespace
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "llm"},
+        "spec": {"predictor": {"minReplicas": 1, "maxReplicas": 2, "model": {
+            "modelFormat": {"name": "huggingface"}, "resources": {"limits": {GPU_RESOURCE: 1}}}}}})
+    dep = deployment_name("llm")
+
+    def serving(n: int) -> bool:
+        d = apps.read_namespaced_deployment(dep, ns)
+        pods = [p for p in core.list_namespaced_pod(ns).items
+                if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+        return d.spec.replicas == n and (d.status.ready_replicas or 0) == n and len(pods) == n
+
+    wait_for(lambda: serving(2), timeout=60, what=f"{dep} at 2 ready replicas; controller errors: {isvc_controller.errors}")
+    d = apps.read_namespaced_deployment(dep, ns)
+    assert d.metadata.owner_references[0].kind == "InferenceService"
+    assert d.spec.template.spec.containers[0].resources.limits[GPU_RESOURCE] == "1"
+
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm",
+                                          {"spec": {"predictor": {"maxReplicas": 3}}}, _content_type=MERGE)
+    wait_for(lambda: serving(3), timeout=60, what=f"{dep} grown to 3 after the merge patch")
+
+    def status_desired(n: int) -> bool:
+        st = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm").get("status") or {}
+        return st.get("desiredReplicas") == n and st.get("readyReplicas") == n
+
+    wait_for(lambda: status_desired(3), timeout=30, what="InferenceService status at 3")
+
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm",
+                                          {"spec": {"predictor": {"maxReplicas": 1}}}, _content_type=MERGE)
+    wait_for(lambda: serving(1), timeout=60, what=f"{dep} shrunk to 1 after the merge patch")
+
+    with pytest.raises(ApiException) as invalid:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm",
+                                              {"spec": {"predictor": {"maxReplicas": 0}}}, _content_type=MERGE)
+    assert invalid.value.status == 422
+
+    # Deleting the service lets the garbage collector remove its predictor.
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm")
+
+    def predictor_gone() -> bool:
+        try:
+            apps.read_namespaced_deployment(dep, ns)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(predictor_gone, timeout=60, what=f"{dep} garbage-collected")
+
+
+def _listening(pid: int) -> list[str]:
+    """Local addresses of the TCP sockets ``pid`` listens on (IPv4 and IPv6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                found.append(cols[1])
+    return found
+
+
+def _loopback(hex_addr: str) -> bool:
+    addr = hex_addr.split(":")[0]
+    if len(addr) == 8:  # IPv4, little-endian: 0100007F is 127.0.0.1
+        return addr.endswith("7F")
+    return addr in ("00000000000000000000000001000000",)  # ::1
+
+
+def test_start_and_stop_leave_no_processes(k8s_control_plane: ControlPlane):
+    # The session control plane (started warm) met the warm-start bound too.
+    assert k8s_control_plane.start_seconds is not None and k8s_control_plane.start_seconds < 30
+
+    cp = ControlPlane(nodes=["leak-check"])
+    cp.start()
+    try:
+        pids = dict(cp.pids)
+        state_dir = cp.state_dir
+        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+        assert cp.start_seconds is not None and cp.start_seconds < 30, f"warm start took {cp.start_seconds}s"
+        for name, pid in pids.items():
+            assert os.getpgid(pid) == pid, f"{name} is not in its own process group"
+            addresses = _listening(pid)
+            assert all(_loopback(a) for a in addresses), f"{name} listens beyond loopback: {addresses}"
+        assert _listening(pids["kube-apiserver"]) and _listening(pids["etcd"])
+    finally:
+        cp.stop()
+
+    assert not cp.pids
+    for name, pid in pids.items():
+        assert not Path(f"/proc/{pid}").exists(), f"{name} (pid {pid}) is still there"
+    leftovers = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(state_dir) in cmdline:
+                leftovers.append(f"{proc.name}: {cmdline}")
+    assert not leftovers
+    assert state_dir is not None and not state_dir.exists()
