@@ -1,0 +1,228 @@
+"""The policy tables that the generated job_submit.lua carries, built from a spec.
+
+Everything the Lua policy decides is driven by these tables; the Lua code
+itself is generic.  Pure: a function of the spec alone, deterministic (every
+list follows spec order or a documented sort).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from slurm_pool.mig import catalogue
+from slurm_pool.spec.hosts import HostlistError, expand
+from slurm_pool.spec.model import PoolSpec
+
+_GB_RE = re.compile(r"\.(\d+)gb")
+
+
+def mig_gres_type(model: str, profile: str) -> str:
+    """Slurm GRES type of one MIG instance: ``<gpu slurm_type>_<profile>``."""
+    fn = getattr(catalogue, "mig_gres_type", None)
+    if fn is not None:
+        return str(fn(model, profile))
+    return f"{catalogue.GPU_MODELS[model].slurm_type}_{profile}"
+
+
+def mig_memory_mb(model: str, profile: str) -> int:
+    """Memory of a MIG profile in MiB, from the profile tables or its name (``2g.10gb``)."""
+    try:
+        from slurm_pool.mig.profiles import geometry
+
+        prof = geometry(model).profile(profile)
+        if prof is not None:
+            return int(prof.memory_gb) * 1024
+    except (ImportError, KeyError):
+        pass
+    match = _GB_RE.search(profile)
+    return int(match.group(1)) * 1024 if match else 0
+
+
+@dataclass(frozen=True)
+class GpuType:
+    """One GRES type of GPU in the pool: a whole GPU or a MIG instance."""
+
+    name: str
+    mem_mb: int
+    mig: bool
+    parents: tuple[str, ...]  # the whole-GPU types this is a slice of (itself when whole)
+
+
+@dataclass(frozen=True)
+class TierRule:
+    name: str
+    max_gpus: int | None
+    require_time: bool
+    checkpoint: str
+
+
+@dataclass(frozen=True)
+class PartitionRule:
+    name: str
+    tier: str
+    accounts: tuple[str, ...] | None  # None: every account
+    max_time: str
+    gpu_types: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProjectRule:
+    name: str
+    tiers: tuple[str, ...]  # usable tiers, in the project's order
+    default_tier: str | None
+    routes: tuple[tuple[str, str], ...]  # (tier, partition) for each usable tier
+
+
+@dataclass(frozen=True)
+class PolicyTables:
+    """All the data job_submit.lua needs."""
+
+    cluster: str
+    on_error: str
+    admin_contact: str
+    default_tier: str | None
+    right_size_mig: bool
+    checkpoint_signal: str
+    warn_seconds: int
+    tiers: tuple[TierRule, ...]
+    partitions: tuple[PartitionRule, ...]
+    projects: tuple[ProjectRule, ...]
+    users: tuple[tuple[str, str], ...]  # (user, project): first project listing the user
+    gpu_types: tuple[GpuType, ...]  # whole GPUs in spec order, then MIG by (memory, name)
+    mig_by_size: tuple[str, ...] = field(default=())
+
+
+def _group_gpu_types(spec: PoolSpec) -> dict[str, list[GpuType]]:
+    """Node group name -> the GPU types its nodes offer."""
+    out: dict[str, list[GpuType]] = {}
+    for group in spec.node_groups:
+        types: list[GpuType] = []
+        gpus = group.gpus
+        model = catalogue.GPU_MODELS.get(gpus.model) if gpus else None
+        if gpus is not None and model is not None and gpus.count > 0:
+            whole = GpuType(model.slurm_type, model.memory_gib * 1024, False, (model.slurm_type,))
+            layouts = gpus.mig or [None] * gpus.count
+            for idx in range(gpus.count):
+                layout = layouts[idx] if idx < len(layouts) else None
+                if layout is None:
+                    if whole not in types:
+                        types.append(whole)
+                    continue
+                for prof in layout:
+                    t = GpuType(mig_gres_type(model.name, prof), mig_memory_mb(model.name, prof), True, (model.slurm_type,))
+                    if t not in types:
+                        types.append(t)
+        out[group.name] = types
+    return out
+
+
+def _partition_groups(spec: PoolSpec, entries: list[str]) -> list[str]:
+    """Names of the node groups a partition's ``nodes`` entries touch, in spec order."""
+    names = [g.name for g in spec.node_groups]
+    if "ALL" in entries:
+        return names
+    host_group: dict[str, str] = {}
+    for g in spec.node_groups:
+        try:
+            for host in expand(g.hosts):
+                host_group.setdefault(host, g.name)
+        except HostlistError:
+            continue
+    hit: set[str] = set()
+    for entry in entries:
+        if entry in names:
+            hit.add(entry)
+            continue
+        try:
+            hit.update(host_group[h] for h in expand(entry) if h in host_group)
+        except HostlistError:
+            continue
+    return [n for n in names if n in hit]
+
+
+def _route(spec: PoolSpec, account: str, tier: str) -> str | None:
+    """The partition a job of ``account`` asking for ``tier`` is routed to.
+
+    Among the partitions of that tier open to the account, one reserved for
+    the account (it is named in ``allow_accounts``) wins over an open one; then
+    the higher ``priority_tier``; then spec order.
+    """
+    best: tuple[int, int, int] | None = None
+    choice: str | None = None
+    for idx, part in enumerate(spec.partitions):
+        if part.tier != tier:
+            continue
+        if part.allow_accounts is not None and account not in part.allow_accounts:
+            continue
+        key = (0 if part.allow_accounts is not None else 1, -part.priority_tier, idx)
+        if best is None or key < best:
+            best, choice = key, part.name
+    return choice
+
+
+def build_tables(spec: PoolSpec) -> PolicyTables:
+    """Compile the spec into the policy tables."""
+    group_types = _group_gpu_types(spec)
+    merged: dict[str, GpuType] = {}
+    for types in group_types.values():
+        for t in types:
+            seen = merged.get(t.name)
+            if seen is None:
+                merged[t.name] = t
+            elif t.parents[0] not in seen.parents:
+                # Two models can share a MIG type name (A100 40/80GB "1g.10gb").
+                merged[t.name] = GpuType(t.name, min(t.mem_mb, seen.mem_mb), seen.mig, seen.parents + t.parents)
+    whole = [t for t in merged.values() if not t.mig]
+    mig = [t for t in merged.values() if t.mig]
+    mig.sort(key=lambda t: (t.mem_mb, t.name))
+    order = [t.name for t in whole + mig]
+
+    partitions = []
+    for part in spec.partitions:
+        present = {t.name for g in _partition_groups(spec, part.nodes) for t in group_types.get(g, [])}
+        partitions.append(
+            PartitionRule(
+                name=part.name,
+                tier=part.tier,
+                accounts=tuple(part.allow_accounts) if part.allow_accounts is not None else None,
+                max_time=part.max_time,
+                gpu_types=tuple(n for n in order if n in present),
+            )
+        )
+
+    projects = []
+    for proj in spec.projects:
+        routes = []
+        for tier in proj.tiers:
+            target = _route(spec, proj.name, tier)
+            if target is not None:
+                routes.append((tier, target))
+        usable = tuple(t for t, _ in routes)
+        default = proj.default_tier if proj.default_tier in usable else None
+        projects.append(ProjectRule(proj.name, usable, default, tuple(routes)))
+
+    users: dict[str, str] = {}
+    for proj in spec.projects:
+        for user in proj.users:
+            users.setdefault(user, proj.name)
+
+    tiers = tuple(
+        TierRule(t.name, t.policy.max_gpus_per_job, t.policy.require_time_limit, t.policy.checkpoint) for t in spec.tiers
+    )
+    signal = spec.checkpoint.signal
+    return PolicyTables(
+        cluster=spec.cluster.name,
+        on_error=spec.policy.on_error,
+        admin_contact=spec.policy.admin_contact,
+        default_tier=spec.policy.default_tier,
+        right_size_mig=spec.policy.right_size_mig,
+        checkpoint_signal=signal[3:] if signal.startswith("SIG") else signal,
+        warn_seconds=spec.checkpoint.warn_seconds,
+        tiers=tiers,
+        partitions=tuple(partitions),
+        projects=tuple(projects),
+        users=tuple(users.items()),
+        gpu_types=tuple(whole + mig),
+        mig_by_size=tuple(t.name for t in mig),
+    )
