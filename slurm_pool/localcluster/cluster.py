@@ -196,9 +196,19 @@ class LocalCluster:
         self._start_slurmctld()
         self._start(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.layout.slurm_conf)])
         wait_for(lambda: self._node_up(node), timeout, f"slurmd on {node} to register")
-        # A node whose configuration changed loses its saved state: keep the drain.
-        if before.drained and not slurm.node(node).drained:
-            slurm.drain(node, before.reason)
+        # A node whose configuration changed may lose its saved drain once its
+        # slurmd registers: keep it drained until the caller resumes it.
+        if before.drained:
+            wait_for(lambda: self._redrained(slurm, node, before.reason), timeout, f"{node} to stay drained")
+
+    def _redrained(self, slurm, node: str, reason: str) -> bool:
+        n = slurm.node(node)
+        if "NOT_RESPONDING" in n.state or "UNKNOWN" in n.state:
+            return False
+        if not n.drained:
+            slurm.drain(node, reason)
+            return False
+        return True
 
     def _node_up(self, node: str) -> bool:
         res = self.runner.run(["sinfo", "-h", "-n", node, "-o", "%t"], check=False)

@@ -87,7 +87,8 @@ class LocalNodeControl:
         self.slurm.drain(node, reason)
 
     def resume(self, node: str) -> None:
-        self.slurm.resume(node)
+        if self.slurm.node(node).drained:
+            self.slurm.resume(node)
 
     def wait_idle(self, node: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
