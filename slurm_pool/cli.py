@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "prolog": "slurm_pool.node.cli:prolog",
     "epilog": "slurm_pool.node.cli:epilog",
     "healthcheck": "slurm_pool.node.cli:healthcheck",
+    "exporter": "slurm_pool.metrics.cli:exporter",
 }
 
 

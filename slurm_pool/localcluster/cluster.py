@@ -230,14 +230,22 @@ class LocalCluster:
         self._make_devices(ctx)
 
     def _write_node_programs(self) -> None:
-        bindir = self.layout.root / "bin"
+        """The Prolog/Epilog/HealthCheckProgram scripts and the node.conf they read."""
+        from slurm_pool.node import config as node_config
+
+        L = self.layout
+        bindir = L.root / "bin"
         bindir.mkdir(parents=True, exist_ok=True)
+        conf = L.etc / node_config.BESIDE_SLURM_CONF
+        state = L.root / "node-state"
+        state.mkdir(parents=True, exist_ok=True)
+        state.chmod(0o755)
+        # Emulated GPUs have no NVML: "auto" skips the device checks where the
+        # library is absent; tests replay snapshots through this same file.
+        _write(conf, node_config.render(self.spec, state_dir=str(state), gpus="auto"), 0o644)
         for prog in ("prolog", "epilog", "healthcheck"):
-            _write(
-                bindir / f"slurm-pool-{prog}",
-                f'#!/bin/sh\nexec "{sys.executable}" -m slurm_pool {prog} "$@"\n',
-                0o755,
-            )
+            _write(bindir / f"slurm-pool-{prog}",
+                   node_config.render_hook(prog, sys.executable, str(conf), paths=node_config.hook_paths()), 0o755)
 
     def _make_devices(self, ctx: dict) -> None:
         minor = 0

@@ -134,7 +134,7 @@ class Scheduler(Strict):
     message_timeout: int = Field(default=10, ge=1)
     kill_wait: int = Field(default=30, ge=0)
     def_mem_per_cpu: int = Field(default=1024, ge=1)
-    requeue_exit: list[int] = []
+    requeue_exit: list[int] = [85]
 
 
 class Policy(Strict):

@@ -1,0 +1,57 @@
+"""``python3 -m slurm_pool.checkpoint [OPTIONS] -- CMD ...``: ``slurm-pool run`` without click.
+
+For job environments that have Python and slurm_pool on ``PYTHONPATH`` but
+not the CLI's dependencies (containers, a system python).  Options as for
+``slurm-pool run``: ``--checkpoint-dir DIR``, ``--warn-seconds N``,
+``--max-self-requeues N``, ``--poll SECONDS``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = ("usage: python3 -m slurm_pool.checkpoint [--checkpoint-dir DIR] [--warn-seconds N] "
+         "[--max-self-requeues N] [--poll SECONDS] -- CMD ...")
+_OPTS = {"--checkpoint-dir": str, "--warn-seconds": int, "--max-self-requeues": int, "--poll": float}
+
+
+def parse(argv: list[str]) -> tuple[dict[str, object], list[str]]:
+    """``(options, command)``; raises ValueError on bad usage."""
+    opts: dict[str, object] = {}
+    rest = list(argv)
+    while rest and rest[0] != "--" and rest[0].startswith("--"):
+        arg = rest.pop(0)
+        key, eq, val = arg.partition("=")
+        if key not in _OPTS:
+            raise ValueError(f"unknown option {key}")
+        if not eq:
+            if not rest:
+                raise ValueError(f"{key} needs a value")
+            val = rest.pop(0)
+        try:
+            opts[key[2:].replace("-", "_")] = _OPTS[key](val)
+        except ValueError:
+            raise ValueError(f"{key}: bad value {val!r}") from None
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if not rest:
+        raise ValueError("no command given")
+    return opts, rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        opts, cmd = parse(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        print(f"{USAGE}\nerror: {exc}", file=sys.stderr)
+        return 2
+    from slurm_pool.checkpoint.settings import resolve
+    from slurm_pool.checkpoint.supervisor import Supervisor
+
+    st = resolve(checkpoint_dir=opts.get("checkpoint_dir"), warn_seconds=opts.get("warn_seconds"),  # type: ignore[arg-type]
+                 max_self_requeues=opts.get("max_self_requeues"))  # type: ignore[arg-type]
+    return Supervisor(cmd, st, poll_seconds=float(opts.get("poll", 0.0))).run()  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Prometheus metrics for the pool: a per-scrape collector and the ``exporter`` command."""

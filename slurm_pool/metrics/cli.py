@@ -1,0 +1,101 @@
+"""``slurm-pool exporter``: serve the pool's metrics at ``/metrics`` for Prometheus.
+
+Binds loopback by default; put it behind whatever already guards the
+controller (or pass ``--listen`` explicitly) to expose it.  A scrape config::
+
+    scrape_configs:
+      - job_name: slurm-pool
+        scrape_interval: 30s
+        static_configs: [{targets: ["127.0.0.1:9877"]}]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any, Mapping
+
+import click
+
+from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
+from slurm_pool.node import config as node_config
+
+DEFAULT_LISTEN = "127.0.0.1:9877"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or ``:port`` (loopback) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host or "127.0.0.1", int(port)
+
+
+def default_state_dir(env: Mapping[str, str] | None = None) -> str:
+    """node.conf's ``state_dir`` (beside ``$SLURM_CONF``, else /etc/slurm-pool), where the epilog writes."""
+    try:
+        return node_config.load(trusted=False, env=dict(os.environ if env is None else env)).get("state_dir")
+    except node_config.ConfigError:
+        return node_config.DEFAULTS["state_dir"]
+
+
+def build_registry(runner: Any = None, *, state_dir: str | None = None,
+                   lend_partition: str = DEFAULT_LEND_PARTITION, process_metrics: bool = True) -> Any:
+    """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics)."""
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.metrics.collector import PoolCollector
+
+    registry = CollectorRegistry()
+    registry.register(PoolCollector(SlurmClient(runner), state_dir=state_dir or None, lend_partition=lend_partition))
+    if process_metrics:
+        ProcessCollector(registry=registry)
+    return registry
+
+
+@click.command("exporter")
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT to serve /metrics on.")
+@click.option("--state-dir", default=None,
+              help="Directory with <node>/outcomes.jsonl [node.conf's state_dir]; '' turns outcome counters off.")
+@click.option("--lend-partition", default=DEFAULT_LEND_PARTITION, show_default=True,
+              help="Partition whose running jobs mean a node is lent out.")
+@click.option("--slurm-timeout", default=10.0, show_default=True, type=float,
+              help="Seconds one sinfo/squeue call may take.")
+@click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
+def exporter(listen: str, state_dir: str | None, lend_partition: str, slurm_timeout: float, once: bool) -> None:
+    """Serve Prometheus metrics of the pool (GPUs, jobs, drains, lending, preemptions)."""
+    from prometheus_client import generate_latest, start_http_server
+
+    from slurm_pool.adapters.runner import SubprocessRunner
+
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from exc
+    if state_dir is None:
+        state_dir = default_state_dir()
+    registry = build_registry(SubprocessRunner(default_timeout=slurm_timeout), state_dir=state_dir,
+                              lend_partition=lend_partition)
+    if once:
+        click.echo(generate_latest(registry).decode(), nl=False)
+        return
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    click.echo(f"slurm-pool exporter listening on {host}:{server.server_port}", err=True)
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+if __name__ == "__main__":
+    exporter(prog_name="slurm-pool exporter")

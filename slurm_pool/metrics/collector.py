@@ -1,0 +1,231 @@
+"""The Prometheus collector: one ``sinfo --json`` and one ``squeue --json`` per scrape.
+
+Every metric family is built afresh in :meth:`PoolCollector.collect`, so a
+node or job that is gone is gone from the next scrape.  A failing Slurm query
+never turns into an HTTP 500: ``slurm_pool_up`` drops to 0,
+``slurm_pool_scrape_errors_total{source}`` counts it, and whatever the other
+query returned is still exported.
+
+Metrics (all gauges unless ``_total``; GPU "units" are whole GPUs or MIG
+instances, each one GRES unit)::
+
+    slurm_pool_up                                   both Slurm queries worked
+    slurm_pool_scrape_errors_total{source}          sinfo | squeue | outcomes
+    slurm_pool_scrape_duration_seconds
+    slurm_pool_gpus{node,type,state}                allocated | idle | drained | down
+    slurm_pool_gpu_utilization_ratio                allocated / all units, pool-wide
+    slurm_pool_partition_gpu_utilization_ratio{partition}
+                                                    units held by the partition's jobs /
+                                                    units on its nodes
+    slurm_pool_tier_gpu_utilization_ratio{tier}     units held by the tier's (QOS's) jobs /
+                                                    all units
+    slurm_pool_allocated_gpus{partition,tier}       units held by running jobs
+    slurm_pool_jobs{partition,tier,state}           tier is the job's QOS
+    slurm_pool_node_drained{node,owner,reason}      1 per drained node; owner slurm-pool | human
+    slurm_pool_drained_nodes{owner}
+    slurm_pool_node_lent{node}                      1 if running a job of the lend partition
+    slurm_pool_lent_nodes
+    slurm_pool_job_runs_total{node,reason}          epilog records: preempt | timeout |
+                                                    terminate | checkpoint | none
+    slurm_pool_preemptions_total{node,checkpointed} preempted runs; checkpointed true | false
+    slurm_pool_checkpoint_age_seconds{reason}       histogram: event time - last checkpoint
+    slurm_pool_outcome_bad_records_total
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from typing import Callable, Iterable, Iterator, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from slurm_pool.adapters.slurm import Job, Node, SlurmClient
+from slurm_pool.metrics.outcomes import OutcomeTally
+from slurm_pool.metrics.parse import HOLDING_STATES, job_gpus, job_nodes, node_gpu_states
+
+log = logging.getLogger(__name__)
+
+GPU_STATES = ("allocated", "idle", "drained", "down")
+DRAIN_OWNERS = ("slurm-pool", "human")
+SOURCES = ("sinfo", "squeue", "outcomes")
+DEFAULT_LEND_PARTITION = "k8s-lend"
+MAX_REASON = 120
+
+T = TypeVar("T")
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else 0.0
+
+
+def drain_owner(node: Node) -> str:
+    """``slurm-pool`` if our reason prefix is on the drain, else ``human``."""
+    return "slurm-pool" if node.ours else "human"
+
+
+class PoolCollector:
+    """A custom collector: register it with a ``CollectorRegistry``."""
+
+    def __init__(self, slurm: SlurmClient, *, state_dir: str | None = None,
+                 lend_partition: str = DEFAULT_LEND_PARTITION):
+        self.slurm = slurm
+        self.lend_partition = lend_partition
+        self.outcomes = OutcomeTally(state_dir) if state_dir else None
+        self.errors: Counter[str] = Counter({s: 0 for s in SOURCES})
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: registering must not query Slurm."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Query Slurm once and yield every family (scrapes are serialised)."""
+        with self._lock:
+            metrics = self._collect()
+        yield from metrics
+
+    # -- one scrape ------------------------------------------------------
+    def _query(self, source: str, fn: Callable[[], T]) -> T | None:
+        """``fn()``, or None after counting and logging its failure."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 -- any failure becomes a metric
+            self.errors[source] += 1
+            log.warning("%s failed: %s", source, exc)
+            return None
+
+    def _collect(self) -> list[Metric]:
+        start = time.monotonic()
+        nodes = self._query("sinfo", self.slurm.nodes)
+        jobs = self._query("squeue", self.slurm.jobs)
+        if self.outcomes is not None:
+            failed = self._query("outcomes", self.outcomes.refresh)
+            if failed:
+                self.errors["outcomes"] += failed
+        out: list[Metric] = []
+        if nodes is not None:
+            out.extend(node_metrics(nodes))
+        if jobs is not None:
+            out.extend(job_metrics(jobs))
+        if nodes is not None and jobs is not None:
+            out.extend(pool_metrics(nodes, jobs, self.lend_partition))
+        if self.outcomes is not None:
+            out.extend(outcome_metrics(self.outcomes))
+        up = GaugeMetricFamily("slurm_pool_up", "1 if the last sinfo and squeue queries both worked.")
+        up.add_metric([], 1.0 if nodes is not None and jobs is not None else 0.0)
+        errors = CounterMetricFamily("slurm_pool_scrape_errors", "Failed queries while scraping, by source.",
+                                     labels=["source"])
+        for source in SOURCES:
+            errors.add_metric([source], float(self.errors[source]))
+        duration = GaugeMetricFamily("slurm_pool_scrape_duration_seconds", "Time the last scrape took.")
+        duration.add_metric([], time.monotonic() - start)
+        return [up, errors, duration, *out]
+
+
+def node_metrics(nodes: Iterable[Node]) -> list[Metric]:
+    """GPUs by node, type and state; drained nodes and who drained them."""
+    gpus = GaugeMetricFamily("slurm_pool_gpus", "GPU units (GPUs or MIG instances) by node, GRES type and state.",
+                             labels=["node", "type", "state"])
+    drained = GaugeMetricFamily("slurm_pool_node_drained",
+                                "1 for each drained or draining node; owner slurm-pool if its reason has our prefix.",
+                                labels=["node", "owner", "reason"])
+    drained_count = GaugeMetricFamily("slurm_pool_drained_nodes", "Drained or draining nodes by who drained them.",
+                                      labels=["owner"])
+    owners: Counter[str] = Counter({o: 0 for o in DRAIN_OWNERS})
+    for node in sorted(nodes, key=lambda n: n.name):
+        for gtype, row in node_gpu_states(node.state, node.gres, node.gres_used).items():
+            for state in GPU_STATES:
+                gpus.add_metric([node.name, gtype, state], float(row[state]))
+        if node.drained:
+            owner = drain_owner(node)
+            owners[owner] += 1
+            drained.add_metric([node.name, owner, node.reason[:MAX_REASON]], 1.0)
+    for owner in DRAIN_OWNERS:
+        drained_count.add_metric([owner], float(owners[owner]))
+    return [gpus, drained, drained_count]
+
+
+def job_metrics(jobs: Iterable[Job]) -> list[Metric]:
+    """Jobs by partition, tier (QOS) and state."""
+    fam = GaugeMetricFamily("slurm_pool_jobs", "Jobs known to slurmctld by partition, tier (QOS) and state.",
+                            labels=["partition", "tier", "state"])
+    counts: Counter[tuple[str, str, str]] = Counter((j.partition, j.qos, j.state.lower()) for j in jobs)
+    for key in sorted(counts):
+        fam.add_metric(list(key), float(counts[key]))
+    return [fam]
+
+
+def pool_metrics(nodes: list[Node], jobs: list[Job], lend_partition: str) -> list[Metric]:
+    """Utilization ratios, GPUs held per partition and tier, and lent nodes."""
+    node_total: dict[str, int] = {}
+    allocated = 0
+    for node in nodes:
+        rows = node_gpu_states(node.state, node.gres, node.gres_used).values()
+        node_total[node.name] = sum(sum(r.values()) for r in rows)
+        allocated += sum(r["allocated"] for r in rows)
+    total = sum(node_total.values())
+    part_total: Counter[str] = Counter()
+    for node in nodes:
+        for part in node.partitions:
+            part_total[part] += node_total[node.name]
+    held: Counter[tuple[str, str]] = Counter()
+    lent: set[str] = set()
+    for job in jobs:
+        if job.state not in HOLDING_STATES:
+            continue
+        held[(job.partition, job.qos)] += job_gpus(job.raw)
+        if job.partition == lend_partition and job.state == "RUNNING":
+            lent.update(job_nodes(job.raw))
+    util = GaugeMetricFamily("slurm_pool_gpu_utilization_ratio", "Allocated GPU units / all GPU units of the pool.")
+    util.add_metric([], _ratio(allocated, total))
+    by_part = GaugeMetricFamily("slurm_pool_partition_gpu_utilization_ratio",
+                                "GPU units held by a partition's jobs / GPU units on the partition's nodes.",
+                                labels=["partition"])
+    part_held: Counter[str] = Counter()
+    tier_held: Counter[str] = Counter()
+    for (part, tier), n in held.items():
+        part_held[part] += n
+        tier_held[tier] += n
+    for part in sorted(set(part_total) | set(part_held)):
+        by_part.add_metric([part], _ratio(part_held[part], part_total[part]))
+    by_tier = GaugeMetricFamily("slurm_pool_tier_gpu_utilization_ratio",
+                                "GPU units held by a tier's (QOS's) jobs / all GPU units of the pool.",
+                                labels=["tier"])
+    for tier in sorted(tier_held):
+        by_tier.add_metric([tier], _ratio(tier_held[tier], total))
+    held_fam = GaugeMetricFamily("slurm_pool_allocated_gpus", "GPU units held by running jobs by partition and tier.",
+                                 labels=["partition", "tier"])
+    for key in sorted(held):
+        held_fam.add_metric(list(key), float(held[key]))
+    names = {n.name for n in nodes}
+    per_node = GaugeMetricFamily("slurm_pool_node_lent",
+                                 f"1 if the node runs a job of the {lend_partition} partition.", labels=["node"])
+    for name in sorted(names):
+        per_node.add_metric([name], 1.0 if name in lent else 0.0)
+    count = GaugeMetricFamily("slurm_pool_lent_nodes", f"Nodes running a job of the {lend_partition} partition.")
+    count.add_metric([], float(len(lent & names)))
+    return [util, by_part, by_tier, held_fam, per_node, count]
+
+
+def outcome_metrics(tally: OutcomeTally) -> list[Metric]:
+    """Counters and the checkpoint-age histogram from the epilog's records."""
+    runs = CounterMetricFamily("slurm_pool_job_runs", "Finished job runs recorded by the epilog, by end reason.",
+                               labels=["node", "reason"])
+    for key in sorted(tally.runs):
+        runs.add_metric(list(key), float(tally.runs[key]))
+    pre = CounterMetricFamily("slurm_pool_preemptions", "Preempted job runs, by whether a checkpoint followed the event.",
+                              labels=["node", "checkpointed"])
+    for key in sorted(tally.preemptions):
+        pre.add_metric(list(key), float(tally.preemptions[key]))
+    ages = HistogramMetricFamily("slurm_pool_checkpoint_age_seconds",
+                                 "Work lost at a preempt/timeout/terminate event: event time - last checkpoint.",
+                                 labels=["reason"])
+    for reason in sorted(tally.ages):
+        hist = tally.ages[reason]
+        ages.add_metric([reason], hist.buckets(), hist.total)
+    bad = CounterMetricFamily("slurm_pool_outcome_bad_records", "Outcome lines that were not valid records.")
+    bad.add_metric([], float(tally.bad_records))
+    return [runs, pre, ages, bad]

@@ -1,0 +1,324 @@
+"""The node hooks slurmd runs as root: prolog, epilog and health check.
+
+* **prolog** -- prepares the job's checkpoint directory, checks the GPUs; on a
+  failure drains the node (``slurm-pool: <check>: <detail>``) and exits 1 so
+  that Slurm requeues the job.  A healthy node costs no Slurm RPC at all.
+* **epilog** -- appends the run's outcome to ``outcomes.jsonl`` (see
+  :mod:`slurm_pool.node.outcome`), re-checks the GPUs and drains on failure.
+  Always exits 0 (a failing epilog would set the node DOWN).
+* **healthcheck** -- the HealthCheckProgram: checks, drains on failure, and
+  clears its *own* drain once the node is healthy again.
+
+Inputs are slurmd's variables only (``SLURMD_NODENAME``, ``SLURM_JOB_ID``,
+``SLURM_JOB_USER``, ``SLURM_JOB_UID``, ``SLURM_JOB_GID``, ``SLURM_JOB_GPUS`` or
+``CUDA_VISIBLE_DEVICES``, ``SPANK_SLURM_POOL_CHECKPOINT_DIR``) and the
+root-owned node.conf.  No value from the job ever reaches a shell: scontrol is
+run with argv lists through the Runner.
+
+State per node under ``<state_dir>/<node>/``: ``outcomes.jsonl``,
+``health.json`` (last verdict, for the exporter), ``xid.json`` (sticky XIDs),
+``node.json`` (the GRES gpu count the health check last saw), ``lock``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from typing import Any, Callable
+
+from slurm_pool.node import health
+from slurm_pool.node.config import NodeConfig
+
+_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class Log:
+    """syslog (facility daemon, ident slurm-pool) and/or stderr."""
+
+    def __init__(self, where: str = "syslog", hook: str = "node"):
+        self.where, self.hook = where, hook
+        self.lines: list[str] = []
+
+    def __call__(self, msg: str, *, error: bool = False) -> None:
+        line = f"{self.hook}: {msg}"
+        self.lines.append(line)
+        if self.where == "syslog":
+            try:
+                import syslog
+
+                syslog.openlog("slurm-pool", 0, syslog.LOG_DAEMON)
+                syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, line)
+            except OSError:
+                pass
+        if self.where in ("syslog", "stderr") and (error or self.where == "stderr"):
+            print(f"slurm-pool {line}", file=sys.stderr)
+
+
+def _no_nvml(error: object) -> bool:
+    """The NVML library itself is absent (not a broken driver or GPU)."""
+    text = str(error or "")
+    return "LibraryNotFound" in text or text.startswith("pynvml not importable")
+
+
+def node_name(env: dict[str, str], override: str | None = None) -> str:
+    name = override or env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    if not _NODE_RE.match(name):
+        raise ValueError(f"node name {name!r} is not usable")
+    return name
+
+
+class Hooks:
+    """The three hooks for one node; everything external is injectable."""
+
+    def __init__(self, cfg: NodeConfig, env: dict[str, str], *, runner: Any = None, source: Any = None,
+                 clock: Callable[[], float] = time.time, log: Log | None = None, node: str | None = None):
+        self.cfg, self.env, self.clock = cfg, env, clock
+        self.node = node_name(env, node)
+        self.log = log or Log(cfg.get("log"))
+        self._runner, self._source = runner, source
+        self.scontrol = cfg.get("scontrol")
+        self.dir = os.path.join(cfg.get("state_dir"), self.node)
+        self.gpu_kind = ""
+
+    # -- plumbing ----------------------------------------------------------
+    @property
+    def runner(self) -> Any:
+        if self._runner is None:
+            from slurm_pool.adapters.runner import SubprocessRunner
+
+            self._runner = SubprocessRunner(default_timeout=15)
+        return self._runner
+
+    def source(self) -> Any:
+        """The GPU source node.conf asks for (None: no GPU checks)."""
+        if self._source is not None:
+            return self._source
+        kind, path = self.cfg.gpu_source(self.node)
+        self.gpu_kind = kind
+        if kind == "none":
+            return None
+        if kind == "replay":
+            from slurm_pool.adapters.nvml import ReplaySource
+
+            return ReplaySource(path or "", trusted=True)
+        from slurm_pool.adapters.nvml import NvmlSource
+
+        return NvmlSource(host=self.node)
+
+    def _state_dir(self) -> str:
+        os.makedirs(self.dir, 0o755, exist_ok=True)
+        return self.dir
+
+    def _lock(self) -> int:
+        import fcntl
+
+        fd = os.open(os.path.join(self._state_dir(), "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def _read(self, name: str) -> dict[str, Any] | None:
+        try:
+            with open(os.path.join(self.dir, name), encoding="utf-8") as fh:
+                data = json.load(fh)
+            return data if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def _write(self, name: str, data: dict[str, Any]) -> None:
+        path = os.path.join(self._state_dir(), name)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, sort_keys=True)
+            fh.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+
+    def _note_run_start(self, job: str) -> None:
+        """Remember when this run began here, so the epilog can tell runs apart."""
+        runs = os.path.join(self._state_dir(), "runs")
+        os.makedirs(runs, 0o755, exist_ok=True)
+        with open(os.path.join(runs, job), "w", encoding="utf-8") as fh:
+            fh.write(f"{self.clock():.3f}\n")
+
+    def _take_run_start(self, job: str) -> float | None:
+        path = os.path.join(self.dir, "runs", job)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                value = float(fh.read().strip())
+            os.unlink(path)
+            return value
+        except (OSError, ValueError):
+            return None
+
+    def append_outcome(self, rec: dict[str, Any]) -> None:
+        fd = self._lock()
+        try:
+            line = (json.dumps(rec, sort_keys=True) + "\n").encode()
+            out = os.open(os.path.join(self.dir, "outcomes.jsonl"),
+                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(out, line)
+            finally:
+                os.close(out)
+        finally:
+            os.close(fd)
+
+    # -- health --------------------------------------------------------------
+    def expected_gpus(self) -> int | None:
+        fixed = self.cfg.expected_gpus()
+        if fixed is not None:
+            return fixed
+        cached = self._read("node.json") or {}
+        v = cached.get("gres_gpus")
+        return v if isinstance(v, int) else None
+
+    def check(self, *, job_gpus: set[int] = frozenset(), expected: int | None = None,
+              ack: bool = False) -> tuple[list[health.Failure], dict[str, Any] | None]:
+        """All failures (and the snapshot); a broken snapshot source is logged and counts as healthy."""
+        src = self.source()
+        if src is None:
+            return [], None
+        try:
+            snap = src.snapshot()
+        except (OSError, ValueError) as exc:
+            self.log(f"GPU snapshot unavailable, checks skipped: {exc}", error=True)
+            return [], None
+        if self.gpu_kind == "auto" and _no_nvml(snap.get("error")):
+            self.log(f"gpus = auto and no NVML here ({snap['error']}): GPU checks skipped")
+            return [], None
+        failures = health.check_snapshot(snap, expected_gpus=expected, job_gpus=job_gpus)
+        fd = self._lock()
+        try:
+            old = self._read("xid.json")
+            new = health.update_xid_state(old, snap, self.cfg.ignored_xids(), ack=ack)
+            if new != old:
+                self._write("xid.json", new)
+        finally:
+            os.close(fd)
+        return failures + health.xid_failures(new), snap
+
+    def _record(self, hook: str, failures: list[health.Failure], action: str) -> None:
+        try:
+            self._write("health.json", {
+                "time": self.clock(), "node": self.node, "hook": hook, "healthy": not failures,
+                "failures": [f._asdict() for f in failures], "action": action,
+                "reason": health.drain_reason(failures) if failures else None})
+        except OSError as exc:
+            self.log(f"cannot record health: {exc}", error=True)
+
+    def _drain_if_needed(self, hook: str, failures: list[health.Failure], *, may_undrain: bool,
+                         state: Any = None, known: bool = False) -> str:
+        from slurm_pool.node import slurmnode
+
+        reason = health.drain_reason(failures) if failures else None
+        if reason is None and not may_undrain:
+            self._record(hook, failures, "none")
+            return "none"
+        if not known:
+            state = slurmnode.query_node(self.runner, self.scontrol, self.node)
+        action = slurmnode.decide(state, reason, may_undrain=may_undrain)
+        ok = slurmnode.apply(self.runner, self.scontrol, self.node, action)
+        if action.kind != "none":
+            self.log(f"{action.kind} {self.node}" + (f": {reason}" if reason else "") + ("" if ok else " (scontrol failed)"),
+                     error=not ok or action.kind == "drain")
+        elif reason:
+            self.log(f"unhealthy, drain left as it is ({state.reason if state else 'node state unknown'}): {reason}")
+        self._record(hook, failures, action.kind)
+        return action.kind
+
+    # -- the hooks -------------------------------------------------------------
+    def prolog(self) -> int:
+        from slurm_pool.node import jobdir
+
+        env = self.env
+        try:
+            job, user, uid, gid = jobdir.job_identity(env)
+            self._note_run_start(job)
+            path, chosen = jobdir.checkpoint_dir(self.cfg.get("checkpoint_base_dir"), env)
+            what = jobdir.prepare(self.cfg.get("checkpoint_base_dir"), path, user, uid, gid)
+            if chosen or what != "created":
+                self.log(f"job {job}: checkpoint dir {path}: {what}")
+        except (jobdir.JobDirError, OSError) as exc:
+            self.log(f"checkpoint dir not prepared: {exc}", error=True)
+        job_gpus = health.job_gpu_ids(env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES"))
+        failures, snap = self.check(job_gpus=job_gpus, expected=self.expected_gpus())
+        if not failures:
+            return 0
+        self._drain_if_needed("prolog", failures, may_undrain=False)
+        if self.cfg.get("prolog_fail") == "job":
+            failures = [f for f in failures if health.affects_job(f, job_gpus, snap or {})]
+        return 1 if failures else 0
+
+    def epilog(self) -> int:
+        from slurm_pool.node import jobdir, outcome
+
+        env = self.env
+        try:
+            job, user, _uid, _gid = jobdir.job_identity(env)
+            path, _ = jobdir.checkpoint_dir(self.cfg.get("checkpoint_base_dir"), env)
+            info = None
+            if self.cfg.flag("epilog_query"):
+                from slurm_pool.checkpoint.slurmjob import query_job
+
+                info = query_job(self.runner, job, self.scontrol)
+            rec = outcome.build(job_id=job, user=user, node=self.node, now=self.clock(), info=info,
+                                wrapper=jobdir.read_outcome(path), newest=jobdir.newest_checkpoint(path),
+                                run_start=self._take_run_start(job))
+            self.append_outcome(rec)
+        except (jobdir.JobDirError, OSError, ValueError) as exc:
+            self.log(f"outcome not recorded: {exc}", error=True)
+        if self.cfg.flag("epilog_health"):
+            failures, _ = self.check(expected=self.expected_gpus())
+            if failures:
+                self._drain_if_needed("epilog", failures, may_undrain=False)
+        return 0
+
+    def healthcheck(self, *, ack_xids: bool = False) -> int:
+        from slurm_pool.node import slurmnode
+
+        state = slurmnode.query_node(self.runner, self.scontrol, self.node)
+        expected = self.cfg.expected_gpus()
+        if expected is None and state is not None:
+            expected = health.gres_gpu_count(state.gres)
+            if (self._read("node.json") or {}).get("gres_gpus") != expected:
+                self._write("node.json", {"gres_gpus": expected, "time": self.clock()})
+        elif expected is None:
+            expected = self.expected_gpus()
+        failures, _ = self.check(expected=expected, ack=ack_xids)
+        self._drain_if_needed("healthcheck", failures, may_undrain=True, state=state, known=True)
+        return 1 if failures else 0
+
+
+def main(hook: str, config_path: str | None, *, env: dict[str, str] | None = None, node: str | None = None,
+         ack_xids: bool = False) -> int:
+    """Run one hook as slurmd would; errors in node.conf are fatal only to the health check."""
+    from slurm_pool.node import config
+
+    env = dict(os.environ if env is None else env)
+    try:
+        cfg = config.load(config_path, trusted=True, env=env)
+    except config.ConfigError as exc:
+        print(f"slurm-pool {hook}: {exc}", file=sys.stderr)
+        try:
+            import syslog
+
+            syslog.openlog("slurm-pool", 0, syslog.LOG_DAEMON)
+            syslog.syslog(syslog.LOG_ERR, f"{hook}: {exc}")
+        except OSError:
+            pass
+        return 1 if hook == "healthcheck" else 0
+    try:
+        hooks = Hooks(cfg, env, node=node, log=Log(cfg.get("log"), hook))
+        if hook == "prolog":
+            return hooks.prolog()
+        if hook == "epilog":
+            return hooks.epilog()
+        if hook == "healthcheck":
+            return hooks.healthcheck(ack_xids=ack_xids)
+    except Exception as exc:  # never let a bug in a hook drain the whole pool
+        print(f"slurm-pool {hook}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 0 if hook != "healthcheck" else 1
+    raise ValueError(f"unknown hook {hook!r}")

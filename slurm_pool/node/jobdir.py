@@ -1,0 +1,180 @@
+"""The job's checkpoint directory, as root: create it safely, read it safely.
+
+Layout (see ``slurm_pool.checkpoint.store``)::
+
+    <dir>/ckpt-000000001200/MANIFEST.json   committed checkpoints
+    <dir>/.slurm-pool/outcome.json          written by ``slurm-pool run``
+
+The default directory is ``<checkpoint_base_dir>/<user>/<job id>``: the job id
+survives requeues, so a resumed run finds its checkpoints.  ``base`` is
+root-owned; ``<user>`` and ``<job id>`` belong to the job's user (mode 0700).
+Every step walks directory file descriptors with ``O_NOFOLLOW``, so a symlink
+planted by the user is never followed by root.  A directory named by the user
+(``--checkpoint-dir`` through the SPANK plugin) is only created here when it
+lies under ``<base>/<user>/``; anywhere else the job creates it itself, as the
+user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from typing import Any
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+CKPT_RE = re.compile(r"^ckpt-(\d{12})$")
+OUTCOME_MAX = 65536
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class JobDirError(RuntimeError):
+    """The checkpoint directory could not be prepared safely."""
+
+
+def job_identity(env: dict[str, str]) -> tuple[str, str, int, int]:
+    """``(job id, user, uid, gid)`` from slurmd's variables, validated."""
+    job = env.get("SLURM_JOB_ID", "")
+    user = env.get("SLURM_JOB_USER", "")
+    uid, gid = env.get("SLURM_JOB_UID", ""), env.get("SLURM_JOB_GID", "")
+    if not job.isdigit():
+        raise JobDirError(f"SLURM_JOB_ID {job!r} is not a job id")
+    if not NAME_RE.match(user) or user in (".", ".."):
+        raise JobDirError(f"SLURM_JOB_USER {user!r} is not a user name")
+    if not uid.isdigit():
+        raise JobDirError(f"SLURM_JOB_UID {uid!r} is not a uid")
+    return job, user, int(uid), int(gid) if gid.isdigit() else -1
+
+
+def checkpoint_dir(base: str, env: dict[str, str]) -> tuple[str, bool]:
+    """``(path, user_chosen)``: the SPANK option's directory or the default."""
+    chosen = env.get("SPANK_SLURM_POOL_CHECKPOINT_DIR", "").strip()
+    if chosen:
+        return chosen, True
+    job, user, _, _ = job_identity(env)
+    return os.path.join(base, user, job), False
+
+
+def _components(path: str) -> list[str]:
+    if not os.path.isabs(path):
+        raise JobDirError(f"{path!r} is not absolute")
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise JobDirError(f"{path!r} contains . or ..")
+    return parts
+
+
+def _open_under(base_fd: int, names: list[str]) -> int:
+    fd = os.dup(base_fd)
+    for name in names:
+        try:
+            nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = nfd
+    return fd
+
+
+def _mkdir_owned(parent_fd: int, name: str, uid: int, gid: int, mode: int = 0o700) -> int:
+    """Create (or reuse) ``name`` under ``parent_fd``, owned by uid:gid; returns its fd."""
+    try:
+        os.mkdir(name, mode, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)  # ELOOP if it is a symlink
+    try:
+        st = os.fstat(fd)
+        if st.st_uid not in (0, uid):
+            raise JobDirError(f"{name}: owned by uid {st.st_uid}, not by the job's user")
+        if st.st_uid != uid or (gid >= 0 and st.st_gid != gid):
+            os.fchown(fd, uid, gid)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def prepare(base: str, path: str, user: str, uid: int, gid: int) -> str:
+    """Create ``path`` for the job's user when it is ``<base>/<user>/...``.
+
+    Returns what happened (``created``, ``left to the job``); raises
+    :class:`JobDirError` on anything unsafe.
+    """
+    base_parts = _components(base)
+    parts = _components(path)
+    if parts[: len(base_parts) + 1] != base_parts + [user]:
+        return "left to the job"
+    os.makedirs(base, 0o755, exist_ok=True)  # base comes from root-owned node.conf
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        bst = os.fstat(fd)
+        if bst.st_uid != 0 and bst.st_uid != os.geteuid():
+            raise JobDirError(f"{base}: owned by uid {bst.st_uid}, not root")
+        if bst.st_mode & 0o022:
+            raise JobDirError(f"{base}: writable by group or others")
+        for name in parts[len(base_parts):]:
+            nfd = _mkdir_owned(fd, name, uid, gid)
+            os.close(fd)
+            fd = nfd
+    finally:
+        os.close(fd)
+    return "created"
+
+
+def _open_dir(path: str) -> int | None:
+    try:
+        parts = _components(path)
+        root = os.open("/", _DIR_FLAGS)
+        try:
+            return _open_under(root, parts)
+        finally:
+            os.close(root)
+    except (OSError, JobDirError):
+        return None
+
+
+def newest_checkpoint(path: str) -> tuple[int, float] | None:
+    """``(step, mtime of its manifest)`` of the newest committed checkpoint.
+
+    Only ``lstat``-style reads through ``O_NOFOLLOW`` descriptors: root never
+    opens a file the user could have swapped for a FIFO or a link.
+    """
+    fd = _open_dir(path)
+    if fd is None:
+        return None
+    try:
+        steps = sorted((int(m.group(1)), e) for e in os.listdir(fd) if (m := CKPT_RE.match(e)))
+        for step, name in reversed(steps):
+            try:
+                st = os.stat(f"{name}/MANIFEST.json", dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                return step, st.st_mtime
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_outcome(path: str) -> dict[str, Any] | None:
+    """``.slurm-pool/outcome.json`` as written by ``slurm-pool run`` (untrusted data)."""
+    fd = _open_dir(os.path.join(path, ".slurm-pool"))
+    if fd is None:
+        return None
+    try:
+        ffd = os.open("outcome.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    try:
+        st = os.fstat(ffd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > OUTCOME_MAX:
+            return None
+        data = json.loads(os.read(ffd, OUTCOME_MAX).decode("utf-8", errors="replace"))
+        return data if isinstance(data, dict) else None
+    except ValueError:
+        return None
+    finally:
+        os.close(ffd)
+        os.close(fd)

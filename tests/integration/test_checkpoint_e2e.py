@@ -1,0 +1,207 @@
+"""Issue 5 on the real local cluster: checkpoint-on-preempt end to end.
+
+A shared-tier training job (``examples/train_sim.py`` under ``python3 -m
+slurm_pool.checkpoint``, the click-free ``slurm-pool run``) holds both GPUs of
+a-gpu1 and is preempted three times by the owner's guaranteed-tier jobs.  The
+prolog prepares its checkpoint directory (``<base>/alice/<job id>``), the
+wrapper and the job find it through ``slurm-pool-node.conf`` beside
+slurm.conf, and the epilog records each run in ``outcomes.jsonl``.
+
+Checked: every interruption is classified as a preemption (not a timeout),
+the job is requeued and resumes from its newest checkpoint, the final state
+equals an uninterrupted run, no more than one checkpoint interval of work is
+lost per preemption, and the epilog saw a checkpoint taken at each preemption.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "examples" / "train_sim.py"
+NODE = "a-gpu1"
+STEPS, EVERY, STEP_TIME = 600, 50, 0.1
+PREEMPTIONS = 3
+
+
+def _reachable(path: str) -> bool:
+    """Whether any user may execute ``path`` (every parent directory o+x)."""
+    p = Path(path).resolve()
+    if not p.is_file() or not p.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(d.stat().st_mode & stat.S_IXOTH for d in p.parents)
+
+
+def job_python() -> str:
+    """A python3 the job's user can run (the test's own may live under /root)."""
+    if _reachable(sys.executable):
+        return sys.executable
+    for d in os.defpath.split(os.pathsep) + ["/usr/local/bin", "/usr/bin"]:
+        cand = shutil.which("python3", path=d)
+        if cand and _reachable(cand):
+            return cand
+    pytest.skip("no python3 the job's user can execute")
+
+
+@pytest.fixture
+def node_conf(cluster):
+    """Write ``slurm-pool-node.conf`` beside the cluster's slurm.conf; restore it afterwards."""
+    path = Path(cluster.env["SLURM_CONF"]).parent / "slurm-pool-node.conf"
+    old = path.read_bytes() if path.exists() else None
+
+    def write(**values: str) -> Path:
+        path.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
+        os.chown(path, 0, 0)
+        path.chmod(0o644)
+        return path
+
+    yield write
+    if old is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(old)
+
+
+def _workdir(tag: str) -> Path:
+    d = Path("/tmp") / f"sp-{tag}-{int(time.time())}-{random.randrange(10**6)}"
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)
+    return d
+
+
+SCRIPT = """#!/bin/bash
+export PYTHONPATH={repo}
+exec {py} -m slurm_pool.checkpoint -- {py} {train} --steps {steps} --every {every} --step-time {dt}
+"""
+
+
+def _expected(steps: int) -> str:
+    """The final state of an uninterrupted run (train_sim is a script, not a module)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_sim", TRAIN)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.expected("slurm-pool", steps)
+
+
+def _lines(log: Path, event: str) -> list[dict[str, str]]:
+    out = []
+    for line in log.read_text().splitlines():
+        if line.startswith(f"train_sim: {event} "):
+            out.append(dict(kv.split("=", 1) for kv in line.split()[2:] if "=" in kv))
+    return out
+
+
+def _count(log: Path, event: str) -> int:
+    return len(_lines(log, event)) if log.exists() else 0
+
+
+def _wait(pred, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _runs(log: Path) -> list[list[str]]:
+    """The train_sim lines of each run, split at its ``start`` lines."""
+    runs: list[list[str]] = []
+    for line in log.read_text().splitlines():
+        if line.startswith("train_sim: start "):
+            runs.append([])
+        if runs and line.startswith("train_sim: "):
+            runs[-1].append(line)
+    return runs
+
+
+def _last_step(run: list[str]) -> int:
+    steps = [int(m.group(1)) for line in run for m in [re.search(r" step=(\d+)", line)] if m]
+    resume = [int(m.group(1)) for line in run for m in [re.search(r" resume_step=(\d+)", line)] if m]
+    return max(steps + resume)
+
+
+def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
+    work = _workdir("ckpt")
+    state, base = work / "state", work / "ckpt"
+    node_conf(state_dir=str(state), checkpoint_base_dir=str(base), gpus="none", warn_seconds="30")
+    py = job_python()
+    log = work / "train.out"
+    units = 2  # a-gpu1: 2 x A100-80GB in the example spec
+    victim = cluster.sbatch(
+        "-p", "shared", "--qos=shared", "-A", "proja", "-w", NODE, f"--gres=gpu:{units}", "--time=30",
+        "--requeue", "--signal=B:USR1@30", "--open-mode=append", "-o", str(log), "-D", str(work),
+        user="alice", script=SCRIPT.format(repo=REPO, py=py, train=TRAIN, steps=STEPS, every=EVERY, dt=STEP_TIME))
+    rng = random.Random(5)
+    for round_ in range(PREEMPTIONS):
+        cluster.wait_state(victim, ["RUNNING"], timeout=120)
+        _wait(lambda: _count(log, "start") >= round_ + 1, 60, f"run {round_} to start")
+        time.sleep(rng.uniform(3.0, 3.0 + EVERY * STEP_TIME))  # land between two periodic checkpoints
+        owner = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", NODE, f"--gres=gpu:{units}",
+                               "-o", "/dev/null", user="alice", script="#!/bin/bash\nsleep 2\n")
+        cluster.wait_state(victim, ["PENDING", "REQUEUED"], timeout=60)
+        cluster.wait_state(owner, ["COMPLETED"], timeout=90)
+        cluster.release_begin_time(victim)
+    cluster.wait_state(victim, ["COMPLETED"], timeout=STEPS * STEP_TIME + 300)
+
+    starts = _lines(log, "start")
+    assert [s["restart"] for s in starts] == [str(i) for i in range(PREEMPTIONS + 1)], log.read_text()
+    signals = _lines(log, "signal")
+    assert len(signals) == PREEMPTIONS and all(s["reason"] == "preempt" for s in signals), signals
+    done = _lines(log, "done")
+    assert len(done) == 1 and done[0]["final"] == _expected(STEPS)
+    runs = _runs(log)
+    for before, after in zip(runs, runs[1:]):
+        lost = _last_step(before) - int(after[0].split("resume_step=")[1].split()[0])
+        assert 0 <= lost <= EVERY, (lost, before[-3:], after[:1])
+
+    ck = base / "alice" / str(victim)
+    assert ck.is_dir() and ck.stat().st_uid != 0  # the prolog made it for alice
+    rec = [json.loads(x) for x in (state / NODE / "outcomes.jsonl").read_text().splitlines()]
+    mine = [r for r in rec if r["job_id"] == str(victim)]
+    preempted = [r for r in mine if r["preempted"]]
+    assert len(preempted) == PREEMPTIONS, mine
+    for r in preempted:
+        assert r["checkpointed"] and r["checkpoint_age_s"] is not None and r["checkpoint_age_s"] <= EVERY * STEP_TIME
+        assert r["reason"] == "preempt" and "wrapper" in r["sources"]
+    assert any(not r["preempted"] and r["exit_code"] == 0 for r in mine)  # the last, completed run
+
+
+def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
+    """A 2-minute job with warn_seconds 60 requeues itself at ~60 s and resumes."""
+    work = _workdir("tlim")
+    node_conf(state_dir=str(work / "state"), checkpoint_base_dir=str(work / "ckpt"), gpus="none",
+              warn_seconds="60", max_self_requeues="1")
+    py = job_python()
+    log = work / "train.out"
+    steps = 1500  # 150 s of work: needs two runs of < 60 s useful time each ... and then the budget is spent
+    job = cluster.sbatch("-p", "shared", "--qos=shared", "-A", "proja", "-w", NODE, "--gres=gpu:1", "--time=2",
+                         "--requeue", "--open-mode=append", "-o", str(log), "-D", str(work), user="alice",
+                         script=SCRIPT.format(repo=REPO, py=py, train=TRAIN, steps=steps, every=EVERY, dt=STEP_TIME))
+    _wait(lambda: _count(log, "stop") >= 1, 150, "the first self-requeue")
+    cluster.wait_state(job, ["PENDING", "REQUEUED", "RUNNING"], timeout=60)
+    comment = cluster.run(["squeue", "-h", "-j", str(job), "-o", "%k"]).stdout.strip()
+    assert "slurm-pool:self-requeues=1" in comment, comment
+    assert _lines(log, "signal")[0]["reason"] == "timeout"
+    cluster.release_begin_time(job)
+    # Second run: the budget (1) is spent, so at the next warning it checkpoints and gives up (exit 86).
+    cluster.wait_state(job, ["FAILED", "COMPLETED", "TIMEOUT"], timeout=240)
+    assert cluster.sacct_state(job) == "FAILED"
+    exit_code = cluster.run(["sacct", "-n", "-X", "-P", "-j", str(job), "-o", "ExitCode"]).stdout.strip()
+    assert exit_code.startswith("86:"), exit_code
+    assert _count(log, "start") == 2

@@ -1,0 +1,216 @@
+"""The exporter against the real local cluster, scraped by the real ``prometheus`` binary.
+
+One exporter and one Prometheus (scrape interval 1 s, loopback only) serve
+this module; both are stopped by pid at its end.  Every assertion reads
+Prometheus' HTTP query API, so the whole path -- sinfo/squeue JSON, the
+collector, the HTTP exposition, a real scrape -- is covered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from slurm_pool.render.context import gpu_units
+from slurm_pool.spec.hosts import expand
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SLEEP_JOB = "#!/bin/bash\nsleep 30\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 3.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 -- loopback only
+        return resp.read().decode()
+
+
+def wait_for(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``fn`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except OSError as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout}s (last: {last!r})")
+
+
+class Daemon:
+    """A child process we started, stopped by its pid."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
+        self.log = log
+        self.fh = open(log, "wb")
+        self.proc = subprocess.Popen(argv, stdout=self.fh, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                     stdin=subprocess.DEVNULL)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.log.name} exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.fh.close()
+
+
+@pytest.fixture(scope="module")
+def exporter(slurm_cluster, tmp_path_factory):
+    """``slurm-pool exporter`` on a free loopback port, talking to the test cluster."""
+    port = free_port()
+    env = {**os.environ, **slurm_cluster.env, "PYTHONPATH": str(REPO)}
+    logs = tmp_path_factory.mktemp("exporter")
+    d = Daemon([sys.executable, "-m", "slurm_pool.metrics.cli", "--listen", f"127.0.0.1:{port}"],
+               logs / "exporter.log", env)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        def ready() -> bool:
+            d.check_alive()
+            return "\nslurm_pool_up 1.0" in http_get(url)
+
+        wait_for(ready, 30, "exporter answers with slurm_pool_up 1")
+        yield f"127.0.0.1:{port}"
+    finally:
+        d.stop()
+
+
+@pytest.fixture(scope="module")
+def prometheus(exporter, tmp_path_factory):
+    """The real Prometheus scraping the exporter every second; yields its base URL."""
+    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    assert os.access(binary, os.X_OK), "the prometheus binary is needed (Debian package 'prometheus')"
+    work = tmp_path_factory.mktemp("prometheus")
+    config = work / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: slurm-pool\n"
+        f"    static_configs: [{{targets: ['{exporter}']}}]\n"
+    )
+    port = free_port()
+    d = Daemon([binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], work / "prometheus.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def scraped() -> bool:
+            d.check_alive()
+            return query(base, "slurm_pool_up") == {(): 1.0}
+
+        wait_for(scraped, 40, "Prometheus has scraped slurm_pool_up 1")
+        yield base
+    finally:
+        d.stop()
+
+
+def query(base: str, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """An instant query: {sorted labels without job/instance: value}."""
+    body = json.loads(http_get(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})))
+    assert body["status"] == "success", body
+    out = {}
+    for row in body["data"]["result"]:
+        labels = {k: v for k, v in row["metric"].items() if k not in ("job", "instance", "__name__")}
+        out[tuple(sorted(labels.items()))] = float(row["value"][1])
+    return out
+
+
+def by_node(base: str, expr: str) -> dict[str, float]:
+    return {dict(k)["node"]: v for k, v in query(base, f"sum by (node) ({expr})").items()}
+
+
+def scalar(base: str, expr: str) -> float | None:
+    res = query(base, expr)
+    assert len(res) <= 1, res
+    return next(iter(res.values()), None)
+
+
+def pool_units(spec) -> dict[str, int]:
+    return {n: len(gpu_units(g)) for g in spec.node_groups for n in expand(g.hosts)}
+
+
+def test_prometheus_sees_gpu_jobs_lending_and_drains(cluster, prometheus):
+    units = pool_units(cluster.spec)
+    total = sum(units.values())
+    job = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "proja", "--gres=gpu:2",
+                         "--signal=B:USR1@30", "-o", "/dev/null", "-D", "/tmp", user="alice", script=SLEEP_JOB)
+    cluster.wait_state(job, ["RUNNING"], timeout=30)
+    lend = cluster.sbatch("-p", "k8s-lend", "--qos=k8s-lend", "-A", "k8s-bridge", "--gres=gpu:1",
+                          "-o", "/dev/null", "-D", "/tmp", user="slurmpool", script=SLEEP_JOB)
+    cluster.wait_state(lend, ["RUNNING"], timeout=30)
+    node, lent = cluster.job_field(job, "%N"), cluster.job_field(lend, "%N")
+    want = {n: 0.0 for n in units}
+    want[node] += 2
+    want[lent] += 1
+
+    got = wait_for(lambda: (r := by_node(prometheus, 'slurm_pool_gpus{state="allocated"}')) == want and r,
+                   20, f"allocated GPUs per node == {want}")
+    assert got == want
+    all_units = by_node(prometheus, "slurm_pool_gpus")
+    assert all_units == {n: float(u) for n, u in units.items()}
+    assert scalar(prometheus, 'slurm_pool_jobs{partition="scavenger",tier="scavenger",state="running"}') == 1
+    assert scalar(prometheus, 'slurm_pool_allocated_gpus{partition="scavenger",tier="scavenger"}') == 2
+    assert scalar(prometheus, 'slurm_pool_allocated_gpus{partition="k8s-lend",tier="k8s-lend"}') == 1
+    assert scalar(prometheus, "slurm_pool_gpu_utilization_ratio") == pytest.approx(3 / total)
+    assert scalar(prometheus, 'slurm_pool_tier_gpu_utilization_ratio{tier="scavenger"}') == pytest.approx(2 / total)
+    assert scalar(prometheus, "slurm_pool_lent_nodes") == 1
+    assert by_node(prometheus, "slurm_pool_node_lent") == {n: float(n == lent) for n in units}
+    assert scalar(prometheus, "slurm_pool_up") == 1
+
+    # Drains: one by a person, one by slurm-pool (reason prefix), on nodes without jobs.
+    human, ours = [n for n in units if n not in (node, lent)][:2]
+    try:
+        cluster.run(["scontrol", "update", f"NodeName={human}", "State=DRAIN", "Reason=swap a fan"], check=True)
+        cluster.run(["scontrol", "update", f"NodeName={ours}", "State=DRAIN", "Reason=slurm-pool: e2e test"],
+                    check=True)
+        want_drained = {(("node", human), ("owner", "human"), ("reason", "swap a fan")): 1.0,
+                        (("node", ours), ("owner", "slurm-pool"), ("reason", "slurm-pool: e2e test")): 1.0}
+        wait_for(lambda: query(prometheus, "slurm_pool_node_drained") == want_drained, 20, "both drains exported")
+        assert query(prometheus, "slurm_pool_drained_nodes") == {(("owner", "human"),): 1.0,
+                                                                 (("owner", "slurm-pool"),): 1.0}
+        drained = by_node(prometheus, 'slurm_pool_gpus{state="drained"}')
+        assert drained[human] == units[human] and drained[ours] == units[ours]
+        assert drained[node] == 0
+    finally:
+        cluster.run(["scontrol", "update", f"NodeName={human},{ours}", "State=RESUME"])
+    wait_for(lambda: scalar(prometheus, "sum(slurm_pool_drained_nodes)") == 0, 20, "drains gone after resume")
+
+
+def test_epilog_outcome_records_reach_prometheus(cluster, prometheus):
+    """A finished job's epilog record shows up as slurm_pool_job_runs_total on its node."""
+    assert cluster.spec.health.epilog, "this check needs the epilog (health.epilog) of the example spec"
+    node = next(iter(pool_units(cluster.spec)))
+    before = scalar(prometheus, f'sum(slurm_pool_job_runs_total{{node="{node}"}})') or 0.0
+    job = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "proja", "-w", node, "--gres=gpu:1",
+                         "--signal=B:USR1@30", "-o", "/dev/null", "-D", "/tmp", user="alice",
+                         script="#!/bin/bash\nsleep 1\n")
+    cluster.wait_state(job, ["COMPLETED"], timeout=30)
+    wait_for(lambda: (scalar(prometheus, f'sum(slurm_pool_job_runs_total{{node="{node}"}})') or 0) > before,
+             20, f"slurm_pool_job_runs_total for {node} grows past {before}")
+    assert scalar(prometheus, 'slurm_pool_scrape_errors_total{source="outcomes"}') == 0

@@ -1,0 +1,452 @@
+"""The metrics exporter: pure parsing, the collector on recorded Slurm 22.05 JSON, outcome counters, CLI.
+
+``tests/data/slurm/{sinfo,squeue}-{idle,busy}.json`` are real ``--json``
+output of the example pool on the local cluster (22.05.8).  In "busy":
+a-gpu1 runs an a-owner job on both GPUs, a-gpu2 is drained by a person
+("disk swap", idle), b-gpu1 is lent (a k8s-lend job on both GPUs), c-gpu1 is
+draining by slurm-pool with two of its five MIG/GPU units in use by c-owner
+jobs, and a scavenger job is pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client import CollectorRegistry, generate_latest
+
+from slurm_pool.adapters.runner import RecordingRunner
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.metrics import cli as metrics_cli
+from slurm_pool.metrics.collector import PoolCollector
+from slurm_pool.metrics.outcomes import AGE_BUCKETS, OutcomeTally, parse_record
+from slurm_pool.metrics.parse import (
+    GresItem,
+    gpu_counts,
+    job_gpus,
+    job_nodes,
+    node_gpu_states,
+    parse_gres,
+    parse_indexes,
+    parse_tres,
+    split_top,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
+A100 = "nvidia_a100-sxm4-80gb"
+
+
+def recorded(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+# -- parsing ------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, want", [
+    ("", []),
+    ("a,b", ["a", "b"]),
+    ("gpu:a100:2(IDX:0,2),gpu:h100:1(IDX:1)", ["gpu:a100:2(IDX:0,2)", "gpu:h100:1(IDX:1)"]),
+    ("gpu:x:1(S:0-1) , mps:100", ["gpu:x:1(S:0-1)", "mps:100"]),
+    ("a,,b,", ["a", "b"]),
+])
+def test_split_top(text, want):
+    assert split_top(text) == want
+
+
+@pytest.mark.parametrize("detail, want", [
+    ("IDX:0", (0,)),
+    ("IDX:0-1", (0, 1)),
+    ("IDX:0,2-3", (0, 2, 3)),
+    ("IDX:N/A", ()),
+    ("S:0-1", None),
+    ("S:0|IDX:1", (1,)),
+    ("IDX:x", None),
+])
+def test_parse_indexes(detail, want):
+    assert parse_indexes(detail) == want
+
+
+@pytest.mark.parametrize("text, want", [
+    (None, []),
+    ("", []),
+    ("(null)", []),
+    ("N/A", []),
+    (f"gpu:{A100}:2", [GresItem("gpu", A100, 2)]),
+    (f"gpu:{A100}:1(IDX:0)", [GresItem("gpu", A100, 1, (0,))]),
+    (f"gpu:{A100}:2(IDX:0-1)", [GresItem("gpu", A100, 2, (0, 1))]),
+    ("gpu:nvidia_a100_2g.10gb:0(IDX:N/A)", [GresItem("gpu", "nvidia_a100_2g.10gb", 0, ())]),
+    ("gpu:4", [GresItem("gpu", "", 4)]),
+    ("gpu", [GresItem("gpu", "", 1)]),
+    ("gpu:a100", [GresItem("gpu", "a100", 1)]),
+    ("gpu:a100:2(S:0-1)", [GresItem("gpu", "a100", 2, None)]),
+    ("gpu:a100:no_consume:2", [GresItem("gpu", "a100", 2)]),
+    ("gpu:a100:2(IDX:0,3),mps:200", [GresItem("gpu", "a100", 2, (0, 3)), GresItem("mps", "", 200)]),
+    ("gpu:a100:x:y", []),
+])
+def test_parse_gres(text, want):
+    assert parse_gres(text) == want
+
+
+@pytest.mark.parametrize("text, want", [
+    ("gpu:nvidia_a100_3g.20gb:1,gpu:nvidia_a100_2g.10gb:1,gpu:nvidia_a100_1g.5gb:2,gpu:nvidia_a100-sxm4-40gb:1",
+     {"nvidia_a100_3g.20gb": 1, "nvidia_a100_2g.10gb": 1, "nvidia_a100_1g.5gb": 2, "nvidia_a100-sxm4-40gb": 1}),
+    ("gpu:nvidia_a100_3g.20gb:1(IDX:0),gpu:nvidia_a100_2g.10gb:0(IDX:N/A),gpu:nvidia_a100_1g.5gb:1(IDX:2)",
+     {"nvidia_a100_3g.20gb": 1, "nvidia_a100_2g.10gb": 0, "nvidia_a100_1g.5gb": 1}),
+    ("gpu:a:1,gpu:a:2,shard:a:8", {"a": 3}),
+    ("mps:100", {}),
+    ("gpu:2", {"": 2}),
+])
+def test_gpu_counts(text, want):
+    assert gpu_counts(text) == want
+
+
+@pytest.mark.parametrize("text, want", [
+    ("cpu=1,mem=1G,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2",
+     {"cpu": 1, "node": 1, "billing": 1, "gres/gpu": 2, "gres/gpu:a100": 2}),
+    ("", {}),
+    (None, {}),
+    ("junk,=3,x=", {}),
+])
+def test_parse_tres(text, want):
+    assert parse_tres(text) == want
+
+
+@pytest.mark.parametrize("raw, want", [
+    ({"tres_alloc_str": "cpu=2,gres/gpu=3,gres/gpu:a100=3"}, 3),
+    ({"tres_alloc_str": "cpu=2,gres/gpu:a100=1,gres/gpu:h100=2"}, 3),
+    ({"tres_alloc_str": "cpu=2", "gres_detail": ["gpu:a100:2(IDX:0-1)", "gpu:a100:1(IDX:0)"]}, 3),
+    ({"tres_alloc_str": "", "gres_detail": []}, 0),
+    ({}, 0),
+])
+def test_job_gpus(raw, want):
+    assert job_gpus(raw) == want
+
+
+@pytest.mark.parametrize("raw, want", [
+    ({"job_resources": {"allocated_nodes": [{"nodename": "b-gpu1"}]}, "nodes": "ignored"}, ["b-gpu1"]),
+    ({"nodes": "a-gpu[1-2],c-gpu1"}, ["a-gpu1", "a-gpu2", "c-gpu1"]),
+    ({"nodes": {"list": ["x1", "x2"]}}, ["x1", "x2"]),
+    ({"nodes": ""}, []),
+    ({}, []),
+])
+def test_job_nodes(raw, want):
+    assert job_nodes(raw) == want
+
+
+Z = {"allocated": 0, "idle": 0, "drained": 0, "down": 0}
+
+
+@pytest.mark.parametrize("state, gres, used, want", [
+    (("IDLE",), "gpu:a:2", "gpu:a:0(IDX:N/A)", {"a": {**Z, "idle": 2}}),
+    (("MIXED",), "gpu:a:2", "gpu:a:1(IDX:0)", {"a": {**Z, "allocated": 1, "idle": 1}}),
+    (("ALLOCATED",), "gpu:a:2", "gpu:a:2(IDX:0-1)", {"a": {**Z, "allocated": 2}}),
+    (("MIXED", "DRAIN"), "gpu:a:2", "gpu:a:1(IDX:0)", {"a": {**Z, "allocated": 1, "drained": 1}}),
+    (("IDLE", "DRAIN"), "gpu:a:2", "gpu:a:0(IDX:N/A)", {"a": {**Z, "drained": 2}}),
+    (("DOWN",), "gpu:a:2", "", {"a": {**Z, "down": 2}}),
+    (("IDLE", "NOT_RESPONDING"), "gpu:a:2", "", {"a": {**Z, "down": 2}}),
+    (("DOWN", "DRAIN"), "gpu:a:2", "", {"a": {**Z, "drained": 2}}),
+    (("IDLE",), "gpu:a:1,gpu:b:2", "gpu:b:1(IDX:2)", {"a": {**Z, "idle": 1}, "b": {**Z, "allocated": 1, "idle": 1}}),
+    (("MIXED",), "gpu:a:1", "gpu:a:3(IDX:0-2)", {"a": {**Z, "allocated": 3}}),  # never negative
+    (("IDLE",), "", "", {}),
+])
+def test_node_gpu_states(state, gres, used, want):
+    assert node_gpu_states(state, gres, used) == want
+
+
+# -- the collector on recorded output ------------------------------------------
+
+def make_registry(runner: RecordingRunner, state_dir: str | None = None) -> tuple[CollectorRegistry, PoolCollector]:
+    reg = CollectorRegistry()
+    coll = PoolCollector(SlurmClient(runner), state_dir=state_dir)
+    reg.register(coll)
+    return reg, coll
+
+
+def replay(tag: str) -> RecordingRunner:
+    r = RecordingRunner()
+    r.on(["sinfo", "--json"], recorded(f"sinfo-{tag}.json"))
+    r.on(["squeue", "--json"], recorded(f"squeue-{tag}.json"))
+    return r
+
+
+def test_registering_queries_nothing_and_each_scrape_queries_once():
+    r = replay("busy")
+    reg, _ = make_registry(r)
+    assert r.calls == []
+    generate_latest(reg)
+    generate_latest(reg)
+    assert r.calls == [("sinfo", "--json"), ("squeue", "--json")] * 2
+
+
+def test_busy_pool_gpus_and_states():
+    reg, _ = make_registry(replay("busy"))
+    v = reg.get_sample_value
+    assert v("slurm_pool_up") == 1
+    assert v("slurm_pool_gpus", {"node": "a-gpu1", "type": A100, "state": "allocated"}) == 2
+    assert v("slurm_pool_gpus", {"node": "a-gpu1", "type": A100, "state": "idle"}) == 0
+    assert v("slurm_pool_gpus", {"node": "a-gpu2", "type": A100, "state": "drained"}) == 2
+    assert v("slurm_pool_gpus", {"node": "b-gpu1", "type": "nvidia_h100_80gb_hbm3", "state": "allocated"}) == 2
+    mig = {"nvidia_a100_3g.20gb": (1, 0), "nvidia_a100_2g.10gb": (0, 1), "nvidia_a100_1g.5gb": (1, 1),
+           "nvidia_a100-sxm4-40gb": (0, 1)}
+    for gtype, (alloc, drained) in mig.items():
+        assert v("slurm_pool_gpus", {"node": "c-gpu1", "type": gtype, "state": "allocated"}) == alloc, gtype
+        assert v("slurm_pool_gpus", {"node": "c-gpu1", "type": gtype, "state": "drained"}) == drained, gtype
+        assert v("slurm_pool_gpus", {"node": "c-gpu1", "type": gtype, "state": "idle"}) == 0, gtype
+    # 11 units (2 + 2 + 2 + 5), 6 allocated.
+    assert v("slurm_pool_gpu_utilization_ratio") == pytest.approx(6 / 11)
+
+
+def test_busy_pool_jobs_tiers_and_partitions():
+    reg, _ = make_registry(replay("busy"))
+    v = reg.get_sample_value
+    assert v("slurm_pool_jobs", {"partition": "a-owner", "tier": "guaranteed", "state": "running"}) == 1
+    assert v("slurm_pool_jobs", {"partition": "c-owner", "tier": "guaranteed", "state": "running"}) == 2
+    assert v("slurm_pool_jobs", {"partition": "scavenger", "tier": "scavenger", "state": "pending"}) == 1
+    assert v("slurm_pool_jobs", {"partition": "a-owner", "tier": "guaranteed", "state": "cancelled"}) == 1
+    assert v("slurm_pool_allocated_gpus", {"partition": "a-owner", "tier": "guaranteed"}) == 2
+    assert v("slurm_pool_allocated_gpus", {"partition": "c-owner", "tier": "guaranteed"}) == 2
+    assert v("slurm_pool_allocated_gpus", {"partition": "k8s-lend", "tier": "k8s-lend"}) == 2
+    assert v("slurm_pool_allocated_gpus", {"partition": "scavenger", "tier": "scavenger"}) is None
+    assert v("slurm_pool_partition_gpu_utilization_ratio", {"partition": "a-owner"}) == pytest.approx(2 / 4)
+    assert v("slurm_pool_partition_gpu_utilization_ratio", {"partition": "c-owner"}) == pytest.approx(2 / 5)
+    assert v("slurm_pool_partition_gpu_utilization_ratio", {"partition": "b-owner"}) == 0
+    assert v("slurm_pool_partition_gpu_utilization_ratio", {"partition": "k8s-lend"}) == pytest.approx(2 / 11)
+    assert v("slurm_pool_partition_gpu_utilization_ratio", {"partition": "scavenger"}) == 0
+    assert v("slurm_pool_tier_gpu_utilization_ratio", {"tier": "guaranteed"}) == pytest.approx(4 / 11)
+    assert v("slurm_pool_tier_gpu_utilization_ratio", {"tier": "k8s-lend"}) == pytest.approx(2 / 11)
+
+
+def test_busy_pool_drains_and_lending():
+    reg, _ = make_registry(replay("busy"))
+    v = reg.get_sample_value
+    assert v("slurm_pool_node_drained", {"node": "a-gpu2", "owner": "human", "reason": "disk swap"}) == 1
+    assert v("slurm_pool_node_drained",
+             {"node": "c-gpu1", "owner": "slurm-pool", "reason": "slurm-pool: xid 79 on gpu 0"}) == 1
+    assert v("slurm_pool_drained_nodes", {"owner": "human"}) == 1
+    assert v("slurm_pool_drained_nodes", {"owner": "slurm-pool"}) == 1
+    text = generate_latest(reg).decode()
+    assert 'slurm_pool_node_drained{node="a-gpu1"' not in text
+    assert v("slurm_pool_lent_nodes") == 1
+    assert v("slurm_pool_node_lent", {"node": "b-gpu1"}) == 1
+    assert v("slurm_pool_node_lent", {"node": "a-gpu1"}) == 0
+
+
+def test_idle_pool():
+    reg, _ = make_registry(replay("idle"))
+    v = reg.get_sample_value
+    assert v("slurm_pool_up") == 1
+    assert v("slurm_pool_gpu_utilization_ratio") == 0
+    assert v("slurm_pool_gpus", {"node": "b-gpu1", "type": "nvidia_h100_80gb_hbm3", "state": "idle"}) == 2
+    assert v("slurm_pool_drained_nodes", {"owner": "human"}) == 0
+    assert v("slurm_pool_drained_nodes", {"owner": "slurm-pool"}) == 0
+    assert v("slurm_pool_lent_nodes") == 0
+    assert "slurm_pool_jobs{" not in generate_latest(reg).decode()
+
+
+def test_lend_partition_is_configurable():
+    reg = CollectorRegistry()
+    reg.register(PoolCollector(SlurmClient(replay("busy")), lend_partition="c-owner"))
+    assert reg.get_sample_value("slurm_pool_lent_nodes") == 1
+    assert reg.get_sample_value("slurm_pool_node_lent", {"node": "c-gpu1"}) == 1
+
+
+def test_every_metric_is_prefixed_and_families_are_fresh_per_scrape():
+    r = replay("busy")
+    reg, _ = make_registry(r)
+    text = generate_latest(reg).decode()
+    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert names and all(n.startswith("slurm_pool_") for n in names), names
+    # The queue empties: yesterday's job series are gone from the next scrape.
+    r.on(["squeue", "--json"], recorded("squeue-idle.json"))
+    r.on(["sinfo", "--json"], recorded("sinfo-idle.json"))
+    after = generate_latest(reg).decode()
+    assert 'slurm_pool_jobs{partition="a-owner"' in text
+    assert "slurm_pool_jobs{" not in after
+    assert "slurm_pool_node_drained{" not in after
+
+
+@pytest.mark.parametrize("failing, present, absent", [
+    ("sinfo", ["slurm_pool_jobs"], ["slurm_pool_gpus", "slurm_pool_lent_nodes"]),
+    ("squeue", ["slurm_pool_gpus", "slurm_pool_node_drained"], ["slurm_pool_jobs", "slurm_pool_lent_nodes"]),
+])
+def test_a_failing_slurm_query_is_a_metric_not_an_error(failing, present, absent):
+    r = replay("busy")
+    reg, _ = make_registry(r)
+    v = reg.get_sample_value
+    assert v("slurm_pool_scrape_errors_total", {"source": failing}) == 0
+    r.fail([failing], stderr="slurm_load_partitions: Unable to contact slurm controller")
+    text = generate_latest(reg).decode()
+    assert "slurm_pool_up 0.0" in text
+    for name in present:
+        assert f"\n{name}{{" in text, name
+    for name in absent:
+        assert f"\n{name}{{" not in text and f"\n{name} " not in text, name
+    assert v("slurm_pool_up") == 0
+    # get_sample_value scraped again: the counter keeps counting.
+    assert v("slurm_pool_scrape_errors_total", {"source": failing}) == 3
+    r.on([failing, "--json"], recorded(f"{failing}-busy.json"))
+    assert v("slurm_pool_up") == 1
+    assert v("slurm_pool_scrape_errors_total", {"source": failing}) == 3
+
+
+@pytest.mark.parametrize("stdout", ["not json", "{\"nodes\": [{\"name\": 1, \"state\": {}}]}x", "[1, 2]"])
+def test_garbage_from_sinfo_counts_as_an_error(stdout):
+    r = replay("busy")
+    r.on(["sinfo", "--json"], stdout)
+    reg, _ = make_registry(r)
+    text = generate_latest(reg).decode()
+    assert "slurm_pool_up 0.0" in text
+    assert 'slurm_pool_scrape_errors_total{source="sinfo"} 1.0' in text
+    assert 'slurm_pool_scrape_errors_total{source="squeue"} 0.0' in text
+
+
+# -- outcome records -----------------------------------------------------------
+
+def rec(**kw) -> str:
+    base = {"v": 1, "time": 1.0, "node": "x", "job_id": "1", "user": "alice", "reason": None, "preempted": False,
+            "checkpointed": False, "checkpoint_age_s": None}
+    base.update(kw)
+    return json.dumps(base) + "\n"
+
+
+@pytest.mark.parametrize("line, want", [
+    (rec(), {"reason": None, "preempted": False, "checkpointed": False, "checkpoint_age_s": None}),
+    (rec(reason="preempt", preempted=True, checkpointed=True, checkpoint_age_s=12.5),
+     {"reason": "preempt", "preempted": True, "checkpointed": True, "checkpoint_age_s": 12.5}),
+    (rec(reason="bogus", preempted="yes", checkpoint_age_s=-1),
+     {"reason": None, "preempted": False, "checkpointed": False, "checkpoint_age_s": None}),
+    (rec(checkpoint_age_s=True)[:-1], {"reason": None, "preempted": False, "checkpointed": False,
+                                       "checkpoint_age_s": None}),
+    (rec(v=2), None),
+    ("[1]", None),
+    ("{not json", None),
+    (b"\xff\xfe", None),
+    ('{"v": 1, "checkpoint_age_s": ' + "9" * 70000 + "}", None),
+])
+def test_parse_record(line, want):
+    assert parse_record(line) == want
+
+
+def write_outcomes(root: Path, node: str, *lines: str) -> Path:
+    d = root / node
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "outcomes.jsonl"
+    with open(path, "a") as fh:
+        fh.write("".join(lines))
+    return path
+
+
+def test_outcome_counters_are_read_incrementally(tmp_path):
+    write_outcomes(tmp_path, "a-gpu1",
+                   rec(reason="preempt", preempted=True, checkpointed=True, checkpoint_age_s=3.0),
+                   rec(),
+                   rec(reason="timeout", checkpoint_age_s=100.0))
+    path = write_outcomes(tmp_path, "b-gpu1", rec(reason="preempt", preempted=True), "garbage\n")
+    reg, coll = make_registry(replay("idle"), state_dir=str(tmp_path))
+    v = reg.get_sample_value
+    assert v("slurm_pool_preemptions_total", {"node": "a-gpu1", "checkpointed": "true"}) == 1
+    assert v("slurm_pool_preemptions_total", {"node": "b-gpu1", "checkpointed": "false"}) == 1
+    assert v("slurm_pool_job_runs_total", {"node": "a-gpu1", "reason": "none"}) == 1
+    assert v("slurm_pool_job_runs_total", {"node": "a-gpu1", "reason": "timeout"}) == 1
+    assert v("slurm_pool_outcome_bad_records_total") == 1
+    assert v("slurm_pool_checkpoint_age_seconds_count", {"reason": "preempt"}) == 1
+    assert v("slurm_pool_checkpoint_age_seconds_sum", {"reason": "preempt"}) == 3.0
+    assert v("slurm_pool_checkpoint_age_seconds_bucket", {"reason": "preempt", "le": "1.0"}) == 0
+    assert v("slurm_pool_checkpoint_age_seconds_bucket", {"reason": "preempt", "le": "5.0"}) == 1
+    assert v("slurm_pool_checkpoint_age_seconds_bucket", {"reason": "timeout", "le": "60.0"}) == 0
+    assert v("slurm_pool_checkpoint_age_seconds_bucket", {"reason": "timeout", "le": "+Inf"}) == 1
+    # Nothing new: nothing changes, however often it is scraped.
+    assert v("slurm_pool_preemptions_total", {"node": "b-gpu1", "checkpointed": "false"}) == 1
+    # A half-written line waits for its newline.
+    line = rec(reason="preempt", preempted=True, checkpointed=True, checkpoint_age_s=0.0)
+    with open(path, "a") as fh:
+        fh.write(line[:20])
+    assert v("slurm_pool_preemptions_total", {"node": "b-gpu1", "checkpointed": "true"}) is None
+    with open(path, "a") as fh:
+        fh.write(line[20:])
+    assert v("slurm_pool_preemptions_total", {"node": "b-gpu1", "checkpointed": "true"}) == 1
+    assert v("slurm_pool_outcome_bad_records_total") == 1
+    # Rotation: a new, shorter file is read from its start; earlier counts stay.
+    # (The rotated file lands in the state directory itself: a stray file there is no error.)
+    os.rename(path, tmp_path / "old")
+    write_outcomes(tmp_path, "b-gpu1", rec(reason="preempt", preempted=True))
+    assert v("slurm_pool_preemptions_total", {"node": "b-gpu1", "checkpointed": "false"}) == 2
+    assert v("slurm_pool_scrape_errors_total", {"source": "outcomes"}) == 0
+
+
+def test_outcome_files_are_not_followed_through_symlinks(tmp_path):
+    real = write_outcomes(tmp_path / "elsewhere", "n", rec(reason="preempt", preempted=True))
+    (tmp_path / "state" / "a-gpu1").mkdir(parents=True)
+    (tmp_path / "state" / "a-gpu1" / "outcomes.jsonl").symlink_to(real)
+    (tmp_path / "state" / "..hidden").mkdir()
+    reg, _ = make_registry(replay("idle"), state_dir=str(tmp_path / "state"))
+    text = generate_latest(reg).decode()
+    assert "slurm_pool_preemptions_total{" not in text
+    assert 'slurm_pool_scrape_errors_total{source="outcomes"} 1.0' in text
+    assert "slurm_pool_up 1.0" in text
+
+
+def test_missing_state_dir_is_no_error_and_none_means_no_outcome_metrics(tmp_path):
+    reg, _ = make_registry(replay("idle"), state_dir=str(tmp_path / "missing"))
+    assert reg.get_sample_value("slurm_pool_scrape_errors_total", {"source": "outcomes"}) == 0
+    assert reg.get_sample_value("slurm_pool_outcome_bad_records_total") == 0
+    reg, _ = make_registry(replay("idle"), state_dir=None)
+    assert "slurm_pool_job_runs" not in generate_latest(reg).decode()
+
+
+def test_histogram_buckets_are_cumulative():
+    tally = OutcomeTally("unused")
+    for age in (0.5, 1.0, 4.0, 7200.0, 9000.0):
+        tally.add("n", rec(reason="terminate", checkpoint_age_s=age))
+    buckets = dict(tally.ages["terminate"].buckets())
+    assert buckets["1.0"] == 2 and buckets["5.0"] == 3 and buckets[repr(AGE_BUCKETS[-1])] == 4
+    assert buckets["+Inf"] == 5
+    assert list(buckets.values()) == sorted(buckets.values())
+
+
+# -- CLI -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, want", [
+    ("127.0.0.1:9877", ("127.0.0.1", 9877)),
+    (":9100", ("127.0.0.1", 9100)),
+    ("[::1]:9877", ("::1", 9877)),
+    ("0.0.0.0:0", ("0.0.0.0", 0)),
+])
+def test_parse_listen(value, want):
+    assert metrics_cli.parse_listen(value) == want
+
+
+@pytest.mark.parametrize("value", ["9877", "host:", "host:port", "h:70000"])
+def test_parse_listen_rejects(value):
+    with pytest.raises(ValueError):
+        metrics_cli.parse_listen(value)
+
+
+def test_listen_default_is_loopback():
+    assert metrics_cli.DEFAULT_LISTEN.startswith("127.0.0.1:")
+
+
+def test_exporter_once_prints_one_scrape(monkeypatch, tmp_path):
+    r = replay("busy")
+    monkeypatch.setattr("slurm_pool.adapters.runner.SubprocessRunner", lambda **kw: r)
+    res = CliRunner().invoke(metrics_cli.exporter, ["--once", "--state-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "slurm_pool_up 1.0" in res.output
+    assert f'slurm_pool_gpus{{node="a-gpu1",state="allocated",type="{A100}"}} 2.0' in res.output
+    assert "slurm_pool_job_runs_total" in res.output
+    bad = CliRunner().invoke(metrics_cli.exporter, ["--once", "--listen", "nowhere"])
+    assert bad.exit_code == 2 and "HOST:PORT" in bad.output
+
+
+def test_state_dir_follows_node_conf_beside_slurm_conf(tmp_path):
+    (tmp_path / "slurm.conf").write_text("")
+    env = {"SLURM_CONF": str(tmp_path / "slurm.conf")}
+    assert metrics_cli.default_state_dir(env) == "/var/lib/slurm-pool/state"
+    conf = tmp_path / "slurm-pool-node.conf"
+    conf.write_text(f"state_dir = {tmp_path}/state\n")
+    assert metrics_cli.default_state_dir(env) == f"{tmp_path}/state"
+    conf.write_text("nonsense = 1\n")
+    assert metrics_cli.default_state_dir(env) == "/var/lib/slurm-pool/state"

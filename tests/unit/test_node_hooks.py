@@ -1,0 +1,352 @@
+"""Prolog, epilog and health check over replayed snapshots, with scontrol recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from slurm_pool.adapters.runner import RecordingRunner
+from slurm_pool.checkpoint import control, store
+from slurm_pool.node import config, jobdir
+from slurm_pool.node.hooks import Hooks, Log
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nvml"
+NOW = 1_764_700_000.0
+NODE = "b-gpu1"
+UID = GID = 65534
+
+
+def node_json(flags=("IDLE",), reason="", gres="gpu:h100:8(S:0-1)", name=NODE):
+    return json.dumps({"nodes": [{"name": name, "state": [f for f in flags if f != "DRAIN"][:1] or ["IDLE"],
+                                  "state_flags": [f for f in flags if f == "DRAIN"], "reason": reason,
+                                  "gres": gres}]})
+
+
+class Node:
+    """A node with a replayed GPU snapshot, a state dir and a recording scontrol."""
+
+    def __init__(self, tmp: Path, snapshot: str, **values: str):
+        self.tmp = tmp
+        self.snapfile = tmp / "snapshot.json"
+        self.use(snapshot)
+        self.values = {"state_dir": str(tmp / "state"), "checkpoint_base_dir": str(tmp / "ckpt"),
+                       "gpus": f"replay:{self.snapfile}", "log": "none", **values}
+        self.runner = RecordingRunner()
+        self.env = {"SLURMD_NODENAME": NODE, "SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice",
+                    "SLURM_JOB_UID": str(UID), "SLURM_JOB_GID": str(GID), "SLURM_JOB_GPUS": "0,1",
+                    "SLURM_JOB_NAME": "$(touch /tmp/x)", "SLURM_JOB_COMMENT": "; rm -rf ~"}
+
+    def use(self, snapshot: str) -> None:
+        shutil.copyfile(DATA / snapshot, self.snapfile)
+        self.snapfile.chmod(0o644)
+
+    def slurm_says(self, **kw) -> None:
+        self.runner.on(["scontrol", "--json", "show", "node", NODE], node_json(**kw))
+
+    def hooks(self, **env) -> Hooks:
+        self.log = Log("none", "test")
+        return Hooks(config.NodeConfig(self.values), {**self.env, **env}, runner=self.runner,
+                     clock=lambda: NOW, log=self.log)
+
+    def updates(self) -> list[tuple[str, ...]]:
+        return [c for c in self.runner.calls if c[1:2] == ("update",)]
+
+    def health(self) -> dict:
+        return json.loads((self.tmp / "state" / NODE / "health.json").read_text())
+
+
+ECC_REASON = ("slurm-pool: ecc: GPU 1 (00000000:4B:00.0) has 2 uncorrected volatile ECC errors; "
+              "xid: GPU 1 reported critical XID 48")
+
+
+def test_prolog_healthy_costs_no_slurm_call_and_prepares_the_dir(tmp_path):
+    n = Node(tmp_path, "h100x8_healthy.json")
+    assert n.hooks().prolog() == 0
+    assert n.runner.calls == []
+    d = tmp_path / "ckpt" / "alice" / "42"
+    st = d.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (UID, GID, 0o700)
+    assert (tmp_path / "ckpt" / "alice").stat().st_uid == UID
+    assert (tmp_path / "ckpt").stat().st_uid == os.geteuid()
+
+
+def test_prolog_drains_and_fails_on_ecc(tmp_path):
+    n = Node(tmp_path, "ecc_failure.json")
+    n.slurm_says(flags=("IDLE",), gres="gpu:a100:2")
+    assert n.hooks().prolog() == 1
+    assert n.updates() == [("scontrol", "update", f"NodeName={NODE}", "State=DRAIN", f"Reason={ECC_REASON}")]
+    assert n.health()["healthy"] is False and n.health()["action"] == "drain"
+
+
+def test_prolog_leaves_a_human_drain_alone(tmp_path):
+    n = Node(tmp_path, "ecc_failure.json")
+    n.slurm_says(flags=("IDLE", "DRAIN"), reason="swapping PSU -- bob")
+    assert n.hooks().prolog() == 1
+    assert n.updates() == []
+
+
+def test_prolog_fail_job_scope_on_the_bad_gpu(tmp_path):
+    n = Node(tmp_path, "row_remap_pending.json", prolog_fail="job", expected_gpus="8")
+    n.slurm_says()
+    assert n.hooks(SLURM_JOB_GPUS="4,5").prolog() == 1
+    assert n.hooks(SLURM_JOB_GPUS="0,1").prolog() == 0  # GPU 5 is bad, not the job's
+    assert n.hooks(SLURM_JOB_GPUS="").prolog() == 0
+    assert all(u[3] == "State=DRAIN" for u in n.updates()) and n.updates()  # drained all the same
+
+
+HEALTHCHECK_TABLE = [
+    # name, snapshot, node flags, node reason, expected scontrol update (None: no update), exit
+    ("healthy, idle", "h100x8_healthy.json", ("IDLE",), "", None, 0),
+    ("healthy, our drain cleared", "h100x8_healthy.json", ("IDLE", "DRAIN"), "slurm-pool: ecc: old", "State=UNDRAIN", 0),
+    ("healthy, human drain survives", "h100x8_healthy.json", ("IDLE", "DRAIN"), "bios update", None, 0),
+    ("remap pending drains", "row_remap_pending.json", ("MIXED",), "", "State=DRAIN", 1),
+    ("xid 79 drains", "xid_critical.json", ("IDLE",), "", "State=DRAIN", 1),
+    ("app xids only", "xid_app_only.json", ("IDLE",), "", None, 0),
+    ("missing gpu vs GRES", "gpu_missing.json", ("IDLE",), "", "State=DRAIN", 1),
+    ("unhealthy, human drain kept", "gpu_missing.json", ("DRAIN",), "rma", None, 1),
+]
+
+
+@pytest.mark.parametrize("name,snapshot,flags,reason,update,rc", HEALTHCHECK_TABLE, ids=[t[0] for t in HEALTHCHECK_TABLE])
+def test_healthcheck(tmp_path, name, snapshot, flags, reason, update, rc):
+    n = Node(tmp_path, snapshot)
+    n.slurm_says(flags=flags, reason=reason)
+    assert n.hooks().healthcheck() == rc
+    ups = n.updates()
+    if update is None:
+        assert ups == []
+    else:
+        assert len(ups) == 1 and ups[0][2] == f"NodeName={NODE}" and ups[0][3] == update
+        if update == "State=DRAIN":
+            assert ups[0][4].startswith("Reason=slurm-pool: ")
+
+
+def test_gres_count_is_cached_for_the_prolog(tmp_path):
+    n = Node(tmp_path, "h100x8_healthy.json")
+    n.slurm_says(gres="gpu:h100:8(S:0-1)")
+    assert n.hooks().healthcheck() == 0
+    n.use("gpu_missing.json")
+    assert n.hooks(SLURM_JOB_GPUS="").prolog() == 1  # knows the node should have 8
+    assert "gpu-count: NVML sees 7 GPUs, the node's GRES has 8" in n.updates()[-1][4]
+
+
+def test_sticky_xid_until_acknowledged(tmp_path):
+    n = Node(tmp_path, "xid_critical.json")
+    n.slurm_says()
+    assert n.hooks().healthcheck() == 1
+    drain_reason = n.updates()[0][4][len("Reason="):]
+    n.use("h100x8_healthy.json")
+    n.runner = RecordingRunner()
+    n.slurm_says(flags=("IDLE", "DRAIN"), reason=drain_reason)
+    assert n.hooks().healthcheck() == 1 and n.updates() == []  # still failing: no undrain
+    assert n.hooks().healthcheck(ack_xids=True) == 0
+    assert n.updates() == [("scontrol", "update", f"NodeName={NODE}", "State=UNDRAIN")]
+
+
+def test_slurm_unreachable(tmp_path):
+    n = Node(tmp_path, "ecc_failure.json")
+    n.runner.fail(["scontrol"], stderr="Unable to contact slurm controller")
+    assert n.hooks().healthcheck() == 1
+    assert [c[3] for c in n.updates()] == ["State=DRAIN"]  # tried anyway
+    n.use("h100x8_healthy.json")
+    n.runner = RecordingRunner()
+    n.runner.fail(["scontrol"])
+    assert n.hooks().healthcheck() == 0 and n.updates() == []
+
+
+def test_untrusted_snapshot_is_refused_not_obeyed(tmp_path):
+    n = Node(tmp_path, "ecc_failure.json")
+    n.snapfile.chmod(0o666)  # anyone could have written it
+    n.slurm_says()
+    h = n.hooks()
+    assert h.prolog() == 0 and n.updates() == []
+    assert any("writable by group or others" in line for line in n.log.lines)
+
+
+def test_gpus_none_skips_checks(tmp_path):
+    n = Node(tmp_path, "ecc_failure.json", gpus="none")
+    assert n.hooks().prolog() == 0 and n.runner.calls == []
+
+
+def _job_json(**over):
+    j = {"job_id": 42, "job_state": ["COMPLETING", "REQUEUED"], "state_reason": "None",
+         "start_time": int(NOW - 300), "end_time": int(NOW + 10), "preempt_time": int(NOW - 10),
+         "time_limit": 60, "restart_cnt": 2, "comment": "$(touch /tmp/pwned)", "requeue": True}
+    j.update(over)
+    return json.dumps({"jobs": [j]})
+
+
+def test_epilog_records_a_preemption(tmp_path):
+    n = Node(tmp_path, "h100x8_healthy.json")
+    n.runner.on(["scontrol", "--json", "show", "job", "42"], _job_json())
+    d = tmp_path / "ckpt" / "alice" / "42"
+    assert n.hooks().prolog() == 0
+    info = store.write(str(d), 380, {"state": b"s"})
+    os.utime(os.path.join(info.path, store.MANIFEST), (NOW - 25, NOW - 25))  # 15 s before PreemptTime
+    control.write(str(d), control.OUTCOME, {"job_id": "42", "restart_count": 1, "reason": "preempt",
+                                            "checkpointed": False, "requeued": True, "exit_code": 85,
+                                            "self_requeues": "lots", "signal_time": NOW - 9, "time": NOW})
+    assert n.hooks().epilog() == 0
+    lines = (tmp_path / "state" / NODE / "outcomes.jsonl").read_text().splitlines()
+    rec = json.loads(lines[-1])
+    assert rec["preempted"] and rec["reason"] == "preempt" and rec["event_time"] == NOW - 10
+    assert rec["checkpoint_step"] == 380 and rec["checkpoint_age_s"] == 15.0 and not rec["checkpointed"]
+    assert rec["requeued"] is True and rec["self_requeues"] is None and rec["exit_code"] == 85
+    assert rec["restart_count"] == 2 and rec["sources"] == ["slurm", "wrapper", "checkpoint_dir"]
+    assert rec["run_start"] == NOW and not (tmp_path / "state" / NODE / "runs" / "42").exists()
+    mode = stat.S_IMODE((tmp_path / "state" / NODE / "outcomes.jsonl").stat().st_mode)
+    assert mode == 0o644
+
+
+def test_epilog_ignores_an_outcome_from_an_earlier_run(tmp_path):
+    n = Node(tmp_path, "h100x8_healthy.json")
+    n.runner.on(["scontrol", "--json", "show", "job", "42"],
+                _job_json(job_state=["COMPLETED"], preempt_time=0, restart_cnt=3))
+    d = tmp_path / "ckpt" / "alice" / "42"
+    n.hooks().prolog()
+    control.write(str(d), control.OUTCOME, {"job_id": "42", "restart_count": 2, "reason": "preempt",
+                                            "time": NOW - 3600})
+    n.hooks().epilog()
+    rec = json.loads((tmp_path / "state" / NODE / "outcomes.jsonl").read_text().splitlines()[-1])
+    assert rec["preempted"] is False and rec["reason"] is None and rec["sources"] == ["slurm"]
+
+
+@pytest.mark.parametrize("wrapper_restart,slurm_restart,accepted", [(3, 3, True), (2, 3, True), (1, 3, False)])
+def test_outcome_run_matching_without_a_prolog_note(wrapper_restart, slurm_restart, accepted):
+    from slurm_pool.checkpoint.slurmjob import JobInfo
+    from slurm_pool.node import outcome
+
+    info = JobInfo("42", frozenset({"COMPLETED"}), "None", NOW - 100, NOW, None, 3600.0, slurm_restart, "", True)
+    rec = outcome.build(job_id="42", user="alice", node=NODE, now=NOW, info=info, newest=None,
+                        wrapper={"job_id": "42", "restart_count": wrapper_restart, "reason": "timeout"})
+    assert (rec["reason"] == "timeout") is accepted
+
+
+def test_epilog_drains_but_never_fails(tmp_path):
+    n = Node(tmp_path, "xid_critical.json")
+    n.slurm_says()
+    n.runner.fail(["scontrol", "--json", "show", "job"])
+    n.runner.fail(["scontrol", "show", "job"])
+    assert n.hooks().epilog() == 0
+    assert [u[3] for u in n.updates()] == ["State=DRAIN"]
+
+
+def test_epilog_without_valid_identity_still_exits_0(tmp_path):
+    n = Node(tmp_path, "h100x8_healthy.json")
+    assert n.hooks(SLURM_JOB_USER="; rm -rf ~").epilog() == 0
+    assert any("SLURM_JOB_USER" in line for line in n.log.lines)
+
+
+# -- the checkpoint directory, as root ------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_planted_symlink_is_not_followed(tmp_path):
+    base = tmp_path / "ckpt"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (base / "alice").mkdir(parents=True)
+    os.chown(base / "alice", UID, GID)
+    (base / "alice" / "42").symlink_to(victim)
+    with pytest.raises(OSError):
+        jobdir.prepare(str(base), str(base / "alice" / "42"), "alice", UID, GID)
+    assert victim.stat().st_uid == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_someone_elses_dir_is_refused(tmp_path):
+    base = tmp_path / "ckpt"
+    (base / "alice" / "42").mkdir(parents=True)
+    os.chown(base / "alice" / "42", 1234, 1234)
+    with pytest.raises(jobdir.JobDirError, match="owned by uid 1234"):
+        jobdir.prepare(str(base), str(base / "alice" / "42"), "alice", UID, GID)
+
+
+@pytest.mark.parametrize("chosen,what", [
+    ("{base}/alice/exp1/run7", "created"),
+    ("/scratch/alice/ck", "left to the job"),
+    ("{base}/bob/42", "left to the job"),
+])
+def test_spank_directory(tmp_path, chosen, what):
+    base = str(tmp_path / "ckpt")
+    path = chosen.format(base=base)
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SPANK_SLURM_POOL_CHECKPOINT_DIR": path}
+    got, user_chosen = jobdir.checkpoint_dir(base, env)
+    assert got == path and user_chosen
+    assert jobdir.prepare(base, path, "alice", UID, GID) == what
+    assert os.path.isdir(path) == (what == "created")
+
+
+@pytest.mark.parametrize("path", ["relative/dir", "/tmp/../etc", "/a/./b"])
+def test_unsafe_paths_are_refused(tmp_path, path):
+    with pytest.raises(jobdir.JobDirError):
+        jobdir.prepare(str(tmp_path), path, "alice", UID, GID)
+
+
+@pytest.mark.parametrize("env,field", [
+    ({"SLURM_JOB_ID": "42; rm -rf ~", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1"}, "SLURM_JOB_ID"),
+    ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "../root", "SLURM_JOB_UID": "1"}, "SLURM_JOB_USER"),
+    ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "$(id)", "SLURM_JOB_UID": "1"}, "SLURM_JOB_USER"),
+    ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "x"}, "SLURM_JOB_UID"),
+])
+def test_job_identity_is_validated(env, field):
+    with pytest.raises(jobdir.JobDirError, match=field):
+        jobdir.job_identity(env)
+
+
+def test_root_side_reads_refuse_fifos_links_and_big_files(tmp_path):
+    d = tmp_path / "job"
+    ctl = d / ".slurm-pool"
+    ctl.mkdir(parents=True)
+    os.mkfifo(ctl / "outcome.json")
+    assert jobdir.read_outcome(str(d)) is None  # would block forever if opened plainly
+    os.unlink(ctl / "outcome.json")
+    (tmp_path / "secret").write_text('{"job_id": "42"}')
+    (ctl / "outcome.json").symlink_to(tmp_path / "secret")
+    assert jobdir.read_outcome(str(d)) is None
+    os.unlink(ctl / "outcome.json")
+    (ctl / "outcome.json").write_text(json.dumps({"job_id": "42", "x": "y" * 70000}))
+    assert jobdir.read_outcome(str(d)) is None
+    (ctl / "outcome.json").write_text('{"job_id": "42"}')
+    assert jobdir.read_outcome(str(d)) == {"job_id": "42"}
+    # a checkpoint whose manifest is a link is not counted
+    store.write(str(d), 5, {"state": b"x"})
+    (d / "ckpt-000000000009").mkdir()
+    (d / "ckpt-000000000009" / store.MANIFEST).symlink_to(tmp_path / "secret")
+    assert jobdir.newest_checkpoint(str(d))[0] == 5
+    link = tmp_path / "linked-job"
+    link.symlink_to(d)
+    assert jobdir.newest_checkpoint(str(link)) is None
+
+
+def test_gpus_auto_skips_a_machine_without_nvml_but_nvml_is_strict(tmp_path):
+    class NoLibrary:
+        def snapshot(self):
+            from slurm_pool.adapters.nvml import empty_snapshot
+
+            return empty_snapshot("NVMLError_LibraryNotFound: NVML Shared Library Not Found")
+
+    for kind, rc in (("auto", 0), ("nvml", 1)):
+        (tmp_path / kind).mkdir()
+        n = Node(tmp_path / kind, "h100x8_healthy.json", gpus=kind)
+        n.slurm_says()
+        h = n.hooks()
+        h._source = NoLibrary()
+        h.gpu_kind = kind
+        assert h.prolog() == rc, kind  # the job has GPUs 0,1
+
+
+def test_config_found_beside_slurm_conf(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text("")
+    assert config.default_path({"SLURM_CONF": str(etc / "slurm.conf")}) == config.DEFAULT_PATH
+    (etc / config.BESIDE_SLURM_CONF).write_text("warn_seconds = 77\n")
+    (etc / config.BESIDE_SLURM_CONF).chmod(0o644)
+    assert config.default_path({"SLURM_CONF": str(etc / "slurm.conf")}) == str(etc / config.BESIDE_SLURM_CONF)
+    assert config.load(env={"SLURM_CONF": str(etc / "slurm.conf")}).integer("warn_seconds") == 77
+    assert config.default_path({"SLURM_CONF": "relative/slurm.conf"}) == config.DEFAULT_PATH
