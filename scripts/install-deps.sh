@@ -33,9 +33,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
 fi
 
-# Python environment for the package and its tests.
+# Python environment for the package and its tests.  Debian's python3 is
+# preferred: jobs run as the pool's users, who must be able to execute the
+# venv's interpreter (a python under /root would not be reachable for them).
+VENV_PY=/usr/bin/python3
+[ -x "$VENV_PY" ] || VENV_PY=python3
 if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+  "$VENV_PY" -m venv .venv
 fi
 if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip

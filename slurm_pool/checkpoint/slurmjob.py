@@ -3,8 +3,8 @@
 The signal alone does not tell preemption from the time limit: with
 ``send_user_signal`` a preemption delivers the job's ``--signal`` (USR1), and
 the time limit ends with SIGTERM too.  :func:`classify` therefore looks at the
-job record (``scontrol --json show job``, parsed for the 22.05 and the later
-layouts, with a plain-text fallback): Slurm sets ``PreemptTime`` and pulls
+job record (``squeue --json``, else ``scontrol --json show job`` from 23.02,
+with a plain-text fallback): Slurm sets ``PreemptTime`` and pulls
 ``EndTime`` in to now + GraceTime when it preempts, and a time-limit warning
 arrives with ``EndTime`` close to ``StartTime + TimeLimit``.  Only when the
 query fails does the signal decide.
@@ -153,12 +153,18 @@ def parse_job_text(text: str, job_id: str) -> JobInfo | None:
 
 def query_job(runner: Any, job_id: str, scontrol: str = "scontrol", timeout: float = 10.0) -> JobInfo | None:
     """The job's record through the Runner; None when Slurm cannot be asked."""
+    import os
+
+    squeue = os.path.join(os.path.dirname(scontrol), "squeue") if os.path.dirname(scontrol) else "squeue"
     try:
-        res = runner.run([scontrol, "--json", "show", "job", str(job_id)], check=False, timeout=timeout)
-        if res.ok:
-            info = parse_job_json(res.stdout, job_id)
-            if info is not None:
-                return info
+        # squeue --json has the comment, PreemptTime and EndTime on every
+        # release; scontrol --json only exists from 23.02 on.
+        for argv in ([squeue, "--json", "--jobs", str(job_id)], [scontrol, "--json", "show", "job", str(job_id)]):
+            res = runner.run(argv, check=False, timeout=timeout)
+            if res.ok:
+                info = parse_job_json(res.stdout, job_id)
+                if info is not None:
+                    return info
         res = runner.run([scontrol, "show", "job", str(job_id)], check=False, timeout=timeout)
         return parse_job_text(res.stdout, job_id) if res.ok else None
     except OSError:

@@ -105,7 +105,7 @@ def test_failing_gpu_drains_the_node_and_requeues_the_job(cluster, health):
     job = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", NODE, "--gres=gpu:1",
                          "-J", f"$(touch {sentinel})", f"--comment=; touch {sentinel}", "-o", "/dev/null",
                          user="alice", script="#!/bin/bash\nsleep 1\n")
-    state, reason = _wait(lambda: (s := health.node()) if "drain" in s[0] else None, 60, "the drain")
+    state, reason = _wait(lambda: s if "drain" in (s := health.node())[0] else None, 60, "the drain")
     assert reason.startswith("slurm-pool: ecc: GPU 1 (00000000:4B:00.0) has 3 uncorrected volatile ECC errors"), reason
     st = cluster.wait_state(job, ["PENDING", "REQUEUED"], timeout=60)  # held unless nohold_on_prolog_fail
     assert st in ("PENDING", "REQUEUED")

@@ -41,7 +41,7 @@ def show(cluster, job: int) -> dict[str, str]:
 @pytest.fixture(scope="module", autouse=True)
 def plugin_built():
     if not (Path(__file__).resolve().parents[2] / "spank" / "slurm_pool_spank.so").exists():
-        pytest.skip("build the SPANK plugin first: make -C spank")
+        pytest.fail("build the SPANK plugin first: make -C spank")
 
 
 def test_routes_to_the_projects_default_tier(cluster):

@@ -135,21 +135,36 @@ def test_self_requeue_token(comment, count, new):
     assert slurmjob.with_self_requeues(comment, (count or 0) + 1) == new
 
 
-def test_query_job_json_then_text_then_none():
+def test_query_job_squeue_json_then_scontrol_json_then_text_then_none():
     r = RecordingRunner()
-    r.on(["scontrol", "--json", "show", "job", "42"], job_json_2205(preempt_time=int(NOW)))
+    r.on(["squeue", "--json", "--jobs", "42"], job_json_2205(preempt_time=int(NOW)))
     assert slurmjob.query_job(r, "42").preempt_time == NOW
-    assert r.calls == [("scontrol", "--json", "show", "job", "42")]
+    assert r.calls == [("squeue", "--json", "--jobs", "42")]
 
     r = RecordingRunner()
+    r.fail(["squeue"], stderr="Unable to contact slurm controller")
+    r.on(["scontrol", "--json", "show", "job", "42"], job_json_2205(preempt_time=int(NOW)))
+    assert slurmjob.query_job(r, "42").preempt_time == NOW
+    assert r.calls[-1] == ("scontrol", "--json", "show", "job", "42")
+
+    r = RecordingRunner()
+    r.fail(["squeue"], stderr="no serializer")
     r.fail(["scontrol", "--json"], stderr="serializer plugin missing")
     r.on(["scontrol", "show", "job", "42"], TEXT)
     assert slurmjob.query_job(r, "42").restart_count == 2
 
     r = RecordingRunner()
+    r.fail(["squeue"], stderr="Unable to contact slurm controller")
     r.fail(["scontrol"], stderr="Unable to contact slurm controller")
     assert slurmjob.query_job(r, "42") is None
-    assert len(r.calls) == 2
+    assert len(r.calls) == 3
+
+
+def test_query_job_uses_the_squeue_beside_a_configured_scontrol():
+    r = RecordingRunner()
+    r.on(["/opt/slurm/bin/squeue", "--json", "--jobs", "7"], "{}")
+    slurmjob.query_job(r, "7", scontrol="/opt/slurm/bin/scontrol")
+    assert r.calls[0][0] == "/opt/slurm/bin/squeue"
 
 
 def _ck(tmp_path, runner, **env):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("lupa")
+import lupa  # noqa: F401,E402  (required: the policy runs in its Lua 5.1 runtime)
 
 from slurm_pool.policy.harness import INFINITE, NO_VAL, NO_VAL16, LuaPolicy, random_job, unset_job  # noqa: E402
 from slurm_pool.policy.lua import lua_string, render_job_submit  # noqa: E402
