@@ -104,8 +104,18 @@ class ClusterHandle:
             time.sleep(0.25)
         raise AssertionError("cluster did not drain its jobs in time")
 
-    def release_begin_time(self, job_id: int) -> None:
-        """Slurm delays a requeued job's start by 120 s; tests skip the wait."""
+    def release_begin_time(self, job_id: int, timeout: float = 60) -> None:
+        """Slurm delays a requeued job's start by 120 s; tests skip the wait.
+
+        Waits first until the previous run has fully ended (no node still
+        COMPLETING, i.e. its epilog is done), as the 120 s hold would have.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = self.run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.split()
+            if not any(s.startswith("comp") for s in states):
+                break
+            time.sleep(0.25)
         self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
 
 

@@ -21,11 +21,6 @@ TEMPLATE = "job_submit.lua.j2"
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def default_templates_dir() -> Path:
-    """The repository's ``conf_templates/``, next to the package."""
-    return Path(__file__).resolve().parent.parent.parent / "conf_templates"
-
-
 def lua_string(text: str) -> str:
     """A double-quoted Lua 5.1 string literal for ``text`` (any characters)."""
     out = []
@@ -106,14 +101,9 @@ def _context(t: PolicyTables, enabled: bool) -> dict[str, Any]:
 
 
 def _environment(templates_dir: Path) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
+    from slurm_pool.render.render import jinja_environment
+
+    env = jinja_environment(templates_dir)
     env.filters["lua"] = lua_value
     env.filters["lua_key"] = lua_key
     return env
@@ -121,6 +111,8 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
 
 def render_job_submit(spec: PoolSpec, templates_dir: str | Path | None = None) -> str:
     """The text of job_submit.lua for ``spec`` (pure; same spec, same bytes)."""
+    from slurm_pool.render.render import default_templates_dir
+
     tdir = Path(templates_dir) if templates_dir is not None else default_templates_dir()
     template = _environment(tdir).get_template(TEMPLATE)
     return template.render(**_context(build_tables(spec), spec.policy.job_submit))

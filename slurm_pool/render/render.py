@@ -34,7 +34,8 @@ def default_templates_dir() -> Path:
     return Path(sys.prefix) / "share" / "slurm-pool" / "conf_templates"
 
 
-def _env(templates_dir: Path) -> jinja2.Environment:
+def jinja_environment(templates_dir: Path) -> jinja2.Environment:
+    """The Jinja2 environment every slurm-pool template renders in."""
     if not templates_dir.is_dir():
         raise SpecError(f"--templates: {templates_dir} is not a directory")
     return jinja2.Environment(
@@ -78,7 +79,7 @@ def render_all(
     """
     site = site or Site()
     tdir = Path(templates_dir) if templates_dir else default_templates_dir()
-    env = _env(tdir)
+    env = jinja_environment(tdir)
     ctx = build_context(spec, site, version, node_layouts)
     files: dict[str, str] = {
         "slurm.conf": _template(env, "slurm.conf.j2", ctx),

@@ -25,7 +25,7 @@ from slurm_pool.spec.model import PoolSpec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pool.yaml"
-GOLDEN = ROOT / "tests" / "golden" / "job_submit.lua"
+GOLDEN = ROOT / "tests" / "golden" / "render" / "22.05" / "job_submit.lua"  # shared with test_render
 
 OK, ERROR = 0, -1
 E_PARTITION, E_ACCESS, E_ACCOUNT, E_LIMIT, E_BAD_TIME, E_QOS, E_GRES, E_NO_TIME = 2000, 2002, 2045, 2050, 2051, 2066, 2072, 8000
