@@ -132,7 +132,7 @@ def main() -> int:
         "## Prolog + epilog latency",
         "",
         f"N={args.n} runs of each hook as a separate process on {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, {platform.system()} {platform.release()}; replayed healthy "
+        f"Python {platform.python_version()}; replayed healthy "
         "8-GPU snapshot (no NVML time); the epilog asks a stub scontrol (/bin/sh) about the job once.",
         "",
         f"p95 of prolog + epilog through the rendered hook scripts: **{p95:.1f} ms** "
