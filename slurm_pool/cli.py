@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "epilog": "slurm_pool.node.cli:epilog",
     "healthcheck": "slurm_pool.node.cli:healthcheck",
     "exporter": "slurm_pool.metrics.cli:exporter",
+    "rebalance": "slurm_pool.bridge.cli:rebalance",
 }
 
 

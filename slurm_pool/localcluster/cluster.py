@@ -96,6 +96,11 @@ class LocalCluster:
         saved = self._saved(root)
         base = port_base or saved.get("port_base") or int(os.environ.get("SLURM_POOL_PORT_BASE", DEFAULT_PORT_BASE))
         self.layout = Layout(root.resolve(), int(base))
+        # Checkpoints stay inside the state directory: job ids restart at 1 in
+        # every new local cluster, so a shared base would hand a new job 1 the
+        # checkpoints of an old job 1.
+        ckpt = self.spec.checkpoint.model_copy(update={"base_dir": str(self.layout.root / "checkpoints")})
+        self.spec = self.spec.model_copy(update={"checkpoint": ckpt})
         self.runner = runner or SubprocessRunner(env=self.layout.env())
         self.procs = ProcTable(self.layout.run)
 
@@ -271,8 +276,9 @@ class LocalCluster:
         """Start whatever is not running yet; safe to call twice."""
         L = self.layout
         self._check_programs()
-        for d in (L.root, L.etc, L.run, L.log, L.root / "munge", L.root / "spool" / "ctld"):
+        for d in (L.root, L.etc, L.run, L.log, L.root / "munge", L.root / "spool" / "ctld", L.root / "checkpoints"):
             d.mkdir(parents=True, exist_ok=True)
+        (L.root / "checkpoints").chmod(0o755)
         L.root.chmod(0o755)
         for node in self.nodes():
             (L.root / "spool" / "d" / node).mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from slurm_pool.spec.bridge import Bridge
+
 NAME_RE = r"^[a-z][a-z0-9_-]{0,62}$"
 USER_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
 TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d{2}){0,2})$")
@@ -175,6 +177,8 @@ class PoolSpec(Strict):
     policy: Policy = Policy()
     checkpoint: Checkpoint = Checkpoint()
     health: Health = Health()
+    #: The Slurm <-> Kubernetes rebalancer; absent: defaults, checked when it runs.
+    bridge: Optional[Bridge] = None
 
     def tier(self, name: str) -> Tier:
         return next(t for t in self.tiers if t.name == name)

@@ -109,6 +109,13 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
     if spec.policy.default_tier is not None and spec.policy.default_tier not in tiers:
         yield Issue("policy.default_tier", f"unknown tier {spec.policy.default_tier!r}")
 
+    if spec.bridge is not None and spec.bridge.enabled:
+        from slurm_pool.spec.bridge import check_bridge
+
+        for problem in check_bridge(spec):
+            path, _, msg = problem.partition(": ")
+            yield Issue(path, msg)
+
 
 def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
     gpus = spec.node_groups[gi].gpus

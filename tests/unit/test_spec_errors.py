@@ -59,6 +59,8 @@ CASES = [
     ("bad-tres", mutate(_set(["tiers", 1, "max_tres_per_user"], {"gpus": 4})), "tiers[1].max_tres_per_user", "gpus"),
     ("not-a-mapping", "- 1\n- 2\n", "", "mapping"),
     ("missing-section", mutate(lambda d: d.pop("tiers")), "tiers", "required"),
+    ("bridge-unknown-account", mutate(_set(["bridge", "account"], "nobody")), "bridge.account", "nobody"),
+    ("bridge-unknown-key", mutate(_set(["bridge", "lend_everything"], True)), "bridge.lend_everything", "unknown key"),
     ("mig-on-whole-only-count", mutate(_set(["node_groups", 0, "gpus", "count"], -2)), "node_groups[0].gpus.count", "negative"),
 ]
 

@@ -1,0 +1,86 @@
+"""``slurm-pool rebalance``: one reconcile of the Slurm <-> Kubernetes bridge, for cron.
+
+    * * * * * slurm-pool rebalance --spec /etc/slurm-pool/pool.yaml
+
+Run it as root (placeholders are submitted ``--uid`` the bridge user) or as
+that user.  Runs should not overlap; ``flock -n LOCKFILE slurm-pool
+rebalance ...`` in the crontab line keeps a slow run from meeting the next.
+
+Exit 0 when every step succeeded (or there was nothing to do), 1 when any step
+failed or was refused (a PodDisruptionBudget's 429 is retried by the next
+run), 2 for a bad spec.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import click
+
+from slurm_pool.errors import Issue, SpecError
+from slurm_pool.spec.bridge import Bridge
+
+
+def parse_now(value: str | None, config: Bridge) -> datetime:
+    """``--now``: ISO 8601; without an offset it is wall-clock time in ``bridge.timezone`` (or local)."""
+    if not value:
+        return datetime.now(timezone.utc)
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 time", param_hint="--now") from None
+    if t.tzinfo is None:
+        if config.timezone:
+            from zoneinfo import ZoneInfo
+
+            t = t.replace(tzinfo=ZoneInfo(config.timezone))
+        else:
+            t = t.astimezone()
+    return t
+
+
+@click.command("rebalance")
+@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False),
+              help="Pool spec; its optional bridge: section configures the bridge.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False),
+              help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster).")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--now", help="Plan for this ISO 8601 time instead of the clock (tests, off-peak checks).")
+@click.option("--force-after", type=click.IntRange(min=0),
+              help="Delete pods whose eviction is still refused this many seconds after the reclaim began.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+def rebalance(spec_path: str, kubeconfig: str | None, dry_run: bool, now: str | None,
+              force_after: int | None, as_json: bool) -> None:
+    """Lend idle Slurm nodes to the Kubernetes inference tier off-peak; take them back when Slurm needs them."""
+    from slurm_pool.adapters.runner import CommandError, SubprocessRunner
+    from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.bridge.k8s import K8sError, KubernetesAPI
+    from slurm_pool.bridge.reconcile import reconcile
+    from slurm_pool.bridge.slurm_side import SlurmSide
+    from slurm_pool.spec import load_spec
+    from slurm_pool.spec.bridge import bridge_of, check_bridge
+
+    spec = load_spec(spec_path)
+    config = bridge_of(spec)
+    problems = check_bridge(spec, config)
+    if problems:
+        raise SpecError([Issue("", p) for p in problems])
+    when = parse_now(now, config)
+    slurm = SlurmSide(SlurmClient(SubprocessRunner()), config)
+    try:
+        k8s = KubernetesAPI.connect(config, kubeconfig)
+    except Exception as exc:  # the client raises several unrelated types for a bad config
+        raise click.ClickException(f"cannot reach Kubernetes: {exc}") from None
+    try:
+        report = reconcile(slurm, k8s, config, now=when, dry_run=dry_run, force_after=force_after)
+    except (CommandError, K8sError, OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot observe Slurm and Kubernetes: {exc}") from None
+    finally:
+        k8s.close()
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        click.echo(report.text())
+    if report.exit_code:
+        raise click.exceptions.Exit(report.exit_code)

@@ -1,0 +1,190 @@
+"""The bridge's Kubernetes adapter: a small protocol and the official-client implementation.
+
+Objects cross the protocol as the plain JSON dicts the API server sends, so a
+fake for tests is a few dicts.  Node changes are read-modify-write JSON merge
+patches carrying the ``resourceVersion`` just read (a concurrent change gives
+409 and the change is retried on the fresh object); the patch bodies come from
+the pure :func:`fence_patch`, :func:`open_patch` and :func:`release_patch`.
+
+Evictions go through the Eviction API and so respect PodDisruptionBudgets:
+429 becomes :class:`EvictionBlocked`, 404 (already gone) is success.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT
+from slurm_pool.spec.bridge import Bridge
+
+MERGE_PATCH = "application/merge-patch+json"
+ISVC = ("serving.kserve.io", "v1beta1", "inferenceservices")
+
+
+class K8sError(RuntimeError):
+    """A Kubernetes API call failed."""
+
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(f"{status}: {message}" if status else message)
+
+
+class EvictionBlocked(K8sError):
+    """429: evicting the pod now would violate a PodDisruptionBudget."""
+
+
+class NotFound(K8sError):
+    """404."""
+
+
+class K8sAPI(Protocol):
+    """What the bridge needs from Kubernetes."""
+
+    def list_nodes(self) -> list[dict[str, Any]]: ...
+    def read_node(self, name: str) -> dict[str, Any]: ...
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
+    def list_pods(self, node: str | None = None) -> list[dict[str, Any]]: ...
+    def list_inference_services(self) -> list[dict[str, Any]]: ...
+    def evict(self, namespace: str, name: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str) -> None: ...
+
+
+# -- pure patch bodies ---------------------------------------------------------------
+
+def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(t) for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != RECLAIM_TAINT]
+
+
+def _version(node: Mapping[str, Any]) -> dict[str, Any]:
+    rv = (node.get("metadata") or {}).get("resourceVersion")
+    return {"resourceVersion": rv} if rv else {}
+
+
+def fence_patch(node: Mapping[str, Any], since: str | None = None) -> dict[str, Any]:
+    """Cordon and taint ``slurm-pool/reclaimed=true:NoSchedule``; mark the reclaim start if given."""
+    meta = _version(node)
+    if since:
+        meta["annotations"] = {RECLAIM_SINCE: since}
+    taint = {"key": RECLAIM_TAINT, "value": "true", "effect": "NoSchedule"}
+    return {"metadata": meta, "spec": {"unschedulable": True, "taints": _taints(node) + [taint]}}
+
+
+def open_patch(node: Mapping[str, Any]) -> dict[str, Any]:
+    """Uncordon, drop our taint and reclaim mark, label ``slurm-pool/lent=true``."""
+    meta = _version(node) | {"labels": {LENT_LABEL: "true"}, "annotations": {RECLAIM_SINCE: None}}
+    return {"metadata": meta, "spec": {"unschedulable": None, "taints": _taints(node) or None}}
+
+
+def release_patch(node: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop the lent label and the reclaim mark (the node stays fenced)."""
+    return {"metadata": _version(node) | {"labels": {LENT_LABEL: None}, "annotations": {RECLAIM_SINCE: None}}}
+
+
+def update_node(api: K8sAPI, name: str, make: Callable[[dict[str, Any]], dict[str, Any]], tries: int = 3) -> None:
+    """Read ``name``, patch it with ``make(node)``; retry on 409 (changed meanwhile)."""
+    for attempt in range(tries):
+        try:
+            api.patch_node(name, make(api.read_node(name)))
+            return
+        except K8sError as exc:
+            if exc.status != 409 or attempt == tries - 1:
+                raise
+
+
+# -- the official client ---------------------------------------------------------------
+
+def _error(exc: Exception) -> K8sError:
+    status = int(getattr(exc, "status", 0) or 0)
+    message = str(getattr(exc, "reason", "") or exc)
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            message = json.loads(body).get("message") or message
+        except (ValueError, AttributeError):
+            message = str(body)[:300]
+    cls = EvictionBlocked if status == 429 else NotFound if status == 404 else K8sError
+    return cls(status, message)
+
+
+class KubernetesAPI:
+    """:class:`K8sAPI` with the official ``kubernetes`` client."""
+
+    def __init__(self, api_client: Any, config: Bridge):
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.config = config
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    @classmethod
+    def connect(cls, config: Bridge, kubeconfig: str | Path | None = None) -> "KubernetesAPI":
+        """From ``kubeconfig`` (else ``$KUBECONFIG``/``~/.kube/config``, else in-cluster)."""
+        from kubernetes import config as kconfig
+        from kubernetes.config.config_exception import ConfigException
+
+        if kubeconfig:
+            return cls(kconfig.new_client_from_config(config_file=str(kubeconfig)), config)
+        try:
+            return cls(kconfig.new_client_from_config(), config)
+        except (ConfigException, OSError):
+            from kubernetes import client
+
+            kconfig.load_incluster_config()
+            return cls(client.ApiClient(), config)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return fn(*args, **kwargs)
+        except ApiException as exc:
+            raise _error(exc) from None
+
+    def _plain(self, obj: Any) -> Any:
+        return self.api_client.sanitize_for_serialization(obj)
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        res = self._call(self.core.list_node, label_selector=self.config.node_selector or None)
+        return self._plain(res.items)
+
+    def read_node(self, name: str) -> dict[str, Any]:
+        return self._plain(self._call(self.core.read_node, name))
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
+    def list_pods(self, node: str | None = None) -> list[dict[str, Any]]:
+        selector = "status.phase!=Succeeded,status.phase!=Failed"
+        if node:
+            selector += f",spec.nodeName={node}"
+        return self._plain(self._call(self.core.list_pod_for_all_namespaces, field_selector=selector).items)
+
+    def list_inference_services(self) -> list[dict[str, Any]]:
+        group, version, plural = ISVC
+        selector = self.config.kserve_selector or None
+        if self.config.kserve_namespace:
+            res = self._call(self.custom.list_namespaced_custom_object, group, version,
+                             self.config.kserve_namespace, plural, label_selector=selector)
+        else:
+            res = self._call(self.custom.list_cluster_custom_object, group, version, plural,
+                             label_selector=selector)
+        return list(res.get("items", []))
+
+    def evict(self, namespace: str, name: str) -> None:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        try:
+            self._call(self.core.create_namespaced_pod_eviction, name, namespace, body)
+        except NotFound:
+            pass
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
+        except NotFound:
+            pass

@@ -1,0 +1,340 @@
+"""What the bridge observes of Slurm and Kubernetes, as plain immutable values.
+
+:func:`build_snapshot` turns the adapters' raw data (``Node``/``Job`` from
+:mod:`slurm_pool.adapters.slurm`, Kubernetes objects as the JSON dicts the API
+server sends) into a :class:`Snapshot`.  Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from slurm_pool.adapters.slurm import REASON_PREFIX, Job, Node
+from slurm_pool.spec.bridge import Bridge
+from slurm_pool.spec.hosts import HostlistError, expand
+
+#: Comment of every placeholder job; the node follows as ``node=NAME``.
+LEND_COMMENT = f"{REASON_PREFIX}lend"
+#: Kubernetes names the bridge owns (all under the ``slurm-pool`` prefix).
+LENT_LABEL = "slurm-pool/lent"
+RECLAIM_TAINT = "slurm-pool/reclaimed"
+RECLAIM_SINCE = "slurm-pool/reclaim-since"
+#: Job name of placeholder jobs (for squeue readers; the comment is what counts).
+PLACEHOLDER_NAME = "slurm-pool-lend"
+
+#: Slurm node states that rule out lending (and reclaim a lent node).
+UNAVAILABLE_STATES = frozenset({
+    "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND",
+    "MAINT", "RESERVED", "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP",
+    "REBOOT_REQUESTED", "REBOOT_ISSUED", "UNKNOWN", "FUTURE", "INVALID_REG", "PLANNED",
+})
+#: Job states in which a job still holds (or is about to hold) its node.
+ON_NODE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING", "STAGE_OUT",
+                            "RESIZING"})
+#: Placeholder states that still count as "the lend is in force or on its way".
+PLACEHOLDER_ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED",
+                                "REQUEUE_HOLD", "REQUEUE_FED"})
+PLACEHOLDER_RUNNING = frozenset({"RUNNING", "CONFIGURING"})
+_NODE_IN_COMMENT = re.compile(r"(?:^|\s)node=(\S+)")
+
+
+@dataclass(frozen=True)
+class SlurmNodeView:
+    """A Slurm node as far as lending is concerned."""
+
+    name: str
+    state: tuple[str, ...]
+    reason: str = ""
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def unavailable(self) -> tuple[str, ...]:
+        """State flags that rule lending out (empty: available)."""
+        return tuple(s for s in self.state if s in UNAVAILABLE_STATES)
+
+    @property
+    def human_drain(self) -> bool:
+        """Drained (or down) with a reason that is not slurm-pool's."""
+        return bool(self.unavailable) and bool(self.reason) and not self.reason.startswith(REASON_PREFIX)
+
+    @property
+    def idle(self) -> bool:
+        return "IDLE" in self.state and "COMPLETING" not in self.state
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """A lend placeholder job (comment ``slurm-pool:lend node=NODE``)."""
+
+    job_id: int
+    node: str
+    state: str
+    restart_count: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.state in PLACEHOLDER_ACTIVE
+
+    @property
+    def running(self) -> bool:
+        return self.state in PLACEHOLDER_RUNNING
+
+    @property
+    def requeued(self) -> bool:
+        """Preempted and put back in the queue: it must not come back."""
+        return self.active and not self.running and self.restart_count > 0
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """A pending Slurm job outside the lend partition, and where it may run."""
+
+    job_id: int
+    partitions: tuple[str, ...]
+    required: frozenset[str] = frozenset()
+    excluded: frozenset[str] = frozenset()
+    reason: str = ""
+
+    def could_use(self, node: SlurmNodeView) -> bool:
+        if self.required and node.name not in self.required:
+            return False
+        if node.name in self.excluded:
+            return False
+        return bool(set(self.partitions) & set(node.partitions))
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def as_dict(self) -> dict[str, str]:
+        out = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+
+@dataclass(frozen=True)
+class K8sNodeView:
+    """A Kubernetes node: schedulability and the marks the bridge owns."""
+
+    name: str
+    gpus: int = 0
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ours_tainted(self) -> bool:
+        return any(t.key == RECLAIM_TAINT for t in self.taints)
+
+    @property
+    def lent(self) -> bool:
+        return self.labels.get(LENT_LABEL) == "true"
+
+    @property
+    def fenced(self) -> bool:
+        """Closed to new pods by the bridge (cordon plus our taint)."""
+        return self.unschedulable and self.ours_tainted
+
+    @property
+    def cordoned_by_someone_else(self) -> bool:
+        return self.unschedulable and not self.ours_tainted
+
+    @property
+    def open(self) -> bool:
+        """Lent and open: uncordoned, untainted, labelled, no reclaim mark."""
+        return (not self.unschedulable and not self.ours_tainted and self.lent
+                and RECLAIM_SINCE not in self.annotations)
+
+    @property
+    def reclaim_since(self) -> str | None:
+        return self.annotations.get(RECLAIM_SINCE)
+
+
+@dataclass(frozen=True)
+class PodView:
+    """A pod bound to a node."""
+
+    namespace: str
+    name: str
+    node: str
+    phase: str = "Running"
+    terminating: bool = False
+    daemonset: bool = False
+    mirror: bool = False
+
+    @property
+    def workload(self) -> bool:
+        """A pod that has to leave before the node goes back to Slurm (like ``kubectl drain``)."""
+        return not (self.daemonset or self.mirror) and self.phase not in ("Succeeded", "Failed")
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Both systems at one moment."""
+
+    slurm_nodes: Mapping[str, SlurmNodeView]
+    placeholders: tuple[Placeholder, ...]
+    pending: tuple[PendingJob, ...]
+    #: node -> ids of jobs other than placeholders holding it
+    busy: Mapping[str, tuple[int, ...]]
+    k8s_nodes: Mapping[str, K8sNodeView]
+    pods: tuple[PodView, ...]
+    #: GPUs the InferenceServices want (sum of desired replicas x GPUs each)
+    demand_gpus: int
+    lend_partition: str
+
+    @property
+    def managed(self) -> list[str]:
+        """Nodes the bridge may lend: in the lend partition and in Kubernetes, plus any it marked."""
+        names = {n for n, v in self.slurm_nodes.items() if self.lend_partition in v.partitions}
+        names &= set(self.k8s_nodes)
+        names |= {n for n, v in self.k8s_nodes.items() if v.lent or v.reclaim_since}
+        return sorted(names)
+
+    @property
+    def base_gpus(self) -> int:
+        """GPUs of schedulable Kubernetes nodes that are not Slurm's (always there for inference)."""
+        managed = set(self.managed)
+        return sum(v.gpus for n, v in self.k8s_nodes.items()
+                   if n not in managed and not v.unschedulable)
+
+    def placeholders_on(self, node: str) -> list[Placeholder]:
+        return [p for p in self.placeholders if p.node == node and p.active]
+
+    def workload_pods(self, node: str) -> list[PodView]:
+        return [p for p in self.pods if p.node == node and p.workload]
+
+
+# -- building a snapshot ------------------------------------------------------
+
+def _nodes_of(hostlist: str) -> frozenset[str]:
+    if not hostlist or hostlist in ("(null)", "None"):
+        return frozenset()
+    try:
+        return frozenset(expand(hostlist))
+    except HostlistError:
+        return frozenset(hostlist.split(","))
+
+
+def placeholder_node(job: Job, partition: str) -> str | None:
+    """The node a placeholder job lends, or None when ``job`` is no placeholder."""
+    if not job.comment.startswith(LEND_COMMENT) or job.partition != partition:
+        return None
+    m = _NODE_IN_COMMENT.search(job.comment)
+    return m.group(1) if m else None
+
+
+def _quantity(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def isvc_gpus(isvc: Mapping[str, Any], gpu_resource: str) -> int:
+    """GPUs one InferenceService wants: desired replicas x GPUs per predictor pod."""
+    predictor = (isvc.get("spec") or {}).get("predictor") or {}
+    status = isvc.get("status") or {}
+    if isinstance(status.get("desiredReplicas"), int):
+        replicas = status["desiredReplicas"]
+    else:
+        low = _quantity(predictor.get("minReplicas", 1))
+        high = predictor.get("maxReplicas")
+        replicas = max(low, _quantity(high)) if high is not None else low
+    containers = [predictor.get("model") or {}, *(predictor.get("containers") or [])]
+    per_pod = 0
+    for c in containers:
+        res = c.get("resources") or {}
+        amount = (res.get("limits") or {}).get(gpu_resource, (res.get("requests") or {}).get(gpu_resource))
+        per_pod += _quantity(amount)
+    return max(0, replicas) * per_pod
+
+
+def k8s_node_view(obj: Mapping[str, Any], gpu_resource: str) -> K8sNodeView:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    taints = tuple(Taint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
+                   for t in spec.get("taints") or [])
+    return K8sNodeView(
+        name=meta.get("name", ""),
+        gpus=_quantity((status.get("allocatable") or {}).get(gpu_resource, 0)),
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=taints,
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+    )
+
+
+def pod_view(obj: Mapping[str, Any]) -> PodView | None:
+    """A bound pod, or None for one no node holds."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    node = spec.get("nodeName")
+    if not node:
+        return None
+    owners = meta.get("ownerReferences") or []
+    return PodView(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        node=node,
+        phase=status.get("phase") or "Pending",
+        terminating=bool(meta.get("deletionTimestamp")),
+        daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
+        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
+    )
+
+
+def build_snapshot(
+    config: Bridge,
+    slurm_nodes: Iterable[Node],
+    jobs: Iterable[Job],
+    k8s_nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    inference_services: Iterable[Mapping[str, Any]],
+) -> Snapshot:
+    """Both systems' raw data -> :class:`Snapshot`."""
+    nodes = {n.name: SlurmNodeView(n.name, n.state, n.reason, n.partitions) for n in slurm_nodes}
+    placeholders, pending = [], []
+    busy: dict[str, list[int]] = {}
+    for job in jobs:
+        lent = placeholder_node(job, config.partition)
+        if lent is not None:
+            placeholders.append(Placeholder(job.job_id, lent, job.state, job.restart_count))
+            continue
+        if job.state in ON_NODE_STATES:
+            for n in _nodes_of(job.nodes):
+                busy.setdefault(n, []).append(job.job_id)
+        elif job.state == "PENDING":
+            parts = tuple(p for p in job.partition.split(",") if p and p != config.partition)
+            if not parts:
+                continue
+            raw = job.raw or {}
+            pending.append(PendingJob(
+                job.job_id, parts,
+                required=_nodes_of(str(raw.get("required_nodes") or "")),
+                excluded=_nodes_of(str(raw.get("excluded_nodes") or "")),
+                reason=str(raw.get("state_reason") or ""),
+            ))
+    k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}
+    pod_views = tuple(p for p in (pod_view(o) for o in pods) if p is not None)
+    demand = sum(isvc_gpus(i, config.gpu_resource) for i in inference_services
+                 if not (i.get("metadata") or {}).get("deletionTimestamp"))
+    return Snapshot(
+        slurm_nodes=nodes,
+        placeholders=tuple(sorted(placeholders, key=lambda p: p.job_id)),
+        pending=tuple(pending),
+        busy={n: tuple(sorted(ids)) for n, ids in busy.items()},
+        k8s_nodes=k8s,
+        pods=pod_views,
+        demand_gpus=demand,
+        lend_partition=config.partition,
+    )

@@ -1,0 +1,307 @@
+"""The bridge's planner: desired state of every managed node and the steps to it.
+
+Pure: a :class:`~slurm_pool.bridge.model.Snapshot`, the ``bridge`` config and
+the time go in; a :class:`Plan` comes out.  Level-triggered: the plan depends
+only on what is observed now, so running it again after it was carried out
+yields no steps.
+
+Rules, per node of the lend partition that Kubernetes also knows:
+
+* lend only if Slurm has it idle (or holds it with our running placeholder),
+  nobody drained it, no pending job could run there, the off-peak window is
+  open (or ``lend_outside_off_peak``), Kubernetes has it uncordoned by anybody
+  else, and inference demand is not met by what is already lent (cap:
+  ``max_lent_nodes``);
+* reclaim a lent node as soon as any of that stops being true, or its
+  placeholder was preempted, requeued or ended;
+* fence (cordon + ``slurm-pool/reclaimed:NoSchedule``) every other node, so
+  Kubernetes schedules only on lent nodes.  Slurm drains are never touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Sequence
+
+from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT, K8sNodeView, Snapshot
+from slurm_pool.spec.bridge import DAYS, Bridge, OffPeakWindow
+
+#: Step kinds and the phase they run in (all nodes finish a phase before the next).
+PHASES: dict[str, int] = {
+    "fence": 1, "submit": 1,
+    "evict": 2,
+    "wait-running": 3, "wait-empty": 3,
+    "cancel": 4, "open": 4,
+    "release": 5,
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One change to one node; see :data:`PHASES` for the kinds."""
+
+    kind: str
+    node: str
+    detail: str = ""
+    job_ids: tuple[int, ...] = ()
+    pods: tuple[str, ...] = ()
+    force: bool = False
+    since: str | None = None
+
+    @property
+    def phase(self) -> int:
+        return PHASES[self.kind]
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What happens to one node, and why.
+
+    ``intent``: ``lend`` (steps lend it), ``lent`` (lent, nothing to do),
+    ``reclaim`` (steps give it back), ``fence`` (steps close it to Kubernetes)
+    or ``slurm`` (Slurm's, nothing to do).
+    """
+
+    node: str
+    intent: str
+    reasons: tuple[str, ...] = ()
+    steps: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    now: datetime
+    window_open: bool
+    demand_gpus: int
+    base_gpus: int
+    lent_gpus: int
+    nodes: tuple[NodePlan, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def steps(self) -> list[Step]:
+        return [s for n in self.nodes for s in n.steps]
+
+    def node(self, name: str) -> NodePlan:
+        return next(n for n in self.nodes if n.node == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now": self.now.isoformat(),
+            "window_open": self.window_open,
+            "demand_gpus": self.demand_gpus,
+            "base_gpus": self.base_gpus,
+            "lent_gpus": self.lent_gpus,
+            "notes": list(self.notes),
+            "nodes": [{"node": n.node, "intent": n.intent, "reasons": list(n.reasons),
+                       "steps": [{k: v for k, v in asdict(s).items() if v not in ((), None, "", False)}
+                                 | {"phase": s.phase} for s in n.steps]}
+                      for n in self.nodes],
+        }
+
+
+# -- off-peak windows ----------------------------------------------------------
+
+def _minutes(clock: str) -> int:
+    h, m = clock.split(":")
+    return int(h) * 60 + int(m)
+
+
+def in_window(window: OffPeakWindow, local: datetime) -> bool:
+    """Whether ``local`` (wall-clock time in the bridge's zone) lies in ``window``."""
+    start, end = _minutes(window.start), _minutes(window.end)
+    minute = local.hour * 60 + local.minute
+    today, yesterday = DAYS[local.weekday()], DAYS[(local.weekday() - 1) % 7]
+    if start < end:
+        return today in window.days and start <= minute < end
+    return (today in window.days and minute >= start) or (yesterday in window.days and minute < end)
+
+
+def local_time(config: Bridge, now: datetime) -> datetime:
+    """``now`` in the bridge's time zone (naive times are taken as already local)."""
+    if now.tzinfo is None:
+        return now
+    if config.timezone:
+        from zoneinfo import ZoneInfo
+
+        return now.astimezone(ZoneInfo(config.timezone))
+    return now.astimezone()
+
+
+def off_peak(config: Bridge, now: datetime) -> bool:
+    local = local_time(config, now)
+    return any(in_window(w, local) for w in config.off_peak)
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An ISO 8601 time from an annotation; naive times are taken as UTC."""
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+# -- planning --------------------------------------------------------------------
+
+def _blockers(snap: Snapshot, config: Bridge, name: str, lend_allowed: bool) -> list[str]:
+    """Why ``name`` may not be lent right now (empty: it may)."""
+    out = []
+    if not config.enabled:
+        out.append("the bridge is disabled (bridge.enabled: false)")
+    s = snap.slurm_nodes.get(name)
+    k = snap.k8s_nodes.get(name)
+    ph = snap.placeholders_on(name)
+    running = any(p.running for p in ph)
+    if s is None or snap.lend_partition not in s.partitions:
+        out.append(f"not a node of Slurm partition {snap.lend_partition}")
+    else:
+        if s.unavailable:
+            flags = "+".join(s.unavailable)
+            who = " by a person" if s.human_drain else ""
+            out.append(f"slurm: {flags}{who} ({s.reason})" if s.reason else f"slurm: {flags}")
+        others = snap.busy.get(name, ())
+        if others:
+            out.append("slurm: job(s) " + ",".join(map(str, others)) + " on the node")
+        elif not s.idle and not running and not s.unavailable:
+            out.append(f"slurm: node is {'+'.join(s.state) or 'in an unknown state'}")
+        waiting = [j.job_id for j in snap.pending
+                   if j.reason not in config.ignore_pending_reasons and j.could_use(s)]
+        if waiting:
+            out.append("slurm: pending job(s) " + ",".join(map(str, waiting)) + " could run here")
+    if k is None:
+        out.append("not a Kubernetes node")
+    else:
+        if k.cordoned_by_someone_else:
+            out.append("kubernetes: cordoned by someone else")
+        if k.gpus <= 0:
+            out.append("kubernetes: no allocatable GPUs")
+    requeued = [p.job_id for p in ph if p.requeued]
+    if requeued:
+        out.append("placeholder " + ",".join(map(str, requeued)) + " was preempted and requeued")
+    elif k is not None and k.lent and not running:
+        out.append("placeholder not running (preempted, cancelled or ended)")
+    if not lend_allowed:
+        out.append("outside the off-peak windows")
+    return out
+
+
+def _gpus(snap: Snapshot, names: Sequence[str]) -> int:
+    return sum(snap.k8s_nodes[n].gpus for n in names if n in snap.k8s_nodes)
+
+
+def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None = None) -> Plan:
+    """Desired state and steps for every managed node."""
+    force_after = config.force_after if force_after is None else force_after
+    now = now if now.tzinfo else now.astimezone()
+    window = off_peak(config, now)
+    lend_allowed = window or config.lend_outside_off_peak
+    managed = snap.managed
+    need = max(0, snap.demand_gpus - snap.base_gpus)
+    blockers = {n: _blockers(snap, config, n, lend_allowed) for n in managed}
+
+    def pods(n: str) -> int:
+        return len(snap.workload_pods(n))
+
+    def in_use(n: str) -> bool:
+        k = snap.k8s_nodes.get(n)
+        return bool(snap.placeholders_on(n) or pods(n)
+                    or (k is not None and (k.lent or k.reclaim_since)))
+
+    used = [n for n in managed if in_use(n)]
+    keep = [n for n in used if not blockers[n]]
+    cap = config.max_lent_nodes if config.max_lent_nodes is not None else len(managed)
+    dropped: dict[str, str] = {}
+    # Give back what demand no longer needs: nodes already being reclaimed first,
+    # then those with the fewest pods.
+    for n in sorted(keep, key=lambda n: (snap.k8s_nodes[n].reclaim_since is None, pods(n), n)):
+        rest = [m for m in keep if m != n]
+        if len(keep) > cap:
+            dropped[n] = f"more than bridge.max_lent_nodes ({cap}) lent"
+        elif _gpus(snap, rest) >= need:
+            dropped[n] = (f"inference demand dropped: {snap.demand_gpus} GPU(s) wanted, "
+                          f"{snap.base_gpus + _gpus(snap, rest)} without this node")
+        else:
+            continue
+        keep = rest
+    # Lend more while demand is not met (nodes already holding pods are in ``keep`` already).
+    for n in (n for n in managed if n not in used and not blockers[n]):
+        if _gpus(snap, keep) >= need or len(keep) >= cap:
+            break
+        keep.append(n)
+
+    stamp = now.isoformat()
+    plans = []
+    for n in managed:
+        if n in keep:
+            plans.append(_lend(snap, n))
+        elif n in used:
+            plans.append(_reclaim(snap, n, tuple(blockers[n]) or (dropped.get(n, "not needed"),),
+                                  now, stamp, force_after))
+        else:
+            plans.append(_fence(snap, n, tuple(blockers[n]) or ("inference demand is met",)))
+    notes = []
+    unmet = need - _gpus(snap, keep)
+    if unmet > 0:
+        notes.append(f"{unmet} GPU(s) of inference demand cannot be met by lending")
+    return Plan(now=now, window_open=window, demand_gpus=snap.demand_gpus, base_gpus=snap.base_gpus,
+                lent_gpus=_gpus(snap, keep), nodes=tuple(plans), notes=tuple(notes))
+
+
+def _lend(snap: Snapshot, n: str) -> NodePlan:
+    k = snap.k8s_nodes[n]
+    ph = snap.placeholders_on(n)
+    running = [p for p in ph if p.running]
+    steps: list[Step] = []
+    keep_id = running[0].job_id if running else (ph[0].job_id if ph else None)
+    extra = tuple(p.job_id for p in ph if p.job_id != keep_id)
+    if extra:
+        steps.append(Step("cancel", n, "duplicate placeholder(s)", job_ids=extra))
+    if keep_id is None:
+        steps.append(Step("submit", n, "placeholder job holding the node in Slurm"))
+        steps.append(Step("wait-running", n, "placeholder starts"))
+    elif not running:
+        steps.append(Step("wait-running", n, f"placeholder {keep_id} starts", job_ids=(keep_id,)))
+    if not k.open:
+        steps.append(Step("open", n, f"uncordon, untaint, label {LENT_LABEL}=true"))
+    reason = f"inference demand {snap.demand_gpus} GPU(s), {snap.base_gpus} outside Slurm's nodes"
+    intent = "lent" if not steps else "lend"
+    return NodePlan(n, intent, (reason,), tuple(steps))
+
+
+def _reclaim(snap: Snapshot, n: str, reasons: tuple[str, ...], now: datetime, stamp: str,
+             force_after: int | None) -> NodePlan:
+    k: K8sNodeView = snap.k8s_nodes[n]
+    steps: list[Step] = []
+    since = k.reclaim_since
+    human = k.cordoned_by_someone_else
+    if not human and (not k.fenced or since is None):
+        steps.append(Step("fence", n, f"cordon, taint {RECLAIM_TAINT}:NoSchedule",
+                          since=None if since else stamp))
+        since = since or stamp
+    all_pods = snap.workload_pods(n)
+    live = tuple(p.ref for p in all_pods if not p.terminating)
+    if live:
+        started = parse_time(since)
+        force = (force_after is not None and started is not None
+                 and now - started >= timedelta(seconds=force_after))
+        verb = "delete (force: reclaim began " + str(since) + ")" if force else "evict"
+        steps.append(Step("evict", n, f"{verb} {len(live)} pod(s)", pods=live, force=force))
+    if all_pods:
+        steps.append(Step("wait-empty", n, f"{len(all_pods)} pod(s) leave the node"))
+    ph = snap.placeholders_on(n)
+    if ph:
+        steps.append(Step("cancel", n, "give the node back to Slurm", job_ids=tuple(p.job_id for p in ph)))
+    if k.lent or k.reclaim_since or any(s.kind == "fence" and s.since for s in steps):
+        steps.append(Step("release", n, f"remove {LENT_LABEL} and the reclaim mark"))
+    return NodePlan(n, "reclaim", reasons, tuple(steps))
+
+
+def _fence(snap: Snapshot, n: str, reasons: tuple[str, ...]) -> NodePlan:
+    k = snap.k8s_nodes[n]
+    if k.fenced or k.cordoned_by_someone_else:
+        return NodePlan(n, "slurm", reasons)
+    return NodePlan(n, "fence", reasons, (Step("fence", n, f"cordon, taint {RECLAIM_TAINT}:NoSchedule"),))

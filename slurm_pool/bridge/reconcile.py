@@ -1,0 +1,85 @@
+"""One reconcile: observe both systems, plan, carry the plan out, report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from slurm_pool.bridge.execute import Executor, StepResult
+from slurm_pool.bridge.k8s import K8sAPI
+from slurm_pool.bridge.model import Snapshot, build_snapshot
+from slurm_pool.bridge.plan import Plan, plan
+from slurm_pool.bridge.slurm_side import SlurmSide
+from slurm_pool.spec.bridge import Bridge
+
+
+@dataclass
+class Report:
+    """A reconcile's plan and, unless it was a dry run, what each step did."""
+
+    plan: Plan
+    dry_run: bool = False
+    results: list[StepResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[StepResult]:
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.plan.to_dict()
+        data.update(dry_run=self.dry_run, ok=self.ok, seconds=self.seconds,
+                    results=[r.to_dict() for r in self.results],
+                    errors=[e for r in self.failed for e in r.errors])
+        return data
+
+    def text(self) -> str:
+        p = self.plan
+        lines = [f"rebalance at {p.now.isoformat(timespec='seconds')}: off-peak window "
+                 f"{'open' if p.window_open else 'closed'}, inference demand {p.demand_gpus} GPU(s) "
+                 f"({p.base_gpus} outside Slurm), {p.lent_gpus} GPU(s) lent after this run"
+                 + (" [dry run]" if self.dry_run else "")]
+        lines += [f"note: {n}" for n in p.notes]
+        for n in p.nodes:
+            lines.append(f"{n.node:12s} {n.intent:8s} {'; '.join(n.reasons)}")
+            if self.dry_run:
+                lines += [f"    plan    {s.kind:12s} {s.detail}" for s in n.steps]
+            for r in (r for r in self.results if r.node == n.node):
+                mark = "ok" if r.ok else "BLOCKED" if r.blocked else "FAILED"
+                lines.append(f"    {mark:7s} {r.kind:12s} {r.detail}")
+                lines += [f"        {e}" for e in r.errors]
+        if self.dry_run:
+            lines.append(f"{len(p.steps)} step(s) planned, none carried out")
+        else:
+            lines.append(f"{len(self.results)} step(s), {len(self.failed)} failed, in {self.seconds:.1f}s")
+        return "\n".join(lines)
+
+
+def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge) -> Snapshot:
+    """Read both systems once."""
+    return build_snapshot(config, slurm.nodes(), slurm.jobs(), k8s.list_nodes(), k8s.list_pods(),
+                          k8s.list_inference_services())
+
+
+def reconcile(slurm: SlurmSide, k8s: K8sAPI, config: Bridge, *, now: datetime | None = None,
+              dry_run: bool = False, force_after: int | None = None,
+              executor: Executor | None = None) -> Report:
+    """Observe, plan and (unless ``dry_run``) carry out; errors of steps land in the report."""
+    began = time.monotonic()
+    now = now or datetime.now(timezone.utc)
+    the_plan = plan(observe(slurm, k8s, config), config, now, force_after=force_after)
+    report = Report(the_plan, dry_run=dry_run)
+    if not dry_run and the_plan.steps:
+        report.results = (executor or Executor(slurm, k8s, config)).run(the_plan)
+    report.seconds = round(time.monotonic() - began, 2)
+    return report

@@ -1,0 +1,84 @@
+"""The bridge's Slurm adapter: read nodes and jobs, submit and cancel placeholders.
+
+A lent node is held in Slurm by one placeholder job in the lend partition and
+QOS (lowest priority, preempted by every other tier), exclusive on the node
+with all its GPUs and memory.  Measured on slurm-wlm 22.05 with
+``preempt_send_user_signal``:
+
+* with ``--signal=B:TERM`` the placeholder gets SIGTERM the moment a
+  preempting job is scheduled, exits 0 and is not requeued: the owner's job
+  starts within about a second instead of after GraceTime;
+* ``--no-requeue`` is not used: it makes Slurm wait for GraceTime and then kill
+  the job.  A placeholder that is requeued anyway exits at once when it
+  restarts (``SLURM_RESTART_COUNT`` > 0), and the next reconcile cancels it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from slurm_pool.adapters.runner import CommandError
+from slurm_pool.adapters.slurm import Job, Node, SlurmClient
+from slurm_pool.bridge.model import LEND_COMMENT, PLACEHOLDER_NAME
+from slurm_pool.spec.bridge import Bridge
+
+PLACEHOLDER_SCRIPT = """#!/bin/sh
+# slurm-pool placeholder: holds this node for the Kubernetes inference tier
+# until Slurm preempts it or `slurm-pool rebalance` gives the node back.
+[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && exit 0
+sleep infinity &
+trap 'kill $! 2>/dev/null; exit 0' TERM INT
+wait
+"""
+
+
+class SlurmSide:
+    """Slurm as the bridge uses it, through :class:`SlurmClient` and its runner."""
+
+    def __init__(self, client: SlurmClient, config: Bridge, submit_as: str | None = None):
+        self.client = client
+        self.config = config
+        if submit_as is None and config.user and os.geteuid() == 0:
+            submit_as = config.user
+        self.submit_as = submit_as
+
+    def nodes(self) -> list[Node]:
+        return self.client.nodes()
+
+    def jobs(self) -> list[Job]:
+        return self.client.jobs()
+
+    def placeholder_argv(self, node: str) -> list[str]:
+        """The sbatch command line of a placeholder for ``node``."""
+        c = self.config
+        argv = ["sbatch", "--parsable"]
+        if self.submit_as:
+            argv.append(f"--uid={self.submit_as}")
+        argv += [
+            f"--job-name={PLACEHOLDER_NAME}", f"--partition={c.partition}", f"--qos={c.qos}",
+            f"--account={c.account}", f"--nodelist={node}", "--nodes=1", "--exclusive", "--mem=0",
+            "--signal=B:TERM@60", f"--comment={LEND_COMMENT} node={node}",
+            "--output=/dev/null", "--chdir=/",
+        ]
+        return argv
+
+    def submit_placeholder(self, node: str) -> int:
+        """Submit the placeholder for ``node``; return its job id."""
+        res = self.client.runner.run(self.placeholder_argv(node), input=PLACEHOLDER_SCRIPT)
+        try:
+            return int(res.stdout.strip().split(";")[0])
+        except ValueError:
+            raise CommandError(res) from None
+
+    def job_state(self, job_id: int) -> tuple[str, str]:
+        """(state, reason) of a job in the queue; ``("", "")`` once it is gone."""
+        res = self.client.runner.run(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r"], check=False)
+        line = res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else ""
+        state, _, reason = line.partition("|")
+        return state.strip().upper(), reason.strip()
+
+    def cancel(self, job_ids: Iterable[int]) -> None:
+        ids = [str(j) for j in job_ids]
+        if ids:
+            self.client.runner.run(["scancel", *ids])

@@ -1,0 +1,135 @@
+"""Schema of the optional ``bridge:`` section: lending idle Slurm nodes to KServe.
+
+The bridge (``slurm-pool rebalance``, :mod:`slurm_pool.bridge`) lends idle
+nodes of the lend partition to a Kubernetes inference tier off-peak and takes
+them back when Slurm needs them.  Everything here has a default, so a spec
+without ``bridge:`` gets the example pool's names (partition and QOS
+``k8s-lend``, account ``k8s-bridge``, user ``slurmpool``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from slurm_pool.spec.model import PoolSpec
+
+Day = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+DAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+CLOCK_RE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^24:00$")
+# The same rules as slurm_pool.spec.model, repeated so that model.py can import
+# this module without an import cycle.
+NAME_RE = r"^[a-z][a-z0-9_-]{0,62}$"
+USER_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors; values are not coerced across types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class OffPeakWindow(Strict):
+    """A daily time window (local time of ``bridge.timezone``) when lending is allowed.
+
+    ``end`` at or before ``start`` wraps past midnight; the window then belongs
+    to the day it starts on (``fri 19:00-07:00`` ends on Saturday morning).
+    """
+
+    start: str
+    end: str
+    days: list[Day] = list(DAYS)
+
+    @field_validator("start", "end")
+    @classmethod
+    def _clock(cls, v: str) -> str:
+        if not CLOCK_RE.match(v):
+            raise ValueError(f"{v!r} is not a time of day (HH:MM, 00:00 to 24:00)")
+        return v
+
+    @field_validator("days")
+    @classmethod
+    def _days(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("names no day")
+        return v
+
+
+class Bridge(Strict):
+    """How ``slurm-pool rebalance`` lends nodes to Kubernetes and takes them back."""
+
+    enabled: bool = True
+    #: Slurm side: the placeholder job that holds a lent node.
+    partition: str = Field(default="k8s-lend", pattern=NAME_RE)
+    qos: str = Field(default="k8s-lend", pattern=NAME_RE)
+    account: str = Field(default="k8s-bridge", pattern=NAME_RE)
+    user: Optional[str] = Field(default="slurmpool", pattern=USER_RE)
+    #: When lending is allowed.  Outside every window lent nodes are reclaimed,
+    #: unless ``lend_outside_off_peak`` lets inference demand alone decide.
+    off_peak: list[OffPeakWindow] = [OffPeakWindow(start="19:00", end="07:00")]
+    timezone: Optional[str] = None
+    lend_outside_off_peak: bool = False
+    max_lent_nodes: Optional[int] = Field(default=None, ge=0)
+    #: Kubernetes side.
+    kserve_namespace: Optional[str] = None
+    kserve_selector: str = ""
+    node_selector: str = ""
+    gpu_resource: str = "nvidia.com/gpu"
+    #: Seconds one run waits for a placeholder to start and for evicted pods to go.
+    placeholder_start_timeout: int = Field(default=30, ge=0)
+    reclaim_wait: int = Field(default=45, ge=0)
+    #: Delete pods whose eviction is still refused this many seconds after the
+    #: reclaim began (``None``: never force; ``--force-after`` overrides).
+    force_after: Optional[int] = Field(default=None, ge=0)
+    #: Pending jobs held for these reasons do not claim a node back.
+    ignore_pending_reasons: list[str] = [
+        "JobHeldUser", "JobHeldAdmin", "BeginTime", "Dependency", "DependencyNeverSatisfied",
+        "AssocGrpGRES", "AssocMaxJobsLimit", "QOSMaxGRESPerUser", "QOSMaxJobsPerUserLimit",
+        "PartitionDown", "PartitionInactive",
+    ]
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{v!r} is not a known IANA time zone") from None
+        return v
+
+
+def bridge_of(spec: "PoolSpec") -> Bridge:
+    """The spec's ``bridge`` section, or the defaults while PoolSpec has none."""
+    value = getattr(spec, "bridge", None)
+    return value if isinstance(value, Bridge) else Bridge()
+
+
+def check_bridge(spec: "PoolSpec", bridge: Bridge | None = None) -> list[str]:
+    """Cross-checks against the rest of the spec: the names the bridge uses exist."""
+    b = bridge or bridge_of(spec)
+    problems = []
+    parts = {p.name: p for p in spec.partitions}
+    projects = {p.name: p for p in spec.projects}
+    if b.partition not in parts:
+        problems.append(f"bridge.partition: {b.partition!r} is not a partition of the spec")
+    elif parts[b.partition].tier != b.qos:
+        problems.append(f"bridge.qos: {b.qos!r} is not the tier of partition {b.partition!r} "
+                        f"({parts[b.partition].tier!r})")
+    if b.account not in projects:
+        problems.append(f"bridge.account: {b.account!r} is not a project of the spec")
+    else:
+        proj = projects[b.account]
+        if b.qos not in proj.tiers:
+            problems.append(f"bridge.account: project {b.account!r} may not use tier {b.qos!r}")
+        if b.user and b.user not in proj.users:
+            problems.append(f"bridge.user: {b.user!r} is not a user of project {b.account!r}")
+    if b.max_lent_nodes == 0 and b.enabled:
+        problems.append("bridge.max_lent_nodes: 0 lends nothing; set enabled: false instead")
+    return problems

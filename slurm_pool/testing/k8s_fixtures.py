@@ -1,0 +1,128 @@
+"""pytest fixtures for the real Kubernetes control plane, shared by test directories.
+
+Import them into a ``conftest.py`` (``tests/k8s`` and ``tests/bridge`` do)::
+
+    from slurm_pool.testing.k8s_fixtures import (  # noqa: F401
+        isvc_controller, k8s_api, k8s_control_plane, k8s_crds, k8s_kubeconfig, k8s_namespace)
+
+``k8s_control_plane`` starts etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok on loopback (nodes mirror the example Slurm pool:
+a-gpu1 a-gpu2 b-gpu1 c-gpu1, or ``$SLURM_POOL_K8S_NODES``), installs the CRDs
+of ``k8s_crds`` (the InferenceService CRD of ``tests/k8s``) and
+``isvc_controller`` runs the InferenceService test controller.  Each
+``conftest.py`` that imports a session fixture gets its own fixture
+definition, so the running control plane and controller are kept here and
+shared by reference count: one per test session, however many directories
+use them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import pytest
+
+from slurm_pool.testing.k8s import ControlPlane
+from slurm_pool.testing.k8s_build import BuildError, require_binaries
+from slurm_pool.testing.k8s_controller import InferenceServiceController, wait_for
+
+#: The InferenceService CRD the test bed installs (kept beside the k8s tests).
+DEFAULT_CRD = Path(__file__).resolve().parents[2] / "tests" / "k8s" / "inferenceservice-crd.yaml"
+
+T = TypeVar("T")
+_shared: dict[str, list[Any]] = {}
+
+
+def _acquire(key: str, start: Callable[[], T]) -> T:
+    entry = _shared.get(key)
+    if entry is None:
+        entry = _shared[key] = [start(), 0]
+    entry[1] += 1
+    return entry[0]
+
+
+def _release(key: str, stop: Callable[[Any], None]) -> None:
+    entry = _shared[key]
+    entry[1] -= 1
+    if entry[1] == 0:
+        del _shared[key]
+        stop(entry[0])
+
+
+@pytest.fixture(scope="session")
+def k8s_crds() -> list[Path]:
+    """CRD files installed into the control plane (override in a conftest to change)."""
+    return [DEFAULT_CRD]
+
+
+def _start_control_plane(crds: list[Path]) -> ControlPlane:
+    problem = None
+    try:
+        tools = require_binaries()
+    except BuildError as exc:
+        problem = str(exc)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    cp = ControlPlane(crds=crds, toolset=tools)
+    cp.start()
+    return cp
+
+
+@pytest.fixture(scope="session")
+def k8s_control_plane(k8s_crds: list[Path]) -> Iterator[ControlPlane]:
+    """The running control plane (fails, never skips, when the binaries are missing)."""
+    cp = _acquire("control-plane", lambda: _start_control_plane(k8s_crds))
+    try:
+        yield cp
+    finally:
+        _release("control-plane", lambda c: c.stop())
+
+
+@pytest.fixture(scope="session")
+def isvc_controller(k8s_control_plane: ControlPlane) -> Iterator[InferenceServiceController]:
+    """The InferenceService test controller, running in a thread."""
+    assert k8s_control_plane.kubeconfig is not None
+    kubeconfig = k8s_control_plane.kubeconfig
+    ctrl = _acquire("isvc-controller", lambda: InferenceServiceController(kubeconfig).start())
+    try:
+        yield ctrl
+    finally:
+        _release("isvc-controller", lambda c: c.stop())
+
+
+@pytest.fixture(scope="session")
+def k8s_kubeconfig(k8s_control_plane: ControlPlane, isvc_controller: InferenceServiceController) -> Path:
+    """Admin kubeconfig for ``kubernetes.config.new_client_from_config``."""
+    assert k8s_control_plane.kubeconfig is not None
+    return k8s_control_plane.kubeconfig
+
+
+@pytest.fixture
+def k8s_api(k8s_kubeconfig: Path):
+    """A ``kubernetes.client.ApiClient`` for this test."""
+    from kubernetes import config
+
+    with config.new_client_from_config(config_file=str(k8s_kubeconfig)) as api:
+        yield api
+
+
+@pytest.fixture
+def k8s_namespace(k8s_api) -> Iterator[str]:
+    """A fresh namespace; deleted afterwards, waiting until its pods are gone."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_api)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: _has_default_sa(core, name), timeout=30, what=f"default service account in {name}")
+    yield name
+    core.delete_namespace(name)
+    wait_for(lambda: not core.list_namespaced_pod(name).items, timeout=60,
+             what=f"pods of namespace {name} to be gone")
+
+
+def _has_default_sa(core, namespace: str) -> bool:
+    core.read_namespaced_service_account("default", namespace)
+    return True

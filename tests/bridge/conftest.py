@@ -1,0 +1,126 @@
+"""Fixtures for the bridge's end-to-end tests: the real Slurm cluster (root
+``tests/conftest.py``: ``cluster``) plus the real Kubernetes control plane
+(shared with ``tests/k8s`` through :mod:`slurm_pool.testing.k8s_fixtures`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+import pytest
+
+from slurm_pool.testing.k8s_fixtures import (  # noqa: F401  (pytest finds fixtures by name)
+    isvc_controller,
+    k8s_api,
+    k8s_control_plane,
+    k8s_crds,
+    k8s_kubeconfig,
+    k8s_namespace,
+)
+
+#: Inside the default off-peak window (19:00-07:00) and outside it, in UTC.
+NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)
+NOON = datetime(2026, 1, 7, 12, 0, tzinfo=timezone.utc)
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
+
+
+@dataclass
+class BridgeBed:
+    """The bridge wired to the test Slurm cluster and control plane, with helpers."""
+
+    cluster: Any
+    api: Any
+    namespace: str
+    config: Any
+    kubeconfig: Any
+
+    def __post_init__(self) -> None:
+        from kubernetes import client
+
+        from slurm_pool.bridge.k8s import KubernetesAPI
+        from slurm_pool.bridge.slurm_side import SlurmSide
+
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.policy = client.PolicyV1Api(self.api)
+        self.k8s = KubernetesAPI(self.api, self.config)
+        self.slurm = SlurmSide(self.cluster.slurm, self.config)
+
+    def reconcile(self, now: datetime = NIGHT, **kw: Any):
+        from slurm_pool.bridge.reconcile import reconcile
+
+        return reconcile(self.slurm, self.k8s, self.config, now=now, **kw)
+
+    # -- Kubernetes --------------------------------------------------------------
+    def node(self, name: str):
+        return self.core.read_node(name)
+
+    def lent(self, name: str) -> bool:
+        n = self.node(name)
+        return ((n.metadata.labels or {}).get("slurm-pool/lent") == "true" and not n.spec.unschedulable
+                and not any(t.key == "slurm-pool/reclaimed" for t in n.spec.taints or []))
+
+    def fenced(self, name: str) -> bool:
+        n = self.node(name)
+        return bool(n.spec.unschedulable) and any(t.key == "slurm-pool/reclaimed" and t.effect == "NoSchedule"
+                                                  for t in n.spec.taints or [])
+
+    def create_isvc(self, name: str, replicas: int, gpus: int = 1) -> None:
+        from slurm_pool.testing.k8s_controller import GROUP, PLURAL, VERSION
+
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
+            "spec": {"predictor": {"minReplicas": replicas, "model": {
+                "modelFormat": {"name": "huggingface"},
+                "resources": {"limits": {"nvidia.com/gpu": gpus}}}}}})
+
+    def predictors(self, name: str = "llm") -> list[Any]:
+        return [p for p in self.core.list_namespaced_pod(self.namespace, label_selector=f"{ISVC_LABEL}={name}").items
+                if p.metadata.deletion_timestamp is None]
+
+    def running_on(self, name: str = "llm") -> dict[str, str]:
+        """Predictor pod -> node, for Running pods."""
+        return {p.metadata.name: p.spec.node_name for p in self.predictors(name) if p.status.phase == "Running"}
+
+    def wait_predictors(self, count: int, node: str, name: str = "llm", timeout: float = 60) -> None:
+        from slurm_pool.testing.k8s_controller import wait_for
+
+        wait_for(lambda: list(self.running_on(name).values()) == [node] * count, timeout=timeout,
+                 what=f"{count} predictor pod(s) of {name} Running on {node}")
+
+    # -- Slurm -------------------------------------------------------------------
+    def placeholders(self, completing: bool = False) -> list[dict[str, str]]:
+        """Queued placeholder jobs as squeue prints them (cancelled ones still COMPLETING only if asked)."""
+        out = self.cluster.run(["squeue", "-h", "-o", "%i|%T|%P|%q|%a|%u|%N|%k"]).stdout
+        rows = [dict(zip(("id", "state", "partition", "qos", "account", "user", "node", "comment"), l.split("|")))
+                for l in out.splitlines() if l.strip()]
+        return [r for r in rows if r["comment"].startswith("slurm-pool:lend")
+                and (completing or r["state"] != "COMPLETING")]
+
+
+def _reset_nodes(core) -> None:
+    """Undo every mark the bridge may have left: the k8s tests expect open nodes."""
+    for n in core.list_node().items:
+        taints = [t for t in n.spec.taints or [] if not t.key.startswith("slurm-pool/")]
+        core.patch_node(n.metadata.name, {
+            "metadata": {"labels": {"slurm-pool/lent": None}, "annotations": {"slurm-pool/reclaim-since": None}},
+            "spec": {"unschedulable": None, "taints": [core.api_client.sanitize_for_serialization(t) for t in taints]
+                     or None}}, _content_type="application/merge-patch+json")
+
+
+@pytest.fixture
+def bridge(cluster, k8s_kubeconfig, k8s_api, k8s_namespace) -> Iterator[BridgeBed]:
+    """The bridge on an empty Slurm queue and fresh Kubernetes marks; cleaned up afterwards."""
+    from kubernetes import client
+
+    from slurm_pool.spec.bridge import Bridge, OffPeakWindow
+
+    core = client.CoreV1Api(k8s_api)
+    _reset_nodes(core)
+    config = Bridge(timezone="UTC", off_peak=[OffPeakWindow(start="19:00", end="07:00")],
+                    kserve_namespace=k8s_namespace, placeholder_start_timeout=30, reclaim_wait=30)
+    bed = BridgeBed(cluster, k8s_api, k8s_namespace, config, k8s_kubeconfig)
+    yield bed
+    _reset_nodes(core)  # the cluster fixture then cancels every job, placeholders included

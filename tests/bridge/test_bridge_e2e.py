@@ -1,0 +1,176 @@
+"""The bridge end to end: the real Slurm cluster and the real Kubernetes control plane.
+
+Every reconcile here is one ``slurm-pool rebalance`` run (the library call the
+command makes, plus one run through the command itself).  Slurm does its own
+preempting; the bridge only observes and reacts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_pool.testing.k8s_controller import wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.k8s]
+
+EXAMPLE_SPEC = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
+#: Inside the off-peak window (19:00-07:00 UTC) and outside it.
+NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)
+NOON = datetime(2026, 1, 7, 12, 0, tzinfo=timezone.utc)
+
+NODES = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
+OWNER_JOB = "#!/bin/bash\nsleep 300\n"
+
+
+def _fence_all(bridge) -> None:
+    """No inference demand yet: every node is Slurm's and closed to Kubernetes."""
+    report = bridge.reconcile(NIGHT)
+    assert report.ok, report.text()
+    assert all(bridge.fenced(n) for n in NODES), report.text()
+
+
+def _lend_one(bridge, node: str = "a-gpu1"):
+    """Fence everything, then ask for 2 GPUs of inference: ``node`` is lent and serves both pods."""
+    _fence_all(bridge)
+    bridge.create_isvc("llm", replicas=2)
+    wait_for(lambda: len(bridge.predictors()) == 2, timeout=30, what="2 predictor pods created")
+    assert bridge.running_on() == {}, "fenced nodes take no predictor pods"
+    report = bridge.reconcile(NIGHT)
+    assert report.ok, report.text()
+    assert report.plan.node(node).intent == "lend", report.text()
+    bridge.wait_predictors(2, node)
+    return report
+
+
+def test_idle_node_is_lent_and_second_run_is_a_no_op(bridge, monkeypatch):
+    report = _lend_one(bridge)
+    ph = bridge.placeholders()
+    assert len(ph) == 1, ph
+    assert ph[0] | {"id": "*"} == {"id": "*", "state": "RUNNING", "partition": "k8s-lend", "qos": "k8s-lend",
+                                   "account": "k8s-bridge", "user": "slurmpool", "node": "a-gpu1",
+                                   "comment": "slurm-pool:lend node=a-gpu1"}
+    assert bridge.lent("a-gpu1")
+    assert all(bridge.fenced(n) for n in NODES if n != "a-gpu1")
+    assert [r.kind for r in report.results] == ["submit", "wait-running", "open"]
+
+    again = bridge.reconcile(NIGHT)
+    assert again.ok and again.plan.steps == [] and again.results == [], again.text()
+    assert again.plan.node("a-gpu1").intent == "lent"
+
+    # The cron command itself, on the example spec: also a no-op, exit 0.
+    from slurm_pool.bridge.cli import rebalance
+
+    for key, value in bridge.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(rebalance, [
+        "--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig), "--now", "2026-01-07T02:00",
+        "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["results"] == [] and out["ok"] and out["window_open"]
+    assert {n["node"]: n["intent"] for n in out["nodes"]}["a-gpu1"] == "lent"
+    assert [p["id"] for p in bridge.placeholders()] == [ph[0]["id"]]
+    dry = CliRunner().invoke(rebalance, ["--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
+                                         "--now", "2026-01-07T12:00", "--dry-run"], catch_exceptions=False)
+    assert dry.exit_code == 0, dry.output
+    assert "off-peak window closed" in dry.output and "[dry run]" in dry.output
+    assert "a-gpu1       reclaim  outside the off-peak windows" in dry.output, dry.output
+    assert bridge.lent("a-gpu1") and bridge.placeholders()[0]["state"] == "RUNNING", "a dry run changes nothing"
+
+
+def test_owner_job_preempts_placeholder_and_reclaim_is_fast(bridge):
+    _lend_one(bridge)
+    placeholder = bridge.placeholders()[0]["id"]
+    submitted = time.monotonic()
+    owner = bridge.cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", "a-gpu1",
+                                  "--gres=gpu:2", "-o", "/dev/null", "-D", "/tmp", user="alice", script=OWNER_JOB)
+    # Slurm itself preempts the placeholder; the owner does not wait for GraceTime.
+    bridge.cluster.wait_state(owner, ["RUNNING"], timeout=30)
+    owner_wait = time.monotonic() - submitted
+    assert owner_wait < 10, f"owner waited {owner_wait:.1f}s"
+    assert bridge.cluster.sacct_state(int(placeholder)) in ("COMPLETED", "PREEMPTED", "CANCELLED")
+    assert not bridge.placeholders(), "a preempted placeholder does not come back"
+
+    began = time.monotonic()
+    report = bridge.reconcile(NIGHT)
+    took = time.monotonic() - began
+    assert report.ok, report.text()
+    node = report.plan.node("a-gpu1")
+    assert node.intent == "reclaim" and any("placeholder" in r for r in node.reasons), report.text()
+    # One run gives the node back completely: fenced, unlabelled, no inference pods left.
+    assert bridge.fenced("a-gpu1") and not bridge.lent("a-gpu1")
+    assert "slurm-pool/lent" not in (bridge.node("a-gpu1").metadata.labels or {})
+    assert "a-gpu1" not in bridge.running_on().values()
+    assert took < 45, f"reclaim took {took:.1f}s"
+    # The same run lent the next idle node, so inference moves there.
+    assert report.plan.node("a-gpu2").intent == "lend"
+    bridge.wait_predictors(2, "a-gpu2")
+    assert bridge.cluster.job_field(owner, "%T") == "RUNNING"
+    assert bridge.reconcile(NIGHT).plan.steps == []
+
+
+def test_human_drained_node_is_never_lent_and_its_drain_is_untouched(bridge):
+    reason = "disk swap, ask alice"
+    bridge.cluster.run(["scontrol", "update", "NodeName=a-gpu1", "State=DRAIN", f"Reason={reason}"], check=True)
+    try:
+        _lend_one(bridge, node="a-gpu2")
+        for now in (NIGHT, NOON, NIGHT):
+            report = bridge.reconcile(now)
+            assert report.ok, report.text()
+            a1 = report.plan.node("a-gpu1")
+            assert a1.intent == "slurm" and any("by a person" in r and reason in r for r in a1.reasons), report.text()
+        # (a-gpu2 went back at noon and may still be completing its placeholder: another node serves.)
+        assert not bridge.lent("a-gpu1") and bridge.fenced("a-gpu1")
+        assert [n for n in NODES if bridge.lent(n)] in (["a-gpu2"], ["b-gpu1"]), report.text()
+        assert all(p["node"] != "a-gpu1" for p in bridge.placeholders())
+        node = bridge.cluster.slurm.node("a-gpu1")
+        assert node.drained and node.reason == reason
+    finally:
+        bridge.cluster.run(["scontrol", "update", "NodeName=a-gpu1", "State=RESUME"])
+
+
+def test_pdb_blocked_eviction_is_reported_and_retried_not_forced(bridge):
+    _lend_one(bridge)
+    selector = {"matchLabels": {"serving.kserve.io/inferenceservice": "llm"}}
+    bridge.policy.create_namespaced_pod_disruption_budget(bridge.namespace, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "llm"},
+        "spec": {"minAvailable": 2, "selector": selector}})
+
+    def budget_settled() -> bool:
+        pdb = bridge.policy.read_namespaced_pod_disruption_budget("llm", bridge.namespace)
+        st = pdb.status
+        return bool(st and st.observed_generation == pdb.metadata.generation and st.current_healthy == 2
+                    and st.disruptions_allowed == 0)
+
+    wait_for(budget_settled, timeout=60, what="PDB observed with no disruption allowed")
+    pods = sorted(bridge.running_on())
+    placeholder = bridge.placeholders()[0]["id"]
+
+    for attempt in (1, 2):  # off-peak is over: reclaim, refused both times
+        report = bridge.reconcile(NOON)
+        assert report.exit_code == 1, report.text()
+        evict = [r for r in report.results if r.node == "a-gpu1" and r.kind == "evict"]
+        assert len(evict) == 1 and evict[0].blocked and not evict[0].ok, report.text()
+        assert len(evict[0].errors) == 2 and all("429" in e for e in evict[0].errors), evict[0].errors
+        assert [r.kind for r in report.results if r.node == "a-gpu1"] == (
+            ["fence", "evict"] if attempt == 1 else ["evict"])
+        # Not forced: the pods still run there, the placeholder still holds the node.
+        assert sorted(bridge.running_on()) == pods and set(bridge.running_on().values()) == {"a-gpu1"}
+        assert [p["id"] for p in bridge.placeholders()] == [placeholder]
+        assert bridge.fenced("a-gpu1")
+        assert "slurm-pool/reclaim-since" in bridge.node("a-gpu1").metadata.annotations
+
+    bridge.policy.delete_namespaced_pod_disruption_budget("llm", bridge.namespace)
+    wait_for(lambda: not bridge.policy.list_namespaced_pod_disruption_budget(bridge.namespace).items,
+             timeout=30, what="PDB gone")
+    report = bridge.reconcile(NOON)
+    assert report.ok, report.text()
+    assert not bridge.placeholders() and not bridge.lent("a-gpu1") and bridge.fenced("a-gpu1")
+    assert "a-gpu1" not in bridge.running_on().values()
+    assert "slurm-pool/reclaim-since" not in (bridge.node("a-gpu1").metadata.annotations or {})

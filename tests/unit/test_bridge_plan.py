@@ -1,0 +1,662 @@
+"""The bridge's pure planner (table-driven) and its executor against fakes.
+
+Slurm is a small in-memory model answering the real commands through
+RecordingRunner (``sinfo/squeue --json``, ``sbatch``, ``squeue -j``,
+``scancel``); Kubernetes is a dict-backed :class:`FakeK8s` with fault
+injection (PDB 429s, API errors).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_pool.adapters.runner import RecordingRunner, Result
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.bridge.execute import Executor
+from slurm_pool.bridge.k8s import EvictionBlocked, K8sError, fence_patch, open_patch, release_patch
+from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT, build_snapshot, isvc_gpus
+from slurm_pool.bridge.plan import in_window, off_peak, plan
+from slurm_pool.bridge.reconcile import observe, reconcile
+from slurm_pool.bridge.slurm_side import SlurmSide
+from slurm_pool.spec.bridge import Bridge, OffPeakWindow, check_bridge
+
+EXAMPLE_SPEC = str(Path(__file__).resolve().parents[2] / "examples" / "pool.yaml")
+NODES = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
+OWNER = {"a-gpu1": "a-owner", "a-gpu2": "a-owner", "b-gpu1": "b-owner", "c-gpu1": "c-owner"}
+NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)   # a Wednesday, 02:00
+NOON = datetime(2026, 1, 7, 12, 0, tzinfo=timezone.utc)
+CONFIG = Bridge(timezone="UTC", reclaim_wait=5, placeholder_start_timeout=5)
+
+
+# -- fakes -------------------------------------------------------------------------
+
+@dataclass
+class FakeSlurm:
+    """Slurm as its commands show it; jobs start at once on a free node."""
+
+    drains: dict[str, str] = field(default_factory=dict)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    next_id: int = 100
+
+    def install(self, runner: RecordingRunner) -> RecordingRunner:
+        runner.respond(["sinfo", "--json"], lambda a, i: self._ok(a, json.dumps({"nodes": self._nodes()})))
+        runner.respond(["squeue", "--json"], lambda a, i: self._ok(a, json.dumps({"jobs": self.jobs})))
+        runner.respond(["squeue", "-h", "-j"], self._state)
+        runner.respond(["sbatch"], self._sbatch)
+        runner.respond(["scancel"], self._scancel)
+        return runner
+
+    @staticmethod
+    def _ok(argv: tuple[str, ...], out: str) -> Result:
+        return Result(argv, 0, out, "")
+
+    def _on(self, node: str) -> list[dict[str, Any]]:
+        return [j for j in self.jobs if j["nodes"] == node and j["job_state"] == "RUNNING"]
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        out = []
+        for n in NODES:
+            flags = ["DRAIN"] if n in self.drains else []
+            out.append({"name": n, "state": "allocated" if self._on(n) else "idle", "state_flags": flags,
+                        "reason": self.drains.get(n, ""),
+                        "partitions": [OWNER[n], "shared", "scavenger", "k8s-lend"]})
+        return out
+
+    def add(self, state: str, partition: str, node: str = "", comment: str = "", **raw: Any) -> int:
+        self.next_id += 1
+        self.jobs.append({"job_id": self.next_id, "job_state": state, "partition": partition,
+                          "nodes": node if state != "PENDING" else "", "comment": comment,
+                          "restart_cnt": 0, "required_nodes": "", "excluded_nodes": "",
+                          "state_reason": "None", "name": "job", **raw})
+        return self.next_id
+
+    def _sbatch(self, argv: tuple[str, ...], script: str | None) -> Result:
+        opts = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+        node = opts["nodelist"]
+        state = "PENDING" if self._on(node) or node in self.drains else "RUNNING"
+        job = self.add(state, opts["partition"], node, opts["comment"])
+        self.jobs[-1]["nodes"] = node
+        return Result(argv, 0, f"{job}\n", "")
+
+    def _state(self, argv: tuple[str, ...], _in: str | None) -> Result:
+        job = next((j for j in self.jobs if str(j["job_id"]) == argv[3]), None)
+        return Result(argv, 0, f"{job['job_state']}|{job['state_reason']}\n" if job else "", "")
+
+    def _scancel(self, argv: tuple[str, ...], _in: str | None) -> Result:
+        for j in self.jobs:
+            if str(j["job_id"]) in argv[1:]:
+                j["job_state"] = "CANCELLED"
+        return Result(argv, 0, "", "")
+
+    def preempt(self, job_id: int, requeue: bool = False) -> None:
+        j = next(j for j in self.jobs if j["job_id"] == job_id)
+        j["job_state"] = "PENDING" if requeue else "COMPLETED"
+        j["restart_cnt"] += int(requeue)
+
+
+def node_manifest(name: str, gpus: int = 2) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {}, "annotations": {}, "resourceVersion": "1"},
+            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def pod_manifest(name: str, node: str, ns: str = "serve", **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, **meta}, "spec": {"nodeName": node},
+            "status": {"phase": "Running"}}
+
+
+def isvc(name: str, replicas: int, gpus: int = 1) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "serve"},
+            "spec": {"predictor": {"minReplicas": replicas,
+                                   "model": {"resources": {"limits": {"nvidia.com/gpu": gpus}}}}}}
+
+
+def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 JSON merge patch, in place."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict):
+            sub = target.get(key)
+            if not isinstance(sub, dict):
+                sub = target[key] = {}
+            merge(sub, value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+@dataclass
+class FakeK8s:
+    """Nodes, pods and InferenceServices as dicts; evictions remove pods at once."""
+
+    nodes: dict[str, dict[str, Any]] = field(default_factory=lambda: {n: node_manifest(n) for n in NODES})
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    isvcs: list[dict[str, Any]] = field(default_factory=list)
+    #: pod refs whose eviction a PodDisruptionBudget refuses
+    guarded: set[str] = field(default_factory=set)
+    #: pod refs whose eviction fails with this error
+    broken: dict[str, K8sError] = field(default_factory=dict)
+    patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    evictions: list[str] = field(default_factory=list)
+    deletions: list[str] = field(default_factory=list)
+    #: evicted pods linger this many list_pods() calls before they are gone
+    linger: int = 0
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self.nodes.values()))
+
+    def read_node(self, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self.nodes[name])
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        node = self.nodes[name]
+        rv = patch.get("metadata", {}).get("resourceVersion")
+        if rv and rv != node["metadata"]["resourceVersion"]:
+            raise K8sError(409, "conflict")
+        self.patches.append((name, copy.deepcopy(patch)))
+        merge(node, patch)
+        node["metadata"]["resourceVersion"] = str(int(rv or node["metadata"]["resourceVersion"]) + 1)
+
+    def list_pods(self, node: str | None = None) -> list[dict[str, Any]]:
+        for p in self.pods:
+            if p["metadata"].get("deletionTimestamp"):
+                p["linger"] = p.get("linger", 0) - 1
+        self.pods = [p for p in self.pods if p.get("linger", 0) >= 0]
+        return copy.deepcopy([p for p in self.pods if node is None or p["spec"]["nodeName"] == node])
+
+    def list_inference_services(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.isvcs)
+
+    def _remove(self, ref: str) -> None:
+        for p in self.pods:
+            if f"{p['metadata']['namespace']}/{p['metadata']['name']}" == ref:
+                p["metadata"]["deletionTimestamp"] = "now"
+                p["linger"] = self.linger
+
+    def evict(self, namespace: str, name: str) -> None:
+        ref = f"{namespace}/{name}"
+        self.evictions.append(ref)
+        if ref in self.broken:
+            raise self.broken[ref]
+        if ref in self.guarded:
+            raise EvictionBlocked(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+        self._remove(ref)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self.deletions.append(f"{namespace}/{name}")
+        self._remove(f"{namespace}/{name}")
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.nodes[name]
+
+    def lent(self, name: str) -> bool:
+        n = self.nodes[name]
+        return (n["metadata"].get("labels", {}).get(LENT_LABEL) == "true" and not n["spec"].get("unschedulable")
+                and not any(t["key"] == RECLAIM_TAINT for t in n["spec"].get("taints") or []))
+
+    def fenced(self, name: str) -> bool:
+        n = self.nodes[name]
+        return bool(n["spec"].get("unschedulable")) and any(t["key"] == RECLAIM_TAINT for t in n["spec"]["taints"])
+
+
+class World:
+    """A fake Slurm and a fake Kubernetes wired to the bridge."""
+
+    def __init__(self, config: Bridge = CONFIG):
+        self.config = config
+        self.slurm = FakeSlurm()
+        self.runner = self.slurm.install(RecordingRunner())
+        self.k8s = FakeK8s()
+        self.side = SlurmSide(SlurmClient(self.runner), config, submit_as="slurmpool")
+        self.clock = 0.0
+
+    def _sleep(self, s: float) -> None:
+        self.clock += s
+
+    def run(self, now: datetime = NIGHT, **kw: Any):
+        ex = Executor(self.side, self.k8s, self.config, clock=lambda: self.clock, sleep=self._sleep, poll=0.5)
+        return reconcile(self.side, self.k8s, kw.pop("config", self.config), now=now, executor=ex, **kw)
+
+    def plan(self, now: datetime = NIGHT, **kw: Any):
+        return plan(observe(self.side, self.k8s, self.config), self.config, now, **kw)
+
+    def placeholders(self, state: str = "RUNNING") -> dict[str, int]:
+        return {j["nodes"]: j["job_id"] for j in self.slurm.jobs
+                if j["comment"].startswith("slurm-pool:lend") and j["job_state"] == state}
+
+    def settle(self) -> None:
+        """Fence everything (no demand) so scenarios start from the steady state."""
+        assert self.run(now=NOON).ok
+
+
+def world(demand_gpus: int = 0, **config: Any) -> World:
+    w = World(CONFIG.model_copy(update=config) if config else CONFIG)
+    w.settle()
+    if demand_gpus:
+        w.k8s.isvcs.append(isvc("llm", demand_gpus))
+    return w
+
+
+# -- spec ------------------------------------------------------------------------------
+
+def test_bridge_defaults_match_the_example_pool():
+    from slurm_pool.spec import load_spec
+
+    spec = load_spec(EXAMPLE_SPEC)
+    assert check_bridge(spec) == []
+    assert check_bridge(spec, Bridge(account="proja")) == [
+        "bridge.account: project 'proja' may not use tier 'k8s-lend'",
+        "bridge.user: 'slurmpool' is not a user of project 'proja'"]
+    with pytest.raises(ValueError, match="time of day"):
+        OffPeakWindow(start="25:00", end="07:00")
+    with pytest.raises(ValueError, match="time zone"):
+        Bridge(timezone="Mars/Olympus")
+
+
+@pytest.mark.parametrize("window, when, inside", [
+    (("19:00", "07:00", None), datetime(2026, 1, 7, 23, 30), True),
+    (("19:00", "07:00", None), datetime(2026, 1, 7, 6, 59), True),
+    (("19:00", "07:00", None), datetime(2026, 1, 7, 7, 0), False),
+    (("19:00", "07:00", None), datetime(2026, 1, 7, 12, 0), False),
+    # Friday's night window runs into Saturday morning, and no further.
+    (("19:00", "07:00", ["fri"]), datetime(2026, 1, 10, 3, 0), True),     # Sat 03:00
+    (("19:00", "07:00", ["fri"]), datetime(2026, 1, 11, 3, 0), False),    # Sun 03:00
+    (("19:00", "07:00", ["fri"]), datetime(2026, 1, 9, 3, 0), False),     # Fri 03:00
+    (("00:00", "24:00", ["sat", "sun"]), datetime(2026, 1, 11, 15, 0), True),
+    (("00:00", "24:00", ["sat", "sun"]), datetime(2026, 1, 12, 15, 0), False),
+    (("09:00", "17:00", None), datetime(2026, 1, 7, 9, 0), True),
+])
+def test_off_peak_windows(window, when, inside):
+    start, end, days = window
+    w = OffPeakWindow(start=start, end=end, **({"days": days} if days else {}))
+    assert in_window(w, when) is inside
+
+
+def test_off_peak_uses_the_configured_time_zone():
+    cfg = Bridge(timezone="Asia/Tokyo", off_peak=[OffPeakWindow(start="19:00", end="07:00")])
+    assert off_peak(cfg, datetime(2026, 1, 7, 13, 0, tzinfo=timezone.utc))      # 22:00 in Tokyo
+    assert not off_peak(cfg, datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc))   # 11:00 in Tokyo
+
+
+def test_isvc_gpu_demand():
+    assert isvc_gpus(isvc("a", 3, gpus=2), "nvidia.com/gpu") == 6
+    status = {**isvc("b", 1), "status": {"desiredReplicas": 4}}
+    assert isvc_gpus(status, "nvidia.com/gpu") == 4
+    cpu_only = {"spec": {"predictor": {"minReplicas": 2, "maxReplicas": 5}}}
+    assert isvc_gpus(cpu_only, "nvidia.com/gpu") == 0
+    ranged = {"spec": {"predictor": {"minReplicas": 1, "maxReplicas": 3,
+                                     "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}}
+    assert isvc_gpus(ranged, "nvidia.com/gpu") == 3
+
+
+# -- planner, table-driven -----------------------------------------------------------------
+
+def _lent_world(node: str = "a-gpu1", demand: int = 2, **config: Any) -> tuple[World, int]:
+    """A world where ``node`` is lent (placeholder running, node open) and holds predictor pods."""
+    w = world(demand, **config)
+    assert w.run().ok
+    assert w.k8s.lent(node)
+    w.k8s.pods += [pod_manifest("llm-0", node), pod_manifest("llm-1", node)]
+    return w, w.placeholders()[node]
+
+
+def intents(p) -> dict[str, str]:
+    return {n.node: n.intent for n in p.nodes}
+
+
+def kinds(p, node: str) -> list[str]:
+    return [s.kind for s in p.node(node).steps]
+
+
+CASES = {
+    # name: (demand GPUs, world changes, now, config, expected intents, reason fragment per node)
+    "demand lends the first idle node": (
+        2, None, NIGHT, {}, {"a-gpu1": "lend", "a-gpu2": "slurm", "b-gpu1": "slurm", "c-gpu1": "slurm"}, {}),
+    "no demand lends nothing": (
+        0, None, NIGHT, {}, {"a-gpu1": "slurm"}, {"a-gpu1": "demand is met"}),
+    "three GPUs need two nodes": (
+        3, None, NIGHT, {}, {"a-gpu1": "lend", "a-gpu2": "lend", "b-gpu1": "slurm"}, {}),
+    "cap on lent nodes": (
+        8, None, NIGHT, {"max_lent_nodes": 1}, {"a-gpu1": "lend", "a-gpu2": "slurm"}, {}),
+    "human drain is never lent": (
+        2, lambda w: w.slurm.drains.update({"a-gpu1": "disk swap, ask bob"}), NIGHT, {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "by a person (disk swap, ask bob)"}),
+    "slurm-pool's own drain is not lent either": (
+        2, lambda w: w.slurm.drains.update({"a-gpu1": "slurm-pool: mig repartition"}), NIGHT, {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "slurm: DRAIN (slurm-pool: mig"}),
+    "busy node is not lent": (
+        2, lambda w: w.slurm.add("RUNNING", "shared", "a-gpu1"), NIGHT, {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "on the node"}),
+    "pending job pinned to a node keeps it": (
+        2, lambda w: w.slurm.add("PENDING", "a-owner", required_nodes="a-gpu1", state_reason="Resources"), NIGHT, {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "could run here"}),
+    "pending job in a partition of all nodes keeps them all": (
+        2, lambda w: w.slurm.add("PENDING", "shared", state_reason="Priority"), NIGHT, {},
+        {"a-gpu1": "slurm", "a-gpu2": "slurm", "b-gpu1": "slurm", "c-gpu1": "slurm"}, {}),
+    "held pending job does not count": (
+        2, lambda w: w.slurm.add("PENDING", "shared", state_reason="JobHeldUser"), NIGHT, {},
+        {"a-gpu1": "lend"}, {}),
+    "pending job excluding the node does not count": (
+        2, lambda w: w.slurm.add("PENDING", "a-owner", excluded_nodes="a-gpu1", state_reason="Resources"), NIGHT, {},
+        {"a-gpu1": "lend", "a-gpu2": "slurm"}, {}),
+    "outside off-peak nothing is lent": (
+        2, None, NOON, {}, {"a-gpu1": "slurm"}, {"a-gpu1": "outside the off-peak windows"}),
+    "demand may lend outside off-peak when configured": (
+        2, None, NOON, {"lend_outside_off_peak": True}, {"a-gpu1": "lend"}, {}),
+    "disabled bridge lends nothing": (
+        2, None, NIGHT, {"enabled": False}, {"a-gpu1": "slurm"}, {"a-gpu1": "disabled"}),
+    "kubernetes cordon by someone else is respected": (
+        2, lambda w: w.k8s.nodes["a-gpu1"]["spec"].update(unschedulable=True, taints=[]), NIGHT, {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "cordoned by someone else"}),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_planner_table(name):
+    demand, change, now, config, want, reasons = CASES[name]
+    w = world(demand, **config)
+    if change:
+        change(w)
+    p = w.plan(now)
+    got = intents(p)
+    assert {n: got[n] for n in want} == want, p.to_dict()
+    for node, fragment in reasons.items():
+        assert any(fragment in r for r in p.node(node).reasons), p.node(node).reasons
+    lent = [n for n, i in got.items() if i == "lend"]
+    for n in lent:
+        assert kinds(p, n) == ["submit", "wait-running", "open"]
+
+
+RECLAIMS = {
+    # name: (change to a world with a-gpu1 lent, now, config, reason fragment)
+    "owner job preempted the placeholder": (
+        lambda w, job: (w.slurm.preempt(job), w.slurm.add("RUNNING", "a-owner", "a-gpu1")),
+        NIGHT, {}, "placeholder not running"),
+    "requeued placeholder": (
+        lambda w, job: w.slurm.preempt(job, requeue=True), NIGHT, {}, "preempted and requeued"),
+    "pending owner job": (
+        lambda w, job: w.slurm.add("PENDING", "a-owner", required_nodes="a-gpu1", state_reason="Resources"),
+        NIGHT, {}, "could run here"),
+    "off-peak is over": (lambda w, job: None, NOON, {}, "outside the off-peak windows"),
+    "inference demand dropped": (lambda w, job: w.k8s.isvcs.clear(), NIGHT, {}, "demand dropped"),
+    "a person drained the lent node": (
+        lambda w, job: w.slurm.drains.update({"a-gpu1": "bad fan"}), NIGHT, {}, "by a person (bad fan)"),
+    "placeholder cancelled by an admin": (
+        lambda w, job: w.slurm._scancel(("scancel", str(job)), None), NIGHT, {}, "placeholder not running"),
+}
+
+
+@pytest.mark.parametrize("name", list(RECLAIMS))
+def test_reclaim_table(name):
+    change, now, config, fragment = RECLAIMS[name]
+    w, job = _lent_world(**config)
+    change(w, job)
+    p = w.plan(now)
+    node = p.node("a-gpu1")
+    assert node.intent == "reclaim", p.to_dict()
+    assert any(fragment in r for r in node.reasons), node.reasons
+    steps = kinds(p, "a-gpu1")
+    assert steps[:3] == ["fence", "evict", "wait-empty"]
+    assert steps[-1] == "release"
+    assert ("cancel" in steps) == bool(w.slurm.jobs and any(
+        j["job_id"] == job and j["job_state"] in ("RUNNING", "PENDING") for j in w.slurm.jobs))
+    # Carried out, the node is back with Slurm: fenced, empty, unlabelled, no placeholder.
+    report = w.run(now)
+    assert report.ok, report.text()
+    assert w.k8s.fenced("a-gpu1") and not w.k8s.lent("a-gpu1")
+    assert RECLAIM_SINCE not in w.k8s.node("a-gpu1")["metadata"]["annotations"]
+    assert not [p for p in w.k8s.pods if p["spec"]["nodeName"] == "a-gpu1"]
+    assert "a-gpu1" not in w.placeholders() and "a-gpu1" not in w.placeholders("PENDING")
+    assert not w.runner.commands("scontrol"), "the bridge never touches drains"
+    assert w.plan(now).node("a-gpu1").steps == ()
+
+
+def test_surplus_reclaim_prefers_the_emptier_node():
+    w = world(4)
+    assert w.run().ok and w.k8s.lent("a-gpu1") and w.k8s.lent("a-gpu2")
+    w.k8s.pods += [pod_manifest("llm-0", "a-gpu2"), pod_manifest("llm-1", "a-gpu2")]
+    w.k8s.isvcs[:] = [isvc("llm", 2)]
+    p = w.plan()
+    assert intents(p)["a-gpu1"] == "reclaim" and intents(p)["a-gpu2"] == "lent"
+
+
+@pytest.mark.parametrize("demand, change, now", [
+    (2, None, NIGHT),
+    (5, None, NIGHT),
+    (2, lambda w: w.slurm.drains.update({"a-gpu1": "maintenance"}), NIGHT),
+    (2, lambda w: w.k8s.pods.append(pod_manifest("stray", "b-gpu1")), NIGHT),
+    (0, None, NOON),
+])
+def test_idempotent(demand, change, now):
+    """Carrying the plan out and planning again yields no steps; a second run changes nothing."""
+    w = World()
+    w.k8s.isvcs.append(isvc("llm", demand)) if demand else None
+    if change:
+        change(w)
+    first = w.run(now)
+    assert first.ok, first.text()
+    assert w.plan(now).steps == []
+    calls, patches = len(w.runner.calls), len(w.k8s.patches)
+    second = w.run(now)
+    assert second.results == [] and second.ok
+    assert [c[0] for c in w.runner.calls[calls:]] == ["sinfo", "squeue"], "a no-op run only reads"
+    assert len(w.k8s.patches) == patches
+
+
+def test_human_drain_is_untouched_and_node_never_lent():
+    w = World()
+    w.slurm.drains["a-gpu1"] = "maintenance: psu"
+    w.k8s.isvcs.append(isvc("llm", 8))
+    for now in (NIGHT, NOON, NIGHT):
+        assert w.run(now).ok
+    assert "a-gpu1" not in w.placeholders()
+    assert not w.k8s.lent("a-gpu1")
+    assert w.slurm.drains["a-gpu1"] == "maintenance: psu"
+    assert not w.runner.commands("scontrol")
+    submitted = [c for c in w.runner.commands("sbatch")]
+    assert submitted and all("--nodelist=a-gpu1" not in c for c in submitted)
+
+
+def test_lend_then_owner_preempts_then_reclaim_moves_inference():
+    w, job = _lent_world()
+    w.slurm.preempt(job)
+    w.slurm.add("RUNNING", "a-owner", "a-gpu1")
+    report = w.run()
+    assert report.ok, report.text()
+    assert w.k8s.fenced("a-gpu1") and w.k8s.lent("a-gpu2")
+    assert sorted(w.k8s.evictions) == ["serve/llm-0", "serve/llm-1"]
+    # Evictions of a-gpu1 ran before a-gpu2's placeholder wait: phases interleave nodes.
+    order = [(r.node, r.kind) for r in report.results]
+    assert order.index(("a-gpu1", "evict")) < order.index(("a-gpu2", "wait-running"))
+
+
+def test_placeholder_command_line():
+    w = World()
+    argv = w.side.placeholder_argv("b-gpu1")
+    assert argv[:3] == ["sbatch", "--parsable", "--uid=slurmpool"]
+    for opt in ("--partition=k8s-lend", "--qos=k8s-lend", "--account=k8s-bridge", "--nodelist=b-gpu1",
+                "--exclusive", "--mem=0", "--comment=slurm-pool:lend node=b-gpu1", "--signal=B:TERM@60"):
+        assert opt in argv
+    assert "--no-requeue" not in argv
+
+
+# -- executor fault injection ---------------------------------------------------------------
+
+def test_pdb_blocked_eviction_is_reported_retried_and_not_forced():
+    w, job = _lent_world()
+    w.k8s.guarded.add("serve/llm-0")
+    first = w.run(NOON)
+    assert not first.ok and first.exit_code == 1
+    evict = next(r for r in first.results if r.kind == "evict")
+    assert evict.blocked and "serve/llm-0" in evict.errors[0] and "429" in evict.errors[0]
+    assert evict.detail.startswith("evicted 1 of 2")
+    # The node stays fenced and marked, the placeholder keeps it in Slurm: nothing forced.
+    assert w.k8s.fenced("a-gpu1") and w.placeholders()["a-gpu1"] == job
+    assert RECLAIM_SINCE in w.k8s.node("a-gpu1")["metadata"]["annotations"]
+    assert [r.kind for r in first.results if r.node == "a-gpu1"] == ["fence", "evict"]
+    assert w.k8s.deletions == []
+    # Next run retries the eviction (and only it), still without force.
+    second = w.run(NOON)
+    assert not second.ok
+    assert [r.kind for r in second.results if r.node == "a-gpu1"] == ["evict"]
+    assert w.k8s.evictions.count("serve/llm-0") == 2 and w.k8s.deletions == []
+    # The budget allows it now: the reclaim completes.
+    w.k8s.guarded.clear()
+    third = w.run(NOON)
+    assert third.ok, third.text()
+    assert "a-gpu1" not in w.placeholders() and not w.k8s.lent("a-gpu1")
+
+
+def test_force_after_deletes_pods_stuck_past_the_deadline():
+    w, job = _lent_world()
+    w.k8s.guarded.add("serve/llm-0")
+    assert not w.run(NOON, force_after=600).ok           # reclaim begins, 429
+    since = w.k8s.node("a-gpu1")["metadata"]["annotations"][RECLAIM_SINCE]
+    assert datetime.fromisoformat(since) == NOON
+    soon = NOON.replace(minute=5)
+    assert not w.run(soon, force_after=600).ok and w.k8s.deletions == []   # 5 min < 10 min
+    late = NOON.replace(minute=11)
+    p = w.plan(late, force_after=600)
+    assert p.node("a-gpu1").steps[0].kind == "evict" and p.node("a-gpu1").steps[0].force
+    report = w.run(late, force_after=600)
+    assert report.ok, report.text()
+    assert w.k8s.deletions == ["serve/llm-0"]
+
+
+def test_one_failing_eviction_does_not_stop_the_others():
+    w = world(4)
+    assert w.run().ok
+    for node in ("a-gpu1", "a-gpu2"):
+        w.k8s.pods += [pod_manifest(f"{node}-p0", node), pod_manifest(f"{node}-p1", node)]
+    w.k8s.broken["serve/a-gpu1-p0"] = K8sError(500, "etcdserver: request timed out")
+    report = w.run(NOON)
+    assert report.exit_code == 1
+    assert sorted(w.k8s.evictions) == ["serve/a-gpu1-p0", "serve/a-gpu1-p1", "serve/a-gpu2-p0", "serve/a-gpu2-p1"]
+    errors = report.to_dict()["errors"]
+    assert errors == ["serve/a-gpu1-p0: 500: etcdserver: request timed out"]
+    # a-gpu2 was given back completely; a-gpu1 keeps its placeholder until it is empty.
+    assert "a-gpu2" not in w.placeholders() and not w.k8s.lent("a-gpu2")
+    assert "a-gpu1" in w.placeholders()
+    assert "FAILED" in report.text() and "etcdserver" in report.text()
+
+
+def test_slurm_failure_for_one_node_does_not_stop_another():
+    w = world(4)
+    w.runner.respond(["sbatch"], lambda a, i: Result(a, 1, "", "sbatch: error: Batch job submission failed")
+                     if "--nodelist=a-gpu1" in a else None)
+    report = w.run()
+    assert report.exit_code == 1
+    failed = [(r.node, r.kind) for r in report.failed]
+    assert failed == [("a-gpu1", "submit")]
+    assert "submission failed" in report.failed[0].errors[0]
+    assert not w.k8s.lent("a-gpu1") and w.k8s.lent("a-gpu2")
+
+
+def test_placeholder_that_does_not_start_is_reported_and_left_for_the_next_run():
+    w = world(2)
+    w.runner.respond(["sbatch"], lambda a, i: (w.slurm._sbatch(a, i), w.slurm.jobs[-1].update(
+        job_state="PENDING", state_reason="Priority"))[0])
+    report = w.run()
+    wait = next(r for r in report.results if r.kind == "wait-running")
+    assert not wait.ok and "PENDING (Priority)" in wait.detail
+    assert not w.k8s.lent("a-gpu1")
+    # Next run waits for the same job instead of submitting another.
+    p = w.plan()
+    assert kinds(p, "a-gpu1") == ["wait-running", "open"]
+
+
+def test_wait_for_pods_times_out_without_giving_the_node_back():
+    w, job = _lent_world()
+    w.k8s.linger = 1000
+    report = w.run(NOON)
+    wait = next(r for r in report.results if r.kind == "wait-empty")
+    assert not wait.ok and "2 pod(s) still there" in wait.detail
+    assert w.placeholders()["a-gpu1"] == job, "placeholder kept while pods remain"
+    assert w.clock >= CONFIG.reclaim_wait
+
+
+def test_node_patch_conflict_is_retried():
+    w = world(2)
+    real = w.k8s.read_node
+    stale = {"n": 1}
+
+    def read(name):
+        node = real(name)
+        if stale["n"]:
+            stale["n"] -= 1
+            node["metadata"]["resourceVersion"] = "0"
+        return node
+
+    w.k8s.read_node = read
+    assert w.run().ok and w.k8s.lent("a-gpu1")
+
+
+def test_dry_run_changes_nothing():
+    w = World()
+    w.k8s.isvcs.append(isvc("llm", 2))
+    report = w.run(dry_run=True)
+    assert report.ok and report.results == []
+    assert report.plan.steps
+    assert not w.runner.commands("sbatch") and not w.runner.commands("scancel") and not w.k8s.patches
+    text = report.text()
+    assert "[dry run]" in text and "plan    submit" in text
+
+
+def test_patch_bodies_keep_foreign_taints():
+    node = node_manifest("x")
+    node["spec"]["taints"] = [{"key": "gpu-vendor", "value": "nv", "effect": "NoSchedule"}]
+    fenced = copy.deepcopy(node)
+    merge(fenced, fence_patch(node, "2026-01-07T02:00:00+00:00"))
+    assert [t["key"] for t in fenced["spec"]["taints"]] == ["gpu-vendor", RECLAIM_TAINT]
+    assert fenced["spec"]["unschedulable"] is True
+    opened = copy.deepcopy(fenced)
+    merge(opened, open_patch(fenced))
+    assert [t["key"] for t in opened["spec"]["taints"]] == ["gpu-vendor"]
+    assert "unschedulable" not in opened["spec"] and RECLAIM_SINCE not in opened["metadata"]["annotations"]
+    assert opened["metadata"]["labels"] == {LENT_LABEL: "true"}
+    merge(opened, release_patch(opened))
+    assert opened["metadata"]["labels"] == {}
+
+
+def test_snapshot_reads_slurm_json():
+    """The snapshot builder on squeue/sinfo JSON shaped like slurm 22.05's."""
+    w = World()
+    w.slurm.add("RUNNING", "shared", "b-gpu1")
+    w.slurm.add("PENDING", "a-owner,shared", required_nodes="a-gpu[1-2]", state_reason="Resources")
+    snap = build_snapshot(CONFIG, w.side.nodes(), w.side.jobs(), w.k8s.list_nodes(), [], [])
+    assert snap.busy == {"b-gpu1": (101,)}
+    assert snap.pending[0].partitions == ("a-owner", "shared")
+    assert snap.pending[0].required == frozenset({"a-gpu1", "a-gpu2"})
+    assert snap.managed == list(NODES)
+
+
+# -- command line ------------------------------------------------------------------------------
+
+def test_now_option_is_wall_clock_in_the_bridge_time_zone():
+    from slurm_pool.bridge.cli import parse_now
+
+    tokyo = parse_now("2026-01-07T22:00", Bridge(timezone="Asia/Tokyo"))
+    assert tokyo.utcoffset().total_seconds() == 9 * 3600
+    assert off_peak(Bridge(timezone="Asia/Tokyo"), tokyo)
+    assert parse_now("2026-01-07T02:00:00Z", Bridge()) == NIGHT
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--now", "yesterday"], 2, "not an ISO 8601 time"),
+    (["--kubeconfig", "/nonexistent/kubeconfig"], 1, "cannot reach Kubernetes"),
+    (["--force-after", "-5"], 2, "--force-after"),
+])
+def test_rebalance_command_rejects_bad_input(args, code, message):
+    from click.testing import CliRunner
+
+    from slurm_pool.bridge.cli import rebalance
+
+    result = CliRunner().invoke(rebalance, ["--spec", EXAMPLE_SPEC, *args])
+    assert result.exit_code == code, result.output
+    assert message in result.output
