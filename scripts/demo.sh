@@ -35,7 +35,7 @@ run "$SP" cluster status --state-dir "$STATE"
 WORK=$(mktemp -d /tmp/slurm-pool-demo.XXXXXX); chmod 777 "$WORK"
 cp examples/train_sim.py "$WORK/"
 STEPS=300
-EXPECT=$("$PY" "$WORK/train_sim.py" --steps $STEPS --expect)
+EXPECT=$("$PY" "$WORK/train_sim.py" --steps $STEPS --expect | grep -o 'final=[0-9a-f]*' | cut -d= -f2)
 cat > "$WORK/train.sh" <<EOS
 #!/bin/bash
 #SBATCH --requeue
@@ -45,7 +45,7 @@ EOS
 say "2. Bob's server b-gpu1 is idle. Alice borrows both its GPUs in the scavenger tier"
 echo "   (--checkpoint comes from the slurm-pool SPANK plugin; job_submit.lua requires it here)"
 JA=$(sbatch --parsable --uid=alice -p scavenger -A proja -w b-gpu1 --gres=gpu:2 --checkpoint \
-     --signal=B:USR1@60 -o "$WORK/alice-%j.out" "$WORK/train.sh")
+     --signal=B:USR1@60 --open-mode=append -o "$WORK/alice-%j.out" "$WORK/train.sh")
 wait_state "$JA" RUNNING 60
 sleep 8
 run squeue
