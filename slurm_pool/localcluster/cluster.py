@@ -145,7 +145,7 @@ class LocalCluster:
             task_plugin="task/none",
             jobacct_gather_type="jobacct_gather/none",
             bin_dir=str(L.root / "bin"),
-            spank_plugin=find_spank_plugin(),
+            spank_plugin=str(L.root / "lib" / "slurm_pool_spank.so"),
             extra_slurm_conf=("SlurmdParameters=config_overrides",),
         )
 
@@ -232,7 +232,21 @@ class LocalCluster:
         for name, text in files.items():
             _write(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)
         self._write_node_programs()
+        self._install_spank_plugin()
         self._make_devices(ctx)
+
+    def _install_spank_plugin(self) -> None:
+        """Copy the built plugin into the state dir, where every job user can load it
+        (srun inside a job runs as the user; the checkout may not be readable)."""
+        built = Path(find_spank_plugin())
+        if built.exists():
+            lib = self.layout.root / "lib"
+            lib.mkdir(parents=True, exist_ok=True)
+            lib.chmod(0o755)
+            tmp = lib / ".slurm_pool_spank.so.tmp"
+            shutil.copyfile(built, tmp)
+            tmp.chmod(0o755)
+            os.replace(tmp, lib / "slurm_pool_spank.so")
 
     def _write_node_programs(self) -> None:
         """The Prolog/Epilog/HealthCheckProgram scripts and the node.conf they read."""
