@@ -108,7 +108,10 @@ class ClusterHandle:
         """Slurm delays a requeued job's start by 120 s; tests skip the wait.
 
         Waits first until the previous run has fully ended (no node still
-        COMPLETING, i.e. its epilog is done), as the 120 s hold would have.
+        COMPLETING, i.e. its epilog is done), and a few seconds past the
+        requeue: slurmd revokes the old run's credential with one-second
+        resolution, and a launch within that second is killed as "Job
+        credential revoked" (seen on 22.05) -- the race the 120 s hold avoids.
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -116,6 +119,7 @@ class ClusterHandle:
             if not any(s.startswith("comp") for s in states):
                 break
             time.sleep(0.25)
+        time.sleep(3)
         self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
 
 
@@ -135,6 +139,10 @@ def start_session_cluster(spec_path: str | Path) -> tuple[ClusterHandle, Path]:
 
 
 def stop_session_cluster(handle: ClusterHandle, state: Path) -> None:
+    """Stop the daemons; remove the state dir unless SLURM_POOL_KEEP_STATE is set (for its logs)."""
+    import os
+
     handle.cluster.down()
     subprocess.run(["pkill", "-f", f"{state}/"], check=False)
-    shutil.rmtree(state, ignore_errors=True)
+    if not os.environ.get("SLURM_POOL_KEEP_STATE"):
+        shutil.rmtree(state, ignore_errors=True)
