@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# The real Kubernetes control plane (session-scoped; started only by tests that ask for it).
+pytest_plugins = ["slurm_pool.testing.k8s_fixtures"]
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_SPEC = REPO / "examples" / "pool.yaml"
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from slurm_pool.adapters.runner import Runner, SubprocessRunner
+from slurm_pool.adapters.slurmjson import number, states
 
 #: Reason prefix on everything slurm-pool drains; a drain without it is a human's.
 REASON_PREFIX = "slurm-pool:"
@@ -65,24 +66,6 @@ class SlurmAPI(Protocol):
     def resume(self, node: str) -> None: ...
 
 
-def _state(value: Any) -> tuple[str, ...]:
-    if isinstance(value, list):
-        return tuple(str(v).upper() for v in value)
-    if isinstance(value, str):
-        return tuple(s for s in value.upper().replace("+", " ").split() if s)
-    return ()
-
-
-def _num(value: Any) -> int:
-    """Slurm JSON numbers are plain ints or ``{"set": bool, "number": n}``."""
-    if isinstance(value, dict):
-        return int(value.get("number", 0)) if value.get("set", True) else 0
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
 class SlurmClient:
     """Slurm through its command-line tools."""
 
@@ -99,7 +82,7 @@ class SlurmClient:
         out: dict[str, Node] = {}
         for n in data.get("nodes", []):
             name = n.get("name") or n.get("hostname")
-            state = _state(n.get("state")) + _state(n.get("state_flags"))
+            state = states(n.get("state")) + states(n.get("state_flags"))
             out[name] = Node(
                 name=name,
                 state=state,
@@ -163,7 +146,7 @@ def _job(j: dict[str, Any]) -> Job:
     if isinstance(nodes, dict):
         nodes = nodes.get("list") or ""
     return Job(
-        job_id=_num(j.get("job_id")),
+        job_id=number(j.get("job_id")) or 0,
         name=j.get("name") or "",
         state=str(state).upper(),
         partition=j.get("partition") or "",
@@ -171,7 +154,7 @@ def _job(j: dict[str, Any]) -> Job:
         account=j.get("account") or "",
         user=j.get("user_name") or j.get("user") or "",
         nodes=nodes if isinstance(nodes, str) else ",".join(nodes),
-        restart_count=_num(j.get("restart_cnt")),
+        restart_count=number(j.get("restart_cnt")) or 0,
         comment=(j.get("comment") or {}).get("job", "") if isinstance(j.get("comment"), dict) else (j.get("comment") or ""),
         raw=j,
     )

@@ -17,6 +17,8 @@ import re
 import time
 from typing import Any, NamedTuple
 
+from slurm_pool.adapters.slurmjson import number, states
+
 PREEMPT = "preempt"
 TIMEOUT = "timeout"
 TERMINATE = "terminate"
@@ -26,7 +28,6 @@ CHECKPOINT = "checkpoint"
 SLACK = 30.0
 SELF_REQUEUE_TOKEN = "slurm-pool:self-requeues="
 _TOKEN_RE = re.compile(re.escape(SELF_REQUEUE_TOKEN) + r"(\d+)")
-_INFINITE = 0xFFFFFFFE
 
 
 class JobInfo(NamedTuple):
@@ -50,32 +51,13 @@ class JobInfo(NamedTuple):
         return self.start_time + self.time_limit
 
 
-def _num(v: Any) -> int | None:
-    """Plain numbers, ``{"set", "infinite", "number"}`` objects, or None."""
-    if isinstance(v, dict):
-        if not v.get("set", True) or v.get("infinite"):
-            return None
-        v = v.get("number")
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, (int, float)):
-        return None if v >= _INFINITE else int(v)
-    if isinstance(v, str) and v.strip().isdigit():
-        return int(v)
-    return None
-
-
 def _time(v: Any) -> float | None:
-    n = _num(v)
+    n = number(v)
     return float(n) if n else None
 
 
 def _states(v: Any) -> frozenset[str]:
-    if isinstance(v, list):
-        return frozenset(str(s).upper() for s in v)
-    if isinstance(v, str):
-        return frozenset(s for s in v.upper().replace("+", " ").replace(",", " ").split() if s)
-    return frozenset()
+    return frozenset(states(v))
 
 
 def parse_job_json(text: str, job_id: str) -> JobInfo | None:
@@ -85,9 +67,9 @@ def parse_job_json(text: str, job_id: str) -> JobInfo | None:
     except ValueError:
         return None
     for j in data.get("jobs") or []:
-        if str(_num(j.get("job_id"))) != str(job_id):
+        if str(number(j.get("job_id"))) != str(job_id):
             continue
-        limit = _num(j.get("time_limit"))
+        limit = number(j.get("time_limit"))
         comment = j.get("comment")
         if isinstance(comment, dict):
             comment = comment.get("job")
@@ -100,7 +82,7 @@ def parse_job_json(text: str, job_id: str) -> JobInfo | None:
             end_time=_time(j.get("end_time")),
             preempt_time=_time(j.get("preempt_time")),
             time_limit=None if limit is None else float(limit) * 60.0,
-            restart_count=_num(j.get("restart_cnt")),
+            restart_count=number(j.get("restart_cnt")),
             comment=None if comment is None else str(comment),
             requeue=None if req is None else bool(req),
         )

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from slurm_pool.adapters.slurmjson import states
 from slurm_pool.node.health import is_ours
 
 _REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")
@@ -38,11 +39,7 @@ class Action(NamedTuple):
 
 
 def _flags(value: Any) -> set[str]:
-    if isinstance(value, list):
-        return {str(v).upper() for v in value}
-    if isinstance(value, str):
-        return {s for s in value.upper().replace("+", " ").split() if s}
-    return set()
+    return set(states(value))
 
 
 def parse_node_json(text: str, name: str) -> NodeState | None:

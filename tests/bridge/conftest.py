@@ -11,14 +11,6 @@ from typing import Any, Iterator
 
 import pytest
 
-from slurm_pool.testing.k8s_fixtures import (  # noqa: F401  (pytest finds fixtures by name)
-    isvc_controller,
-    k8s_api,
-    k8s_control_plane,
-    k8s_crds,
-    k8s_kubeconfig,
-    k8s_namespace,
-)
 
 #: Inside the default off-peak window (19:00-07:00) and outside it, in UTC.
 NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)

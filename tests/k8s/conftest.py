@@ -11,12 +11,3 @@ InferenceService test controller.  Tests talk to it with the official
 """
 
 from __future__ import annotations
-
-from slurm_pool.testing.k8s_fixtures import (  # noqa: F401  (pytest finds fixtures by name)
-    isvc_controller,
-    k8s_api,
-    k8s_control_plane,
-    k8s_crds,
-    k8s_kubeconfig,
-    k8s_namespace,
-)

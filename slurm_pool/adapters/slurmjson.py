@@ -1,0 +1,38 @@
+"""Small, stdlib-only helpers for the shapes of Slurm's JSON output.
+
+Used by the Slurm adapter and by the node hooks and job wrapper, which must
+import little.  Slurm writes states as a list (``["IDLE", "DRAIN"]``) or a
+``+``-joined string, and numbers as plain values or, from 23.02 on, as
+``{"set": bool, "infinite": bool, "number": n}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Slurm's NO_VAL-style sentinels: anything this large means "unset/infinite".
+INFINITE = 0xFFFFFFFE
+
+
+def states(value: Any) -> tuple[str, ...]:
+    """Upper-cased state words, in order, from a list or a ``+``/``,``-joined string."""
+    if isinstance(value, list):
+        return tuple(str(v).upper() for v in value)
+    if isinstance(value, str):
+        return tuple(s for s in value.upper().replace("+", " ").replace(",", " ").split() if s)
+    return ()
+
+
+def number(value: Any) -> int | None:
+    """A Slurm number; None when unset, infinite or not a number."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float)):
+        return None if value >= INFINITE else int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
