@@ -17,7 +17,7 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.spec.model import PoolSpec
 
 QOS_FIELDS = ["Name", "Description", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor",
-              "GrpTRES", "MaxTRESPU"]
+              "GrpTRES", "MaxTRESPU", "MaxTRES"]
 ASSOC_FIELDS = ["Account", "User", "Fairshare", "QOS", "DefaultQOS"]
 
 
@@ -31,7 +31,7 @@ class Change:
 
 def _norm(field: str, value: str) -> str:
     v = value.strip()
-    if field in ("QOS", "Preempt", "GrpTRES", "MaxTRESPU"):
+    if field in ("QOS", "Preempt", "GrpTRES", "MaxTRESPU", "MaxTRES"):
         return ",".join(sorted(x for x in v.split(",") if x))
     if field == "PreemptMode":
         # sacctmgr shows an unset (OFF) mode as "cluster".
@@ -62,7 +62,7 @@ def _seconds(v: str) -> int:
 
 def _clear_value(field: str, current: str) -> str:
     """The sacctmgr value that clears a TRES/list field."""
-    if field in ("GrpTRES", "MaxTRESPU"):
+    if field in ("GrpTRES", "MaxTRESPU", "MaxTRES"):
         return ",".join(f"{kv.split('=')[0]}=-1" for kv in current.split(",") if kv)
     return "''" if field in ("Preempt",) else ""
 
@@ -80,9 +80,9 @@ def _set_args(changes: list[tuple[str, str, str]]) -> list[str]:
     for f, old, new in changes:
         if f == "Preempt" and not new:
             args.append("Preempt=")
-        elif f in ("GrpTRES", "MaxTRESPU") and not new:
+        elif f in ("GrpTRES", "MaxTRESPU", "MaxTRES") and not new:
             args.append(f"{f}={_clear_value(f, old)}")
-        elif f in ("GrpTRES", "MaxTRESPU"):
+        elif f in ("GrpTRES", "MaxTRESPU", "MaxTRES"):
             dropped = {kv.split("=")[0] for kv in old.split(",") if kv} - {kv.split("=")[0] for kv in new.split(",")}
             args.append(f"{f}=" + ",".join([new] + [f"{k}=-1" for k in sorted(dropped)]))
         else:

@@ -65,6 +65,8 @@ def _qos_fields(tier: Tier) -> dict[str, str]:
         "UsageFactor": f"{tier.usage_factor:.6f}",
         "GrpTRES": _tres(tier.grp_tres),
         "MaxTRESPU": _tres(tier.max_tres_per_user),
+        # The hard per-job GPU limit behind job_submit.lua's friendlier check.
+        "MaxTRES": _tres({"gres/gpu": tier.policy.max_gpus_per_job} if tier.policy.max_gpus_per_job else {}),
     }
 
 

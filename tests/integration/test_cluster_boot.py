@@ -35,7 +35,7 @@ def test_every_node_idle_with_configured_gres(slurm_cluster):
 
 def test_qos_match_spec(slurm_cluster):
     rows = {r["Name"]: r for r in slurm_cluster.slurm.sacctmgr_show(
-        "qos", ["Name", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor"])}
+        "qos", ["Name", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor", "MaxTRES"])}
     for tier in slurm_cluster.spec.tiers:
         row = rows[tier.name]
         assert int(row["Priority"]) == tier.priority
@@ -45,6 +45,8 @@ def test_qos_match_spec(slurm_cluster):
         h, m, s = (int(x) for x in row["GraceTime"].split(":"))
         assert h * 3600 + m * 60 + s == tier.grace_time
         assert float(row["UsageFactor"]) == pytest.approx(tier.usage_factor)
+        limit = tier.policy.max_gpus_per_job
+        assert row["MaxTRES"] == (f"gres/gpu={limit}" if limit else ""), row
 
 
 def test_partitions_match_spec(slurm_cluster):

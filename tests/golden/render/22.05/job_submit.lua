@@ -41,7 +41,7 @@ local POOL = {
 -- tier (QOS) -> what it enforces
 local TIERS = {
 	["guaranteed"] = { max_gpus = nil, require_time = false, checkpoint = "none" },
-	["shared"] = { max_gpus = nil, require_time = true, checkpoint = "add_requeue" },
+	["shared"] = { max_gpus = 4, require_time = true, checkpoint = "add_requeue" },
 	["scavenger"] = { max_gpus = nil, require_time = false, checkpoint = "reject" },
 	["k8s-lend"] = { max_gpus = nil, require_time = false, checkpoint = "none" },
 }
