@@ -56,10 +56,6 @@ def _time(v: Any) -> float | None:
     return float(n) if n else None
 
 
-def _states(v: Any) -> frozenset[str]:
-    return frozenset(states(v))
-
-
 def parse_job_json(text: str, job_id: str) -> JobInfo | None:
     """One job from ``scontrol --json show job`` output."""
     try:
@@ -76,7 +72,7 @@ def parse_job_json(text: str, job_id: str) -> JobInfo | None:
         req = j.get("requeue")
         return JobInfo(
             job_id=str(job_id),
-            state=_states(j.get("job_state")),
+            state=frozenset(states(j.get("job_state"))),
             reason=str(j.get("state_reason") or ""),
             start_time=_time(j.get("start_time")),
             end_time=_time(j.get("end_time")),
@@ -121,7 +117,7 @@ def parse_job_text(text: str, job_id: str) -> JobInfo | None:
     requeue = fields.get("Requeue")
     return JobInfo(
         job_id=str(job_id),
-        state=_states(fields.get("JobState", "")),
+        state=frozenset(states(fields.get("JobState", ""))),
         reason=fields.get("Reason", ""),
         start_time=_parse_stamp(fields.get("StartTime", "")),
         end_time=_parse_stamp(fields.get("EndTime", "")),

@@ -38,10 +38,6 @@ class Action(NamedTuple):
     reason: str = ""
 
 
-def _flags(value: Any) -> set[str]:
-    return set(states(value))
-
-
 def parse_node_json(text: str, name: str) -> NodeState | None:
     """``scontrol --json show node NAME`` (22.05 and later layouts)."""
     try:
@@ -51,7 +47,7 @@ def parse_node_json(text: str, name: str) -> NodeState | None:
     for n in data.get("nodes") or []:
         if (n.get("name") or n.get("hostname")) != name:
             continue
-        flags = _flags(n.get("state")) | _flags(n.get("state_flags"))
+        flags = set(states(n.get("state"))) | set(states(n.get("state_flags")))
         return NodeState(name, frozenset(flags), str(n.get("reason") or ""), str(n.get("gres") or ""))
     return None
 
@@ -71,7 +67,7 @@ def parse_node_text(text: str, name: str) -> NodeState | None:
     if fields.get("NodeName") != name:
         return None
     reason = fields.get("Reason", "")
-    return NodeState(name, frozenset(_flags(fields.get("State", ""))), "" if reason == "(null)" else reason,
+    return NodeState(name, frozenset(states(fields.get("State", ""))), "" if reason == "(null)" else reason,
                      "" if fields.get("Gres") == "(null)" else fields.get("Gres", ""))
 
 
