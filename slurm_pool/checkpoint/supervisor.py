@@ -245,9 +245,12 @@ class Supervisor:
                 self.runner.run([self.st.scontrol, "update", f"JobId={self.job_id}", f"Comment={comment}"],
                                 check=False, timeout=15)
             self.self_requeues = count + 1
+        # the requeue signals this very process; leave the epilog a record first
+        self.requeued = True
+        self._write_outcome(control.EXIT_REQUEUE)
         res = self.runner.run([self.st.scontrol, "requeue", str(self.job_id)], check=False, timeout=15)
+        self.requeued = res.ok
         if res.ok:
-            self.requeued = True
             self.log(f"requeued job {self.job_id} ({req.reason})")
             return control.EXIT_REQUEUE
         self.log(f"scontrol requeue failed: {(res.stderr or res.stdout).strip()[:200]}")
@@ -321,9 +324,11 @@ class Supervisor:
             code = self._loop()
             return code
         finally:
-            self._uninstall()
+            # record the outcome while our handlers still catch SIGTERM: a requeue
+            # makes slurmd signal the whole job right away
             if self.leader:
                 self._write_outcome(code)
+            self._uninstall()
 
     def _loop(self) -> int:
         assert self.child is not None

@@ -36,6 +36,8 @@ FAKE_SCONTROL = textwrap.dedent("""\
         st["job"]["comment"] = kv.get("Comment", st["job"].get("comment"))
         json.dump(st, open(path + ".tmp", "w")); os.replace(path + ".tmp", path)
     elif args[:1] == ["requeue"]:
+        if st.get("requeue_kills"):  # as slurmd does: the requeue signals the whole job at once
+            import signal; os.kill(os.getppid(), signal.SIGKILL)
         sys.exit(st.get("requeue_rc", 0))
     else:
         sys.exit("fake scontrol: unexpected " + " ".join(args))
@@ -167,6 +169,19 @@ def test_preemption_checkpoints_and_requeues(tmp_path):
     assert oc["reason"] == "preempt" and oc["checkpointed"] and oc["requeued"]
     info = store.latest(str(job.ckdir))
     assert info is not None and oc["checkpoint_step"] == info.step > 0
+
+
+def test_outcome_is_on_disk_before_slurm_kills_the_requeued_job(tmp_path):
+    job = Job(tmp_path).train()
+    job.write_state(requeue_kills=True)
+    job.wait_line("train_sim: start")
+    now = time.time()
+    job.update_job(preempt_time=int(now), end_time=int(now + 20))
+    job.signal(signal.SIGTERM)
+    assert job.finish() == -signal.SIGKILL
+    assert ["requeue", "42"] in job.calls()
+    oc = job.outcome()
+    assert oc["reason"] == "preempt" and oc["checkpointed"] and oc["requeued"], oc
 
 
 def test_user_signal_preemption_is_still_a_preemption(tmp_path):
