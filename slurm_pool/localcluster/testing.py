@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from slurm_pool.adapters.runner import Result
 from slurm_pool.adapters.slurm import SlurmClient
@@ -86,9 +86,25 @@ class ClusterHandle:
         raise AssertionError(f"job {job_id} is {last!r}, not one of {list(states)}, after {timeout}s")
 
     def sacct_state(self, job_id: int) -> str:
-        res = self.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"])
-        lines = [l for l in res.stdout.splitlines() if l.strip()]
-        return lines[-1].split()[0] if lines else ""
+        return self.sacct_field(job_id, "State").split(" ")[0]
+
+    def sacct_field(self, job_id: int, field: str) -> str:
+        """One field of the job's accounting record ("" while slurmdbd has none)."""
+        res = self.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", field])
+        lines = [line.strip() for line in res.stdout.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+    def wait_sacct(self, job_id: int, field: str, accept: Callable[[str], bool], timeout: float = 30) -> str:
+        """Poll ``sacct`` until ``field`` passes ``accept``: slurmctld sends records to slurmdbd
+        asynchronously, so accounting lags what squeue already shows."""
+        deadline = time.monotonic() + timeout
+        value = ""
+        while time.monotonic() < deadline:
+            value = self.sacct_field(job_id, field)
+            if accept(value):
+                return value
+            time.sleep(0.25)
+        raise AssertionError(f"sacct {field} of job {job_id} is {value!r} after {timeout}s")
 
     def cancel_all(self, timeout: float = 60) -> None:
         """Cancel every job and wait for an empty queue and idle nodes."""

@@ -94,7 +94,8 @@ def test_owner_job_preempts_placeholder_and_reclaim_is_fast(bridge):
     bridge.cluster.wait_state(owner, ["RUNNING"], timeout=30)
     owner_wait = time.monotonic() - submitted
     assert owner_wait < 10, f"owner waited {owner_wait:.1f}s"
-    assert bridge.cluster.sacct_state(int(placeholder)) in ("COMPLETED", "PREEMPTED", "CANCELLED")
+    ended = ("COMPLETED", "PREEMPTED", "CANCELLED")
+    bridge.cluster.wait_sacct(int(placeholder), "State", lambda v: v.startswith(ended))
     assert not bridge.placeholders(), "a preempted placeholder does not come back"
 
     began = time.monotonic()

@@ -212,7 +212,8 @@ def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
     cluster.release_begin_time(job)
     # Second run: the budget (1) is spent, so at the next warning it checkpoints and gives up (exit 86).
     cluster.wait_state(job, ["FAILED", "COMPLETED", "TIMEOUT"], timeout=240)
-    assert cluster.sacct_state(job) == "FAILED"
-    exit_code = cluster.run(["sacct", "-n", "-X", "-P", "-j", str(job), "-o", "ExitCode"]).stdout.strip()
+    final = ("FAILED", "COMPLETED", "TIMEOUT", "CANCELLED")
+    assert cluster.wait_sacct(job, "State", lambda v: v.startswith(final)) == "FAILED"
+    exit_code = cluster.sacct_field(job, "ExitCode")
     assert exit_code.startswith("86:"), exit_code
     assert _count(log, "start") == 2

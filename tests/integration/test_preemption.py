@@ -59,8 +59,8 @@ def test_guaranteed_job_preempts_scavenger(cluster, tmp_path):
     owner = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", "a-gpu1", "--gres=gpu:2",
                            "-o", "/dev/null", user="alice", script="#!/bin/bash\nsleep 2\n")
     cluster.wait_state(owner, ["RUNNING", "COMPLETED"], timeout=grace + 30)
-    started = cluster.run(["sacct", "-n", "-X", "-P", "-j", str(owner), "-o", "Start"]).stdout.strip()
-    start_epoch = time.mktime(time.strptime(started.splitlines()[0], "%Y-%m-%dT%H:%M:%S"))
+    started = cluster.wait_sacct(owner, "Start", lambda v: v[:1].isdigit())
+    start_epoch = time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S"))
     assert start_epoch - submitted <= grace + 5, (start_epoch - submitted, grace)
 
     lines = victim_log.read_text().splitlines()
