@@ -24,6 +24,7 @@ RESULTS = BENCH / "results"
 BENCHES: dict[str, tuple[list[str], bool]] = {
     "render_scale": (["render_scale.py"], False),
     "mig_pack": (["mig_pack.py"], False),
+    "pool_sim": (["pool_sim.py"], False),
     "prolog_latency": (["prolog_latency.py"], False),
     "submit_overhead": (["submit_overhead.py", "--spec", "examples/pool.yaml"], True),
     "preempt_resume": (["preempt_resume.py"], True),

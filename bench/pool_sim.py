@@ -1,0 +1,154 @@
+"""Replay 30 days of Philly jobs on per-project servers, then on one preemptible pool.
+
+Three Philly virtual clusters are the seed example's projects A, B and C.
+Each gets whole 8-GPU servers sized so that its own jobs would keep them
+20 %, 35 % and 50 % busy (rounded up to whole servers).  Three more virtual
+clusters are "everyone else": users with no servers, who can only borrow.
+Job durations are deterministic draws from the 83,154 real Philly runtimes
+(clamped to 1 min .. 7 days); arrivals and GPU counts are Philly's own.
+
+Scenarios, all on the same servers and jobs:
+
+* dedicated servers (the baseline): each project runs only on its own
+  servers; borrowers have nowhere to run;
+* pool, no preemption: anyone runs on idle GPUs and keeps them;
+* pool, checkpoint-on-preempt (what slurm-pool sets up): owners take their
+  GPUs back after GraceTime, borrowers checkpoint at the signal and resume;
+* pool, periodic checkpoints only: as above, but a victim keeps only its last
+  periodic checkpoint;
+* the last two and no-preemption again with an endless borrower backlog:
+  how far the pool can be filled when there is always work waiting.
+
+Prints a markdown section and writes it to bench/results/pool_sim.md.
+
+Run from the repository root:  python3 bench/pool_sim.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from slurm_pool.sim import workload as wl  # noqa: E402
+from slurm_pool.sim.engine import Policy, Result, simulate  # noqa: E402
+
+TRACES = ROOT / "bench" / "traces"
+ARRIVALS = TRACES / "philly_vc_arrivals_30d.csv"
+RUNTIMES = TRACES / "alibaba_v2020_philly_runtime.csv"
+OUT = ROOT / "bench" / "results" / "pool_sim.md"
+OWNERS = {"a": ("0e4a51", 0.20), "b": ("103959", 0.35), "c": ("b436b2", 0.50)}
+BORROWERS = ("6c71a0", "ed69ec", "2869ce")
+MAX_JOB_GPUS = 32
+MAX_BORROWER_GPUS = 8
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.0f}"
+
+
+def row(name: str, r: Result, base: Result) -> str:
+    p95, base95 = r.wait_quantile(0.95), base.wait_quantile(0.95)
+    ratio95 = f"{p95 / base95:.2f}" if base95 else "-"
+    return (f"| {name} | {r.utilization:.1%} | **{r.utilization / base.utilization:.2f}** | "
+            f"{r.owner_utilization:.1%} | {r.wait_quantile(0.5):,.0f} | {p95:,.0f} | {ratio95} | "
+            f"{r.preemptions:,} | {hours(r.lost_gpu_seconds)} | {hours(r.grace_gpu_seconds + r.restart_gpu_seconds)} | "
+            f"{r.borrower_jobs_done:,} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--days", type=float, default=30.0)
+    ap.add_argument("--grace", type=float, default=120.0, help="GraceTime, seconds")
+    ap.add_argument("--checkpoint-interval", type=float, default=1800.0, help="periodic checkpoints, seconds")
+    ap.add_argument("--restart-overhead", type=float, default=120.0, help="loading a checkpoint, seconds")
+    args = ap.parse_args()
+    window = args.days * wl.DAY
+
+    sampler = wl.RuntimeSampler(wl.parse_runtimes(RUNTIMES.read_text(), RUNTIMES.name))
+    arrivals = wl.parse_arrivals_csv(ARRIVALS.read_text(), ARRIVALS.name)
+    capacity, owners = {}, []
+    setup = []
+    for project, (vc, target) in OWNERS.items():
+        jobs = wl.trace_jobs(vc, project, arrivals[vc], sampler, window, MAX_JOB_GPUS)
+        capacity[project] = wl.size_servers(jobs, window, target)
+        owners += jobs
+        setup.append(f"{project} = VC {vc}: {len(jobs)} jobs, {capacity[project]} GPUs, "
+                     f"own load {wl.gpu_seconds(jobs) / (capacity[project] * window):.0%}")
+    borrowers = []
+    for vc in BORROWERS:
+        borrowers += wl.trace_jobs(vc, None, arrivals[vc], sampler, window, MAX_BORROWER_GPUS)
+    total = sum(capacity.values())
+    pattern = [a for vc in BORROWERS for a in arrivals[vc]]
+
+    common = dict(grace=args.grace, checkpoint_interval=args.checkpoint_interval,
+                  restart_overhead=args.restart_overhead)
+    scenarios = [
+        ("dedicated servers (baseline)", Policy("dedicated", pooled=False, **common), False),
+        ("pool, no preemption", Policy("no-preempt", preempt=False, **common), False),
+        ("**pool, checkpoint-on-preempt**", Policy("ckpt-signal", **common), False),
+        ("pool, periodic checkpoints only", Policy("ckpt-periodic", checkpoint_on_signal=False, **common), False),
+        ("backlog: pool, no preemption", Policy("no-preempt", preempt=False, **common), True),
+        ("**backlog: pool, checkpoint-on-preempt**", Policy("ckpt-signal", **common), True),
+        ("backlog: pool, periodic checkpoints only",
+         Policy("ckpt-periodic", checkpoint_on_signal=False, **common), True),
+    ]
+    results = []
+    t0 = time.monotonic()
+    for name, policy, endless in scenarios:
+        backlog = wl.borrower_backlog(pattern, sampler, MAX_BORROWER_GPUS) if endless else None
+        jobs = owners + ([] if endless or not policy.pooled else borrowers)
+        results.append((name, simulate(capacity, jobs, policy, window, backlog)))
+    elapsed = time.monotonic() - t0
+    base = results[0][1]
+    lines = [
+        "## Pool simulator: 30 days of Philly jobs, dedicated servers vs one pool",
+        "",
+        f"Command: `python3 bench/pool_sim.py` (GraceTime {args.grace:.0f} s, periodic checkpoints every "
+        f"{args.checkpoint_interval:.0f} s, restart {args.restart_overhead:.0f} s).",
+        "Traces: `bench/traces/philly_vc_arrivals_30d.csv` (arrivals and GPU counts of six Philly virtual "
+        "clusters, via Gavel; Jeon et al., ATC 2019) and `bench/traces/alibaba_v2020_philly_runtime.csv` "
+        "(job durations drawn from 83,154 Philly runtimes; Weng et al., NSDI 2022).",
+        f"Servers: {total} GPUs.  " + "; ".join(setup) + ".",
+        f"Borrowers (no servers): VCs {', '.join(BORROWERS)}, {len(borrowers)} jobs of up to "
+        f"{MAX_BORROWER_GPUS} GPUs, {wl.gpu_seconds(borrowers) / (total * window):.0%} of the pool's GPU time.",
+        "",
+        "| scenario | GPU time used (useful) | ratio to dedicated | owners' share | owner wait p50 s | "
+        "owner wait p95 s | p95 ratio | preemptions | lost GPU-h | grace+restart GPU-h | borrower jobs done |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [row(name, r, base) for name, r in results]
+    ckpt, backlog_ckpt = results[2][1], results[5][1]
+    lines += [
+        "",
+        f"With the borrowers in the trace, the pool does {ckpt.utilization / base.utilization:.2f}x the useful "
+        f"work of dedicated servers ({base.utilization:.0%} -> {ckpt.utilization:.0%}: every borrower job runs, "
+        f"where before it had nowhere to go); with work always waiting it reaches {backlog_ckpt.utilization:.0%} "
+        f"({backlog_ckpt.utilization / base.utilization:.2f}x).",
+        f"Owners wait less, not more: p95 {ckpt.wait_quantile(0.95):,.0f} s against "
+        f"{base.wait_quantile(0.95):,.0f} s on their own servers, because a burst beyond a project's "
+        f"servers borrows idle GPUs elsewhere; inside its own share an owner job waits at most one GraceTime "
+        f"(a property test checks this).  Without preemption owners wait far longer once borrowers fill the "
+        f"pool (p95 {results[4][1].wait_quantile(0.95):,.0f} s with a backlog).  Checkpointing at the signal "
+        f"instead of only periodically saves {hours(results[3][1].lost_gpu_seconds - ckpt.lost_gpu_seconds)} "
+        f"GPU-hours of lost work ({hours(results[6][1].lost_gpu_seconds - backlog_ckpt.lost_gpu_seconds)} "
+        f"with a backlog).",
+        "",
+        "Model limits: GPUs are interchangeable inside the pool (no node packing, no MIG), owner queues are "
+        "FIFO without backfill, and a checkpoint at the signal always finishes inside GraceTime.  "
+        f"All seven replays took {elapsed:.1f} s.",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

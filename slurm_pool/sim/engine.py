@@ -1,0 +1,365 @@
+"""Discrete-event replay of jobs on per-project GPU servers, pooled or not.
+
+The model, kept small on purpose:
+
+* Each project owns ``capacity[p]`` GPUs.  GPUs are interchangeable within
+  the pool (node boundaries and MIG are not modelled).
+* An owner's job runs in the **guaranteed** tier while its project's
+  guaranteed jobs fit in the project's own GPUs.  Owner queues are strict
+  FIFO per project (the head blocks), as a priority queue without backfill.
+* With ``Policy.pooled``, a job that does not fit its owner's share, and any
+  job of the borrower backlog (``project=None``), may **borrow** idle GPUs of
+  any project.  Borrowed GPUs are taken from the projects with most idle
+  GPUs first.
+* With ``Policy.preempt``, a guaranteed job whose own GPUs are held by
+  borrowers signals just enough of them (least work at risk first) and
+  starts ``grace`` seconds later, as PreemptMode=REQUEUE with GraceTime
+  does.  A victim keeps its work up to the signal when it checkpoints on
+  the signal, else up to its last periodic checkpoint; it goes back to the
+  front of its queue and pays ``restart_overhead`` when it runs again.
+
+Utilisation counts only *useful* GPU-seconds (work that is kept) inside
+``[0, window]``; GPU time spent in grace windows, restarts and lost work
+is reported apart.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+GUARANTEED, BORROWED = "guaranteed", "borrowed"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job: ``work`` GPU-seconds per GPU when run without interruption."""
+
+    id: str
+    project: str | None  # None: a borrower with no servers of its own
+    arrival: float
+    work: float
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the servers are shared."""
+
+    name: str
+    pooled: bool = True
+    preempt: bool = True
+    grace: float = 60.0
+    checkpoint_on_signal: bool = True
+    checkpoint_interval: float = 600.0
+    restart_overhead: float = 60.0
+
+
+@dataclass
+class _Run:
+    job: Job
+    tier: str
+    alloc: dict[str, int]
+    start: float  # useful work begins here (after a grace wait and a restart)
+    version: int
+
+
+@dataclass
+class _State:
+    done: float = 0.0  # work kept so far (checkpointed)
+    first_start: float | None = None
+    end: float | None = None
+    preemptions: int = 0
+    runs: int = 0
+
+
+@dataclass
+class Result:
+    """What one replay measured."""
+
+    policy: str
+    window: float
+    capacity: int
+    useful_gpu_seconds: float = 0.0
+    owner_gpu_seconds: float = 0.0
+    borrower_gpu_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0
+    grace_gpu_seconds: float = 0.0
+    restart_gpu_seconds: float = 0.0
+    preemptions: int = 0
+    owner_waits: list[float] = field(default_factory=list)
+    owner_turnarounds: list[float] = field(default_factory=list)
+    owner_jobs_preempted: int = 0
+    borrower_jobs_done: int = 0
+    borrower_waits: list[float] = field(default_factory=list)
+    unfinished_owner_jobs: int = 0
+
+    @property
+    def utilization(self) -> float:
+        """Useful GPU-seconds over GPU-seconds of capacity, in the window."""
+        return self.useful_gpu_seconds / (self.capacity * self.window) if self.capacity and self.window else 0.0
+
+    @property
+    def owner_utilization(self) -> float:
+        return self.owner_gpu_seconds / (self.capacity * self.window) if self.capacity and self.window else 0.0
+
+    def wait_quantile(self, q: float) -> float:
+        """The ``q`` quantile of owner jobs' queue wait (nearest rank), seconds."""
+        return quantile(self.owner_waits, q)
+
+    def turnaround_quantile(self, q: float) -> float:
+        return quantile(self.owner_turnarounds, q)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+class _Sim:
+    def __init__(self, capacity: dict[str, int], policy: Policy, window: float):
+        bad = {p: c for p, c in capacity.items() if c < 0}
+        if bad:
+            raise ValueError(f"capacity: negative GPU counts {bad}")
+        self.cap = dict(capacity)
+        self.idle = dict(capacity)
+        self.owner_used = {p: 0 for p in capacity}
+        self.pol = policy
+        self.window = window
+        self.res = Result(policy.name, window, sum(capacity.values()))
+        self.queues: dict[str | None, deque[Job]] = {p: deque() for p in capacity}
+        self.queues[None] = deque()
+        self.backlog: Iterator[Job] | None = None
+        self.owner_jobs = 0
+        self.owner_done = 0
+        self.runs: dict[str, _Run] = {}
+        self.state: dict[str, _State] = {}
+        self.events: list[tuple[float, int, str, object]] = []
+        self.seq = 0
+        self.now = 0.0
+
+    # -- events --------------------------------------------------------------
+    def push(self, t: float, kind: str, payload: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, payload))
+
+    def _segment(self, s: float, e: float, gpus: int) -> float:
+        """GPU-seconds of ``[s, e)`` that fall inside the window."""
+        return max(0.0, min(e, self.window) - max(s, 0.0)) * gpus
+
+    def _account(self, run: _Run, until: float, kept: float) -> None:
+        job = run.job
+        useful = self._segment(run.start, run.start + kept, job.gpus)
+        self.res.useful_gpu_seconds += useful
+        if job.project is not None:
+            self.res.owner_gpu_seconds += useful
+        else:
+            self.res.borrower_gpu_seconds += useful
+        self.res.lost_gpu_seconds += self._segment(run.start + kept, until, job.gpus)
+
+    # -- starting jobs -------------------------------------------------------
+    def _take_idle(self, g: int, prefer: str | None) -> dict[str, int]:
+        alloc: dict[str, int] = {}
+        order = sorted(self.idle, key=lambda p: (p != prefer, -self.idle[p], p))
+        for p in order:
+            n = min(self.idle[p], g - sum(alloc.values()))
+            if n > 0:
+                alloc[p] = n
+                self.idle[p] -= n
+        return alloc
+
+    def _launch(self, job: Job, tier: str, alloc: dict[str, int], delay: float) -> None:
+        st = self.state.setdefault(job.id, _State())
+        overhead = self.pol.restart_overhead if st.done > 0 else 0.0
+        begin = self.now + delay
+        self.res.grace_gpu_seconds += self._segment(self.now, begin, job.gpus)
+        self.res.restart_gpu_seconds += self._segment(begin, begin + overhead, job.gpus)
+        if st.first_start is None:
+            st.first_start = begin
+        st.runs += 1
+        if tier == GUARANTEED and job.project is not None:
+            self.owner_used[job.project] += job.gpus
+        run = _Run(job, tier, alloc, begin + overhead, st.runs)
+        self.runs[job.id] = run
+        self.push(run.start + job.work - st.done, "finish", (job.id, run.version))
+
+    def _victims(self, project: str, need: int) -> list[_Run] | None:
+        """Borrowers on ``project``'s GPUs to signal for ``need`` GPUs, least work at risk first."""
+        cands = [r for r in self.runs.values() if r.tier == BORROWED and r.alloc.get(project)]
+        cands.sort(key=lambda r: (r.job.project is not None, (self.now - r.start) * r.job.gpus, r.job.id))
+        chosen, got = [], 0
+        for r in cands:
+            if got >= need:
+                break
+            chosen.append(r)
+            got += r.alloc[project]
+        return chosen if got >= need else None
+
+    def _preempt(self, run: _Run) -> None:
+        st = self.state[run.job.id]
+        ran = max(0.0, self.now - run.start)
+        total = st.done + ran
+        if self.pol.checkpoint_on_signal:
+            kept_total = total
+        else:
+            step = self.pol.checkpoint_interval
+            kept_total = max(st.done, math.floor(total / step) * step) if step > 0 else st.done
+        self._account(run, self.now, kept_total - st.done)
+        st.done = kept_total
+        st.preemptions += 1
+        self.res.preemptions += 1
+        run.version = -1  # its finish event is void now
+        del self.runs[run.job.id]
+        if run.job.project is not None:
+            self.res.owner_jobs_preempted += 1
+        self.push(self.now + self.pol.grace, "requeue", run)
+
+    def _try_guaranteed(self, job: Job) -> bool:
+        p = job.project
+        assert p is not None
+        if self.owner_used[p] + job.gpus > self.cap[p]:
+            return False
+        if self.idle[p] >= job.gpus:
+            self.idle[p] -= job.gpus
+            self._launch(job, GUARANTEED, {p: job.gpus}, 0.0)
+            return True
+        if not (self.pol.pooled and self.pol.preempt):
+            return False
+        need = job.gpus - self.idle[p]
+        victims = self._victims(p, need)
+        if victims is None:
+            return False
+        freed = 0
+        for v in victims:
+            self._preempt(v)
+            freed += v.alloc.pop(p)  # these pass to the owner when the grace window ends
+        self.idle[p] = 0
+        if freed > need:  # more than needed came free: idle once the victims are gone
+            self.push(self.now + self.pol.grace, "idle", (p, freed - need))
+        self._launch(job, GUARANTEED, {p: job.gpus}, self.pol.grace)
+        return True
+
+    def _try_borrow(self, job: Job) -> bool:
+        if not self.pol.pooled or sum(self.idle.values()) < job.gpus:
+            return False
+        self._launch(job, BORROWED, self._take_idle(job.gpus, job.project), 0.0)
+        return True
+
+    def schedule(self) -> None:
+        progress = True
+        while progress:
+            progress = False
+            for p in self.cap:
+                q = self.queues[p]
+                while q:
+                    job = q[0]
+                    if self._try_guaranteed(job) or self._try_borrow(job):
+                        q.popleft()
+                        progress = True
+                    else:
+                        break
+            q = self.queues[None]
+            while q and self.pol.pooled and q[0].gpus <= sum(self.idle.values()):
+                if self._try_borrow(q[0]):
+                    q.popleft()
+                    progress = True
+                else:
+                    break
+
+    # -- main loop -----------------------------------------------------------
+    def run(self, jobs: Iterable[Job], backlog: Iterator[Job] | None) -> Result:
+        for job in sorted(jobs, key=lambda j: (j.arrival, j.id)):
+            if job.project is not None and job.project not in self.cap:
+                raise ValueError(f"job {job.id}: project {job.project!r} owns no servers")
+            limit = self.cap[job.project] if job.project is not None else self.res.capacity
+            if not 1 <= job.gpus <= limit:
+                raise ValueError(f"job {job.id}: gpus {job.gpus} outside 1..{limit}")
+            if job.work <= 0 or job.arrival < 0:
+                raise ValueError(f"job {job.id}: work {job.work} and arrival {job.arrival} must be positive")
+            self.push(job.arrival, "arrive", job)
+            if job.project is not None:
+                self.owner_jobs += 1
+        self.backlog = backlog
+        self.push(0.0, "tick", None)  # borrowers start after the jobs that arrive at 0
+        while self.events:
+            t = self.events[0][0]
+            while self.events and self.events[0][0] == t:
+                _, _, kind, payload = heapq.heappop(self.events)
+                self.now = t
+                self._handle(kind, payload)
+            if self.now < self.window:
+                self._refill()
+            self.schedule()
+            if self.now >= self.window and self.owner_done == self.owner_jobs:
+                break
+        for run in self.runs.values():  # still running: count what ran inside the window
+            self._account(run, self.now, max(0.0, self.now - run.start))
+        self.res.unfinished_owner_jobs = self.owner_jobs - self.owner_done
+        return self.res
+
+    def _refill(self) -> None:
+        """Keep the borrower queue non-empty while the window lasts."""
+        if self.backlog is None:
+            return
+        while len(self.queues[None]) < 64:
+            try:
+                self.queues[None].append(next(self.backlog))
+            except StopIteration:
+                self.backlog = None
+                return
+
+    def _handle(self, kind: str, payload: object) -> None:
+        if kind == "arrive":
+            job = payload  # type: ignore[assignment]
+            assert isinstance(job, Job)
+            self.queues[job.project].append(job)
+        elif kind == "finish":
+            job_id, version = payload  # type: ignore[misc]
+            run = self.runs.get(job_id)
+            if run is None or run.version != version:
+                return
+            st = self.state[job_id]
+            self._account(run, self.now, run.job.work - st.done)
+            st.done, st.end = run.job.work, self.now
+            del self.runs[job_id]
+            self._release(run)
+            if run.job.project is None:
+                self.res.borrower_jobs_done += 1
+                self.res.borrower_waits.append((self.now if st.first_start is None else st.first_start) - run.job.arrival)
+            else:
+                job = run.job
+                self.owner_done += 1
+                self.res.owner_waits.append((self.now if st.first_start is None else st.first_start) - job.arrival)
+                self.res.owner_turnarounds.append(self.now - job.arrival)
+        elif kind == "requeue":
+            run = payload  # type: ignore[assignment]
+            assert isinstance(run, _Run)
+            self._release(run)
+            self.queues[run.job.project].appendleft(run.job)
+        elif kind == "idle":
+            p, n = payload  # type: ignore[misc]
+            self.idle[p] += n
+
+    def _release(self, run: _Run) -> None:
+        for p, n in run.alloc.items():
+            self.idle[p] += n
+        if run.tier == GUARANTEED and run.job.project is not None:
+            self.owner_used[run.job.project] -= run.job.gpus
+
+
+def simulate(capacity: dict[str, int], jobs: Iterable[Job], policy: Policy, window: float,
+             backlog: Iterator[Job] | None = None) -> Result:
+    """Replay owners' ``jobs`` (and, pooled, the ``backlog`` of borrower jobs) under ``policy``.
+
+    The replay runs until ``window`` has passed and every owner job is done;
+    borrower jobs are drawn from ``backlog`` only while the window lasts.
+    """
+    if window <= 0:
+        raise ValueError(f"window: {window} is not positive")
+    return _Sim(capacity, policy, window).run(jobs, backlog)

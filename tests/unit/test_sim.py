@@ -1,0 +1,220 @@
+"""The pool simulator: hand-worked cases, invariants over random workloads, trace parsing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_pool.sim import workload
+from slurm_pool.sim.engine import Job, Policy, quantile, simulate
+
+DEDICATED = Policy("dedicated", pooled=False)
+POOL = Policy("pool", grace=60, restart_overhead=60)
+POOL_PERIODIC = Policy("periodic", grace=60, restart_overhead=60, checkpoint_on_signal=False, checkpoint_interval=30)
+NO_PREEMPT = Policy("no-preempt", preempt=False)
+
+
+def owner(i: str, project: str, t: float, work: float, gpus: int) -> Job:
+    return Job(i, project, t, work, gpus)
+
+
+def borrower(i: str, t: float, work: float, gpus: int) -> Job:
+    return Job(i, None, t, work, gpus)
+
+
+def test_dedicated_servers_queue_fifo():
+    r = simulate({"a": 2}, [owner("a1", "a", 0, 100, 2), owner("a2", "a", 10, 50, 1)], DEDICATED, window=200)
+    assert r.owner_waits == [0, 90]
+    assert r.utilization == pytest.approx((100 * 2 + 50) / (2 * 200))
+    assert r.preemptions == 0
+
+
+def test_dedicated_servers_never_run_borrowers():
+    r = simulate({"a": 2}, [borrower("x", 0, 100, 1)], DEDICATED, window=200)
+    assert r.borrower_jobs_done == 0 and r.useful_gpu_seconds == 0
+
+
+# (policy, owner wait, lost GPU-s, borrower restart GPU-s)
+CASES = [
+    # the owner signals the borrower on its GPUs and starts one grace window later; the
+    # borrower checkpointed at the signal, moves to b's idle GPUs and pays a restart
+    (POOL, 60, 0, 120),
+    # periodic checkpoints every 30 s: 100 s of work keeps 90
+    (POOL_PERIODIC, 60, 20, 120),
+]
+
+
+@pytest.mark.parametrize("policy,wait,lost,restart", CASES, ids=[c[0].name for c in CASES])
+def test_owner_takes_its_gpus_back(policy, wait, lost, restart):
+    jobs = [borrower("x", 0, 1000, 2), owner("a1", "a", 100, 50, 2)]
+    r = simulate({"a": 2, "b": 2}, jobs, policy, window=5000)
+    assert r.owner_waits == [wait]
+    assert r.preemptions == 1 and r.owner_jobs_preempted == 0
+    assert r.lost_gpu_seconds == pytest.approx(lost)
+    assert r.restart_gpu_seconds == pytest.approx(restart)
+    assert r.grace_gpu_seconds == pytest.approx(60 * 2)
+    assert r.borrower_waits == [0]
+    assert r.useful_gpu_seconds == pytest.approx(1000 * 2 + 50 * 2)
+    assert r.borrower_jobs_done == 1
+
+
+def test_without_preemption_the_owner_waits_for_the_borrower():
+    jobs = [borrower("x", 0, 1000, 2), owner("a1", "a", 100, 50, 2)]
+    r = simulate({"a": 2}, jobs, NO_PREEMPT, window=5000)
+    assert r.owner_waits == [900] and r.preemptions == 0
+
+
+def test_without_preemption_an_owner_borrows_elsewhere():
+    jobs = [borrower("x", 0, 1000, 2), owner("a1", "a", 100, 50, 2)]
+    r = simulate({"a": 2, "b": 2}, jobs, NO_PREEMPT, window=5000)
+    assert r.owner_waits == [0]
+
+
+def test_a_borrower_spanning_two_owners_is_preempted_by_either():
+    jobs = [borrower("x", 0, 1000, 2), owner("a1", "a", 100, 500, 1)]
+    r = simulate({"a": 1, "b": 1}, jobs, POOL, window=5000)
+    assert r.owner_waits == [60] and r.preemptions == 1
+    # x needs both GPUs again: it waits for a1 (runs 160..660), then restarts
+    assert r.borrower_jobs_done == 1 and r.useful_gpu_seconds == pytest.approx(1000 * 2 + 500)
+
+
+def test_only_the_needed_borrowers_are_signalled():
+    jobs = [borrower("x1", 0, 1000, 1), borrower("x2", 0, 1000, 1), borrower("x3", 0, 1000, 1),
+            owner("a1", "a", 100, 50, 2)]
+    r = simulate({"a": 3}, jobs, POOL, window=5000)
+    assert r.preemptions == 2 and r.owner_waits == [60]
+
+
+def test_surplus_freed_gpus_return_to_idle():
+    # two 2-GPU borrowers hold all four GPUs; the owner needs 3: both are signalled, 1 GPU is left over
+    jobs = [borrower("x1", 0, 1000, 2), borrower("x2", 0, 1000, 2), owner("a1", "a", 100, 500, 3),
+            owner("a2", "a", 100, 500, 1)]
+    r = simulate({"a": 4}, jobs, POOL, window=5000)
+    assert r.preemptions == 2
+    assert sorted(r.owner_waits) == [60, 60]  # a2 takes the surplus GPU once the victims are gone
+
+
+def test_owners_beyond_their_share_borrow_and_can_be_preempted():
+    # a's second job exceeds a's 1 GPU and borrows b's; b's owner takes it back
+    jobs = [owner("a1", "a", 0, 1000, 1), owner("a2", "a", 0, 1000, 1), owner("b1", "b", 100, 100, 1)]
+    r = simulate({"a": 1, "b": 1}, jobs, POOL, window=5000)
+    assert r.owner_jobs_preempted == 1
+    assert sorted(r.owner_waits) == [0, 0, 60]
+
+
+@pytest.mark.parametrize("capacity,jobs,window,message", [
+    ({"a": 1}, [owner("z1", "z", 0, 1, 1)], 10, "project 'z' owns no servers"),
+    ({"a": 1}, [owner("a1", "a", 0, 1, 2)], 10, "gpus 2 outside 1..1"),
+    ({"a": 1}, [owner("a1", "a", 0, 0, 1)], 10, "work 0"),
+    ({"a": -1}, [], 10, "negative GPU counts"),
+    ({"a": 1}, [], 0, "window: 0 is not positive"),
+])
+def test_bad_input_is_named(capacity, jobs, window, message):
+    with pytest.raises(ValueError, match=message):
+        simulate(capacity, jobs, POOL, window=window)
+
+
+def test_backlog_fills_idle_gpus_only_while_the_window_lasts():
+    backlog = (borrower(f"b{i}", 0, 100, 1) for i in range(10_000))
+    r = simulate({"a": 4}, [owner("a1", "a", 0, 50, 1)], POOL, window=1000, backlog=backlog)
+    assert r.utilization == pytest.approx(1.0)
+    assert r.borrower_jobs_done < 60
+
+
+@st.composite
+def workloads(draw):
+    caps = {p: draw(st.integers(1, 4)) for p in ("a", "b", "c")[:draw(st.integers(1, 3))]}
+    jobs = []
+    for p, cap in caps.items():  # one owner job per project: it always fits its share
+        jobs.append(owner(f"{p}0", p, draw(st.integers(0, 500)), draw(st.integers(1, 300)), draw(st.integers(1, cap))))
+    for i in range(draw(st.integers(0, 8))):
+        jobs.append(borrower(f"x{i}", draw(st.integers(0, 500)), draw(st.integers(1, 400)),
+                             draw(st.integers(1, sum(caps.values())))))
+    return caps, jobs
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.sampled_from([POOL, POOL_PERIODIC, NO_PREEMPT, DEDICATED]))
+def test_invariants(w, policy):
+    caps, jobs = w
+    r = simulate(caps, jobs, policy, window=100_000)
+    n_owner = sum(j.project is not None for j in jobs)
+    assert r.unfinished_owner_jobs == 0 and len(r.owner_waits) == n_owner
+    assert all(x >= 0 for x in r.owner_waits + r.borrower_waits)
+    assert r.useful_gpu_seconds <= r.capacity * r.window + 1e-6
+    done = r.borrower_jobs_done
+    if policy.pooled:
+        # every job finishes, and the work kept adds up to exactly the work asked for
+        assert done == len(jobs) - n_owner
+        assert r.useful_gpu_seconds == pytest.approx(sum(j.work * j.gpus for j in jobs))
+    if policy.pooled and policy.preempt:
+        # an owner inside its share waits at most one grace window, whatever borrowers do
+        assert max(r.owner_waits) <= policy.grace
+    if not policy.pooled:
+        assert done == 0 and r.owner_waits == [0] * n_owner
+
+
+def test_quantile_is_nearest_rank():
+    assert quantile([], 0.5) == 0.0
+    assert quantile([3, 1, 2, 4], 0.5) == 2 and quantile([3, 1, 2, 4], 0.95) == 4
+
+
+# -- traces ------------------------------------------------------------------
+
+GAVEL = ("Transformer\tcd x\t-step\t1\t95121\t0.000000\t1\n"
+         "Recommendation\tcd y\t-n\t1\t10000\t6.5\t4\n")
+
+
+def test_vc_trace_rows():
+    assert workload.parse_vc_trace(GAVEL) == [workload.Arrival(0.0, 1), workload.Arrival(6.5, 4)]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a\tb\tc\n", "vc:1: expected 7 tab-separated columns, got 3"),
+    ("a\tb\tc\td\te\tsoon\t1\n", "vc:1: arrival 'soon'"),
+    ("a\tb\tc\td\te\t1\t0\n", "vc:1: arrival 1.0 must be >= 0 and gpus 0 >= 1"),
+])
+def test_vc_trace_errors_name_the_line(text, message):
+    with pytest.raises(workload.TraceError, match=message):
+        workload.parse_vc_trace(text, "vc")
+
+
+def test_arrivals_csv_round_trip():
+    rows = {"vc1": [workload.Arrival(0.0, 1), workload.Arrival(7.0, 8)], "vc2": [workload.Arrival(3.0, 2)]}
+    assert workload.parse_arrivals_csv(workload.arrivals_csv(rows)) == rows
+
+
+@pytest.mark.parametrize("text,message", [
+    ("vc,arrival\nx,1\n", "columns"),
+    ("vc,arrival_seconds,num_gpus\nx,1,many\n", "arrivals:2: "),
+])
+def test_arrivals_csv_errors(text, message):
+    with pytest.raises(workload.TraceError, match=message):
+        workload.parse_arrivals_csv(text)
+
+
+def test_runtimes_and_deterministic_draws():
+    sampler = workload.RuntimeSampler(workload.parse_runtimes("runtime\n0\n100\n5000\n9999999\n"), lo=60, hi=86400)
+    draws = [sampler.draw(f"j{i}") for i in range(200)]
+    assert draws == [sampler.draw(f"j{i}") for i in range(200)]
+    assert set(draws) == {60, 100, 5000, 86400}  # clamped at both ends
+    with pytest.raises(workload.TraceError, match="no 'runtime' column"):
+        workload.parse_runtimes("seconds\n1\n")
+    with pytest.raises(workload.TraceError, match="runtimes:3: runtime 'x'"):
+        workload.parse_runtimes("runtime\n1\nx\n")
+
+
+def test_jobs_and_server_sizing():
+    sampler = workload.RuntimeSampler([1000.0])
+    arrivals = [workload.Arrival(0, 2), workload.Arrival(50, 16), workload.Arrival(500, 1)]
+    jobs = workload.trace_jobs("vc", "a", arrivals, sampler, window=100, max_gpus=8)
+    assert [(j.id, j.project, j.gpus, j.work) for j in jobs] == [("vc-0", "a", 2, 1000.0), ("vc-1", "a", 8, 1000.0)]
+    # 10,000 GPU-s over a 100 s window at 50 % -> 200 GPUs -> 25 servers of 8
+    assert workload.size_servers(jobs, 100, 0.5) == 200
+    assert workload.size_servers(jobs[:1], 1e9, 0.5) == 8  # never below the biggest job
+    with pytest.raises(ValueError, match="utilization: 0 is not"):
+        workload.size_servers(jobs, 100, 0)
+    backlog = workload.borrower_backlog([workload.Arrival(0, 32)], sampler, max_gpus=8)
+    first = [next(backlog) for _ in range(3)]
+    assert [(j.id, j.project, j.gpus) for j in first] == [("b0", None, 8), ("b1", None, 8), ("b2", None, 8)]
