@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "prolog": "slurm_pool.node.cli:prolog",
     "epilog": "slurm_pool.node.cli:epilog",
     "healthcheck": "slurm_pool.node.cli:healthcheck",
+    "checkpoints": "slurm_pool.node.cli:checkpoints",
     "exporter": "slurm_pool.metrics.cli:exporter",
     "rebalance": "slurm_pool.bridge.cli:rebalance",
 }

@@ -47,3 +47,61 @@ def epilog(config_path: str | None, node: str | None) -> None:
 def healthcheck(config_path: str | None, node: str | None, ack_xids: bool) -> None:
     """HealthCheckProgram: check the GPUs, drain on failure, clear our own drain when healthy."""
     _run("healthcheck", config_path, node, ack_xids)
+
+
+@click.group()
+def checkpoints() -> None:
+    """Checkpoint directories on this node's (or the shared) checkpoint_base_dir."""
+
+
+@checkpoints.command()
+@_config
+@click.option("--base", default=None, metavar="DIR", help="checkpoint_base_dir (default: from node.conf).")
+@click.option("--keep-days", type=click.FloatRange(min=0), default=7.0, show_default=True,
+              help="Keep a gone job's directory until nothing in it changed for this long.")
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: bool) -> None:
+    """Remove the directories of jobs that left the queue KEEP_DAYS ago (for cron, as root)."""
+    import os
+    import time
+
+    from slurm_pool.adapters.runner import CommandError
+    from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.adapters.slurmjson import number
+    from slurm_pool.node import config, prune as pr
+
+    try:
+        base = base or config.load(config_path, trusted=True, env=dict(os.environ)).get("checkpoint_base_dir")
+    except config.ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    entries = pr.scan(base)
+    try:  # assert first: without the queue nothing is removed
+        queued = set()
+        for job in SlurmClient().jobs():
+            queued.add(str(job.job_id))
+            array_id = number(job.raw.get("array_job_id"))
+            if array_id:
+                queued.add(str(array_id))
+    except (CommandError, OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot read the queue, nothing removed: {exc}") from None
+    failed = removed = 0
+    for d in pr.plan(entries, queued, time.time(), keep_days):
+        if not d.remove:
+            if dry_run:
+                click.echo(f"keep   {base}/{d.entry.rel}: {d.why}")
+            continue
+        if dry_run:
+            click.echo(f"remove {base}/{d.entry.rel}: {d.why}")
+            continue
+        try:
+            pr.remove(base, d.entry)
+            removed += 1
+            click.echo(f"removed {base}/{d.entry.rel}: {d.why}")
+        except OSError as exc:
+            failed += 1
+            click.echo(f"error: {base}/{d.entry.rel}: {exc}", err=True)
+    if not dry_run:
+        click.echo(f"{removed} removed, {len(entries) - removed - failed} kept, {failed} failed")
+    if failed:
+        sys.exit(1)
+

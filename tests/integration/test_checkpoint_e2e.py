@@ -21,6 +21,7 @@ import random
 import re
 import shutil
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -217,3 +218,28 @@ def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
     exit_code = cluster.sacct_field(job, "ExitCode")
     assert exit_code.startswith("86:"), exit_code
     assert _count(log, "start") == 2
+
+
+def test_prune_keeps_queued_jobs_and_removes_gone_ones(cluster, node_conf):
+    """``slurm-pool checkpoints prune`` against the real squeue: the running job's
+    directory survives even when old; a gone job's old directory is removed."""
+    work = _workdir("prune")
+    base = work / "ckpt"
+    node_conf(state_dir=str(work / "state"), checkpoint_base_dir=str(base), gpus="none")
+    job = cluster.sbatch("-p", "shared", "--qos=shared", "-A", "proja", "-w", NODE, "--gres=gpu:1", "--time=30",
+                         "--requeue", "--signal=B:USR1@30", "-o", "/dev/null", user="alice",
+                         script="#!/bin/bash\nsleep 300\n")
+    cluster.wait_state(job, ["RUNNING"], timeout=60)
+    live = base / "alice" / str(job)
+    _wait(live.is_dir, 30, "the prolog to create the job's checkpoint dir")
+    gone = base / "alice" / "999999"
+    gone.mkdir()
+    (gone / "ckpt-000000000001").mkdir()
+    old = time.time() - 30 * 86400
+    for p in (live, gone / "ckpt-000000000001", gone):
+        os.utime(p, (old, old))
+    res = subprocess.run([sys.executable, "-m", "slurm_pool", "checkpoints", "prune", "--keep-days", "7"],
+                         env={**os.environ, **cluster.env}, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert not gone.exists() and live.is_dir(), res.stdout
+    assert "1 removed, 1 kept, 0 failed" in res.stdout

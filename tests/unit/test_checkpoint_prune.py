@@ -1,0 +1,120 @@
+"""``slurm-pool checkpoints prune``: the rule, the safe walk, and the command with a fake squeue."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_pool.node import prune
+
+DAY = 86400.0
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize("job,queued,age_days,keep,remove,why", [
+    ("10", {"10"}, 30, 7, False, "job still in the queue"),
+    ("11", set(), 30, 7, True, "job gone, last written 30.0 days ago"),
+    ("12", set(), 2, 7, False, "last written 2.0 days ago (keep 7)"),
+    ("13", set(), 0, 0, True, "job gone, last written 0.0 days ago"),
+    ("14", {"99"}, 8, 7.5, True, "job gone, last written 8.0 days ago"),
+])
+def test_plan(job, queued, age_days, keep, remove, why):
+    (d,) = prune.plan([prune.Entry("alice", job, NOW - age_days * DAY)], queued, NOW, keep)
+    assert (d.remove, d.why) == (remove, why)
+
+
+def _old(path: Path, days: float) -> None:
+    t = time.time() - days * DAY
+    for p in [*path.rglob("*"), path]:
+        os.utime(p, (t, t), follow_symlinks=False)
+
+
+@pytest.fixture
+def base(tmp_path):
+    b = tmp_path / "ckpt"
+    (b / "alice" / "101" / "ckpt-000000000100").mkdir(parents=True)
+    (b / "alice" / "101" / "ckpt-000000000100" / "MANIFEST.json").write_text("{}")
+    (b / "alice" / "102").mkdir()
+    (b / "bob" / "103").mkdir(parents=True)
+    (b / "bob" / "notes").mkdir()  # not a job id: never touched
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "data").write_text("keep me")
+    (b / "bob" / "104").symlink_to(outside)  # a job dir that is a link: skipped
+    (b / "bob" / "103" / "escape").symlink_to(outside)  # a link inside: removed as a link only
+    for d in (b / "alice" / "101", b / "alice" / "102", b / "bob" / "103", b / "bob" / "notes"):
+        _old(d, 30)
+    return b
+
+
+def test_scan_dates_each_job_dir_by_its_newest_entry(base):
+    (base / "alice" / "102" / "fresh").write_text("x")  # written just now
+    got = {e.rel: (time.time() - e.newest) / DAY for e in prune.scan(str(base))}
+    assert set(got) == {"alice/101", "alice/102", "bob/103"}
+    assert got["alice/101"] > 29 and got["bob/103"] > 29 and got["alice/102"] < 1
+
+
+def test_remove_never_follows_links(base, tmp_path):
+    (entry,) = [e for e in prune.scan(str(base)) if e.rel == "bob/103"]
+    prune.remove(str(base), entry)
+    assert not (base / "bob" / "103").exists()
+    assert (tmp_path / "precious" / "data").read_text() == "keep me"
+    assert (base / "bob" / "104").is_symlink() and (base / "bob" / "notes").is_dir()
+
+
+def test_scan_of_a_missing_base_is_empty(tmp_path):
+    assert prune.scan(str(tmp_path / "nope")) == []
+
+
+def _squeue(tmp_path: Path, jobs: list[dict] | None) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "squeue"
+    if jobs is None:
+        fake.write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    else:
+        fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps({'jobs': jobs})}\nEOF\n")
+    fake.chmod(0o755)
+    env = dict(os.environ)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def _cli(env, *args):
+    return subprocess.run([sys.executable, "-m", "slurm_pool", "checkpoints", "prune", *args],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_command_removes_only_gone_and_old_jobs(base, tmp_path):
+    env = _squeue(tmp_path, [{"job_id": 102, "name": "x", "job_state": "PENDING", "array_job_id": 0}])
+    dry = _cli(env, "--base", str(base), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"remove {base}/alice/101: job gone" in dry.stdout
+    assert f"keep   {base}/alice/102: job still in the queue" in dry.stdout
+    assert (base / "alice" / "101").is_dir()  # a dry run changes nothing
+    res = _cli(env, "--base", str(base))
+    assert res.returncode == 0, res.stderr
+    assert not (base / "alice" / "101").exists() and not (base / "bob" / "103").exists()
+    assert (base / "alice" / "102").is_dir()
+    assert res.stdout.strip().endswith("2 removed, 1 kept, 0 failed")
+    again = _cli(env, "--base", str(base))  # idempotent
+    assert again.stdout.strip().endswith("0 removed, 1 kept, 0 failed")
+
+
+def test_array_tasks_keep_their_parents_directory(base, tmp_path):
+    env = _squeue(tmp_path, [{"job_id": 200, "name": "x", "job_state": "PENDING", "array_job_id": 101}])
+    res = _cli(env, "--base", str(base))
+    assert (base / "alice" / "101").is_dir(), res.stdout
+
+
+def test_no_queue_no_removal(base, tmp_path):
+    res = _cli(_squeue(tmp_path, None), "--base", str(base))
+    assert res.returncode == 1
+    assert "cannot read the queue, nothing removed" in res.stderr
+    assert (base / "alice" / "101").is_dir() and (base / "bob" / "103").is_dir()
