@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "checkpoints": "slurm_pool.node.cli:checkpoints",
     "exporter": "slurm_pool.metrics.cli:exporter",
     "rebalance": "slurm_pool.bridge.cli:rebalance",
+    "simulate": "slurm_pool.sim.cli:simulate",
 }
 
 

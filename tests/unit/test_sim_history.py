@@ -1,0 +1,148 @@
+"""``slurm-pool simulate``: a recorded ``sacct --json`` (Slurm 22.05, the local cluster) on the example spec."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_pool.sim import history
+from slurm_pool.sim.cli import simulate
+from slurm_pool.sim.engine import Policy
+from slurm_pool.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "examples" / "pool.yaml"
+SACCT = ROOT / "tests" / "data" / "slurm" / "sacct_pool_22.05.json"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return json.loads(SACCT.read_text())
+
+
+def test_owned_gpus_of_the_example_spec():
+    assert history.owned_gpus(load_spec(SPEC)) == {"proja": 4, "projb": 2, "projc": 2}
+
+
+def test_recorded_export(recorded):
+    hist = history.jobs_from_sacct(recorded, {"proja": 4, "projb": 2, "projc": 2})
+    assert [(j.project, j.gpus, j.work) for j in hist.jobs] == [("proja", 2, 2.0), ("projb", 1, 3.0), ("projc", 1, 1.0)]
+    assert hist.jobs[0].arrival == 0.0 and all(j.arrival >= 0 for j in hist.jobs)
+    assert dict(hist.skipped) == {"no GPU": 1}
+    assert hist.window >= 3
+
+
+def _newer(data):
+    """The same export as Slurm 23.02+ writes numbers: {"set": ..., "infinite": ..., "number": ...}."""
+    out = copy.deepcopy(data)
+    for job in out["jobs"]:
+        for k in ("submission", "start", "end"):
+            job["time"][k] = {"set": True, "infinite": False, "number": job["time"][k]}
+        for t in job["tres"]["allocated"]:
+            t["count"] = {"set": t["count"] is not None, "infinite": False, "number": t["count"] or 0}
+        job["job_id"] = job["job_id"]
+    return out
+
+
+def test_newer_number_objects(recorded):
+    old = history.jobs_from_sacct(recorded, {"proja": 4})
+    new = history.jobs_from_sacct(_newer(recorded), {"proja": 4})
+    assert [(j.project, j.gpus, j.work, j.arrival) for j in old.jobs] == \
+           [(j.project, j.gpus, j.work, j.arrival) for j in new.jobs]
+    # accounts without servers in the spec are borrowers
+    assert [j.project for j in new.jobs] == ["proja", None, None]
+
+
+def _job(job_id, account, submit, start, end, gres):
+    return {"job_id": job_id, "account": account,
+            "time": {"submission": submit, "start": start, "end": end},
+            "tres": {"allocated": [{"type": "gres", "name": n, "count": c} for n, c in gres]}}
+
+
+@pytest.mark.parametrize("job,skipped,gpus", [
+    (_job(1, "a", 10, 0, 0, [("gpu", 1)]), "never ran or still running", None),
+    (_job(1, "a", 10, 20, 20, [("gpu", 1)]), "ran 0 s", None),
+    (_job(1, "a", 10, 20, 30, []), "no GPU", None),
+    (_job(1, "a", 10, 20, 30, [("gpu", 9)]), "more GPUs than the project owns", None),
+    (_job(1, "x", 10, 20, 30, [("gpu", 99)]), "more GPUs than the pool has", None),
+    (_job(1, "a", 10, 20, 30, [("gpu:nvidia_a100_3g.20gb", 1), ("gpu:nvidia_a100_1g.5gb", 2)]), None, 3),
+    (_job(1, "a", 10, 20, 30, [("gpu", 2), ("gpu:nvidia_a100-sxm4-80gb", 2)]), None, 2),
+])
+def test_which_jobs_count(job, skipped, gpus):
+    keep = _job(2, "a", 5, 6, 7, [("gpu", 1)])
+    hist = history.jobs_from_sacct({"jobs": [keep, job]}, {"a": 4, "b": 4})
+    if skipped:
+        assert dict(hist.skipped) == {skipped: 1} and len(hist.jobs) == 1
+    else:
+        assert hist.jobs[1].gpus == gpus
+
+
+@pytest.mark.parametrize("data,message", [
+    ([], "not sacct --json output"),
+    ({"jobs": {}}, "not sacct --json output"),
+    ({"jobs": [1]}, r"jobs\[0\] is not an object"),
+    ({"jobs": []}, "no GPU job that ran"),
+    ({"jobs": [_job(1, "a", 1, 2, 3, [])]}, r"no GPU job that ran \({'no GPU': 1}\)"),
+])
+def test_bad_exports(data, message):
+    with pytest.raises(history.HistoryError, match=message):
+        history.jobs_from_sacct(data, {"a": 4}, name="x.json")
+
+
+def test_pooling_helps_a_bursty_owner():
+    """Project a's burst waits on its own 2 GPUs; b's idle GPUs absorb it in the pool."""
+    jobs = [_job(i, "proja", 1000, 1000, 4600, [("gpu", 2)]) for i in range(4)]
+    hist = history.jobs_from_sacct({"jobs": jobs}, {"proja": 2, "projb": 6})
+    from slurm_pool.sim.engine import simulate as replay
+
+    ded = replay(hist.capacity, hist.jobs, Policy("d", pooled=False), hist.window)
+    pool = replay(hist.capacity, hist.jobs, Policy("p"), hist.window)
+    assert ded.wait_quantile(1.0) == 3 * 3600 and pool.wait_quantile(1.0) == 0
+
+
+def _cli(*args, input=None):
+    return CliRunner().invoke(simulate, list(args), input=input)
+
+
+def test_cli_table_and_json():
+    res = _cli("--spec", str(SPEC), "--sacct", str(SACCT))
+    assert res.exit_code == 0, res.output
+    assert "history: 3 GPU jobs (3 of owners, 0 of borrowers)" in res.output
+    assert "left out: 1 no GPU" in res.output and "GraceTime 20 s" in res.output
+    assert "pool, checkpoint-on-preempt" in res.output
+    res = _cli("--spec", str(SPEC), "--sacct", "-", "--json", "--grace", "5", input=SACCT.read_text())
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["grace_seconds"] == 5 and out["owner_jobs"] == 3 and out["capacity"]["proja"] == 4
+    assert [r["policy"] for r in out["results"]] == ["dedicated", "pool-no-preemption",
+                                                     "pool-checkpoint-on-preempt", "pool-periodic-checkpoints"]
+    assert out["results"][0]["utilization_vs_dedicated"] == 1.0
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{", "not JSON"),
+    ('{"meta": {}}', "no 'jobs' list"),
+    ('{"jobs": []}', "no GPU job that ran"),
+])
+def test_cli_bad_input(tmp_path, content, message):
+    f = tmp_path / "x.json"
+    f.write_text(content)
+    res = _cli("--spec", str(SPEC), "--sacct", str(f))
+    assert res.exit_code == 1 and message in res.output, res.output
+
+
+def test_cli_missing_file(tmp_path):
+    res = _cli("--spec", str(SPEC), "--sacct", str(tmp_path / "nope.json"))
+    assert res.exit_code == 1 and "No such file" in res.output
+
+
+def test_cli_spec_without_owners(tmp_path):
+    spec = tmp_path / "p.yaml"
+    spec.write_text(SPEC.read_text().replace("    owns: [a]\n", "").replace("    owns: [b]\n", "")
+                    .replace("    owns: [c]\n", ""))
+    res = _cli("--spec", str(spec), "--sacct", str(SACCT))
+    assert res.exit_code == 1 and "no project owns a node group" in res.output, res.output
