@@ -14,7 +14,8 @@ The model, kept small on purpose:
 * With ``Policy.preempt``, a guaranteed job whose own GPUs are held by
   borrowers signals just enough of them (least work at risk first) and
   starts ``grace`` seconds later, as PreemptMode=REQUEUE with GraceTime
-  does.  A victim keeps its work up to the signal when it checkpoints on
+  does (GPUs of borrowers signalled earlier count too, from the moment they
+  come free).  A victim keeps its work up to the signal when it checkpoints on
   the signal, else up to its last periodic checkpoint; it goes back to the
   front of its queue and pays ``restart_overhead`` when it runs again.
 
@@ -139,6 +140,8 @@ class _Sim:
         self.owner_jobs = 0
         self.owner_done = 0
         self.runs: dict[str, _Run] = {}
+        self.leaving: dict[str, _Run] = {}  # signalled borrowers inside their grace window
+        self.leaving_at: dict[str, float] = {}
         self.state: dict[str, _State] = {}
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = 0
@@ -218,9 +221,13 @@ class _Sim:
         del self.runs[run.job.id]
         if run.job.project is not None:
             self.res.owner_jobs_preempted += 1
+        self.leaving[run.job.id] = run  # holds its GPUs until the grace window ends
+        self.leaving_at[run.job.id] = self.now + self.pol.grace
         self.push(self.now + self.pol.grace, "requeue", run)
 
     def _try_guaranteed(self, job: Job) -> bool:
+        """Start an owner's job on its own GPUs: idle ones now; GPUs of borrowers already
+        signalled when they come free; else signal more borrowers and start after grace."""
         p = job.project
         assert p is not None
         if self.owner_used[p] + job.gpus > self.cap[p]:
@@ -232,17 +239,29 @@ class _Sim:
         if not (self.pol.pooled and self.pol.preempt):
             return False
         need = job.gpus - self.idle[p]
-        victims = self._victims(p, need)
+        leaving: list[tuple[_Run, int]] = []  # (signalled borrower, GPUs of p it will free)
+        for run in sorted(self.leaving.values(), key=lambda r: (r.start, r.job.id)):
+            if need <= 0:
+                break
+            n = min(run.alloc.get(p, 0), need)
+            if n:
+                leaving.append((run, n))
+                need -= n
+        victims = self._victims(p, need) if need > 0 else []
         if victims is None:
             return False
-        freed = 0
-        for v in victims:
-            self._preempt(v)
-            freed += v.alloc.pop(p)  # these pass to the owner when the grace window ends
         self.idle[p] = 0
-        if freed > need:  # more than needed came free: idle once the victims are gone
-            self.push(self.now + self.pol.grace, "idle", (p, freed - need))
-        self._launch(job, GUARANTEED, {p: job.gpus}, self.pol.grace)
+        ready = self.now
+        for run, n in leaving:
+            run.alloc[p] -= n  # passes to the owner when the borrower is gone
+            ready = max(ready, self.leaving_at[run.job.id])
+        for v in victims:
+            n = min(v.alloc[p], need)
+            v.alloc[p] -= n  # any surplus returns to idle when the victim is gone
+            need -= n
+            self._preempt(v)
+            ready = self.now + self.pol.grace
+        self._launch(job, GUARANTEED, {p: job.gpus}, ready - self.now)
         return True
 
     def _try_borrow(self, job: Job) -> bool:
@@ -340,11 +359,9 @@ class _Sim:
         elif kind == "requeue":
             run = payload  # type: ignore[assignment]
             assert isinstance(run, _Run)
+            del self.leaving[run.job.id], self.leaving_at[run.job.id]
             self._release(run)
             self.queues[run.job.project].appendleft(run.job)
-        elif kind == "idle":
-            p, n = payload  # type: ignore[misc]
-            self.idle[p] += n
 
     def _release(self, run: _Run) -> None:
         for p, n in run.alloc.items():

@@ -95,6 +95,15 @@ def test_surplus_freed_gpus_return_to_idle():
     assert sorted(r.owner_waits) == [60, 60]  # a2 takes the surplus GPU once the victims are gone
 
 
+def test_gpus_of_a_borrower_already_leaving_count_for_the_next_owner():
+    # x2 spans a and b; a's owner signals it, and b's owner, arriving at the same time,
+    # uses x2's GPU on b (free at the end of that grace window) plus x1's: one grace, not two
+    jobs = [borrower("x1", 0, 1000, 1), borrower("x2", 0, 1000, 2),
+            owner("a0", "a", 2, 10, 1), owner("b0", "b", 2, 10, 2)]
+    r = simulate({"a": 1, "b": 2}, jobs, POOL, window=5000)
+    assert r.preemptions == 2 and r.owner_waits == [60, 60]
+
+
 def test_owners_beyond_their_share_borrow_and_can_be_preempted():
     # a's second job exceeds a's 1 GPU and borrows b's; b's owner takes it back
     jobs = [owner("a1", "a", 0, 1000, 1), owner("a2", "a", 0, 1000, 1), owner("b1", "b", 100, 100, 1)]
