@@ -6,9 +6,15 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 # The real Kubernetes control plane (session-scoped; started only by tests that ask for it).
 pytest_plugins = ["slurm_pool.testing.k8s_fixtures"]
+
+# HYPOTHESIS_PROFILE=ci (set by .ci/run): the same examples every run, so that a
+# landing never hinges on a random draw; without it each run explores new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_SPEC = REPO / "examples" / "pool.yaml"
