@@ -97,6 +97,8 @@ class Result:
     borrower_jobs_done: int = 0
     borrower_waits: list[float] = field(default_factory=list)
     unfinished_owner_jobs: int = 0
+    #: ``(time, idle GPUs)`` whenever the count changed inside the window (for :mod:`.lending`).
+    idle_timeline: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def utilization(self) -> float:
@@ -315,12 +317,20 @@ class _Sim:
             if self.now < self.window:
                 self._refill()
             self.schedule()
+            self._note_idle()
             if self.now >= self.window and self.owner_done == self.owner_jobs:
                 break
         for run in self.runs.values():  # still running: count what ran inside the window
             self._account(run, self.now, max(0.0, self.now - run.start))
         self.res.unfinished_owner_jobs = self.owner_jobs - self.owner_done
         return self.res
+
+    def _note_idle(self) -> None:
+        if self.now < self.window:
+            idle = sum(self.idle.values())
+            line = self.res.idle_timeline
+            if not line or line[-1][1] != idle:
+                line.append((self.now, idle))
 
     def _refill(self) -> None:
         """Keep the borrower queue non-empty while the window lasts."""

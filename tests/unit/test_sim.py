@@ -227,3 +227,49 @@ def test_jobs_and_server_sizing():
     backlog = workload.borrower_backlog([workload.Arrival(0, 32)], sampler, max_gpus=8)
     first = [next(backlog) for _ in range(3)]
     assert [(j.id, j.project, j.gpus) for j in first] == [("b0", None, 8), ("b1", None, 8), ("b2", None, 8)]
+
+
+# -- lending to the inference tier -------------------------------------------
+
+from slurm_pool.sim.lending import replay_lending  # noqa: E402
+
+
+def _always(_t: float) -> bool:
+    return True
+
+
+# (idle timeline, allowed, max_nodes, lent GPU-s, lends, reclaims)
+LEND_CASES = [
+    ("two idle nodes lent all hour", [(0, 16)], _always, None, 16 * 3600, 2, 0),
+    ("Slurm takes one back at 1000 s", [(0, 16), (1000, 8)], _always, None, 16 * 1000 + 8 * 2600, 2, 1),
+    ("a node freed at 1000 s waits for the next cron tick", [(0, 8), (1000, 16)], _always, None,
+     8 * 1200 + 16 * 2400, 2, 0),
+    ("the window closes at 1800 s: given back, not reclaimed", [(0, 16)], lambda t: t < 1800, None,
+     16 * 1800, 2, 0),
+    ("max_lent_nodes 1", [(0, 16)], _always, 1, 8 * 3600, 1, 0),
+    ("7 idle GPUs are not a node", [(0, 7)], _always, None, 0, 0, 0),
+]
+
+
+@pytest.mark.parametrize("timeline,allowed,max_nodes,lent,lends,reclaims",
+                         [c[1:] for c in LEND_CASES], ids=[c[0] for c in LEND_CASES])
+def test_lending(timeline, allowed, max_nodes, lent, lends, reclaims):
+    rep = replay_lending(timeline, window=3600, node_gpus=8, period=600, allowed=allowed, max_nodes=max_nodes)
+    assert (rep.lent_gpu_seconds, rep.lends, rep.reclaims) == (lent, lends, reclaims)
+
+
+def test_lending_never_exceeds_idle_on_a_replayed_pool():
+    backlog = (borrower(f"b{i}", 0, 500 + 37 * (i % 11), 1 + i % 3) for i in range(200))
+    jobs = [owner(f"a{i}", "a", 700 * i, 900, 1 + i % 4) for i in range(20)]
+    r = simulate({"a": 8, "b": 16}, jobs, Policy("dedicated", pooled=False), window=20_000)
+    assert r.idle_timeline and r.idle_timeline[0][0] == 0
+    rep = replay_lending(r.idle_timeline, r.window, node_gpus=8, period=300, allowed=_always)
+    assert 0 < rep.lent_gpu_seconds <= rep.idle_gpu_seconds
+    pooled = simulate({"a": 8, "b": 16}, jobs, POOL, window=20_000, backlog=backlog)
+    assert replay_lending(pooled.idle_timeline, pooled.window, 8, 300, _always).lent_gpu_seconds < rep.lent_gpu_seconds
+
+
+@pytest.mark.parametrize("node_gpus,period,window", [(0, 600, 3600), (8, 0, 3600), (8, 600, 0)])
+def test_lending_bad_arguments(node_gpus, period, window):
+    with pytest.raises(ValueError, match="must be positive"):
+        replay_lending([(0, 8)], window, node_gpus, period, _always)
