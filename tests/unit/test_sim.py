@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from slurm_pool.sim import workload
 from slurm_pool.sim.engine import Job, Policy, quantile, simulate
+from slurm_pool.sim.lending import replay_lending
 
 DEDICATED = Policy("dedicated", pooled=False)
 POOL = Policy("pool", grace=60, restart_overhead=60)
@@ -230,9 +231,6 @@ def test_jobs_and_server_sizing():
 
 
 # -- lending to the inference tier -------------------------------------------
-
-from slurm_pool.sim.lending import replay_lending  # noqa: E402
-
 
 def _always(_t: float) -> bool:
     return True
