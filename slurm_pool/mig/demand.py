@@ -16,6 +16,7 @@ import re
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
+from slurm_pool.adapters.slurmjson import number
 from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type
 from slurm_pool.mig.planner import PlanError, demand_from_needs
 from slurm_pool.mig.profiles import geometry
@@ -72,17 +73,6 @@ def demand_from_needs_text(model: str, text: str) -> tuple[dict[str, int], int]:
     return demand_from_needs(model, parse_needs(text))
 
 
-def _num(v: Any) -> int | None:
-    if isinstance(v, dict):
-        if v.get("set") is False or v.get("infinite"):
-            return None
-        v = v.get("number")
-    try:
-        return int(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def _job_requests(job: dict[str, Any]) -> Counter[str]:
     out: Counter[str] = Counter()
     tres = job.get("tres") or {}
@@ -92,7 +82,7 @@ def _job_requests(job: dict[str, Any]) -> Counter[str]:
             for it in items:
                 name = str(it.get("name") or "")
                 if it.get("type") == "gres" and name.startswith("gpu:"):
-                    out[name[4:]] += int(it.get("count") or 0)
+                    out[name[4:]] += number(it.get("count")) or 0
         elif isinstance(items, str):
             for t, n in _TRES_STR_RE.findall(items):
                 out[t] += int(n)
@@ -124,7 +114,7 @@ def demand_from_sacct(model: str, text: str) -> tuple[dict[str, int], dict[str, 
     timed = True
     for job in jobs:
         t = job.get("time") or {}
-        start, end = _num(t.get("start")), _num(t.get("end"))
+        start, end = number(t.get("start")), number(t.get("end"))
         for gtype, n in _job_requests(job).items():
             prof = profile_for_gres_type(model, gtype)
             if prof is None:
