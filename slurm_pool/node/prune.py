@@ -41,6 +41,7 @@ class Entry:
 
     @property
     def rel(self) -> str:
+        """``<user>/<job id>``, relative to the base."""
         return f"{self.user}/{self.job_id}"
 
 

@@ -24,6 +24,7 @@ def scenarios(grace: float, interval: float, restart: float) -> list[tuple[str, 
 
 
 def summary(r: Result, base: Result) -> dict[str, Any]:
+    """One replay's figures, utilisation also as a ratio to the dedicated baseline."""
     return {
         "policy": r.policy,
         "utilization": round(r.utilization, 4),

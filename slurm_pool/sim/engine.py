@@ -107,6 +107,7 @@ class Result:
 
     @property
     def owner_utilization(self) -> float:
+        """The share of capacity that did owners' work."""
         return self.owner_gpu_seconds / (self.capacity * self.window) if self.capacity and self.window else 0.0
 
     def wait_quantile(self, q: float) -> float:
@@ -114,6 +115,7 @@ class Result:
         return quantile(self.owner_waits, q)
 
     def turnaround_quantile(self, q: float) -> float:
+        """The ``q`` quantile of owner jobs' submit-to-end time, seconds."""
         return quantile(self.owner_turnarounds, q)
 
 
@@ -151,6 +153,7 @@ class _Sim:
 
     # -- events --------------------------------------------------------------
     def push(self, t: float, kind: str, payload: object) -> None:
+        """Queue an event; ties run in the order pushed."""
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind, payload))
 
@@ -273,6 +276,7 @@ class _Sim:
         return True
 
     def schedule(self) -> None:
+        """Start what can start now: owners' queues first, then the borrowers'."""
         progress = True
         while progress:
             progress = False
@@ -295,6 +299,7 @@ class _Sim:
 
     # -- main loop -----------------------------------------------------------
     def run(self, jobs: Iterable[Job], backlog: Iterator[Job] | None) -> Result:
+        """Replay until the window has passed and every owner job is done."""
         for job in sorted(jobs, key=lambda j: (j.arrival, j.id)):
             if job.project is not None and job.project not in self.cap:
                 raise ValueError(f"job {job.id}: project {job.project!r} owns no servers")

@@ -134,6 +134,7 @@ def trace_jobs(name: str, project: str | None, arrivals: Sequence[Arrival], samp
 
 
 def gpu_seconds(jobs: Sequence[Job]) -> float:
+    """Total GPU-seconds of work."""
     return sum(j.work * j.gpus for j in jobs)
 
 
