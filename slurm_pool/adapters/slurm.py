@@ -13,10 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from slurm_pool.adapters.runner import Runner, SubprocessRunner
-from slurm_pool.adapters.slurmjson import number, states
-
-#: Reason prefix on everything slurm-pool drains; a drain without it is a human's.
-REASON_PREFIX = "slurm-pool:"
+from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, states
 
 
 @dataclass(frozen=True)
@@ -36,10 +33,6 @@ class Node:
     def ours(self) -> bool:
         """Drained (or reasoned) by slurm-pool rather than by a person."""
         return self.reason.startswith(REASON_PREFIX)
-
-    @property
-    def idle(self) -> bool:
-        return "IDLE" in self.state and "COMPLETING" not in self.state
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from typing import Any
 
 #: Slurm's NO_VAL-style sentinels: anything this large means "unset/infinite".
 INFINITE = 0xFFFFFFFE
+#: Prefix of every node reason (and job comment) slurm-pool writes; a drain without it is a human's.
+REASON_PREFIX = "slurm-pool:"
 
 
 def states(value: Any) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
-REASON_PREFIX = "slurm-pool:"
+from slurm_pool.adapters.slurmjson import REASON_PREFIX
 REASON_MAX = 240
 MAX_STICKY_XIDS = 16
 
