@@ -66,14 +66,13 @@ class _Run:
     alloc: dict[str, int]
     start: float  # useful work begins here (after a grace wait and a restart)
     version: int
+    free_at: float | None = None  # signalled: its GPUs come free at this time
 
 
 @dataclass
 class _State:
     done: float = 0.0  # work kept so far (checkpointed)
     first_start: float | None = None
-    end: float | None = None
-    preemptions: int = 0
     runs: int = 0
 
 
@@ -86,13 +85,11 @@ class Result:
     capacity: int
     useful_gpu_seconds: float = 0.0
     owner_gpu_seconds: float = 0.0
-    borrower_gpu_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0
     grace_gpu_seconds: float = 0.0
     restart_gpu_seconds: float = 0.0
     preemptions: int = 0
     owner_waits: list[float] = field(default_factory=list)
-    owner_turnarounds: list[float] = field(default_factory=list)
     owner_jobs_preempted: int = 0
     borrower_jobs_done: int = 0
     borrower_waits: list[float] = field(default_factory=list)
@@ -113,10 +110,6 @@ class Result:
     def wait_quantile(self, q: float) -> float:
         """The ``q`` quantile of owner jobs' queue wait (nearest rank), seconds."""
         return quantile(self.owner_waits, q)
-
-    def turnaround_quantile(self, q: float) -> float:
-        """The ``q`` quantile of owner jobs' submit-to-end time, seconds."""
-        return quantile(self.owner_turnarounds, q)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -145,7 +138,6 @@ class _Sim:
         self.owner_done = 0
         self.runs: dict[str, _Run] = {}
         self.leaving: dict[str, _Run] = {}  # signalled borrowers inside their grace window
-        self.leaving_at: dict[str, float] = {}
         self.state: dict[str, _State] = {}
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = 0
@@ -167,8 +159,6 @@ class _Sim:
         self.res.useful_gpu_seconds += useful
         if job.project is not None:
             self.res.owner_gpu_seconds += useful
-        else:
-            self.res.borrower_gpu_seconds += useful
         self.res.lost_gpu_seconds += self._segment(run.start + kept, until, job.gpus)
 
     # -- starting jobs -------------------------------------------------------
@@ -220,15 +210,13 @@ class _Sim:
             kept_total = max(st.done, math.floor(total / step) * step) if step > 0 else st.done
         self._account(run, self.now, kept_total - st.done)
         st.done = kept_total
-        st.preemptions += 1
         self.res.preemptions += 1
-        run.version = -1  # its finish event is void now
-        del self.runs[run.job.id]
+        del self.runs[run.job.id]  # its finish event is void now
         if run.job.project is not None:
             self.res.owner_jobs_preempted += 1
+        run.free_at = self.now + self.pol.grace
         self.leaving[run.job.id] = run  # holds its GPUs until the grace window ends
-        self.leaving_at[run.job.id] = self.now + self.pol.grace
-        self.push(self.now + self.pol.grace, "requeue", run)
+        self.push(run.free_at, "requeue", run)
 
     def _try_guaranteed(self, job: Job) -> bool:
         """Start an owner's job on its own GPUs: idle ones now; GPUs of borrowers already
@@ -259,7 +247,8 @@ class _Sim:
         ready = self.now
         for run, n in leaving:
             run.alloc[p] -= n  # passes to the owner when the borrower is gone
-            ready = max(ready, self.leaving_at[run.job.id])
+            assert run.free_at is not None
+            ready = max(ready, run.free_at)
         for v in victims:
             n = min(v.alloc[p], need)
             v.alloc[p] -= n  # any surplus returns to idle when the victim is gone
@@ -360,21 +349,21 @@ class _Sim:
                 return
             st = self.state[job_id]
             self._account(run, self.now, run.job.work - st.done)
-            st.done, st.end = run.job.work, self.now
+            st.done = run.job.work
             del self.runs[job_id]
             self._release(run)
+            assert st.first_start is not None  # set when the run was launched
+            wait = st.first_start - run.job.arrival
             if run.job.project is None:
                 self.res.borrower_jobs_done += 1
-                self.res.borrower_waits.append((self.now if st.first_start is None else st.first_start) - run.job.arrival)
+                self.res.borrower_waits.append(wait)
             else:
-                job = run.job
                 self.owner_done += 1
-                self.res.owner_waits.append((self.now if st.first_start is None else st.first_start) - job.arrival)
-                self.res.owner_turnarounds.append(self.now - job.arrival)
+                self.res.owner_waits.append(wait)
         elif kind == "requeue":
             run = payload  # type: ignore[assignment]
             assert isinstance(run, _Run)
-            del self.leaving[run.job.id], self.leaving_at[run.job.id]
+            del self.leaving[run.job.id]
             self._release(run)
             self.queues[run.job.project].appendleft(run.job)
 

@@ -36,6 +36,17 @@ class Arrival:
     gpus: int
 
 
+def _arrival(time: object, gpus: object, where: str) -> Arrival:
+    """One validated arrival; ``where`` (``file:line``) names the row in errors."""
+    try:
+        a = Arrival(float(time), int(gpus))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}: arrival {time!r} / gpus {gpus!r} are not numbers") from None
+    if a.time < 0 or a.gpus < 1:
+        raise TraceError(f"{where}: arrival {a.time} must be >= 0 and gpus {a.gpus} >= 1")
+    return a
+
+
 def parse_vc_trace(text: str, name: str = "trace") -> list[Arrival]:
     """Rows of a Gavel/Philly virtual-cluster trace, in file order."""
     out = []
@@ -45,13 +56,7 @@ def parse_vc_trace(text: str, name: str = "trace") -> list[Arrival]:
         cols = line.split("\t")
         if len(cols) < 7:
             raise TraceError(f"{name}:{n}: expected 7 tab-separated columns, got {len(cols)}")
-        try:
-            t, g = float(cols[5]), int(cols[6])
-        except ValueError:
-            raise TraceError(f"{name}:{n}: arrival {cols[5]!r} / gpus {cols[6]!r} are not numbers") from None
-        if t < 0 or g < 1:
-            raise TraceError(f"{name}:{n}: arrival {t} must be >= 0 and gpus {g} >= 1")
-        out.append(Arrival(t, g))
+        out.append(_arrival(cols[5], cols[6], f"{name}:{n}"))
     return out
 
 
@@ -73,14 +78,7 @@ def parse_arrivals_csv(text: str, name: str = "arrivals") -> dict[str, list[Arri
         raise TraceError(f"{name}: columns {reader.fieldnames} are not {list(ARRIVAL_COLUMNS)}")
     rows: dict[str, list[Arrival]] = {}
     for n, row in enumerate(reader, 2):
-        try:
-            a = Arrival(float(row["arrival_seconds"]), int(row["num_gpus"]))
-        except (TypeError, ValueError):
-            raise TraceError(f"{name}:{n}: arrival {row['arrival_seconds']!r} / gpus {row['num_gpus']!r} "
-                             "are not numbers") from None
-        if a.time < 0 or a.gpus < 1:
-            raise TraceError(f"{name}:{n}: arrival {a.time} must be >= 0 and gpus {a.gpus} >= 1")
-        rows.setdefault(row["vc"], []).append(a)
+        rows.setdefault(row["vc"], []).append(_arrival(row["arrival_seconds"], row["num_gpus"], f"{name}:{n}"))
     return rows
 
 
