@@ -26,7 +26,8 @@ from typing import Any
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 CKPT_RE = re.compile(r"^ckpt-(\d{12})$")
 OUTCOME_MAX = 65536
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Open a directory, never through a symlink (every root-side walk uses these).
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class JobDirError(RuntimeError):
@@ -69,7 +70,7 @@ def _open_under(base_fd: int, names: list[str]) -> int:
     fd = os.dup(base_fd)
     for name in names:
         try:
-            nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            nfd = os.open(name, DIR_FLAGS, dir_fd=fd)
         finally:
             os.close(fd)
         fd = nfd
@@ -82,7 +83,7 @@ def _mkdir_owned(parent_fd: int, name: str, uid: int, gid: int, mode: int = 0o70
         os.mkdir(name, mode, dir_fd=parent_fd)
     except FileExistsError:
         pass
-    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)  # ELOOP if it is a symlink
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)  # ELOOP if it is a symlink
     try:
         st = os.fstat(fd)
         if st.st_uid not in (0, uid):
@@ -106,7 +107,7 @@ def prepare(base: str, path: str, user: str, uid: int, gid: int) -> str:
     if parts[: len(base_parts) + 1] != base_parts + [user]:
         return "left to the job"
     os.makedirs(base, 0o755, exist_ok=True)  # base comes from root-owned node.conf
-    fd = os.open(base, _DIR_FLAGS)
+    fd = os.open(base, DIR_FLAGS)
     try:
         bst = os.fstat(fd)
         if bst.st_uid != 0 and bst.st_uid != os.geteuid():
@@ -125,7 +126,7 @@ def prepare(base: str, path: str, user: str, uid: int, gid: int) -> str:
 def _open_dir(path: str) -> int | None:
     try:
         parts = _components(path)
-        root = os.open("/", _DIR_FLAGS)
+        root = os.open("/", DIR_FLAGS)
         try:
             return _open_under(root, parts)
         finally:
