@@ -13,7 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 
 def _start_time(pid: int) -> int | None:
@@ -123,11 +123,23 @@ def _reap(pid: int) -> None:
         pass
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
-    """Poll ``check`` until it is true; raise naming ``what`` on timeout."""
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.25,
+             ignore: tuple[type[BaseException], ...] = ()) -> Any:
+    """Poll ``check`` until it returns something truthy, and return that.
+
+    Exceptions of the ``ignore`` types count as "not yet" (a daemon still
+    starting).  On timeout the error names ``what`` and the last answer.
+    """
     deadline = time.monotonic() + timeout
+    last: Any = None
     while time.monotonic() < deadline:
-        if check():
-            return
+        try:
+            last = check()
+        except ignore as exc:
+            last = exc
+        else:
+            if last:
+                return last
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+    seen = "" if last is None or last is False else f" (last: {last!r})"
+    raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{seen}")

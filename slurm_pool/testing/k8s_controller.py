@@ -19,7 +19,6 @@ condition).
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -198,16 +197,10 @@ def _covers(have: Any, want: Any) -> bool:
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.25, what: str = "condition"):
-    """Poll ``predicate`` until it returns a truthy value; raise TimeoutError otherwise."""
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            last_exc = None
-            if value:
-                return value
-        except Exception as exc:  # the API may be briefly unavailable
-            last_exc = exc
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}" + (f" ({last_exc})" if last_exc else ""))
+    """Poll ``predicate`` until it returns a truthy value; raise TimeoutError otherwise.
+
+    Any exception counts as "not yet": the API server may be briefly unavailable.
+    """
+    from slurm_pool.localcluster.procs import wait_for as poll
+
+    return poll(predicate, timeout, what, interval, ignore=(Exception,))

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_pool.localcluster.procs import wait_for
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,15 +123,6 @@ def _count(log: Path, event: str) -> int:
     return len(_lines(log, event)) if log.exists() else 0
 
 
-def _wait(pred, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _runs(log: Path) -> list[list[str]]:
     """The train_sim lines of each run, split at its ``start`` lines."""
     runs: list[list[str]] = []
@@ -162,7 +154,7 @@ def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
     rng = random.Random(5)
     for round_ in range(PREEMPTIONS):
         cluster.wait_state(victim, ["RUNNING"], timeout=120)
-        _wait(lambda: _count(log, "start") >= round_ + 1, 60, f"run {round_} to start")
+        wait_for(lambda: _count(log, "start") >= round_ + 1, 60, f"run {round_} to start")
         time.sleep(rng.uniform(3.0, 3.0 + EVERY * STEP_TIME))  # land between two periodic checkpoints
         owner = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", NODE, f"--gres=gpu:{units}",
                                "-o", "/dev/null", user="alice", script="#!/bin/bash\nsleep 2\n")
@@ -205,7 +197,7 @@ def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
     job = cluster.sbatch("-p", "shared", "--qos=shared", "-A", "proja", "-w", NODE, "--gres=gpu:1", "--time=2",
                          "--requeue", "--open-mode=append", "-o", str(log), "-D", str(work), user="alice",
                          script=SCRIPT.format(repo=work / "lib", py=py, train=work / "train_sim.py", steps=steps, every=EVERY, dt=STEP_TIME))
-    _wait(lambda: _count(log, "stop") >= 1, 150, "the first self-requeue")
+    wait_for(lambda: _count(log, "stop") >= 1, 150, "the first self-requeue")
     cluster.wait_state(job, ["PENDING", "REQUEUED", "RUNNING"], timeout=60)
     comment = cluster.run(["squeue", "-h", "-j", str(job), "-o", "%k"]).stdout.strip()
     assert "slurm-pool:self-requeues=1" in comment, comment
@@ -231,7 +223,7 @@ def test_prune_keeps_queued_jobs_and_removes_gone_ones(cluster, node_conf):
                          script="#!/bin/bash\nsleep 300\n")
     cluster.wait_state(job, ["RUNNING"], timeout=60)
     live = base / "alice" / str(job)
-    _wait(live.is_dir, 30, "the prolog to create the job's checkpoint dir")
+    wait_for(live.is_dir, 30, "the prolog to create the job's checkpoint dir")
     gone = base / "alice" / "999999"
     gone.mkdir()
     (gone / "ckpt-000000000001").mkdir()

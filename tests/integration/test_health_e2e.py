@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_pool.localcluster.procs import wait_for
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,16 +89,6 @@ def health(cluster):
     h.restore()
 
 
-def _wait(pred, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        last = pred()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
 
 def test_failing_gpu_drains_the_node_and_requeues_the_job(cluster, health):
     health.snapshot(_two_gpu("ecc", ecc={"volatile_uncorrected": 3}))
@@ -105,7 +96,7 @@ def test_failing_gpu_drains_the_node_and_requeues_the_job(cluster, health):
     job = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", NODE, "--gres=gpu:1",
                          "-J", f"$(touch {sentinel})", f"--comment=; touch {sentinel}", "-o", "/dev/null",
                          user="alice", script="#!/bin/bash\nsleep 1\n")
-    state, reason = _wait(lambda: s if "drain" in (s := health.node())[0] else None, 60, "the drain")
+    state, reason = wait_for(lambda: s if "drain" in (s := health.node())[0] else None, 60, "the drain")
     assert reason.startswith("slurm-pool: ecc: GPU 1 (00000000:4B:00.0) has 3 uncorrected volatile ECC errors"), reason
     st = cluster.wait_state(job, ["PENDING", "REQUEUED"], timeout=60)  # held unless nohold_on_prolog_fail
     assert st in ("PENDING", "REQUEUED")
@@ -121,7 +112,7 @@ def test_own_drain_cleared_human_drain_kept(cluster, health):
     assert health.node()[1].startswith("slurm-pool: ecc:")
     health.snapshot(_two_gpu("healthy"))
     assert health.healthcheck() == 0
-    _wait(lambda: "drain" not in health.node()[0], 30, "our drain to clear")
+    wait_for(lambda: "drain" not in health.node()[0], 30, "our drain to clear")
     cluster.run(["scontrol", "update", f"NodeName={NODE}", "State=DRAIN", "Reason=bios update (test)"])
     assert health.healthcheck() == 0
     state, reason = health.node()
@@ -138,7 +129,7 @@ def test_critical_xid_is_sticky_until_acknowledged(cluster, health):
     health.snapshot(_two_gpu("healthy"))
     assert health.healthcheck() == 1 and "drain" in health.node()[0]
     assert health.healthcheck("--ack-xids") == 0
-    _wait(lambda: "drain" not in health.node()[0], 30, "the drain to clear after the ack")
+    wait_for(lambda: "drain" not in health.node()[0], 30, "the drain to clear after the ack")
 
 
 def test_app_xids_do_not_drain(cluster, health):

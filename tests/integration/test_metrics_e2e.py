@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
+from slurm_pool.localcluster import procs
 from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
 
@@ -43,19 +43,8 @@ def http_get(url: str, timeout: float = 3.0) -> str:
 
 
 def wait_for(fn: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``fn`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except OSError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout}s (last: {last!r})")
+    """Poll ``fn`` (HTTP errors count as "not yet") until it returns something truthy."""
+    return procs.wait_for(fn, timeout, what, interval=0.5, ignore=(OSError,))
 
 
 class Daemon:
