@@ -23,6 +23,8 @@ PREEMPT = "preempt"
 TIMEOUT = "timeout"
 TERMINATE = "terminate"
 CHECKPOINT = "checkpoint"
+#: Every reason a run can end for, as outcome records spell them.
+REASONS = (PREEMPT, TIMEOUT, TERMINATE, CHECKPOINT)
 
 #: Seconds of slack when deciding that the time limit is "near".
 SLACK = 30.0

@@ -19,8 +19,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_pool.checkpoint.slurmjob import REASONS
+
 FILE_NAME = "outcomes.jsonl"
-REASONS = ("preempt", "timeout", "terminate", "checkpoint")
 #: Upper bounds (seconds) of the checkpoint-age histogram: work lost at an event.
 AGE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
 NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

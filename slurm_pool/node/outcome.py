@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_pool.checkpoint.slurmjob import JobInfo
-
-REASONS = ("preempt", "timeout", "terminate", "checkpoint")
+from slurm_pool.checkpoint.slurmjob import REASONS, JobInfo
 
 
 def _num(v: Any) -> float | None:
