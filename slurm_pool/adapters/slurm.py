@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from slurm_pool.adapters.runner import Runner, SubprocessRunner
-from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, states
+from slurm_pool.adapters.slurmjson import REASON_PREFIX, is_drained, number, states
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Node:
 
     @property
     def drained(self) -> bool:
-        return any(s in ("DRAIN", "DRAINED", "DRAINING") for s in self.state)
+        return is_drained(self.state)
 
     @property
     def ours(self) -> bool:

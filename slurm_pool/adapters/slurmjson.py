@@ -8,7 +8,7 @@ import little.  Slurm writes states as a list (``["IDLE", "DRAIN"]``) or a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 #: Slurm's NO_VAL-style sentinels: anything this large means "unset/infinite".
 INFINITE = 0xFFFFFFFE
@@ -23,6 +23,11 @@ def states(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return tuple(s for s in value.upper().replace("+", " ").replace(",", " ").split() if s)
     return ()
+
+
+def is_drained(flags: Iterable[str]) -> bool:
+    """Whether node state words include a drain (DRAIN, DRAINED or DRAINING)."""
+    return any(f.startswith("DRAIN") for f in flags)
 
 
 def number(value: Any) -> int | None:

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
-from slurm_pool.adapters.slurmjson import states
+from slurm_pool.adapters.slurmjson import is_drained, states
 from slurm_pool.node.health import is_ours
 
 _REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")
@@ -28,7 +28,7 @@ class NodeState(NamedTuple):
 
     @property
     def drained(self) -> bool:
-        return any(f.startswith("DRAIN") for f in self.flags)
+        return is_drained(self.flags)
 
 
 class Action(NamedTuple):
