@@ -90,6 +90,12 @@ def _set_args(changes: list[tuple[str, str, str]]) -> list[str]:
     return args
 
 
+def _modify(label: str, entity: str, where: list[str], fc: list[tuple[str, str, str]]) -> Change:
+    """``sacctmgr modify ENTITY where ... set ...`` for field changes, with its summary line."""
+    desc = ", ".join(f"{f}: {o or '-'} -> {n or '-'}" for f, o, n in fc)
+    return Change(f"~ {label}: {desc}", ("modify", entity, "where", *where, "set", *_set_args(fc)))
+
+
 def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False) -> list[Change]:
     """The changes that bring Slurm's accounting in line with ``plan``."""
     changes: list[Change] = []
@@ -108,13 +114,10 @@ def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False) -> list[
         direct = {k: v for k, v in q.fields.items() if k != "Preempt"}
         fc = _field_changes(direct, have)
         if fc:
-            desc = ", ".join(f"{f}: {o or '-'} -> {n or '-'}" for f, o, n in fc)
-            changes.append(Change(f"~ qos {q.name}: {desc}", ("modify", "qos", "where", f"name={q.name}", "set", *_set_args(fc))))
+            changes.append(_modify(f"qos {q.name}", "qos", [f"name={q.name}"], fc))
         pc = _field_changes({"Preempt": q.fields["Preempt"]}, have)
         if pc:
-            preempt_later.append(Change(
-                f"~ qos {q.name}: Preempt: {pc[0][1] or '-'} -> {pc[0][2] or '-'}",
-                ("modify", "qos", "where", f"name={q.name}", "set", *_set_args(pc))))
+            preempt_later.append(_modify(f"qos {q.name}", "qos", [f"name={q.name}"], pc))
     changes.extend(preempt_later)
 
     accts_have = {r["Account"]: r for r in slurm.sacctmgr_show("account", ["Account", "Descr", "Org"])}
@@ -134,10 +137,7 @@ def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False) -> list[
         want = {k: a.fields[k] for k in ("Fairshare", "QOS", "DefaultQOS")}
         fc = _field_changes(want, have)
         if fc:
-            desc = ", ".join(f"{f}: {o or '-'} -> {n}" for f, o, n in fc)
-            changes.append(Change(f"~ account {a.name}: {desc}",
-                                  ("modify", "account", "where", f"name={a.name}", f"cluster={cluster}",
-                                   "set", *[f"{f}={n}" for f, _o, n in fc])))
+            changes.append(_modify(f"account {a.name}", "account", [f"name={a.name}", f"cluster={cluster}"], fc))
 
     users_have = {r["User"]: r for r in slurm.sacctmgr_show("user", ["User", "DefaultAccount"])}
     for u in plan.users:
@@ -152,10 +152,8 @@ def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False) -> list[
         want = {k: u.fields[k] for k in ("QOS", "DefaultQOS")}
         fc = _field_changes(want, have)
         if fc:
-            desc = ", ".join(f"{f}: {o or '-'} -> {n}" for f, o, n in fc)
-            changes.append(Change(f"~ user {u.name} in {u.account}: {desc}",
-                                  ("modify", "user", "where", f"name={u.name}", f"account={u.account}",
-                                   f"cluster={cluster}", "set", *[f"{f}={n}" for f, _o, n in fc])))
+            changes.append(_modify(f"user {u.name} in {u.account}", "user",
+                                   [f"name={u.name}", f"account={u.account}", f"cluster={cluster}"], fc))
         cur_default = users_have.get(u.name, {}).get("DefaultAccount", "")
         if cur_default and cur_default != u.fields["DefaultAccount"] and key in assoc_have:
             changes.append(Change(f"~ user {u.name}: DefaultAccount: {cur_default} -> {u.fields['DefaultAccount']}",
