@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -11,14 +10,10 @@ DEFAULT_SPEC = "examples/pool.yaml"
 
 
 def _cluster(spec: str | None, state_dir: str | None, port_base: int | None = None):
-    from slurm_pool.localcluster.cluster import LocalCluster, default_state_dir
+    from slurm_pool.localcluster.cluster import LocalCluster, default_state_dir, saved_record
 
     if spec is None:
-        root = Path(state_dir) if state_dir else default_state_dir()
-        try:
-            spec = json.loads((root / "cluster.json").read_text())["spec"]
-        except (OSError, ValueError, KeyError):
-            spec = DEFAULT_SPEC
+        spec = saved_record(Path(state_dir) if state_dir else default_state_dir()).get("spec", DEFAULT_SPEC)
     return LocalCluster(spec, state_dir, port_base)
 
 

@@ -93,7 +93,7 @@ class LocalCluster:
         self.spec_path = Path(spec_path).resolve()
         self.spec: PoolSpec = load_spec(self.spec_path)
         root = Path(state_dir) if state_dir else default_state_dir(self.spec.cluster.name)
-        saved = self._saved(root)
+        saved = saved_record(root)
         base = port_base or saved.get("port_base") or int(os.environ.get("SLURM_POOL_PORT_BASE", DEFAULT_PORT_BASE))
         self.layout = Layout(root.resolve(), int(base))
         # Checkpoints stay inside the state directory: job ids restart at 1 in
@@ -103,13 +103,6 @@ class LocalCluster:
         self.spec = self.spec.model_copy(update={"checkpoint": ckpt})
         self.runner = runner or SubprocessRunner(env=self.layout.env())
         self.procs = ProcTable(self.layout.run)
-
-    @staticmethod
-    def _saved(root: Path) -> dict:
-        try:
-            return json.loads((root / "cluster.json").read_text())
-        except (OSError, ValueError):
-            return {}
 
     # -- configuration -------------------------------------------------
     def nodes(self) -> list[str]:
@@ -410,6 +403,15 @@ class LocalCluster:
                                          capture_output=True, text=True)
                     if res.returncode not in (0, 9):
                         raise ClusterError(f"useradd {user} failed: {res.stderr.strip()}")
+
+
+def saved_record(root: Path) -> dict:
+    """What ``up`` recorded in ``<state>/cluster.json`` (spec path, ports); {} if nothing readable."""
+    try:
+        saved = json.loads((root / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
 
 
 def _ok(argv: list[str]) -> bool:

@@ -8,7 +8,6 @@ with gres.conf and slurm.conf.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,7 +17,7 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.mig.apply import NodeStatus
 from slurm_pool.mig.emit import MigDevice
 from slurm_pool.mig.placement import Layout, find_placement
-from slurm_pool.localcluster.cluster import LocalCluster
+from slurm_pool.localcluster.cluster import LocalCluster, saved_record
 
 
 def _counts(gres: str) -> Counter[str]:
@@ -125,6 +124,8 @@ def controls(plan: object = None) -> tuple[LocalNodeControl, EmulatedMigBackend]
         state = str(Path(os.environ["SLURM_CONF"]).resolve().parent.parent)
     if not state:
         raise RuntimeError("set SLURM_POOL_STATE_DIR (or SLURM_CONF) to the local cluster's state directory")
-    saved = json.loads((Path(state) / "cluster.json").read_text())
+    saved = saved_record(Path(state))
+    if "spec" not in saved:
+        raise RuntimeError(f"{state}: no local cluster recorded there (cluster.json)")
     cluster = LocalCluster(saved["spec"], state_dir=state)
     return LocalNodeControl(cluster), EmulatedMigBackend(cluster)
