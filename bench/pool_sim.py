@@ -38,7 +38,7 @@ from datetime import datetime, timedelta  # noqa: E402
 
 from slurm_pool.bridge.plan import off_peak  # noqa: E402
 from slurm_pool.sim import workload as wl  # noqa: E402
-from slurm_pool.sim.engine import Policy, Result, simulate  # noqa: E402
+from slurm_pool.sim.engine import Result, simulate, standard_policies  # noqa: E402
 from slurm_pool.sim.lending import replay_lending  # noqa: E402
 from slurm_pool.spec import load_spec  # noqa: E402
 
@@ -93,18 +93,11 @@ def main() -> int:
     total = sum(capacity.values())
     pattern = [a for vc in BORROWERS for a in arrivals[vc]]
 
-    common = dict(grace=args.grace, checkpoint_interval=args.checkpoint_interval,
-                  restart_overhead=args.restart_overhead)
-    scenarios = [
-        ("dedicated servers (baseline)", Policy("dedicated", pooled=False, **common), False),
-        ("pool, no preemption", Policy("no-preempt", preempt=False, **common), False),
-        ("**pool, checkpoint-on-preempt**", Policy("ckpt-signal", **common), False),
-        ("pool, periodic checkpoints only", Policy("ckpt-periodic", checkpoint_on_signal=False, **common), False),
-        ("backlog: pool, no preemption", Policy("no-preempt", preempt=False, **common), True),
-        ("**backlog: pool, checkpoint-on-preempt**", Policy("ckpt-signal", **common), True),
-        ("backlog: pool, periodic checkpoints only",
-         Policy("ckpt-periodic", checkpoint_on_signal=False, **common), True),
-    ]
+    policies = standard_policies(args.grace, args.checkpoint_interval, args.restart_overhead)
+    scenarios = [(label, policy, False) for label, policy in policies]
+    scenarios += [(f"backlog: {label}", policy, True) for label, policy in policies[1:]]  # pooled ones
+    marks = {"dedicated": "{} (baseline)", "pool-checkpoint-on-preempt": "**{}**"}  # what slurm-pool sets up
+    scenarios = [(marks.get(p.name, "{}").format(label), p, endless) for label, p, endless in scenarios]
     results = []
     t0 = time.monotonic()
     for name, policy, endless in scenarios:

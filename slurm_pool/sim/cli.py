@@ -9,18 +9,7 @@ from typing import Any
 
 import click
 
-from slurm_pool.sim.engine import Policy, Result, simulate as replay
-
-
-def scenarios(grace: float, interval: float, restart: float) -> list[tuple[str, Policy]]:
-    """The policies compared, dedicated servers first (the baseline)."""
-    common: dict[str, Any] = dict(grace=grace, checkpoint_interval=interval, restart_overhead=restart)
-    return [
-        ("dedicated servers", Policy("dedicated", pooled=False, **common)),
-        ("pool, no preemption", Policy("pool-no-preemption", preempt=False, **common)),
-        ("pool, checkpoint-on-preempt", Policy("pool-checkpoint-on-preempt", **common)),
-        ("pool, periodic checkpoints only", Policy("pool-periodic-checkpoints", checkpoint_on_signal=False, **common)),
-    ]
+from slurm_pool.sim.engine import Result, simulate as replay, standard_policies
 
 
 def summary(r: Result, base: Result) -> dict[str, Any]:
@@ -76,7 +65,7 @@ def simulate(spec_path: str, sacct_path: str, grace: float | None, checkpoint_in
         raise click.ClickException(str(exc)) from None
     grace = float(default_grace(spec)) if grace is None else grace
     results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in
-               scenarios(grace, checkpoint_interval, restart_overhead)]
+               standard_policies(grace, checkpoint_interval, restart_overhead)]
     base = results[0][1]
     owners = sum(j.project is not None for j in hist.jobs)
     if as_json:

@@ -374,6 +374,17 @@ class _Sim:
             self.owner_used[run.job.project] -= run.job.gpus
 
 
+def standard_policies(grace: float, interval: float, restart: float) -> list[tuple[str, Policy]]:
+    """The policies compared (label, policy), dedicated servers first: the baseline."""
+    common = dict(grace=grace, checkpoint_interval=interval, restart_overhead=restart)
+    return [
+        ("dedicated servers", Policy("dedicated", pooled=False, **common)),
+        ("pool, no preemption", Policy("pool-no-preemption", preempt=False, **common)),
+        ("pool, checkpoint-on-preempt", Policy("pool-checkpoint-on-preempt", **common)),
+        ("pool, periodic checkpoints only", Policy("pool-periodic-checkpoints", checkpoint_on_signal=False, **common)),
+    ]
+
+
 def simulate(capacity: dict[str, int], jobs: Iterable[Job], policy: Policy, window: float,
              backlog: Iterator[Job] | None = None) -> Result:
     """Replay owners' ``jobs`` (and, pooled, the ``backlog`` of borrower jobs) under ``policy``.

@@ -50,7 +50,7 @@ def owned_gpus(spec: Any) -> dict[str, int]:
     out = {}
     for p in spec.projects:
         n = sum(len(expand(groups[g].hosts)) * groups[g].gpus.count
-                for g in p.owns if g in groups and groups[g].gpus is not None)
+                for g in p.owns if groups[g].gpus is not None)  # owns is checked on load
         if n:
             out[p.name] = n
     return out
