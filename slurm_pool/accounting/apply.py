@@ -14,6 +14,7 @@ from typing import Callable
 
 from slurm_pool.accounting.plan import OWNER_TAG, AccountingPlan, build_plan
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.adapters.slurmjson import parse_duration
 from slurm_pool.spec.model import PoolSpec
 
 QOS_FIELDS = ["Name", "Description", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor",
@@ -51,13 +52,10 @@ def _seconds(v: str) -> int:
     """sacctmgr prints GraceTime as [D-]HH:MM:SS; the plan holds seconds."""
     if not v:
         return 0
-    if v.isdigit():
-        return int(v)
-    days, _, hms = v.rpartition("-")
-    parts = [int(x) for x in hms.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+    n = parse_duration(v)
+    if n is None:
+        raise ValueError(f"GraceTime {v!r} is not [D-]HH:MM:SS")
+    return int(n)
 
 
 def _clear_value(field: str, current: str) -> str:

@@ -25,6 +25,18 @@ def states(value: Any) -> tuple[str, ...]:
     return ()
 
 
+def parse_duration(v: str) -> float | None:
+    """Slurm's ``[days-]hours:minutes:seconds`` (None for UNLIMITED and the like)."""
+    days, _, rest = v.rpartition("-")
+    parts = rest.split(":")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3 or (days and not days.isdigit()):
+        return None
+    nums = [int(p) for p in parts]
+    while len(nums) < 3:
+        nums.insert(0, 0)
+    return float((int(days or 0) * 24 + nums[0]) * 3600 + nums[1] * 60 + nums[2])
+
+
 def is_drained(flags: Iterable[str]) -> bool:
     """Whether node state words include a drain (DRAIN, DRAINED or DRAINING)."""
     return any(f.startswith("DRAIN") for f in flags)

@@ -17,7 +17,7 @@ import re
 import time
 from typing import Any, NamedTuple
 
-from slurm_pool.adapters.slurmjson import number, states
+from slurm_pool.adapters.slurmjson import number, parse_duration, states
 
 PREEMPT = "preempt"
 TIMEOUT = "timeout"
@@ -92,18 +92,6 @@ def _parse_stamp(v: str) -> float | None:
         return time.mktime(time.strptime(v, "%Y-%m-%dT%H:%M:%S"))
     except (ValueError, OverflowError):
         return None
-
-
-def parse_duration(v: str) -> float | None:
-    """Slurm's ``[days-]hours:minutes:seconds`` (None for UNLIMITED and the like)."""
-    days, _, rest = v.rpartition("-")
-    parts = rest.split(":")
-    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3 or (days and not days.isdigit()):
-        return None
-    nums = [int(p) for p in parts]
-    while len(nums) < 3:
-        nums.insert(0, 0)
-    return float((int(days or 0) * 24 + nums[0]) * 3600 + nums[1] * 60 + nums[2])
 
 
 def parse_job_text(text: str, job_id: str) -> JobInfo | None:
