@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from slurm_pool.adapters.runner import CommandError
 from slurm_pool.bridge.k8s import EvictionBlocked, K8sAPI, K8sError, fence_patch, open_patch, release_patch, update_node
-from slurm_pool.bridge.model import pod_view
+from slurm_pool.bridge.model import PLACEHOLDER_RUNNING, pod_view
 from slurm_pool.bridge.plan import Plan, Step
 from slurm_pool.bridge.slurm_side import SlurmSide
 from slurm_pool.spec.bridge import Bridge
@@ -144,7 +144,6 @@ class Executor:
             limit = self.config.placeholder_start_timeout if s.kind == "wait-running" else self.config.reclaim_wait
             open_[s] = began + limit
         results: list[StepResult] = []
-        last: dict[Step, str] = {}
         while open_:
             for s in list(open_):
                 try:
@@ -156,7 +155,6 @@ class Executor:
                     continue
                 except (CommandError, K8sError, OSError) as exc:
                     done, note = False, str(exc)
-                last[s] = note
                 if done:
                     results.append(StepResult(s.node, s.kind, True, note, seconds=round(self.clock() - began, 2)))
                     del open_[s]
@@ -175,7 +173,7 @@ class Executor:
             if job is None:
                 raise StepFailed("no placeholder to wait for")
             state, reason = self.slurm.job_state(job)
-            if state in ("RUNNING", "CONFIGURING"):
+            if state in PLACEHOLDER_RUNNING:
                 return True, f"placeholder {job} {state}"
             if state in _ENDED:
                 raise StepFailed(f"placeholder {job} ended before it ran ({state or 'gone'})")
