@@ -12,18 +12,22 @@ import click
 from slurm_pool.spec import load_spec
 
 
-def _version(explicit: str | None):
-    from slurm_pool.adapters.runner import SubprocessRunner
-    from slurm_pool.render import SlurmVersion
-    from slurm_pool.render.render import DEFAULT_VERSION
+def target_version(explicit: str | None):
+    """``--slurm-version``, else the installed Slurm's, else 22.05 with a warning."""
+    from slurm_pool.adapters.slurm import installed_version
+    from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion
 
     if explicit:
         return SlurmVersion.parse(explicit)
-    res = SubprocessRunner().run(["slurmctld", "-V"], check=False)
-    if res.ok:
-        return SlurmVersion.parse(res.stdout)
-    click.echo(f"warning: Slurm not found; rendering for {DEFAULT_VERSION} (use --slurm-version)", err=True)
+    found = installed_version()
+    if found is not None:
+        return found
+    click.echo(f"warning: Slurm not found; using {DEFAULT_VERSION}'s names (use --slurm-version)", err=True)
     return DEFAULT_VERSION
+
+
+slurm_version_option = click.option(
+    "--slurm-version", help="Target Slurm release, e.g. 22.05 or 24.11.5 (default: the installed one).")
 
 
 @click.command()
@@ -41,7 +45,7 @@ def validate(spec: str) -> None:
 @click.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False), help="Output directory.")
-@click.option("--slurm-version", help="Target Slurm release, e.g. 22.05 or 24.11 (default: detect).")
+@slurm_version_option
 @click.option("--templates", type=click.Path(file_okay=False), help="Directory of modified Jinja2 templates.")
 def render(spec: str, outdir: str, slurm_version: str | None, templates: str | None) -> None:
     """Render slurm.conf, gres.conf, plugstack.conf, job_submit.lua and the accounting plan.
@@ -51,7 +55,7 @@ def render(spec: str, outdir: str, slurm_version: str | None, templates: str | N
     from slurm_pool.render import render_all
 
     s = load_spec(spec)
-    files = render_all(s, version=_version(slurm_version), templates_dir=Path(templates) if templates else None)
+    files = render_all(s, version=target_version(slurm_version), templates_dir=Path(templates) if templates else None)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".render-", dir=out))

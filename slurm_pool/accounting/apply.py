@@ -5,6 +5,14 @@ plan is computed as a list of :class:`Change`, printed, and only then run.  A
 second run finds nothing to change and issues no sacctmgr modification.
 Objects slurm-pool did not create are never removed unless ``prune`` is set,
 and even then only objects carrying the ``slurm-pool`` tag.
+
+QOS come before slurmctld: from Slurm 25.11 slurmctld will not start while a
+partition's AllowQOS names a QOS slurmdbd lacks.  But a limit on a TRES such
+as ``gres/gpu`` can only be set once slurmctld has registered that TRES (from
+``AccountingStorageTRES``) with slurmdbd.  So a limit naming a TRES slurmdbd
+does not know yet is *deferred*: reported, left out of this run, and set by
+the next run after slurmctld has started -- the bootstrap is
+``apply accounting`` -> start slurmctld -> ``apply accounting``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from slurm_pool.spec.model import PoolSpec
 QOS_FIELDS = ["Name", "Description", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor",
               "GrpTRES", "MaxTRESPU", "MaxTRES"]
 ASSOC_FIELDS = ["Account", "User", "Fairshare", "QOS", "DefaultQOS"]
+TRES_LIMITS = ("GrpTRES", "MaxTRESPU", "MaxTRES")
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,31 @@ def _modify(label: str, entity: str, where: list[str], fc: list[tuple[str, str, 
     return Change(f"~ {label}: {desc}", ("modify", entity, "where", *where, "set", *_set_args(fc)))
 
 
-def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False) -> list[Change]:
-    """The changes that bring Slurm's accounting in line with ``plan``."""
+def known_tres(slurm: SlurmClient) -> set[str]:
+    """TRES slurmdbd knows, as limits name them (``cpu``, ``gres/gpu``, ``gres/gpu:TYPE``)."""
+    return {f"{r['Type']}/{r['Name']}" if r["Name"] else r["Type"] for r in slurm.sacctmgr_show("tres", ["Type", "Name"])}
+
+
+def _known_limits(fields: dict[str, str], known: set[str]) -> tuple[dict[str, str], list[str]]:
+    """``fields`` without limits on TRES slurmdbd lacks, and those limits."""
+    out, deferred = dict(fields), []
+    for f in TRES_LIMITS:
+        keep = []
+        for kv in (x for x in fields.get(f, "").split(",") if x):
+            if kv.split("=", 1)[0] in known:
+                keep.append(kv)
+            else:
+                deferred.append(f"{f} {kv}")
+        out[f] = ",".join(keep)
+    return out, deferred
+
+
+def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False, deferred: list[str] | None = None) -> list[Change]:
+    """The changes that bring Slurm's accounting in line with ``plan``.
+
+    Limits on TRES slurmdbd does not know yet are left out and appended to
+    ``deferred`` as ``"qos NAME: FIELD TRES=N"`` (see the module docstring).
+    """
     changes: list[Change] = []
     cluster = plan.cluster
     clusters = {r["Cluster"] for r in slurm.sacctmgr_show("cluster", ["Cluster"])}
@@ -103,13 +135,17 @@ def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False) -> list[
         changes.append(Change(f"+ cluster {cluster}", ("add", "cluster", cluster)))
 
     qos_have = {r["Name"]: r for r in slurm.sacctmgr_show("qos", QOS_FIELDS)}
+    tres = known_tres(slurm)
     preempt_later: list[Change] = []
     for q in plan.qos:
         have = qos_have.get(q.name)
         if have is None:
             changes.append(Change(f"+ qos {q.name}", ("add", "qos", q.name)))
             have = {}
-        direct = {k: v for k, v in q.fields.items() if k != "Preempt"}
+        fields, later = _known_limits(q.fields, tres)
+        if deferred is not None:
+            deferred.extend(f"qos {q.name}: {d}" for d in later)
+        direct = {k: v for k, v in fields.items() if k != "Preempt"}
         fc = _field_changes(direct, have)
         if fc:
             changes.append(_modify(f"qos {q.name}", "qos", [f"name={q.name}"], fc))
@@ -184,7 +220,11 @@ def apply_accounting(spec: PoolSpec, slurm: SlurmClient, *, prune: bool = False,
                      echo: Callable[[str], None] = print) -> list[Change]:
     """Print and (unless ``dry_run``) apply the accounting diff; return it."""
     plan = build_plan(spec)
-    changes = diff(plan, slurm, prune=prune)
+    deferred: list[str] = []
+    changes = diff(plan, slurm, prune=prune, deferred=deferred)
+    for d in deferred:
+        echo(f"! {d}: deferred, slurmdbd has no such TRES yet (slurmctld registers it when it starts; "
+             "run `slurm-pool apply accounting` again then)")
     if not changes:
         echo("accounting: no changes")
         return []

@@ -1,60 +1,27 @@
 """The one interface to Slurm: its commands' JSON output and scontrol/sacctmgr.
 
-Reads use ``sinfo --json``, ``squeue --json`` and ``sacct --json``; writes use
-``scontrol`` and ``sacctmgr -i``.  Everything goes through a
-:class:`~slurm_pool.adapters.runner.Runner`, so unit tests use the recording
-fake and integration tests the real daemons.
+Reads use node records (``sinfo --json`` on 22.05, ``scontrol show nodes
+--json`` from 23.02; see :mod:`slurm_pool.adapters.records`), ``squeue
+--json`` and ``sacct --json``; writes use ``scontrol`` and ``sacctmgr -i``.
+Everything goes through a :class:`~slurm_pool.adapters.runner.Runner`, so unit
+tests use the recording fake and integration tests the real daemons.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from slurm_pool.adapters.runner import Runner, SubprocessRunner
-from slurm_pool.adapters.slurmjson import REASON_PREFIX, is_drained, number, states
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    state: tuple[str, ...]
-    reason: str = ""
-    gres: str = ""
-    gres_used: str = ""
-    partitions: tuple[str, ...] = ()
-
-    @property
-    def drained(self) -> bool:
-        return is_drained(self.state)
-
-    @property
-    def ours(self) -> bool:
-        """Drained (or reasoned) by slurm-pool rather than by a person."""
-        return self.reason.startswith(REASON_PREFIX)
-
-
-@dataclass(frozen=True)
-class Job:
-    job_id: int
-    name: str
-    state: str
-    partition: str = ""
-    qos: str = ""
-    account: str = ""
-    user: str = ""
-    nodes: str = ""
-    restart_count: int = 0
-    comment: str = ""
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError, node_command, parse_jobs, parse_nodes
+from slurm_pool.adapters.runner import CommandError, Result, Runner, SubprocessRunner
+from slurm_pool.versions import SlurmVersion
 
 
 class SlurmAPI(Protocol):
     """What the rest of slurm-pool needs from Slurm."""
 
-    def nodes(self) -> list[Node]: ...
-    def jobs(self) -> list[Job]: ...
+    def nodes(self) -> list[NodeRecord]: ...
+    def jobs(self) -> list[JobRecord]: ...
     def drain(self, node: str, reason: str) -> None: ...
     def resume(self, node: str) -> None: ...
 
@@ -62,46 +29,39 @@ class SlurmAPI(Protocol):
 class SlurmClient:
     """Slurm through its command-line tools."""
 
-    def __init__(self, runner: Runner | None = None):
+    def __init__(self, runner: Runner | None = None, version: SlurmVersion | None = None):
         self.runner = runner or SubprocessRunner()
+        self._version = version
 
     # -- reads ----------------------------------------------------------
-    def _json(self, argv: Sequence[str]) -> dict[str, Any]:
+    def version(self) -> SlurmVersion:
+        """The Slurm these commands are (``sinfo --version``), asked once per client."""
+        if self._version is None:
+            self._version = SlurmVersion.parse(self.runner.run(["sinfo", "--version"]).stdout, what="sinfo --version")
+        return self._version
+
+    def _read(self, argv: Sequence[str], parse: Any) -> Any:
         res = self.runner.run(list(argv))
-        return json.loads(res.stdout or "{}")
+        try:
+            return parse(res.stdout, " ".join(argv))
+        except RecordError as exc:
+            raise CommandError(Result(res.argv, 1, res.stdout[:200], str(exc))) from None
 
-    def nodes(self) -> list[Node]:
-        data = self._json(["sinfo", "--json"])
-        out: dict[str, Node] = {}
-        for n in data.get("nodes", []):
-            name = n.get("name") or n.get("hostname")
-            state = states(n.get("state")) + states(n.get("state_flags"))
-            out[name] = Node(
-                name=name,
-                state=state,
-                reason=n.get("reason") or "",
-                gres=n.get("gres") or "",
-                gres_used=n.get("gres_used") or "",
-                partitions=tuple(n.get("partitions") or ()),
-            )
-        return list(out.values())
+    def nodes(self) -> list[NodeRecord]:
+        """Every node's record, from the command that has them on this Slurm."""
+        return self._read(node_command(self.version()), parse_nodes)
 
-    def node(self, name: str) -> Node:
+    def node(self, name: str) -> NodeRecord:
         for n in self.nodes():
             if n.name == name:
                 return n
         raise KeyError(name)
 
-    def jobs(self) -> list[Job]:
-        data = self._json(["squeue", "--json"])
-        return [_job(j) for j in data.get("jobs", [])]
+    def jobs(self) -> list[JobRecord]:
+        return self._read(["squeue", "--json"], parse_jobs)
 
-    def accounting_jobs(self, *args: str) -> list[Job]:
-        data = self._json(["sacct", "--json", *args])
-        return [_job(j) for j in data.get("jobs", [])]
-
-    def version(self) -> str:
-        return self.runner.run(["sinfo", "--version"]).stdout.strip()
+    def accounting_jobs(self, *args: str) -> list[JobRecord]:
+        return self._read(["sacct", "--json", *args], parse_jobs)
 
     # -- node control ----------------------------------------------------
     def drain(self, node: str, reason: str) -> None:
@@ -131,23 +91,12 @@ class SlurmClient:
         self.runner.run(["sacctmgr", "-i", *args])
 
 
-def _job(j: dict[str, Any]) -> Job:
-    state = j.get("job_state") or (j.get("state") or {}).get("current") or ""
-    if isinstance(state, list):
-        state = state[0] if state else ""
-    nodes = j.get("nodes") or ""
-    if isinstance(nodes, dict):
-        nodes = nodes.get("list") or ""
-    return Job(
-        job_id=number(j.get("job_id")) or 0,
-        name=j.get("name") or "",
-        state=str(state).upper(),
-        partition=j.get("partition") or "",
-        qos=j.get("qos") or "",
-        account=j.get("account") or "",
-        user=j.get("user_name") or j.get("user") or "",
-        nodes=nodes if isinstance(nodes, str) else ",".join(nodes),
-        restart_count=number(j.get("restart_cnt")) or 0,
-        comment=(j.get("comment") or {}).get("job", "") if isinstance(j.get("comment"), dict) else (j.get("comment") or ""),
-        raw=j,
-    )
+
+def installed_version(runner: Runner | None = None) -> SlurmVersion | None:
+    """The Slurm on this host (its commands, else slurmctld), or None if there is none."""
+    runner = runner or SubprocessRunner()
+    for argv in (["sinfo", "--version"], ["slurmctld", "-V"]):
+        res = runner.run(argv, check=False, timeout=20)
+        if res.ok:
+            return SlurmVersion.parse(res.stdout, what=" ".join(argv))
+    return None

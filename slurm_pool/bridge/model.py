@@ -1,7 +1,7 @@
 """What the bridge observes of Slurm and Kubernetes, as plain immutable values.
 
-:func:`build_snapshot` turns the adapters' raw data (``Node``/``Job`` from
-:mod:`slurm_pool.adapters.slurm`, Kubernetes objects as the JSON dicts the API
+:func:`build_snapshot` turns the adapters' raw data (node and job records from
+:mod:`slurm_pool.adapters.records`, Kubernetes objects as the JSON dicts the API
 server sends) into a :class:`Snapshot`.  Pure: no I/O, no clock.
 """
 
@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from slurm_pool.adapters.slurm import REASON_PREFIX, Job, Node
+from slurm_pool.adapters.records import JobRecord, NodeRecord, State
+from slurm_pool.adapters.slurmjson import REASON_PREFIX
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.spec.hosts import HostlistError, expand
 
@@ -30,9 +31,6 @@ UNAVAILABLE_STATES = frozenset({
     "MAINT", "RESERVED", "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP",
     "REBOOT_REQUESTED", "REBOOT_ISSUED", "UNKNOWN", "FUTURE", "INVALID_REG", "PLANNED",
 })
-#: Job states in which a job still holds (or is about to hold) its node.
-ON_NODE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING", "STAGE_OUT",
-                            "RESIZING"})
 #: Placeholder states that still count as "the lend is in force or on its way".
 PLACEHOLDER_ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED",
                                 "REQUEUE_HOLD", "REQUEUE_FED"})
@@ -45,7 +43,7 @@ class SlurmNodeView:
     """A Slurm node as far as lending is concerned."""
 
     name: str
-    state: tuple[str, ...]
+    state: State
     reason: str = ""
     partitions: tuple[str, ...] = ()
 
@@ -70,21 +68,22 @@ class Placeholder:
 
     job_id: int
     node: str
-    state: str
+    state: State
     restart_count: int = 0
 
     @property
     def active(self) -> bool:
-        return self.state in PLACEHOLDER_ACTIVE
+        """Queued or running: not ended, and not on its way out (COMPLETING)."""
+        return self.state.base in PLACEHOLDER_ACTIVE and "COMPLETING" not in self.state
 
     @property
     def running(self) -> bool:
-        return self.state in PLACEHOLDER_RUNNING
+        return self.state.any(PLACEHOLDER_RUNNING) and self.active
 
     @property
     def requeued(self) -> bool:
         """Preempted and put back in the queue: it must not come back."""
-        return self.active and not self.running and self.restart_count > 0
+        return self.active and not self.running and (self.restart_count > 0 or "REQUEUED" in self.state)
 
 
 @dataclass(frozen=True)
@@ -227,11 +226,11 @@ def _nodes_of(hostlist: str) -> frozenset[str]:
         return frozenset(hostlist.split(","))
 
 
-def placeholder_node(job: Job, partition: str) -> str | None:
+def placeholder_node(job: JobRecord, partition: str) -> str | None:
     """The node a placeholder job lends, or None when ``job`` is no placeholder."""
-    if not job.comment.startswith(LEND_COMMENT) or job.partition != partition:
+    if not (job.comment or "").startswith(LEND_COMMENT) or job.partition != partition:
         return None
-    m = _NODE_IN_COMMENT.search(job.comment)
+    m = _NODE_IN_COMMENT.search(job.comment or "")
     return m.group(1) if m else None
 
 
@@ -295,8 +294,8 @@ def pod_view(obj: Mapping[str, Any]) -> PodView | None:
 
 def build_snapshot(
     config: Bridge,
-    slurm_nodes: Iterable[Node],
-    jobs: Iterable[Job],
+    slurm_nodes: Iterable[NodeRecord],
+    jobs: Iterable[JobRecord],
     k8s_nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     inference_services: Iterable[Mapping[str, Any]],
@@ -310,20 +309,15 @@ def build_snapshot(
         if lent is not None:
             placeholders.append(Placeholder(job.job_id, lent, job.state, job.restart_count))
             continue
-        if job.state in ON_NODE_STATES:
+        if job.on_node:
             for n in _nodes_of(job.nodes):
                 busy.setdefault(n, []).append(job.job_id)
-        elif job.state == "PENDING":
+        elif job.waiting:
             parts = tuple(p for p in job.partition.split(",") if p and p != config.partition)
             if not parts:
                 continue
-            raw = job.raw or {}
-            pending.append(PendingJob(
-                job.job_id, parts,
-                required=_nodes_of(str(raw.get("required_nodes") or "")),
-                excluded=_nodes_of(str(raw.get("excluded_nodes") or "")),
-                reason=str(raw.get("state_reason") or ""),
-            ))
+            pending.append(PendingJob(job.job_id, parts, required=_nodes_of(job.required_nodes),
+                                      excluded=_nodes_of(job.excluded_nodes), reason=job.reason))
     k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}
     pod_views = tuple(p for p in (pod_view(o) for o in pods) if p is not None)
     demand = sum(isvc_gpus(i, config.gpu_resource) for i in inference_services

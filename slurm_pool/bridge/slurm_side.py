@@ -19,7 +19,8 @@ import os
 from typing import Iterable
 
 from slurm_pool.adapters.runner import CommandError
-from slurm_pool.adapters.slurm import Job, Node, SlurmClient
+from slurm_pool.adapters.records import JobRecord, NodeRecord
+from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.bridge.model import LEND_COMMENT, PLACEHOLDER_NAME
 from slurm_pool.spec.bridge import Bridge
 
@@ -43,10 +44,10 @@ class SlurmSide:
             submit_as = config.user
         self.submit_as = submit_as
 
-    def nodes(self) -> list[Node]:
+    def nodes(self) -> list[NodeRecord]:
         return self.client.nodes()
 
-    def jobs(self) -> list[Job]:
+    def jobs(self) -> list[JobRecord]:
         return self.client.jobs()
 
     def placeholder_argv(self, node: str) -> list[str]:

@@ -19,8 +19,12 @@ What it does:
 * It keeps its own timer at ``EndTime - warn_seconds`` so time limits are
   caught even without ``--signal`` (and ``--poll N`` re-reads the job every N
   seconds to catch preemptions that send the batch shell no signal).
-* preempt: ``scontrol requeue`` and exit 85; if the requeue fails it waits
-  for Slurm's own (PreemptMode=REQUEUE) requeue.  timeout: count the
+* preempt: on Slurm 24.05 and later, exit 85: slurmctld itself records the
+  run PREEMPTED and requeues a requeueable job that exits after its grace
+  signal (a self-requeue there would be recorded REQUEUED instead, and kill
+  the wrapper at once).  Before 24.05 such a job would end COMPLETED, so the
+  wrapper runs ``scontrol requeue`` and exits 85; if that fails it waits for
+  Slurm's own (PreemptMode=REQUEUE) requeue at the end of GraceTime.  timeout: count the
   self-requeue in the job's comment (``slurm-pool:self-requeues=N``), requeue,
   exit 85; once ``max_self_requeues`` is spent, exit 86 without requeueing.
   terminate (scancel): wait for the child, exit 143.  checkpoint (a USR1 with
@@ -41,8 +45,10 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from slurm_pool.adapters.records import JobRecord
 from slurm_pool.checkpoint import control, slurmjob, store
 from slurm_pool.checkpoint.settings import JobSettings, signal_name
+from slurm_pool.versions import SlurmVersion, VersionError
 
 QUERY_TTL = 2.0
 #: A checkpoint-only request (USR1 with no deadline) nobody answers expires.
@@ -53,7 +59,7 @@ class Request:
     """One checkpoint request in progress."""
 
     def __init__(self, reason: str, evidence: str, sig: str, now: float, deadline: float | None,
-                 baseline: int | None, info: slurmjob.JobInfo | None):
+                 baseline: int | None, info: JobRecord | None):
         self.id = f"{os.getpid()}-{int(now * 1000)}"
         self.reason, self.evidence, self.signal = reason, evidence, sig
         self.time, self.deadline, self.baseline, self.info = now, deadline, baseline, info
@@ -95,7 +101,7 @@ class Supervisor:
         self.request: Request | None = None
         self.child: subprocess.Popen[bytes] | None = None
         self.pending: list[int] = []
-        self._info: tuple[float, slurmjob.JobInfo | None] | None = None
+        self._info: tuple[float, JobRecord | None] | None = None
         self.timer_due: float | None = None
         self.poll_due: float | None = None
         self.requeued = False
@@ -108,7 +114,7 @@ class Supervisor:
         self._log(f"slurm-pool run [{self.clock() - self.start:7.1f}s]: {msg}")
 
     # -- Slurm ---------------------------------------------------------
-    def job_info(self, fresh: bool = False) -> slurmjob.JobInfo | None:
+    def job_info(self, fresh: bool = False) -> JobRecord | None:
         now = time.monotonic()
         if not fresh and self._info is not None and now - self._info[0] < QUERY_TTL:
             return self._info[1]
@@ -116,7 +122,7 @@ class Supervisor:
         self._info = (now, info)
         return info
 
-    def _schedule_timer(self, info: slurmjob.JobInfo | None) -> None:
+    def _schedule_timer(self, info: JobRecord | None) -> None:
         """Arm the time-limit timer at EndTime - warn_seconds.
 
         Not when the whole time limit is within the warning window: every run
@@ -245,6 +251,11 @@ class Supervisor:
                 self.runner.run([self.st.scontrol, "update", f"JobId={self.job_id}", f"Comment={comment}"],
                                 check=False, timeout=15)
             self.self_requeues = count + 1
+        elif self._slurm_requeues_preempted():
+            self.requeued = True
+            self.log(f"preempted: Slurm requeues job {self.job_id} itself once it exits")
+            self._write_outcome(control.EXIT_REQUEUE)
+            return control.EXIT_REQUEUE
         # the requeue signals this very process; leave the epilog a record first
         self.requeued = True
         self._write_outcome(control.EXIT_REQUEUE)
@@ -261,6 +272,16 @@ class Supervisor:
             while self.clock() < until:
                 time.sleep(0.5)
         return control.EXIT_REQUEUE
+
+    def _slurm_requeues_preempted(self) -> bool:
+        """Whether this Slurm requeues a preempted job that exits (24.05+); unknown: no,
+        and the wrapper requeues itself, which every release accepts."""
+        res = self.runner.run([self.st.scontrol, "--version"], check=False, timeout=15)
+        try:
+            return res.ok and SlurmVersion.parse(res.stdout, what="scontrol --version").has(
+                "preempt_requeues_exited_job")
+        except VersionError:
+            return False
 
     def finish(self, req: Request) -> int:
         """The checkpoint is in (or time is up): let the child go, then requeue."""

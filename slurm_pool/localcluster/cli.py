@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -9,12 +10,15 @@ import click
 DEFAULT_SPEC = "examples/pool.yaml"
 
 
-def _cluster(spec: str | None, state_dir: str | None, port_base: int | None = None):
-    from slurm_pool.localcluster.cluster import LocalCluster, default_state_dir, saved_record
+def _cluster(spec: str | None, state_dir: str | None, port_base: int | None = None, slurm: str | None = None):
+    from slurm_pool.localcluster.cluster import ClusterError, LocalCluster, default_state_dir, saved_record
 
     if spec is None:
         spec = saved_record(Path(state_dir) if state_dir else default_state_dir()).get("spec", DEFAULT_SPEC)
-    return LocalCluster(spec, state_dir, port_base)
+    try:
+        return LocalCluster(spec, state_dir, port_base, slurm=slurm)
+    except ClusterError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @click.group()
@@ -30,16 +34,18 @@ _state_opt = click.option("--state-dir", type=click.Path(file_okay=False), help=
 @_spec_opt
 @_state_opt
 @click.option("--port-base", type=int, help="First of the loopback ports to use (default 16800).")
-def up(spec: str | None, state_dir: str | None, port_base: int | None) -> None:
+@click.option("--slurm", help="Slurm to run: an install prefix, or the version of a build cached by "
+              "`python3 -m slurm_pool.localcluster.slurmbuild build` (e.g. 26.05). Default: the Slurm on PATH.")
+def up(spec: str | None, state_dir: str | None, port_base: int | None, slurm: str | None) -> None:
     """Start the cluster (safe to run twice)."""
     from slurm_pool.localcluster.cluster import ClusterError
 
-    c = _cluster(spec, state_dir, port_base)
+    c = _cluster(spec, state_dir, port_base, slurm)
     try:
         c.up()
     except (ClusterError, TimeoutError) as exc:
         raise click.ClickException(f"{exc} (logs: {c.layout.log})") from None
-    click.echo(f"cluster {c.spec.cluster.name} is up; use: export SLURM_CONF={c.layout.slurm_conf}")
+    click.echo(f"cluster {c.spec.cluster.name} is up; use: eval \"$(slurm-pool cluster env --state-dir {c.layout.root})\"")
 
 
 @cluster.command()
@@ -58,7 +64,8 @@ def down(spec: str | None, state_dir: str | None) -> None:
 def env(spec: str | None, state_dir: str | None) -> None:
     """Print the shell line that points Slurm's commands at this cluster."""
     c = _cluster(spec, state_dir)
-    click.echo(f"export SLURM_CONF={c.layout.slurm_conf}")
+    for key, value in c.layout.env().items():
+        click.echo(f"export {key}={shlex.quote(value)}")
 
 
 @cluster.command()

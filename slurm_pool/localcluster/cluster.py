@@ -22,6 +22,7 @@ from pathlib import Path
 
 from slurm_pool.adapters.runner import Runner, SubprocessRunner
 from slurm_pool.localcluster.procs import ProcTable, wait_for
+from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
 from slurm_pool.render import Site, SlurmVersion, render_all
 from slurm_pool.render.context import build_context
 from slurm_pool.render.render import _template, default_templates_dir, jinja_environment
@@ -48,6 +49,8 @@ class Layout:
 
     root: Path
     port_base: int
+    #: Install prefix of the Slurm to run (None: the one on PATH, Debian's).
+    slurm_prefix: Path | None = None
 
     @property
     def etc(self) -> Path:
@@ -77,25 +80,41 @@ class Layout:
         return self.port_base + {"mysql": 6, "slurmctld": 17, "slurmd": 18, "slurmdbd": 19}[what]
 
     def env(self) -> dict[str, str]:
-        return {"SLURM_CONF": str(self.slurm_conf)}
+        """What Slurm's commands and daemons need: this cluster's config and, for a
+        built Slurm, its programs first on PATH."""
+        env = {"SLURM_CONF": str(self.slurm_conf)}
+        if self.slurm_prefix is not None:
+            p = self.slurm_prefix
+            env["PATH"] = f"{p / 'bin'}:{p / 'sbin'}:{os.environ.get('PATH', os.defpath)}"
+        return env
+
+    def which(self, program: str) -> str | None:
+        return shutil.which(program, path=self.env().get("PATH"))
 
 
-def find_spank_plugin() -> str:
-    built = REPO_ROOT / "spank" / "slurm_pool_spank.so"
-    return str(built)
+SPANK_SOURCE = REPO_ROOT / "spank"
 
 
 class LocalCluster:
     """Bring a pool spec up as real daemons, and down again."""
 
     def __init__(self, spec_path: str | Path, state_dir: str | Path | None = None,
-                 port_base: int | None = None, runner: Runner | None = None):
+                 port_base: int | None = None, runner: Runner | None = None, slurm: str | None = None):
+        """``slurm``: a Slurm install prefix or a cached build's version (``26.05``);
+        default: what ``up`` recorded, else the Slurm on PATH."""
         self.spec_path = Path(spec_path).resolve()
         self.spec: PoolSpec = load_spec(self.spec_path)
         root = Path(state_dir) if state_dir else default_state_dir(self.spec.cluster.name)
         saved = saved_record(root)
         base = port_base or saved.get("port_base") or int(os.environ.get("SLURM_POOL_PORT_BASE", DEFAULT_PORT_BASE))
-        self.layout = Layout(root.resolve(), int(base))
+        if slurm is not None:
+            try:
+                prefix: Path | None = resolve_prefix(slurm)
+            except BuildError as exc:
+                raise ClusterError(str(exc)) from None
+        else:
+            prefix = Path(saved["slurm_prefix"]) if saved.get("slurm_prefix") else None
+        self.layout = Layout(root.resolve(), int(base), prefix)
         # Checkpoints stay inside the state directory: job ids restart at 1 in
         # every new local cluster, so a shared base would hand a new job 1 the
         # checkpoints of an old job 1.
@@ -152,7 +171,9 @@ class LocalCluster:
 
     def slurm_version(self) -> SlurmVersion:
         out = self.runner.run(["slurmctld", "-V"], check=False)
-        return SlurmVersion.parse(out.stdout or "22.05")
+        if not out.ok:
+            raise ClusterError(f"slurmctld -V failed: {(out.stderr or out.stdout).strip()[:200]}")
+        return SlurmVersion.parse(out.stdout)
 
     def device_layouts(self) -> dict[str, list]:
         """MIG layouts the emulated GPUs hold now, for nodes changed since ``up``."""
@@ -228,18 +249,28 @@ class LocalCluster:
         self._install_spank_plugin()
         self._make_devices(ctx)
 
+    def slurm_include_dir(self) -> Path:
+        """Where this cluster's Slurm keeps ``slurm/spank.h``."""
+        return (self.layout.slurm_prefix or Path("/usr")) / "include"
+
     def _install_spank_plugin(self) -> None:
-        """Copy the built plugin into the state dir, where every job user can load it
-        (srun inside a job runs as the user; the checkout may not be readable)."""
-        built = Path(find_spank_plugin())
-        if built.exists():
-            lib = self.layout.root / "lib"
-            lib.mkdir(parents=True, exist_ok=True)
-            lib.chmod(0o755)
-            tmp = lib / ".slurm_pool_spank.so.tmp"
-            shutil.copyfile(built, tmp)
-            tmp.chmod(0o755)
-            os.replace(tmp, lib / "slurm_pool_spank.so")
+        """Build the SPANK plugin against this Slurm's own headers, into the state dir,
+        where every job user can load it (srun inside a job runs as the user; the
+        checkout may not be readable).  A plugin built for another Slurm does not load."""
+        if not (SPANK_SOURCE / "Makefile").is_file():
+            return
+        lib = self.layout.root / "lib"
+        lib.mkdir(parents=True, exist_ok=True)
+        lib.chmod(0o755)
+        build = lib / "build"
+        res = subprocess.run(["make", "-s", "-C", str(SPANK_SOURCE), f"OUT={build}",
+                              f"SLURM_INCLUDE={self.slurm_include_dir()}"], capture_output=True, text=True)
+        if res.returncode:
+            raise ClusterError(f"building the SPANK plugin failed: {(res.stderr or res.stdout).strip()[-500:]}")
+        tmp = lib / ".slurm_pool_spank.so.tmp"
+        shutil.copyfile(build / "slurm_pool_spank.so", tmp)
+        tmp.chmod(0o755)
+        os.replace(tmp, lib / "slurm_pool_spank.so")
 
     def _write_node_programs(self) -> None:
         """The Prolog/Epilog/HealthCheckProgram scripts and the node.conf they read."""
@@ -290,24 +321,31 @@ class LocalCluster:
         for node in self.nodes():
             (L.root / "spool" / "d" / node).mkdir(parents=True, exist_ok=True)
         (L.root / "cluster.json").write_text(json.dumps(
-            {"spec": str(self.spec_path), "port_base": L.port_base, "cluster": self.spec.cluster.name}, indent=2))
+            {"spec": str(self.spec_path), "port_base": L.port_base, "cluster": self.spec.cluster.name,
+             "slurm_prefix": str(L.slurm_prefix) if L.slurm_prefix else None}, indent=2))
         self.write_configs()
         self._start_munge()
         self._start_mysql()
         self._start_slurmdbd()
         self._ensure_users()
-        from slurm_pool.accounting.apply import apply_accounting
+        from slurm_pool.accounting.apply import apply_accounting, known_tres
         from slurm_pool.adapters.slurm import SlurmClient
 
         slurm = SlurmClient(self.runner)
-        if self.spec.cluster.name not in {r["Cluster"] for r in slurm.sacctmgr_show("cluster", ["Cluster"])}:
-            slurm.sacctmgr("add", "cluster", self.spec.cluster.name)
-        # slurmctld registers the cluster's TRES (gres/gpu...) that QOS limits name.
+        # QOS first: Slurm 25.11+ slurmctld refuses partitions whose AllowQOS
+        # slurmdbd lacks.  Limits on GRES TRES wait for the second pass, once
+        # slurmctld has registered those TRES (see accounting.apply).
+        apply_accounting(self.spec, slurm, prune=False, dry_run=False, echo=lambda _m: None)
         self._start_slurmctld()
+        wait_for(lambda: "gres/gpu" in known_tres(slurm) or not self._gres_tres_wanted(), 60,
+                 "slurmctld to register the gres/gpu TRES with slurmdbd")
         apply_accounting(self.spec, slurm, prune=False, dry_run=False, echo=lambda _m: None)
         for node in self.nodes():
             self._start("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", str(L.slurm_conf)])
         wait_for(self._nodes_ready, timeout, "every node to register with slurmctld")
+
+    def _gres_tres_wanted(self) -> bool:
+        return any(g.gpus for g in self.spec.node_groups)
 
     def down(self) -> list[str]:
         """Stop the processes ``up`` started, newest first."""
@@ -326,7 +364,7 @@ class LocalCluster:
     # -- daemons -------------------------------------------------------
     def _check_programs(self) -> None:
         missing = [p for p in ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
-                               "sacctmgr", "sinfo") if shutil.which(p) is None]
+                               "sacctmgr", "sinfo") if self.layout.which(p) is None]
         if missing:
             raise ClusterError(f"missing programs: {', '.join(missing)} (run: make deps)")
         if os.geteuid() != 0:

@@ -6,6 +6,7 @@ loopback ports, so several sessions on one machine do not collide.
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
 import socket
@@ -19,6 +20,7 @@ from typing import Callable, Sequence
 from slurm_pool.adapters.runner import Result
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.localcluster.cluster import LocalCluster
+from slurm_pool.versions import SlurmVersion
 
 
 def _port_free(port: int) -> bool:
@@ -57,6 +59,11 @@ class ClusterHandle:
     @property
     def spec(self):
         return self.cluster.spec
+
+    @functools.cached_property
+    def version(self) -> SlurmVersion:
+        """The Slurm this cluster runs."""
+        return self.cluster.slurm_version()
 
     def run(self, argv: Sequence[str], check: bool = False, timeout: float = 60) -> Result:
         return self.cluster.runner.run(list(argv), check=check, timeout=timeout)

@@ -1,4 +1,4 @@
-"""The Prometheus collector: one ``sinfo --json`` and one ``squeue --json`` per scrape.
+"""The Prometheus collector: one node-record query and one ``squeue --json`` per scrape.
 
 Every metric family is built afresh in :meth:`PoolCollector.collect`, so a
 node or job that is gone is gone from the next scrape.  A failing Slurm query
@@ -10,7 +10,7 @@ Metrics (all gauges unless ``_total``; GPU "units" are whole GPUs or MIG
 instances, each one GRES unit)::
 
     slurm_pool_up                                   both Slurm queries worked
-    slurm_pool_scrape_errors_total{source}          sinfo | squeue | outcomes
+    slurm_pool_scrape_errors_total{source}          nodes | jobs | outcomes
     slurm_pool_scrape_duration_seconds
     slurm_pool_gpus{node,type,state}                allocated | idle | drained | down
     slurm_pool_gpu_utilization_ratio                allocated / all units, pool-wide
@@ -42,15 +42,16 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from slurm_pool.adapters.slurm import Job, Node, SlurmClient
+from slurm_pool.adapters.records import JobRecord, NodeRecord
+from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics.outcomes import OutcomeTally
-from slurm_pool.metrics.parse import HOLDING_STATES, job_gpus, job_nodes, node_gpu_states
+from slurm_pool.metrics.parse import job_nodes, node_gpu_states
 
 log = logging.getLogger(__name__)
 
 GPU_STATES = ("allocated", "idle", "drained", "down")
 DRAIN_OWNERS = ("slurm-pool", "human")
-SOURCES = ("sinfo", "squeue", "outcomes")
+SOURCES = ("nodes", "jobs", "outcomes")
 DEFAULT_LEND_PARTITION = "k8s-lend"
 MAX_REASON = 120
 
@@ -61,7 +62,7 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 else 0.0
 
 
-def drain_owner(node: Node) -> str:
+def drain_owner(node: NodeRecord) -> str:
     """``slurm-pool`` if our reason prefix is on the drain, else ``human``."""
     return "slurm-pool" if node.ours else "human"
 
@@ -99,8 +100,8 @@ class PoolCollector:
 
     def _collect(self) -> list[Metric]:
         start = time.monotonic()
-        nodes = self._query("sinfo", self.slurm.nodes)
-        jobs = self._query("squeue", self.slurm.jobs)
+        nodes = self._query("nodes", self.slurm.nodes)
+        jobs = self._query("jobs", self.slurm.jobs)
         if self.outcomes is not None:
             failed = self._query("outcomes", self.outcomes.refresh)
             if failed:
@@ -114,7 +115,7 @@ class PoolCollector:
             out.extend(pool_metrics(nodes, jobs, self.lend_partition))
         if self.outcomes is not None:
             out.extend(outcome_metrics(self.outcomes))
-        up = GaugeMetricFamily("slurm_pool_up", "1 if the last sinfo and squeue queries both worked.")
+        up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")
         up.add_metric([], 1.0 if nodes is not None and jobs is not None else 0.0)
         errors = CounterMetricFamily("slurm_pool_scrape_errors", "Failed queries while scraping, by source.",
                                      labels=["source"])
@@ -125,7 +126,7 @@ class PoolCollector:
         return [up, errors, duration, *out]
 
 
-def node_metrics(nodes: Iterable[Node]) -> list[Metric]:
+def node_metrics(nodes: Iterable[NodeRecord]) -> list[Metric]:
     """GPUs by node, type and state; drained nodes and who drained them."""
     gpus = GaugeMetricFamily("slurm_pool_gpus", "GPU units (GPUs or MIG instances) by node, GRES type and state.",
                              labels=["node", "type", "state"])
@@ -148,17 +149,23 @@ def node_metrics(nodes: Iterable[Node]) -> list[Metric]:
     return [gpus, drained, drained_count]
 
 
-def job_metrics(jobs: Iterable[Job]) -> list[Metric]:
+def job_state_label(job: JobRecord) -> str:
+    """The ``state`` label of a job: its base state, or ``completing`` while its
+    epilog runs (22.05 prints only that word then; 23.02+ adds it as a flag)."""
+    return "completing" if "COMPLETING" in job.state else job.state.base.lower()
+
+
+def job_metrics(jobs: Iterable[JobRecord]) -> list[Metric]:
     """Jobs by partition, tier (QOS) and state."""
     fam = GaugeMetricFamily("slurm_pool_jobs", "Jobs known to slurmctld by partition, tier (QOS) and state.",
                             labels=["partition", "tier", "state"])
-    counts: Counter[tuple[str, str, str]] = Counter((j.partition, j.qos, j.state.lower()) for j in jobs)
+    counts: Counter[tuple[str, str, str]] = Counter((j.partition, j.qos, job_state_label(j)) for j in jobs)
     for key in sorted(counts):
         fam.add_metric(list(key), float(counts[key]))
     return [fam]
 
 
-def pool_metrics(nodes: list[Node], jobs: list[Job], lend_partition: str) -> list[Metric]:
+def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition: str) -> list[Metric]:
     """Utilization ratios, GPUs held per partition and tier, and lent nodes."""
     node_total: dict[str, int] = {}
     allocated = 0
@@ -174,11 +181,11 @@ def pool_metrics(nodes: list[Node], jobs: list[Job], lend_partition: str) -> lis
     held: Counter[tuple[str, str]] = Counter()
     lent: set[str] = set()
     for job in jobs:
-        if job.state not in HOLDING_STATES:
+        if not job.on_node:
             continue
-        held[(job.partition, job.qos)] += job_gpus(job.raw)
-        if job.partition == lend_partition and job.state == "RUNNING":
-            lent.update(job_nodes(job.raw))
+        held[(job.partition, job.qos)] += job.gpus
+        if job.partition == lend_partition and job.running:
+            lent.update(job_nodes(job))
     util = GaugeMetricFamily("slurm_pool_gpu_utilization_ratio", "Allocated GPU units / all GPU units of the pool.")
     util.add_metric([], _ratio(allocated, total))
     by_part = GaugeMetricFamily("slurm_pool_partition_gpu_utilization_ratio",

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
 from slurm_pool.adapters.runner import Runner
+from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion
 from slurm_pool.mig.emit import MigDevice, gres_conf_autodetect, gres_conf_explicit, nvidia_smi_commands, parse_mig_minors, slurm_gres
 from slurm_pool.mig.placement import Layout, canonical
 from slurm_pool.mig.planner import Plan
@@ -116,11 +117,15 @@ def apply_plan(
     dry_run: bool = False,
     timeout: float = 3600.0,
     gres_mode: Literal["explicit", "autodetect"] = "explicit",
+    version: SlurmVersion = DEFAULT_VERSION,
 ) -> ApplyReport:
-    """Apply ``plan`` node by node; never raises for a node's failure (see the report)."""
+    """Apply ``plan`` node by node; never raises for a node's failure (see the report).
+
+    ``version`` is the nodes' Slurm: it decides the MIG GRES type names written.
+    """
     results = []
     for node, targets in sorted(_targets(plan).items()):
-        results.append(_apply_node(plan.model, node, targets, nodes, backend, dry_run, timeout, gres_mode))
+        results.append(_apply_node(plan.model, node, targets, nodes, backend, dry_run, timeout, gres_mode, version))
     return ApplyReport(results)
 
 
@@ -133,6 +138,7 @@ def _apply_node(
     dry_run: bool,
     timeout: float,
     gres_mode: str,
+    version: SlurmVersion,
 ) -> NodeResult:
     res = NodeResult(node, "applied")
     try:
@@ -154,7 +160,7 @@ def _apply_node(
         label = "MIG off" if lay is None else (",".join(lay) or "empty")
         steps.append((f"set GPU {idx} to {label}", functools.partial(backend.apply, node, idx, lay)))
     steps.append(("verify layouts", lambda: _verify(model, node, targets, backend)))
-    steps.append(("write gres.conf and slurm.conf Gres", lambda: _write(model, node, nodes, backend, gres_mode)))
+    steps.append(("write gres.conf and slurm.conf Gres", lambda: _write(model, node, nodes, backend, gres_mode, version)))
     steps.append(("restart slurmd", lambda: nodes.restart_slurmd(node)))
     steps.append((f"resume {node}", lambda: nodes.resume(node)))
     if dry_run:
@@ -199,16 +205,17 @@ def _verify(model: str, node: str, targets: dict[int, Layout | None], backend: M
         raise ApplyError(f"layout not as planned on {node} ({got})")
 
 
-def _write(model: str, node: str, nodes: NodeControl, backend: MigBackend, gres_mode: str) -> None:
+def _write(model: str, node: str, nodes: NodeControl, backend: MigBackend, gres_mode: str,
+           version: SlurmVersion) -> None:
     after = backend.layouts(node)
-    gres = slurm_gres(model, [after[i] for i in sorted(after)])
+    gres = slurm_gres(model, [after[i] for i in sorted(after)], version)
     if gres_mode == "autodetect":
         lines = gres_conf_autodetect(node)
     else:
         minors_fn = getattr(backend, "mig_minors", None)
         minors = minors_fn(node) if minors_fn else None
         whole = [(i, i) for i, lay in sorted(after.items()) if lay is None]
-        lines = gres_conf_explicit(node, model, backend.devices(node), whole, minors)
+        lines = gres_conf_explicit(node, model, backend.devices(node), version, whole, minors)
     nodes.write_gres(node, lines, gres)
 
 

@@ -8,18 +8,26 @@ mig-user-guide).
 
 Slurm naming rule (SchedMD ``src/plugins/gpu/nvml/gpu_nvml.c``, functions
 ``_nvml_get_device_name``, ``_handle_mig`` and ``_get_system_gpu_list_nvml``;
-``gpu_common_underscorify_tolower`` in ``src/plugins/gpu/common``):
+``gpu_common_underscorify_tolower`` in ``src/plugins/gpu/common``).  It changed
+in 23.02.6 (``mig_type_from_profile`` in :mod:`slurm_pool.versions`):
 
-* whole GPU: the NVML device name (``nvmlDeviceGetName``), lower-cased, spaces
-  replaced by ``_``.  Current drivers prefix ``NVIDIA``, so
+* whole GPU, every release: the NVML device name (``nvmlDeviceGetName``),
+  lower-cased, spaces replaced by ``_``.  Current drivers prefix ``NVIDIA``, so
   ``NVIDIA A100-SXM4-40GB`` becomes ``nvidia_a100-sxm4-40gb`` (drivers before
   R510 gave ``A100-SXM4-40GB``, hence ``a100-sxm4-40gb`` on older sites);
-* MIG device: that whole-GPU type cut at its first ``-`` (if any), then
-  ``_<GI slices>g.<round(memory MiB / 1024)>gb`` from ``nvmlDeviceGetAttributes``
-  of the MIG device.  The memory is what the instance really has, so it can
-  differ from the GB figure in NVIDIA's profile name: an A100-80GB ``3g.40gb``
-  has 39.25 GiB and Slurm calls it ``nvidia_a100_3g.39gb``.  ``+me`` profiles
-  get the same Type as their plain twin.
+* MIG device, every release: that whole-GPU type cut at its first ``-`` (if
+  any), then a suffix;
+* suffix up to 23.02.5: ``_<GI slices>g.<roundl(memory MiB / 1024)>gb`` from
+  ``nvmlDeviceGetAttributes`` of the MIG device.  The memory is what the
+  instance really has, so it can differ from the GB figure in NVIDIA's profile
+  name: an A100-80GB ``3g.40gb`` has 39.25 GiB and Slurm calls it
+  ``nvidia_a100_3g.39gb``.  ``+me`` profiles get the same Type as their plain
+  twin;
+* suffix from 23.02.6 on: the NVML name of the MIG device (``NVIDIA
+  A100-SXM4-80GB MIG 3g.40gb``), underscorified, from its ``mig`` on without
+  the ``mig``: ``_3g.40gb``, so the Type is ``nvidia_a100_3g.40gb``, NVIDIA's
+  own profile name.  A ``+me`` instance keeps its ``+me`` (assumed from NVML
+  naming MIG devices after their GPU instance profile; not seen on hardware).
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+
+from slurm_pool.versions import SlurmVersion
 
 
 @dataclass(frozen=True)
@@ -60,11 +70,20 @@ def slurm_gpu_type(nvml_name: str) -> str:
     return underscorify_tolower(nvml_name)
 
 
-def slurm_mig_type(nvml_name: str, gi_slices: int, memory_mib: int) -> str:
-    """GRES Type of a MIG device exactly as Slurm's gpu/nvml plugin builds it."""
-    base = slurm_gpu_type(nvml_name).split("-", 1)[0]
+def mig_type_stem(nvml_name: str) -> str:
+    """The part of a MIG GRES Type before its profile: the GPU's Type cut at the first ``-``."""
+    return slurm_gpu_type(nvml_name).split("-", 1)[0]
+
+
+def mig_type_by_memory(nvml_name: str, gi_slices: int, memory_mib: int) -> str:
+    """GRES Type of a MIG device as gpu/nvml built it up to 23.02.5 (from its memory)."""
     gib = math.floor(memory_mib / 1024 + 0.5)  # C roundl: halves away from zero
-    return f"{base}_{gi_slices}g.{gib}gb"
+    return f"{mig_type_stem(nvml_name)}_{gi_slices}g.{gib}gb"
+
+
+def mig_type_by_profile(nvml_name: str, profile: str) -> str:
+    """GRES Type of a MIG device as gpu/nvml builds it from 23.02.6 on (from its NVML name)."""
+    return f"{mig_type_stem(nvml_name)}_{underscorify_tolower(profile)}"
 
 
 _PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
@@ -109,13 +128,31 @@ def mig_type_verified(model_name: str, profile: str) -> bool:
     return profile.split("+", 1)[0] in GPU_MODELS[model_name].mig_gib
 
 
-def mig_gres_type(model_name: str, profile: str) -> str:
-    """GRES Type Slurm's NVML autodetection reports for ``profile`` on ``model_name``.
+def mig_gres_type(model_name: str, profile: str, version: SlurmVersion) -> str:
+    """GRES Type Slurm ``version``'s NVML autodetection reports for ``profile`` on ``model_name``.
 
-    ``mig_gres_type("A100-80GB", "3g.40gb") == "nvidia_a100_3g.39gb"``.  Both the
-    gres.conf and the slurm.conf ``Gres=`` of a node must use this name.
+    ``mig_gres_type("A100-80GB", "3g.40gb", SlurmVersion(22, 5))`` is
+    ``nvidia_a100_3g.39gb``; on 23.02.6 and later it is ``nvidia_a100_3g.40gb``.
+    Both the gres.conf and the slurm.conf ``Gres=`` of a node must use this name.
     """
     model = GPU_MODELS[model_name]
     slices, name_gb = _split(profile)
+    nvml = model.nvml_name or model.name
+    if version.has("mig_type_from_profile"):
+        return mig_type_by_profile(nvml, profile)
     gib = model.mig_gib.get(profile.split("+", 1)[0], name_gb)
-    return slurm_mig_type(model.nvml_name or model.name, slices, gib * 1024)
+    return mig_type_by_memory(nvml, slices, gib * 1024)
+
+
+def mig_device_type(model_name: str, profile: str, memory_mib: int | None, version: SlurmVersion) -> str:
+    """GRES Type of one existing MIG device: exact from its NVML memory where the
+    release names by memory and it is known, else :func:`mig_gres_type`."""
+    model = GPU_MODELS[model_name]
+    if memory_mib is not None and model.nvml_name and not version.has("mig_type_from_profile"):
+        return mig_type_by_memory(model.nvml_name, _split(profile)[0], memory_mib)
+    return mig_gres_type(model_name, profile, version)
+
+
+def mig_gres_types(model_name: str, profile: str) -> frozenset[str]:
+    """Every Type any supported release gives ``profile`` (for reading history)."""
+    return frozenset(mig_gres_type(model_name, profile, v) for v in (SlurmVersion(22, 5), SlurmVersion(23, 2, 6)))

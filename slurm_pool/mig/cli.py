@@ -15,7 +15,9 @@ from typing import Any
 import click
 import yaml
 
+from slurm_pool.conf_cli import slurm_version_option, target_version
 from slurm_pool.mig.profiles import GEOMETRIES
+from slurm_pool.versions import SlurmVersion
 
 
 class MigInputError(click.ClickException):
@@ -142,6 +144,7 @@ def _read(path: str) -> str:
 @click.option("--sacct", "sacct_path", help="File with `sacct --json` output (MIG GRES requests).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (input for `mig apply --plan`).")
 @click.option("--out", "out_path", help="Also write the JSON plan to this file.")
+@slurm_version_option
 def plan(
     model: str | None,
     count: int | None,
@@ -152,6 +155,7 @@ def plan(
     sacct_path: str | None,
     as_json: bool,
     out_path: str | None,
+    slurm_version: str | None,
 ) -> None:
     """Per-GPU layouts covering the demand with the fewest changes."""
     from slurm_pool.mig import demand as dem
@@ -200,7 +204,7 @@ def plan(
     result.notes.extend(notes)
     doc = result.to_dict()
     doc["notes"] = result.notes
-    doc["outputs"] = _outputs(result)
+    doc["outputs"] = _outputs(result, target_version(slurm_version))
     if out_path:
         Path(out_path).write_text(json.dumps(doc, indent=2) + "\n")
     if as_json:
@@ -209,7 +213,7 @@ def plan(
     _print_plan(result, elapsed)
 
 
-def _outputs(result: Any) -> dict[str, Any]:
+def _outputs(result: Any, version: SlurmVersion) -> dict[str, Any]:
     from slurm_pool.mig.emit import gres_conf_autodetect, mig_parted_config, nvidia_smi_commands, slurm_gres
 
     by_node: dict[str, dict[int, Any]] = {}
@@ -223,7 +227,7 @@ def _outputs(result: Any) -> dict[str, Any]:
     return {
         "mig_parted": mig_parted_config(by_node),
         "nvidia_smi": cmds,
-        "slurm_gres": {n: slurm_gres(result.model, [lays[i] for i in sorted(lays)]) for n, lays in by_node.items()},
+        "slurm_gres": {n: slurm_gres(result.model, [lays[i] for i in sorted(lays)], version) for n, lays in by_node.items()},
         "gres_conf_autodetect": gres_conf_autodetect(),
     }
 
@@ -266,7 +270,9 @@ def _load_controls(spec: str, result: Any) -> tuple[Any, Any]:
 @click.option("--timeout", default=3600.0, show_default=True, help="Seconds to wait for a drained node to become idle.")
 @click.option("--gres-mode", type=click.Choice(["explicit", "autodetect"]), default="explicit", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def apply(plan_path: str, dry_run: bool, controls: str | None, timeout: float, gres_mode: str, as_json: bool) -> None:
+@slurm_version_option
+def apply(plan_path: str, dry_run: bool, controls: str | None, timeout: float, gres_mode: str, as_json: bool,
+          slurm_version: str | None) -> None:
     """Drain the affected nodes, repartition, rewrite GRES, restart slurmd, resume."""
     from slurm_pool.mig.apply import apply_plan
     from slurm_pool.mig.emit import nvidia_smi_commands
@@ -288,7 +294,8 @@ def apply(plan_path: str, dry_run: bool, controls: str | None, timeout: float, g
             click.echo("nothing to change")
         return
     nodes, backend = _load_controls(controls, result)
-    report = apply_plan(result, nodes, backend, dry_run=dry_run, timeout=timeout, gres_mode=gres_mode)  # type: ignore[arg-type]
+    report = apply_plan(result, nodes, backend, dry_run=dry_run, timeout=timeout, gres_mode=gres_mode,  # type: ignore[arg-type]
+                        version=target_version(slurm_version))
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -305,7 +312,8 @@ def apply(plan_path: str, dry_run: bool, controls: str | None, timeout: float, g
 @mig.command("emit")
 @click.option("--plan", "plan_path", required=True, help="Plan file from `mig plan --json`.")
 @click.argument("what", type=click.Choice(["mig-parted", "commands", "gres"]))
-def emit_cmd(plan_path: str, what: str) -> None:
+@slurm_version_option
+def emit_cmd(plan_path: str, what: str, slurm_version: str | None) -> None:
     """Print one output of a plan: mig-parted YAML, nvidia-smi commands or slurm.conf Gres."""
     from slurm_pool.mig.planner import PlanError, plan_from_dict
 
@@ -313,7 +321,7 @@ def emit_cmd(plan_path: str, what: str) -> None:
         result = plan_from_dict(json.loads(_read(plan_path)))
     except (PlanError, json.JSONDecodeError) as exc:
         raise MigInputError(f"{plan_path}: {exc}") from None
-    out = _outputs(result)
+    out = _outputs(result, target_version(slurm_version))
     if what == "mig-parted":
         click.echo(yaml.safe_dump(out["mig_parted"], sort_keys=False), nl=False)
     elif what == "commands":

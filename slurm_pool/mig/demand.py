@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 from slurm_pool.adapters.slurmjson import number
-from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type
+from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_types
 from slurm_pool.mig.planner import PlanError, demand_from_needs
 from slurm_pool.mig.profiles import geometry
 
@@ -31,7 +31,7 @@ def profile_for_gres_type(model: str, gres_type: str) -> str | None:
     t = gres_type.lower().removeprefix("gpu:")
     plain = [p for p in geo.profiles.values() if not p.media_ext]
     for p in plain:
-        if t == mig_gres_type(model, p.name) or t == p.name:
+        if t in mig_gres_types(model, p.name) or t == p.name:
             return p.name
     m = _TAIL_RE.search(t)
     if not m:

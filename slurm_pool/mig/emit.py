@@ -25,7 +25,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type, slurm_mig_type
+from slurm_pool.versions import SlurmVersion
+from slurm_pool.mig.catalogue import GPU_MODELS, mig_device_type, mig_gres_type
 from slurm_pool.mig.placement import Layout, find_placement
 from slurm_pool.mig.profiles import geometry
 
@@ -118,18 +119,13 @@ def cap_minor(gpu_minor: int, gi_id: int, ci_id: int | None = None, minors: Mapp
     return base if ci_id is None else base + 1 + ci_id
 
 
-def device_type(model: str, dev: MigDevice) -> str:
-    """GRES Type of one device: exact from its memory when known, else from the catalogue."""
-    if dev.memory_mib is not None and GPU_MODELS[model].nvml_name:
-        slices = int(dev.profile.split("g.", 1)[0])
-        return slurm_mig_type(GPU_MODELS[model].nvml_name, slices, dev.memory_mib)
-    return mig_gres_type(model, dev.profile)
 
 
 def gres_conf_explicit(
     node: str,
     model: str,
     devices: Iterable[MigDevice],
+    version: SlurmVersion,
     whole_gpus: Iterable[tuple[int, int]] = (),
     minors: Mapping[str, int] | None = None,
 ) -> list[str]:
@@ -149,7 +145,7 @@ def gres_conf_explicit(
                 f"/dev/nvidia-caps/nvidia-cap{cap_minor(dev.minor, dev.gi_id, dev.ci_id, minors)}",
             ]
         )
-        rows.append((dev.gpu_index, dev.gi_id, f"NodeName={node} Name=gpu Type={device_type(model, dev)} MultipleFiles={files}"))
+        rows.append((dev.gpu_index, dev.gi_id, f"NodeName={node} Name=gpu Type={mig_device_type(model, dev.profile, dev.memory_mib, version)} MultipleFiles={files}"))
     for _, _, line in sorted(rows):
         lines.append(line)
     return lines
@@ -160,12 +156,12 @@ def gres_conf_autodetect(node: str | None = None) -> list[str]:
     return [f"NodeName={node} AutoDetect=nvml" if node else "AutoDetect=nvml"]
 
 
-def slurm_gres(model: str, layouts: Sequence[Layout | None]) -> str:
+def slurm_gres(model: str, layouts: Sequence[Layout | None], version: SlurmVersion) -> str:
     """slurm.conf ``Gres=`` value (without ``Gres=``) for one node's GPUs."""
     counts: Counter[str] = Counter()
     for layout in layouts:
         if layout is None:
             counts[GPU_MODELS[model].slurm_type] += 1
         else:
-            counts.update(mig_gres_type(model, p) for p in layout)
+            counts.update(mig_gres_type(model, p, version) for p in layout)
     return ",".join(f"gpu:{t}:{n}" for t, n in sorted(counts.items()))

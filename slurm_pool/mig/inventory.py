@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type, slurm_mig_type
+from slurm_pool.versions import DEFAULT_VERSION
+from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type, mig_type_by_memory
 from slurm_pool.mig.emit import MigDevice
 from slurm_pool.mig.placement import Layout, canonical
 from slurm_pool.mig.profiles import geometry
@@ -61,9 +62,10 @@ def _profile(model: str, dev: Any) -> str:
         return str(prof).removeprefix("MIG ").strip()
     slices = int(_get(dev, "gi_slices", "gpu_instance_slice_count"))
     mib = int(_get(dev, "memory_mib", "memory_size_mb"))
-    want = slurm_mig_type(GPU_MODELS[model].nvml_name, slices, mib)
-    for p in geometry(model).profiles.values():  # the plain profile with that Slurm type
-        if not p.media_ext and p.compute == slices and mig_gres_type(model, p.name) == want:
+    # the plain profile that Slurm's memory-based naming (22.05) gives the same type
+    want = mig_type_by_memory(GPU_MODELS[model].nvml_name, slices, mib)
+    for p in geometry(model).profiles.values():
+        if not p.media_ext and p.compute == slices and mig_gres_type(model, p.name, DEFAULT_VERSION) == want:
             return p.name
     for p in geometry(model).profiles.values():  # else nearest memory with the same slices
         if not p.media_ext and p.compute == slices and abs(p.memory_gb * 1024 - mib) < 3 * 1024:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_pool.checkpoint.slurmjob import REASONS, JobInfo
+from slurm_pool.adapters.records import JobRecord
+from slurm_pool.checkpoint.slurmjob import REASONS
 
 
 def _num(v: Any) -> float | None:
@@ -34,7 +35,7 @@ def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _preempted(info: JobInfo, run_start: float | None) -> bool:
+def _preempted(info: JobRecord, run_start: float | None) -> bool:
     """Slurm preempted the run that just ended (a PreemptTime from an earlier run does not count)."""
     began = run_start if run_start is not None else info.start_time
     if info.preempt_time and (began is None or info.preempt_time >= began - 5):
@@ -42,7 +43,7 @@ def _preempted(info: JobInfo, run_start: float | None) -> bool:
     return "PREEMPTED" in info.state
 
 
-def _this_run(w: dict[str, Any], info: JobInfo | None, run_start: float | None) -> bool:
+def _this_run(w: dict[str, Any], info: JobRecord | None, run_start: float | None) -> bool:
     """Whether the wrapper's outcome belongs to the run that just ended."""
     if run_start is not None:  # the prolog noted when this run began on this node
         t = _num(w.get("time"))
@@ -53,7 +54,7 @@ def _this_run(w: dict[str, Any], info: JobInfo | None, run_start: float | None) 
     return w.get("restart_count") in (info.restart_count, info.restart_count - 1)
 
 
-def build(*, job_id: str, user: str, node: str, now: float, info: JobInfo | None,
+def build(*, job_id: str, user: str, node: str, now: float, info: JobRecord | None,
           wrapper: dict[str, Any] | None, newest: tuple[int, float] | None,
           run_start: float | None = None) -> dict[str, Any]:
     """The outcome record of one run (see the module docstring)."""

@@ -8,27 +8,10 @@ cleared once the checks pass.
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, NamedTuple
 
-from slurm_pool.adapters.slurmjson import is_drained, states
+from slurm_pool.adapters.records import NodeRecord, RecordError, parse_node_text, parse_nodes
 from slurm_pool.node.health import is_ours
-
-_REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")
-
-
-class NodeState(NamedTuple):
-    """What the hooks need to know about one node."""
-
-    name: str
-    flags: frozenset[str]
-    reason: str
-    gres: str
-
-    @property
-    def drained(self) -> bool:
-        return is_drained(self.flags)
 
 
 class Action(NamedTuple):
@@ -38,41 +21,17 @@ class Action(NamedTuple):
     reason: str = ""
 
 
-def parse_node_json(text: str, name: str) -> NodeState | None:
-    """``scontrol --json show node NAME`` (22.05 and later layouts)."""
+def parse_node_json(text: str, name: str) -> NodeRecord | None:
+    """The record of ``name`` in ``scontrol --json show node`` output (23.02+), else None."""
     try:
-        data = json.loads(text)
-    except ValueError:
+        return next((n for n in parse_nodes(text) if n.name == name), None)
+    except RecordError:
         return None
-    for n in data.get("nodes") or []:
-        if (n.get("name") or n.get("hostname")) != name:
-            continue
-        flags = set(states(n.get("state"))) | set(states(n.get("state_flags")))
-        return NodeState(name, frozenset(flags), str(n.get("reason") or ""), str(n.get("gres") or ""))
-    return None
 
 
-def parse_node_text(text: str, name: str) -> NodeState | None:
-    """``scontrol show node NAME`` (plain text), as a fallback."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("Reason="):  # the rest of the line, spaces included
-            fields["Reason"] = _REASON_SUFFIX.sub("", line[len("Reason="):])
-            continue
-        for tok in line.split():
-            k, sep, v = tok.partition("=")
-            if sep and k not in fields:
-                fields[k] = v
-    if fields.get("NodeName") != name:
-        return None
-    reason = fields.get("Reason", "")
-    return NodeState(name, frozenset(states(fields.get("State", ""))), "" if reason == "(null)" else reason,
-                     "" if fields.get("Gres") == "(null)" else fields.get("Gres", ""))
-
-
-def query_node(runner: Any, scontrol: str, name: str) -> NodeState | None:
-    """The node's state, trying JSON first; None if Slurm cannot be asked."""
+def query_node(runner: Any, scontrol: str, name: str) -> NodeRecord | None:
+    """The node's record, from JSON (23.02+) else plain text (22.05's scontrol has no JSON);
+    None if Slurm cannot be asked."""
     res = runner.run([scontrol, "--json", "show", "node", name], check=False, timeout=15)
     if res.ok:
         st = parse_node_json(res.stdout, name)
@@ -82,7 +41,7 @@ def query_node(runner: Any, scontrol: str, name: str) -> NodeState | None:
     return parse_node_text(res.stdout, name) if res.ok else None
 
 
-def decide(node: NodeState | None, reason: str | None, *, may_undrain: bool = True) -> Action:
+def decide(node: NodeRecord | None, reason: str | None, *, may_undrain: bool = True) -> Action:
     """What to do given the node's state and the new drain reason (None: healthy).
 
     * unhealthy, not drained                 -> drain

@@ -1,7 +1,8 @@
 """Run a rendered job_submit.lua in-process, as slurmctld's job_submit/lua would.
 
-For tests and benchmarks: needs ``lupa`` (Lua 5.1 runtime, the version Debian's
-Slurm links).  The ``slurm`` table is a stub that mirrors 22.05: SUCCESS,
+For tests and benchmarks: needs ``lupa``, which carries Lua 5.1 (what Debian's
+Slurm links), 5.3 (what SchedMD's own packages link) and 5.4 runtimes; the policy
+must behave the same on each.  The ``slurm`` table is a stub that mirrors 22.05: SUCCESS,
 ERROR, the ESLURM_* names 22.05 exposes, NO_VAL*, and log functions that take
 a format string and record what they print.
 """
@@ -66,13 +67,21 @@ class Outcome:
         return "\n".join(self.user)
 
 
+#: Lua releases job_submit/lua is linked against, as lupa names its runtimes.
+LUA_VERSIONS = ("5.1", "5.3", "5.4")
+
+
 class LuaPolicy:
-    """A job_submit.lua loaded into a fresh Lua 5.1 state with the stub ``slurm``."""
+    """A job_submit.lua loaded into a fresh Lua state (5.1 by default) with the stub ``slurm``."""
 
-    def __init__(self, source: str, codes: Mapping[str, int] | None = None):
-        from lupa import lua51  # type: ignore[import-not-found]
+    def __init__(self, source: str, codes: Mapping[str, int] | None = None, lua: str = "5.1"):
+        import importlib
 
-        self.lua = lua51.LuaRuntime(unpack_returned_tuples=True, register_eval=False)
+        if lua not in LUA_VERSIONS:
+            raise ValueError(f"lua: {lua!r} is not one of {', '.join(LUA_VERSIONS)}")
+        runtime = importlib.import_module("lupa.lua" + lua.replace(".", ""))
+        self.version = lua
+        self.lua = runtime.LuaRuntime(unpack_returned_tuples=True, register_eval=False)
         self.lua.execute(_STUB)
         slurm = self.lua.globals().slurm
         for name, value in (SLURM_2205_CODES if codes is None else codes).items():

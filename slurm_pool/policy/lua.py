@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 
 from slurm_pool.policy.tables import PolicyTables, build_tables
+from slurm_pool.versions import SlurmVersion
 from slurm_pool.spec.model import PoolSpec
 
 TEMPLATE = "job_submit.lua.j2"
@@ -70,6 +71,7 @@ def _context(t: PolicyTables, enabled: bool) -> dict[str, Any]:
             "right_size_mig": t.right_size_mig,
             "checkpoint_signal": t.checkpoint_signal,
             "warn_seconds": t.warn_seconds,
+            "multiple_qos": t.multiple_qos,
         },
         "tiers": [
             {"name": r.name, "max_gpus": r.max_gpus, "require_time": r.require_time, "checkpoint": r.checkpoint}
@@ -109,10 +111,10 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
     return env
 
 
-def render_job_submit(spec: PoolSpec, templates_dir: str | Path | None = None) -> str:
-    """The text of job_submit.lua for ``spec`` (pure; same spec, same bytes)."""
+def render_job_submit(spec: PoolSpec, version: SlurmVersion, templates_dir: str | Path | None = None) -> str:
+    """The text of job_submit.lua for ``spec`` on Slurm ``version`` (pure; same input, same bytes)."""
     from slurm_pool.render.render import default_templates_dir
 
     tdir = Path(templates_dir) if templates_dir is not None else default_templates_dir()
     template = _environment(tdir).get_template(TEMPLATE)
-    return template.render(**_context(build_tables(spec), spec.policy.job_submit))
+    return template.render(**_context(build_tables(spec, version), spec.policy.job_submit))

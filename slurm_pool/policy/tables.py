@@ -13,16 +13,9 @@ from dataclasses import dataclass, field
 from slurm_pool.mig import catalogue
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import PoolSpec
+from slurm_pool.versions import SlurmVersion
 
 _GB_RE = re.compile(r"\.(\d+)gb")
-
-
-def mig_gres_type(model: str, profile: str) -> str:
-    """Slurm GRES type of one MIG instance: ``<gpu slurm_type>_<profile>``."""
-    fn = getattr(catalogue, "mig_gres_type", None)
-    if fn is not None:
-        return str(fn(model, profile))
-    return f"{catalogue.GPU_MODELS[model].slurm_type}_{profile}"
 
 
 def mig_memory_mb(model: str, profile: str) -> int:
@@ -91,9 +84,10 @@ class PolicyTables:
     users: tuple[tuple[str, str], ...]  # (user, project): first project listing the user
     gpu_types: tuple[GpuType, ...]  # whole GPUs in spec order, then MIG by (memory, name)
     mig_by_size: tuple[str, ...] = field(default=())
+    multiple_qos: bool = False  # the Slurm takes --qos=a,b (24.11+)
 
 
-def _group_gpu_types(spec: PoolSpec) -> dict[str, list[GpuType]]:
+def _group_gpu_types(spec: PoolSpec, version: SlurmVersion) -> dict[str, list[GpuType]]:
     """Node group name -> the GPU types its nodes offer."""
     out: dict[str, list[GpuType]] = {}
     for group in spec.node_groups:
@@ -110,7 +104,7 @@ def _group_gpu_types(spec: PoolSpec) -> dict[str, list[GpuType]]:
                         types.append(whole)
                     continue
                 for prof in layout:
-                    t = GpuType(mig_gres_type(model.name, prof), mig_memory_mb(model.name, prof), True, (model.slurm_type,))
+                    t = GpuType(catalogue.mig_gres_type(model.name, prof, version), mig_memory_mb(model.name, prof), True, (model.slurm_type,))
                     if t not in types:
                         types.append(t)
         out[group.name] = types
@@ -161,9 +155,9 @@ def _route(spec: PoolSpec, account: str, tier: str) -> str | None:
     return choice
 
 
-def build_tables(spec: PoolSpec) -> PolicyTables:
+def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
     """Compile the spec into the policy tables."""
-    group_types = _group_gpu_types(spec)
+    group_types = _group_gpu_types(spec, version)
     merged: dict[str, GpuType] = {}
     for types in group_types.values():
         for t in types:
@@ -225,4 +219,5 @@ def build_tables(spec: PoolSpec) -> PolicyTables:
         users=tuple(users.items()),
         gpu_types=tuple(whole + mig),
         mig_by_size=tuple(t.name for t in mig),
+        multiple_qos=version.has("multiple_qos_per_job"),
     )

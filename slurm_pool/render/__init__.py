@@ -2,6 +2,6 @@
 
 from slurm_pool.render.render import render_all
 from slurm_pool.render.site import Site
-from slurm_pool.render.version import SlurmVersion
+from slurm_pool.versions import SlurmVersion
 
 __all__ = ["Site", "SlurmVersion", "render_all"]

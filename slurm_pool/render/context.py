@@ -12,17 +12,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 from slurm_pool.mig import catalogue
 from slurm_pool.render.site import Site
-from slurm_pool.render.version import SlurmVersion
+from slurm_pool.versions import SlurmVersion
 from slurm_pool.spec.hosts import expand, fold
 from slurm_pool.spec.model import NodeGroup, PoolSpec
-
-
-def mig_type(model: str, profile: str) -> str:
-    """Slurm GRES Type of one MIG instance (as NVML autodetection names it)."""
-    fn = getattr(catalogue, "mig_gres_type", None)
-    if fn is not None:
-        return fn(model, profile)
-    return f"{catalogue.GPU_MODELS[model].slurm_type}_{profile}"
 
 
 @dataclass(frozen=True)
@@ -54,28 +46,32 @@ def gpu_units(group: NodeGroup, layouts: Layouts | None = None) -> list[tuple[in
     return units
 
 
-def unit_type(group: NodeGroup, profile: str | None) -> str:
+def unit_type(group: NodeGroup, profile: str | None, version: SlurmVersion) -> str:
+    """GRES Type of a whole GPU (``profile`` None) or a MIG instance of ``group``'s model."""
     assert group.gpus is not None
     model = group.gpus.model
-    return catalogue.GPU_MODELS[model].slurm_type if profile is None else mig_type(model, profile)
+    if profile is None:
+        return catalogue.GPU_MODELS[model].slurm_type
+    return catalogue.mig_gres_type(model, profile, version)
 
 
-def gres_string(group: NodeGroup, layouts: Layouts | None = None) -> str:
+def gres_string(group: NodeGroup, version: SlurmVersion, layouts: Layouts | None = None) -> str:
     """The slurm.conf ``Gres=`` value of a node of ``group``."""
-    counts: Counter[str] = Counter(unit_type(group, prof) for _, prof in gpu_units(group, layouts))
+    counts: Counter[str] = Counter(unit_type(group, prof, version) for _, prof in gpu_units(group, layouts))
     return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
 
 
-def emulated_devices(group: NodeGroup, node: str, site: Site, layouts: Layouts | None = None) -> list[GresDevice]:
+def emulated_devices(group: NodeGroup, node: str, site: Site, version: SlurmVersion,
+                     layouts: Layouts | None = None) -> list[GresDevice]:
     """Device files of one node on the emulated cluster, in GRES order."""
     dev = site.node_dev_dir(node)
     out: list[GresDevice] = []
     seen: Counter[int] = Counter()
     for idx, prof in gpu_units(group, layouts):
         if prof is None:
-            out.append(GresDevice(unit_type(group, None), f"{dev}/nvidia{idx}"))
+            out.append(GresDevice(unit_type(group, None, version), f"{dev}/nvidia{idx}"))
         else:
-            out.append(GresDevice(unit_type(group, prof), f"{dev}/nvidia{idx}-mig{seen[idx]}"))
+            out.append(GresDevice(unit_type(group, prof, version), f"{dev}/nvidia{idx}-mig{seen[idx]}"))
             seen[idx] += 1
     return out
 
@@ -106,8 +102,8 @@ def build_context(
     gres_types: list[str] = []
     for group in spec.node_groups:
         nodes = expand(group.hosts)
-        gres = gres_string(group)
-        node_gres = {n: gres_string(group, node_layouts.get(n)) for n in nodes}
+        gres = gres_string(group, version)
+        node_gres = {n: gres_string(group, version, node_layouts.get(n)) for n in nodes}
         for g in [gres, *node_gres.values()]:
             for part in g.split(","):
                 if part and (t := part.split(":")[1]) not in gres_types:
@@ -124,7 +120,7 @@ def build_context(
                         "name": n,
                         "port": site.node_ports.get(n),
                         "gres": node_gres[n],
-                        "devices": emulated_devices(group, n, site, node_layouts.get(n)) if site.emulated_devices else [],
+                        "devices": emulated_devices(group, n, site, version, node_layouts.get(n)) if site.emulated_devices else [],
                     }
                     for n in nodes
                 ],
@@ -133,7 +129,7 @@ def build_context(
                 "gres": gres,
                 "features": ",".join(group.features),
                 "gpu_count": group.gpus.count if group.gpus else 0,
-                "gpu_type": unit_type(group, None) if group.gpus else None,
+                "gpu_type": unit_type(group, None, version) if group.gpus else None,
                 "has_mig": has_mig,
             }
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 from pathlib import Path
@@ -15,10 +14,8 @@ from slurm_pool.accounting.plan import build_plan
 from slurm_pool.errors import SpecError
 from slurm_pool.render.context import Layouts, build_context
 from slurm_pool.render.site import Site
-from slurm_pool.render.version import SlurmVersion
 from slurm_pool.spec.model import PoolSpec
-
-DEFAULT_VERSION = SlurmVersion(22, 5)
+from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion
 
 
 def default_templates_dir() -> Path:
@@ -57,14 +54,6 @@ def _template(env: jinja2.Environment, name: str, ctx: dict[str, object]) -> str
         raise SpecError(f"template {name}: {exc}") from None
 
 
-def _job_submit(spec: PoolSpec, templates_dir: Path) -> str:
-    from slurm_pool.policy.lua import render_job_submit
-
-    if "templates_dir" in inspect.signature(render_job_submit).parameters:
-        return render_job_submit(spec, templates_dir=templates_dir)
-    return render_job_submit(spec)
-
-
 def render_all(
     spec: PoolSpec,
     site: Site | None = None,
@@ -90,7 +79,9 @@ def render_all(
         ),
     }
     if spec.policy.job_submit:
-        files["job_submit.lua"] = _job_submit(spec, tdir)
+        from slurm_pool.policy.lua import render_job_submit
+
+        files["job_submit.lua"] = render_job_submit(spec, version, templates_dir=tdir)
     files["accounting.json"] = json.dumps(build_plan(spec).to_json(), indent=2, sort_keys=False) + "\n"
     manifest = {
         "generator": "slurm-pool",

@@ -24,12 +24,12 @@ def _gres_counts(gres: str) -> Counter:
 def test_every_node_idle_with_configured_gres(slurm_cluster):
     nodes = {n.name: n for n in slurm_cluster.slurm.nodes()}
     for group in slurm_cluster.spec.node_groups:
-        want = _gres_counts(gres_string(group))
+        want = _gres_counts(gres_string(group, slurm_cluster.version))
         for name in expand(group.hosts):
             node = nodes[name]
             assert "IDLE" in node.state, (name, node.state)
             assert _gres_counts(node.gres) == want, (name, node.gres)
-    mig_types = {t for g in slurm_cluster.spec.node_groups for t in _gres_counts(gres_string(g)) if "g." in t}
+    mig_types = {t for g in slurm_cluster.spec.node_groups for t in _gres_counts(gres_string(g, slurm_cluster.version)) if "g." in t}
     assert mig_types, "the example pool has MIG types"
 
 

@@ -110,7 +110,7 @@ def test_unknown_gpu_type(cluster):
 
 
 def test_right_sized_to_mig(cluster):
-    tables = build_tables(cluster.spec)
+    tables = build_tables(cluster.spec, cluster.version)
     part = next(p for p in tables.partitions if p.name == "c-owner")
     sizes = {g.name: g.mem_mb for g in tables.gpu_types}
     want = next(t for t in tables.mig_by_size if t in part.gpu_types and sizes[t] >= 5120)

@@ -24,6 +24,12 @@ class FakeSacctmgr:
         self.accounts: dict[str, dict[str, str]] = {}
         self.assoc: dict[tuple[str, str], dict[str, str]] = {}
         self.users: dict[str, str] = {}
+        # what slurmdbd has before slurmctld registers the cluster's GRES TRES
+        self.tres: list[tuple[str, str]] = [("cpu", ""), ("mem", ""), ("energy", ""), ("node", ""), ("billing", "")]
+
+    def register_gres(self) -> None:
+        """What slurmctld does at start with AccountingStorageTRES=gres/gpu,..."""
+        self.tres.append(("gres", "gpu"))
 
     def __call__(self, argv, _input):
         args = list(argv[1:])
@@ -45,6 +51,8 @@ class FakeSacctmgr:
             rows = [{"Account": a, "User": u, **f} for (a, u), f in self.assoc.items()]
         elif entity == "user":
             rows = [{"User": u, "DefaultAccount": d} for u, d in self.users.items()]
+        elif entity == "tres":
+            rows = [{"Type": t, "Name": n} for t, n in self.tres]
         else:
             raise AssertionError(entity)
         text = "\n".join("|".join(r.get(f, "") for f in fields) for r in rows)
@@ -69,6 +77,10 @@ class FakeSacctmgr:
             where = kv(args[args.index("where") + 1: args.index("set")])
             sets = kv(args[args.index("set") + 1:])
             if entity == "qos":
+                for f in ("GrpTRES", "MaxTRESPU", "MaxTRES"):
+                    for kv in (x for x in sets.get(f, "").split(",") if x):
+                        assert kv.split("=")[0] in {f"{t}/{n}" if n else t for t, n in self.tres}, \
+                            f"sacctmgr: error: Invalid TRES {kv}"
                 self.qos[where["name"]].update(sets)
             elif entity == "account" and "cluster" in where:
                 self.assoc[(where["name"], "")].update(sets)
@@ -94,6 +106,7 @@ class FakeSacctmgr:
 @pytest.fixture
 def world():
     fake = FakeSacctmgr()
+    fake.register_gres()
     runner = RecordingRunner()
     runner.respond(["sacctmgr"], fake)
     return fake, runner, SlurmClient(runner)
@@ -163,3 +176,20 @@ def test_sacctmgr_failure_surfaces(world):
     runner.fail(["sacctmgr", "-i", "add", "qos"], stderr="sacctmgr: error: Problem adding")
     with pytest.raises(CommandError, match="Problem adding"):
         apply_accounting(load_spec(EXAMPLE), slurm, echo=lambda _m: None)
+
+
+def test_limits_on_unregistered_tres_wait_for_slurmctld():
+    """The bootstrap: QOS before slurmctld (25.11+ needs them to start), TRES limits after it."""
+    fake = FakeSacctmgr()
+    runner = RecordingRunner()
+    runner.respond(["sacctmgr"], fake)
+    slurm, spec = SlurmClient(runner), load_spec(EXAMPLE)
+    lines: list[str] = []
+    apply_accounting(spec, slurm, echo=lines.append)
+    assert {"guaranteed", "shared", "scavenger", "k8s-lend"} <= set(fake.qos)
+    assert not fake.qos["shared"].get("MaxTRESPU")
+    assert any(line.startswith("! qos shared: MaxTRESPU gres/gpu=4: deferred") for line in lines), lines
+    fake.register_gres()
+    again = apply_accounting(spec, slurm, echo=lambda _m: None)
+    assert [c.summary for c in again] == ["~ qos shared: MaxTRESPU: - -> gres/gpu=4, MaxTRES: - -> gres/gpu=4"]
+    assert apply_accounting(spec, slurm, echo=lambda _m: None) == []

@@ -46,6 +46,7 @@ class FakeSlurm:
     next_id: int = 100
 
     def install(self, runner: RecordingRunner) -> RecordingRunner:
+        runner.on(["sinfo", "--version"], "slurm 22.05.8\n")  # node records in 22.05's sinfo --json shape
         runner.respond(["sinfo", "--json"], lambda a, i: self._ok(a, json.dumps({"nodes": self._nodes()})))
         runner.respond(["squeue", "--json"], lambda a, i: self._ok(a, json.dumps({"jobs": self.jobs})))
         runner.respond(["squeue", "-h", "-j"], self._state)

@@ -8,10 +8,12 @@ import time
 
 import pytest
 
+from slurm_pool.adapters.records import JobRecord, job_state, parse_job_text, parse_jobs
 from slurm_pool.adapters.runner import RecordingRunner
+from slurm_pool.adapters.slurmjson import parse_duration
 from slurm_pool.checkpoint import slurmjob
 from slurm_pool.checkpoint.api import Checkpointer
-from slurm_pool.checkpoint.slurmjob import CHECKPOINT, PREEMPT, TERMINATE, TIMEOUT, JobInfo
+from slurm_pool.checkpoint.slurmjob import CHECKPOINT, PREEMPT, TERMINATE, TIMEOUT
 
 NOW = 1_764_700_000.0
 
@@ -38,29 +40,33 @@ def job_json_2311(**over):
     return json.dumps({"jobs": [j]})
 
 
-def info(**over) -> JobInfo:
-    base = dict(job_id="42", state=frozenset({"RUNNING"}), reason="None", start_time=NOW - 600,
+def info(**over) -> JobRecord:
+    base = dict(job_id=42, state=job_state("RUNNING"), reason="None", start_time=NOW - 600,
                 end_time=NOW + 3000, preempt_time=None, time_limit=3600.0, restart_count=0, comment="",
                 requeue=True)
     base.update(over)
-    return JobInfo(**base)
+    return JobRecord(**base)
 
 
 def test_parse_2205_json():
-    i = slurmjob.parse_job_json(job_json_2205(), "42")
-    assert i.state == {"RUNNING"} and i.time_limit == 3600 and i.preempt_time is None
+    (i,) = parse_jobs(job_json_2205())
+    assert i.state.base == "RUNNING" and i.time_limit == 3600 and i.preempt_time is None
     assert i.restart_count == 1 and i.comment == "my run" and i.natural_end == NOW - 600 + 3600
 
 
 def test_parse_later_json_with_objects():
-    i = slurmjob.parse_job_json(job_json_2311(time_limit=num(0, infinite=True)), "42")
-    assert i.state == {"RUNNING"} and i.time_limit is None and i.end_time == int(NOW + 3000)
+    (i,) = parse_jobs(job_json_2311(time_limit=num(0, infinite=True)))
+    assert i.state.base == "RUNNING" and i.time_limit is None and i.end_time == int(NOW + 3000)
 
 
-def test_parse_json_picks_the_job_and_rejects_garbage():
-    assert slurmjob.parse_job_json(job_json_2205(), "43") is None
-    assert slurmjob.parse_job_json("scontrol: error: ...", "42") is None
-    assert slurmjob.parse_job_json(job_json_2205(time_limit=4294967295), "42").time_limit is None
+def test_query_picks_the_job_and_rejects_garbage():
+    r = RecordingRunner()
+    r.on(["squeue"], job_json_2205())
+    r.on(["scontrol"], "scontrol: error: ...")
+    assert slurmjob.query_job(r, "42").job_id == 42
+    assert slurmjob.query_job(r, "43") is None
+    (i,) = parse_jobs(job_json_2205(time_limit=4294967295))
+    assert i.time_limit is None
 
 
 TEXT = """JobId=42 JobName=train $(touch /tmp/x)
@@ -76,17 +82,17 @@ TEXT = """JobId=42 JobName=train $(touch /tmp/x)
 
 
 def test_parse_text_fallback():
-    i = slurmjob.parse_job_text(TEXT, "42")
+    i = parse_job_text(TEXT, "42")
     assert i.time_limit == 86400 and i.restart_count == 2 and i.requeue is True
     assert i.preempt_time is not None and i.preempt_time - i.start_time == 600
     assert i.comment is None  # never trusted from text
-    assert slurmjob.parse_job_text(TEXT, "7") is None
+    assert parse_job_text(TEXT, "7") is None
 
 
 @pytest.mark.parametrize("v,want", [("1-00:00:00", 86400), ("02:03:04", 7384), ("05:00", 300),
                                     ("UNLIMITED", None), ("Partition_Limit", None), ("", None)])
 def test_parse_duration(v, want):
-    assert slurmjob.parse_duration(v) == want
+    assert parse_duration(v) == want
 
 
 CASES = [
@@ -94,7 +100,7 @@ CASES = [
     ("preempt_time set, SIGTERM", info(preempt_time=NOW - 1, end_time=NOW + 19), "TERM", PREEMPT),
     ("preempt_time set, user signal (send_user_signal)", info(preempt_time=NOW - 1, end_time=NOW + 19), "USR1", PREEMPT),
     ("end time pulled in without preempt_time", info(end_time=NOW + 20), "TERM", PREEMPT),
-    ("state PREEMPTED", info(state=frozenset({"PREEMPTED"})), "TERM", PREEMPT),
+    ("state PREEMPTED", info(state=job_state(["PREEMPTED"])), "TERM", PREEMPT),
     ("warning near the limit", info(start_time=NOW - 3540, end_time=NOW + 60), "USR1", TIMEOUT),
     ("SIGTERM at the time limit", info(start_time=NOW - 3600, end_time=NOW), "TERM", TIMEOUT),
     ("timer near the limit", info(start_time=NOW - 3500, end_time=NOW + 100), None, TIMEOUT),

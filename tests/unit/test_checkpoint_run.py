@@ -29,7 +29,9 @@ FAKE_SCONTROL = textwrap.dedent("""\
     st = json.load(open(path))
     if st.get("down"):
         sys.exit("scontrol: error: Unable to contact slurm controller (connect failure)")
-    if args[:3] == ["--json", "show", "job"]:
+    if args == ["--version"]:
+        print(st.get("version", "slurm 22.05.8"))
+    elif args[:3] == ["--json", "show", "job"]:
         print(json.dumps({"jobs": [st["job"]]}))
     elif args[:1] == ["update"]:
         kv = dict(a.split("=", 1) for a in args[1:])
@@ -169,6 +171,31 @@ def test_preemption_checkpoints_and_requeues(tmp_path):
     assert oc["reason"] == "preempt" and oc["checkpointed"] and oc["requeued"]
     info = store.latest(str(job.ckdir))
     assert info is not None and oc["checkpoint_step"] == info.step > 0
+
+
+def test_preempted_on_24_05_and_later_leaves_the_requeue_to_slurm(tmp_path):
+    """slurmctld 24.05+ requeues a job that exits after its grace signal (measured on 26.05.3:
+    PREEMPTED, Restarts=1); a self-requeue there is recorded REQUEUED and kills the wrapper."""
+    job = Job(tmp_path).train()
+    job.write_state(version="slurm 26.05.3")
+    job.wait_line("train_sim: start")
+    now = time.time()
+    job.update_job(preempt_time=int(now), end_time=int(now + 20))
+    job.signal(signal.SIGUSR1)
+    assert job.finish() == control.EXIT_REQUEUE, job.err
+    assert "requeue" not in job.verbs() and ["--version"] in job.calls()
+    oc = job.outcome()
+    assert oc["reason"] == "preempt" and oc["checkpointed"] and oc["requeued"]
+    assert "Slurm requeues job 42 itself" in job.err
+
+
+def test_time_limit_on_24_05_and_later_still_self_requeues(tmp_path):
+    job = Job(tmp_path, limit_min=60, elapsed=3600 - 100, SLURM_POOL_WARN_SECONDS="80").train()
+    job.write_state(version="slurm 26.05.3")
+    job.wait_line("train_sim: start")
+    job.signal(signal.SIGUSR1)
+    assert job.finish() == control.EXIT_REQUEUE, job.err
+    assert ["requeue", "42"] in job.calls()
 
 
 def test_outcome_is_on_disk_before_slurm_kills_the_requeued_job(tmp_path):

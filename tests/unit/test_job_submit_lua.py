@@ -1,4 +1,4 @@
-"""The generated job_submit.lua, run in-process on Lua 5.1 (lupa) with a stub ``slurm``.
+"""The generated job_submit.lua, run in-process on Lua 5.1, 5.3 and 5.4 (lupa) with a stub ``slurm``.
 
 Table-driven cases cover every policy and every message; a fuzz test feeds
 10,000 random job descriptions; a golden file pins the rendered text.
@@ -15,13 +15,17 @@ from typing import Any
 
 import pytest
 
-import lupa  # noqa: F401,E402  (required: the policy runs in its Lua 5.1 runtime)
+import lupa  # noqa: F401,E402  (required: the policy runs in its Lua runtimes)
 
-from slurm_pool.policy.harness import INFINITE, NO_VAL, NO_VAL16, LuaPolicy, random_job, unset_job  # noqa: E402
+from slurm_pool.policy.harness import (  # noqa: E402
+    INFINITE, NO_VAL, NO_VAL16, LUA_VERSIONS, LuaPolicy, random_job, unset_job)
 from slurm_pool.policy.lua import lua_string, render_job_submit  # noqa: E402
 from slurm_pool.policy.tables import build_tables  # noqa: E402
 from slurm_pool.spec import load_spec, load_spec_text  # noqa: E402
 from slurm_pool.spec.model import PoolSpec  # noqa: E402
+from slurm_pool.versions import SlurmVersion  # noqa: E402
+
+V2205 = SlurmVersion(22, 5, 8)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pool.yaml"
@@ -75,12 +79,24 @@ def example() -> PoolSpec:
 
 @pytest.fixture(scope="module")
 def source(example: PoolSpec) -> str:
-    return render_job_submit(example)
+    return render_job_submit(example, V2205)
+
+
+@pytest.fixture(scope="module", params=LUA_VERSIONS, ids=lambda v: f"lua{v}")
+def lua_version(request: pytest.FixtureRequest) -> str:
+    """Every test that runs the policy runs it on each Lua Slurm links against."""
+    return str(request.param)
 
 
 @pytest.fixture()
-def policy(source: str) -> LuaPolicy:
-    return LuaPolicy(source)
+def runtime(lua_version: str):
+    """``LuaPolicy`` on this test's Lua."""
+    return lambda text, **kw: LuaPolicy(text, lua=lua_version, **kw)
+
+
+@pytest.fixture()
+def policy(source: str, runtime) -> LuaPolicy:
+    return runtime(source)
 
 
 def small_spec(**policy: Any) -> PoolSpec:
@@ -91,8 +107,8 @@ def small_spec(**policy: Any) -> PoolSpec:
 
 
 @pytest.fixture(scope="module")
-def small() -> LuaPolicy:
-    return LuaPolicy(render_job_submit(small_spec()))
+def small(lua_version: str) -> LuaPolicy:
+    return LuaPolicy(render_job_submit(small_spec(), V2205), lua=lua_version)
 
 
 def env(*items: str) -> dict[str, Any]:
@@ -163,6 +179,51 @@ def test_routing(policy: LuaPolicy, case: str, fields: dict, rc: int, after: dic
     check(policy.submit(unset_job(**fields)), rc, after, fragments)
 
 
+V2411 = SlurmVersion(24, 11)
+
+MULTI_QOS = [
+    # (case, job fields, rc, fields expected after the call, message fragments) on Slurm 24.11+
+    ("two tiers route to both partitions", dict(account="proja", qos="guaranteed,shared", time_limit=60, **CKPT), OK,
+     dict(partition="a-owner,shared", qos="guaranteed,shared", requeue=1), []),
+    ("a listed partition per tier", dict(account="proja", qos="guaranteed,shared", partition="a-owner,shared",
+                                         time_limit=60), OK, dict(partition="a-owner,shared"), []),
+    ("every tier's rules apply", dict(account="proja", qos="guaranteed,shared", **CKPT), E_NO_TIME, {},
+     ["tier 'shared' requires a time limit"]),
+    ("a tier the account may not use", dict(account="proja", qos="shared,k8s-lend", time_limit=60), E_ACCESS, {},
+     ["account 'proja' may not use tier 'k8s-lend'"]),
+    ("a partition of no listed tier", dict(account="proja", qos="guaranteed,shared", partition="scavenger"), E_QOS, {},
+     ["partition 'scavenger' belongs to tier 'scavenger', which is not among the requested QOS 'guaranteed,shared'"]),
+    ("an unknown QOS in the list", dict(account="proja", qos="shared,normal", time_limit=60), E_QOS, {},
+     ["QOS 'normal' is not a tier of this pool"]),
+]
+
+
+@pytest.fixture(scope="module")
+def policy_2411(example: PoolSpec, lua_version: str) -> LuaPolicy:
+    return LuaPolicy(render_job_submit(example, V2411), lua=lua_version)
+
+
+@pytest.mark.parametrize("case,fields,rc,after,fragments", MULTI_QOS, ids=[c[0] for c in MULTI_QOS])
+def test_several_qos_from_24_11(policy_2411: LuaPolicy, case: str, fields: dict, rc: int, after: dict,
+                                fragments: list[str]) -> None:
+    check(policy_2411.submit(unset_job(**fields)), rc, after, fragments)
+
+
+def test_several_qos_before_24_11_is_explained(policy: LuaPolicy) -> None:
+    out = policy.submit(unset_job(account="proja", qos="guaranteed,shared", time_limit=60))
+    check(out, E_QOS, {}, ["QOS 'guaranteed,shared' lists several QOS, but this Slurm takes one per job. " + TIERS_A])
+
+
+def test_numbers_read_the_same_on_every_lua(policy: LuaPolicy) -> None:
+    # Lua 5.3+ prints the float 80.0 as "80.0"; Slurm passes numbers as floats
+    out = policy.submit(unset_job(account="proja", qos="shared", time_limit=60.0, tres_per_job="gres:gpu:5", **CKPT),
+                        submit_uid=1000.0)
+    assert out.rc == E_LIMIT
+    assert "allows at most 4 GPU(s) per job; this job asks for 5." in out.message
+    assert any("uid 1000:" in line for line in out.info), out.info
+    assert ".0" not in out.message
+
+
 def test_rejection_changes_nothing(policy: LuaPolicy) -> None:
     out = policy.submit(unset_job(user_name="alice", qos="k8s-lend"))
     assert out.rc == E_ACCESS
@@ -193,7 +254,7 @@ def test_user_in_two_projects_gets_the_first(small: LuaPolicy) -> None:
 
 
 def test_route_table() -> None:
-    tables = build_tables(small_spec())
+    tables = build_tables(small_spec(), V2205)
     routes = {p.name: dict(p.routes) for p in tables.projects}
     assert routes == {"team": {"normal": "gpu-team", "low": "low"}, "guests": {"low": "low", "normal": "gpu-open"}}
     assert [p.default_tier for p in tables.projects] == [None, None]
@@ -211,7 +272,7 @@ def test_route_table() -> None:
 
 def gpu_names(spec: PoolSpec) -> dict[str, str]:
     """Short handles for the example's GRES type names (they follow the catalogue)."""
-    t = build_tables(spec)
+    t = build_tables(spec, V2205)
     whole = [g.name for g in t.gpu_types if not g.mig]
     mig = {g.name.rsplit("_", 1)[-1]: g.name for g in t.gpu_types if g.mig}
     return {"a80": whole[0], "h100": whole[1], "a40": whole[2], **mig}
@@ -219,7 +280,7 @@ def gpu_names(spec: PoolSpec) -> dict[str, str]:
 
 def test_unknown_gpu_type(policy: LuaPolicy, example: PoolSpec) -> None:
     out = policy.submit(unset_job(account="projc", tres_per_node="gres:gpu:v100:1"))
-    t = build_tables(example)
+    t = build_tables(example, V2205)
     listing = ", ".join(f"{g.name} ({'MIG, ' if g.mig else ''}{g.mem_mb // 1024} GB)" for g in t.gpu_types)
     check(out, E_GRES, {"partition": None}, [f"slurm-pool: GPU type 'v100' does not exist in this pool. Available types: {listing}."])
 
@@ -336,9 +397,9 @@ def test_right_sizing_of_a_typed_gpu_stays_on_its_model(policy: LuaPolicy, examp
     assert (out.rc, out.job["tres_per_node"]) == (OK, f"gres:gpu:{n['a80']}:1")
 
 
-def test_right_sizing_can_be_switched_off(example: PoolSpec) -> None:
+def test_right_sizing_can_be_switched_off(example: PoolSpec, runtime) -> None:
     spec = example.model_copy(update={"policy": example.policy.model_copy(update={"right_size_mig": False})})
-    out = LuaPolicy(render_job_submit(spec)).submit(
+    out = runtime(render_job_submit(spec, V2205)).submit(
         unset_job(account="projc", tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=1000")))
     assert (out.rc, out.job["tres_per_node"]) == (OK, "gres:gpu:1")
 
@@ -448,10 +509,10 @@ def test_all_problems_reported_together(policy: LuaPolicy) -> None:
     assert "v100" in out.user[0] and "declares no checkpointing" in out.user[0]
 
 
-def test_no_tier_alternative_means_no_hint(small: LuaPolicy) -> None:
+def test_no_tier_alternative_means_no_hint(small: LuaPolicy, runtime) -> None:
     spec = small_spec()
     tiers = [t.model_copy(update={"policy": t.policy.model_copy(update={"checkpoint": "reject"})}) for t in spec.tiers]
-    lua = LuaPolicy(render_job_submit(spec.model_copy(update={"tiers": tiers})))
+    lua = runtime(render_job_submit(spec.model_copy(update={"tiers": tiers}), V2205))
     out = lua.submit(unset_job(account="team", qos="normal"))
     assert out.rc == E_ACCESS and "Tiers without this requirement" not in out.message
 
@@ -557,16 +618,16 @@ def test_a_string_is_a_job_without_fields(policy: LuaPolicy) -> None:
     assert policy.submit("job").rc == E_ACCOUNT
 
 
-def test_runtime_error_accepted_when_configured(example: PoolSpec) -> None:
+def test_runtime_error_accepted_when_configured(example: PoolSpec, runtime) -> None:
     spec = example.model_copy(update={"policy": example.policy.model_copy(update={"on_error": "accept"})})
-    lua = LuaPolicy(render_job_submit(spec))
+    lua = runtime(render_job_submit(spec, V2205))
     out = lua.submit(lua.lua.eval(EXPLODING))
     assert out.rc == OK and out.user == [] and out.error
     assert any("on_error is accept" in line for line in out.info)
 
 
-def test_admin_contact_is_escaped_and_quoted() -> None:
-    lua = LuaPolicy(render_job_submit(small_spec()))
+def test_admin_contact_is_escaped_and_quoted(runtime) -> None:
+    lua = runtime(render_job_submit(small_spec(), V2205))
     out = lua.submit(lua.lua.eval(EXPLODING))
     assert out.user == ['slurm-pool: the pool\'s job policy failed on this request, so it was rejected. '
                         'Please contact Ops "desk"\nroom 12, 100% of the time.']
@@ -580,23 +641,23 @@ def test_setter_failure_is_caught(policy: LuaPolicy) -> None:
     assert out.rc == ERROR and "setter failed" in out.error[0]
 
 
-def test_broken_log_functions_do_not_escape(source: str) -> None:
-    lua = LuaPolicy(source)
+def test_broken_log_functions_do_not_escape(source: str, runtime) -> None:
+    lua = runtime(source)
     lua.lua.execute("slurm.log_user = function() error('no') end; slurm.log_info = nil; slurm.log_error = 5")
     assert lua.submit(unset_job(account="proja", qos="k8s-lend")).rc == E_ACCESS
     assert lua.submit(lua.lua.eval(EXPLODING)).rc == ERROR
 
 
-def test_codes_fall_back_without_eslurm_names(source: str) -> None:
-    lua = LuaPolicy(source, codes={})
+def test_codes_fall_back_without_eslurm_names(source: str, runtime) -> None:
+    lua = runtime(source, codes={})
     assert lua.submit(unset_job(account="proja", qos="k8s-lend")).rc == E_ACCESS
     assert lua.submit(unset_job(account="proja", qos="shared", **CKPT)).rc == E_NO_TIME
 
 
-def test_non_numeric_return_is_an_error(source: str) -> None:
+def test_non_numeric_return_is_an_error(source: str, runtime) -> None:
     # the guard also catches a policy function that returns something odd
-    lua = LuaPolicy(source.replace("return finish(decide_submit(job_desc)", "return tostring(finish(decide_submit(job_desc)", 1)
-                    .replace('"submission from uid " .. tostring(submit_uid))', '"submission from uid " .. tostring(submit_uid)))', 1))
+    lua = runtime(source.replace("return finish(decide_submit(job_desc)", "return tostring(finish(decide_submit(job_desc)", 1)
+                    .replace('"submission from uid " .. int_text(submit_uid))', '"submission from uid " .. int_text(submit_uid)))', 1))
     out = lua.submit(unset_job(account="proja"))
     assert out.rc == ERROR and "instead of a return code" in out.error[0]
 
@@ -605,8 +666,8 @@ def test_non_numeric_return_is_an_error(source: str) -> None:
 # Fuzz
 # --------------------------------------------------------------------------
 
-def test_fuzz(source: str) -> None:
-    lua = LuaPolicy(source)
+def test_fuzz(source: str, runtime) -> None:
+    lua = runtime(source)
     rng = random.Random(20240501)
     start = time.monotonic()
     for i in range(10_000):
@@ -637,8 +698,8 @@ def test_golden(source: str) -> None:
 
 
 def test_render_is_deterministic(example: PoolSpec, source: str) -> None:
-    again = render_job_submit(load_spec(EXAMPLE))
-    assert again == source == render_job_submit(example)
+    again = render_job_submit(load_spec(EXAMPLE), V2205)
+    assert again == source == render_job_submit(example, V2205)
 
 
 def test_rendered_file_loads_and_returns_success(policy: LuaPolicy) -> None:
@@ -653,9 +714,9 @@ def test_no_globals_leak(policy: LuaPolicy) -> None:
     assert not names & {"POOL", "TIERS", "PARTITIONS", "PROJECTS", "submit", "resolve"}
 
 
-def test_no_modules_or_io(source: str) -> None:
+def test_no_modules_or_io(source: str, runtime) -> None:
     # the policy runs with the module system, I/O and OS access removed
-    lua = LuaPolicy("require, io, os, dofile, loadfile, loadstring, print, debug, package = nil\n" + source)
+    lua = runtime("require, io, os, dofile, loadfile, loadstring, print, debug, package = nil\n" + source)
     assert lua.submit(unset_job(account="projc", qos="scavenger", tres_per_node="gres:gpu:v100:1")).rc == E_GRES
     assert lua.submit(unset_job(user_name="carol", tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=1"))).rc == OK
     assert lua.submit(lua.lua.eval(EXPLODING)).rc == ERROR
@@ -668,12 +729,12 @@ def test_templates_dir_is_honoured(tmp_path: Path, example: PoolSpec) -> None:
     shutil.copy(tpl, tmp_path / "job_submit.lua.j2")
     with open(tmp_path / "job_submit.lua.j2", "a") as fh:
         fh.write("-- from a custom template dir\n")
-    assert render_job_submit(example, templates_dir=tmp_path).endswith("-- from a custom template dir\n")
+    assert render_job_submit(example, V2205, templates_dir=tmp_path).endswith("-- from a custom template dir\n")
 
 
-def test_job_submit_switched_off(example: PoolSpec) -> None:
+def test_job_submit_switched_off(example: PoolSpec, runtime) -> None:
     spec = example.model_copy(update={"policy": example.policy.model_copy(update={"job_submit": False})})
-    lua = LuaPolicy(render_job_submit(spec))
+    lua = runtime(render_job_submit(spec, V2205))
     out = lua.submit(unset_job(account="nobody", qos="k8s-lend"))
     assert (out.rc, out.user) == (OK, [])
     assert lua.modify({"qos": "x"}, REC).rc == OK

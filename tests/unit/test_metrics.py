@@ -1,11 +1,13 @@
-"""The metrics exporter: pure parsing, the collector on recorded Slurm 22.05 JSON, outcome counters, CLI.
+"""The metrics exporter: the collector on JSON recorded from real Slurm 22.05 and 26.05, outcome counters, CLI.
 
-``tests/data/slurm/{sinfo,squeue}-{idle,busy}.json`` are real ``--json``
-output of the example pool on the local cluster (22.05.8).  In "busy":
-a-gpu1 runs an a-owner job on both GPUs, a-gpu2 is drained by a person
-("disk swap", idle), b-gpu1 is lent (a k8s-lend job on both GPUs), c-gpu1 is
-draining by slurm-pool with two of its five MIG/GPU units in use by c-owner
-jobs, and a scavenger job is pending.
+``tests/data/slurm/22.05/{nodes,squeue}-lent.json`` are real ``--json`` output
+of the example pool on the local cluster (22.05.8): a-gpu1 runs an a-owner job
+on both GPUs, a-gpu2 is drained by a person ("disk swap", idle), b-gpu1 is lent
+(a k8s-lend job on both GPUs), c-gpu1 is draining by slurm-pool with two of its
+five MIG/GPU units in use by c-owner jobs, and a scavenger job is pending.
+``<version>/{nodes,squeue}-{idle,busy}.json`` are the scene of
+``tests/record_slurm_fixtures.py`` on each Slurm.  GRES and record parsing
+itself is pinned in ``test_slurm_vocabulary.py``.
 """
 
 from __future__ import annotations
@@ -18,122 +20,31 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
+from slurm_pool.adapters.records import JobRecord
 from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics import cli as metrics_cli
 from slurm_pool.metrics.collector import PoolCollector
 from slurm_pool.metrics.outcomes import AGE_BUCKETS, OutcomeTally, parse_record
-from slurm_pool.metrics.parse import (
-    GresItem,
-    gpu_counts,
-    job_gpus,
-    job_nodes,
-    node_gpu_states,
-    parse_gres,
-    parse_indexes,
-    parse_tres,
-    split_top,
-)
+from slurm_pool.metrics.parse import job_nodes, node_gpu_states
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
 A100 = "nvidia_a100-sxm4-80gb"
+VERSIONS = ("22.05", "26.05")
+NODE_COMMAND = {"22.05": ["sinfo", "--json"], "26.05": ["scontrol", "show", "nodes", "--json"]}
 
 
-def recorded(name: str) -> str:
-    return (DATA / name).read_text()
+def recorded(name: str, version: str = "22.05") -> str:
+    return (DATA / version / name).read_text()
 
 
-# -- parsing ------------------------------------------------------------------
-
-@pytest.mark.parametrize("text, want", [
+@pytest.mark.parametrize("nodes, want", [
+    ("a-gpu[1-2],c-gpu1", ["a-gpu1", "a-gpu2", "c-gpu1"]),
+    ("b-gpu1", ["b-gpu1"]),
     ("", []),
-    ("a,b", ["a", "b"]),
-    ("gpu:a100:2(IDX:0,2),gpu:h100:1(IDX:1)", ["gpu:a100:2(IDX:0,2)", "gpu:h100:1(IDX:1)"]),
-    ("gpu:x:1(S:0-1) , mps:100", ["gpu:x:1(S:0-1)", "mps:100"]),
-    ("a,,b,", ["a", "b"]),
 ])
-def test_split_top(text, want):
-    assert split_top(text) == want
-
-
-@pytest.mark.parametrize("detail, want", [
-    ("IDX:0", (0,)),
-    ("IDX:0-1", (0, 1)),
-    ("IDX:0,2-3", (0, 2, 3)),
-    ("IDX:N/A", ()),
-    ("S:0-1", None),
-    ("S:0|IDX:1", (1,)),
-    ("IDX:x", None),
-])
-def test_parse_indexes(detail, want):
-    assert parse_indexes(detail) == want
-
-
-@pytest.mark.parametrize("text, want", [
-    (None, []),
-    ("", []),
-    ("(null)", []),
-    ("N/A", []),
-    (f"gpu:{A100}:2", [GresItem("gpu", A100, 2)]),
-    (f"gpu:{A100}:1(IDX:0)", [GresItem("gpu", A100, 1, (0,))]),
-    (f"gpu:{A100}:2(IDX:0-1)", [GresItem("gpu", A100, 2, (0, 1))]),
-    ("gpu:nvidia_a100_2g.10gb:0(IDX:N/A)", [GresItem("gpu", "nvidia_a100_2g.10gb", 0, ())]),
-    ("gpu:4", [GresItem("gpu", "", 4)]),
-    ("gpu", [GresItem("gpu", "", 1)]),
-    ("gpu:a100", [GresItem("gpu", "a100", 1)]),
-    ("gpu:a100:2(S:0-1)", [GresItem("gpu", "a100", 2, None)]),
-    ("gpu:a100:no_consume:2", [GresItem("gpu", "a100", 2)]),
-    ("gpu:a100:2(IDX:0,3),mps:200", [GresItem("gpu", "a100", 2, (0, 3)), GresItem("mps", "", 200)]),
-    ("gpu:a100:x:y", []),
-])
-def test_parse_gres(text, want):
-    assert parse_gres(text) == want
-
-
-@pytest.mark.parametrize("text, want", [
-    ("gpu:nvidia_a100_3g.20gb:1,gpu:nvidia_a100_2g.10gb:1,gpu:nvidia_a100_1g.5gb:2,gpu:nvidia_a100-sxm4-40gb:1",
-     {"nvidia_a100_3g.20gb": 1, "nvidia_a100_2g.10gb": 1, "nvidia_a100_1g.5gb": 2, "nvidia_a100-sxm4-40gb": 1}),
-    ("gpu:nvidia_a100_3g.20gb:1(IDX:0),gpu:nvidia_a100_2g.10gb:0(IDX:N/A),gpu:nvidia_a100_1g.5gb:1(IDX:2)",
-     {"nvidia_a100_3g.20gb": 1, "nvidia_a100_2g.10gb": 0, "nvidia_a100_1g.5gb": 1}),
-    ("gpu:a:1,gpu:a:2,shard:a:8", {"a": 3}),
-    ("mps:100", {}),
-    ("gpu:2", {"": 2}),
-])
-def test_gpu_counts(text, want):
-    assert gpu_counts(text) == want
-
-
-@pytest.mark.parametrize("text, want", [
-    ("cpu=1,mem=1G,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2",
-     {"cpu": 1, "node": 1, "billing": 1, "gres/gpu": 2, "gres/gpu:a100": 2}),
-    ("", {}),
-    (None, {}),
-    ("junk,=3,x=", {}),
-])
-def test_parse_tres(text, want):
-    assert parse_tres(text) == want
-
-
-@pytest.mark.parametrize("raw, want", [
-    ({"tres_alloc_str": "cpu=2,gres/gpu=3,gres/gpu:a100=3"}, 3),
-    ({"tres_alloc_str": "cpu=2,gres/gpu:a100=1,gres/gpu:h100=2"}, 3),
-    ({"tres_alloc_str": "cpu=2", "gres_detail": ["gpu:a100:2(IDX:0-1)", "gpu:a100:1(IDX:0)"]}, 3),
-    ({"tres_alloc_str": "", "gres_detail": []}, 0),
-    ({}, 0),
-])
-def test_job_gpus(raw, want):
-    assert job_gpus(raw) == want
-
-
-@pytest.mark.parametrize("raw, want", [
-    ({"job_resources": {"allocated_nodes": [{"nodename": "b-gpu1"}]}, "nodes": "ignored"}, ["b-gpu1"]),
-    ({"nodes": "a-gpu[1-2],c-gpu1"}, ["a-gpu1", "a-gpu2", "c-gpu1"]),
-    ({"nodes": {"list": ["x1", "x2"]}}, ["x1", "x2"]),
-    ({"nodes": ""}, []),
-    ({}, []),
-])
-def test_job_nodes(raw, want):
-    assert job_nodes(raw) == want
+def test_job_nodes(nodes, want):
+    assert job_nodes(JobRecord(1, nodes=nodes)) == want
 
 
 Z = {"allocated": 0, "idle": 0, "drained": 0, "down": 0}
@@ -165,24 +76,51 @@ def make_registry(runner: RecordingRunner, state_dir: str | None = None) -> tupl
     return reg, coll
 
 
-def replay(tag: str) -> RecordingRunner:
+def replay(tag: str, version: str = "22.05") -> RecordingRunner:
+    """A runner answering as the recorded Slurm ``version`` did in scene ``tag``."""
     r = RecordingRunner()
-    r.on(["sinfo", "--json"], recorded(f"sinfo-{tag}.json"))
-    r.on(["squeue", "--json"], recorded(f"squeue-{tag}.json"))
+    r.on(["sinfo", "--version"], f"slurm {version}.0\n")
+    r.on(NODE_COMMAND[version], recorded(f"nodes-{tag}.json", version))
+    r.on(["squeue", "--json"], recorded(f"squeue-{tag}.json", version))
     return r
 
 
-def test_registering_queries_nothing_and_each_scrape_queries_once():
-    r = replay("busy")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_registering_queries_nothing_and_each_scrape_queries_once(version):
+    r = replay("busy", version)
     reg, _ = make_registry(r)
     assert r.calls == []
     generate_latest(reg)
     generate_latest(reg)
-    assert r.calls == [("sinfo", "--json"), ("squeue", "--json")] * 2
+    nodes = tuple(NODE_COMMAND[version])
+    assert r.calls == [("sinfo", "--version"), nodes, ("squeue", "--json"), nodes, ("squeue", "--json")]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_gpu_by_state_on_each_slurm(version):
+    """The recorder's busy scene: an owner job on a-gpu1, a MIG job on c-gpu1, a-gpu2 drained by
+    slurm-pool, b-gpu1 by a person, one held and one dependent job pending."""
+    reg, _ = make_registry(replay("busy", version))
+    v = reg.get_sample_value
+    assert v("slurm_pool_up") == 1
+    assert v("slurm_pool_gpus", {"node": "a-gpu1", "type": A100, "state": "allocated"}) == 1
+    assert v("slurm_pool_gpus", {"node": "a-gpu1", "type": A100, "state": "idle"}) == 1
+    assert v("slurm_pool_gpus", {"node": "a-gpu2", "type": A100, "state": "drained"}) == 2
+    assert v("slurm_pool_gpus", {"node": "b-gpu1", "type": "nvidia_h100_80gb_hbm3", "state": "drained"}) == 2
+    assert v("slurm_pool_gpus", {"node": "c-gpu1", "type": "nvidia_a100_1g.5gb", "state": "allocated"}) == 1
+    assert v("slurm_pool_gpus", {"node": "c-gpu1", "type": "nvidia_a100_1g.5gb", "state": "idle"}) == 1
+    assert v("slurm_pool_gpus", {"node": "c-gpu1", "type": "nvidia_a100_3g.20gb", "state": "idle"}) == 1
+    assert v("slurm_pool_gpu_utilization_ratio") == pytest.approx(2 / 11)
+    assert v("slurm_pool_drained_nodes", {"owner": "human"}) == 1
+    assert v("slurm_pool_drained_nodes", {"owner": "slurm-pool"}) == 1
+    assert v("slurm_pool_jobs", {"partition": "a-owner", "tier": "guaranteed", "state": "running"}) == 1
+    assert v("slurm_pool_jobs", {"partition": "a-owner", "tier": "guaranteed", "state": "pending"}) == 1
+    assert v("slurm_pool_jobs", {"partition": "shared", "tier": "shared", "state": "pending"}) == 1
+    assert v("slurm_pool_allocated_gpus", {"partition": "c-owner", "tier": "guaranteed"}) == 1
 
 
 def test_busy_pool_gpus_and_states():
-    reg, _ = make_registry(replay("busy"))
+    reg, _ = make_registry(replay("lent"))
     v = reg.get_sample_value
     assert v("slurm_pool_up") == 1
     assert v("slurm_pool_gpus", {"node": "a-gpu1", "type": A100, "state": "allocated"}) == 2
@@ -200,7 +138,7 @@ def test_busy_pool_gpus_and_states():
 
 
 def test_busy_pool_jobs_tiers_and_partitions():
-    reg, _ = make_registry(replay("busy"))
+    reg, _ = make_registry(replay("lent"))
     v = reg.get_sample_value
     assert v("slurm_pool_jobs", {"partition": "a-owner", "tier": "guaranteed", "state": "running"}) == 1
     assert v("slurm_pool_jobs", {"partition": "c-owner", "tier": "guaranteed", "state": "running"}) == 2
@@ -220,7 +158,7 @@ def test_busy_pool_jobs_tiers_and_partitions():
 
 
 def test_busy_pool_drains_and_lending():
-    reg, _ = make_registry(replay("busy"))
+    reg, _ = make_registry(replay("lent"))
     v = reg.get_sample_value
     assert v("slurm_pool_node_drained", {"node": "a-gpu2", "owner": "human", "reason": "disk swap"}) == 1
     assert v("slurm_pool_node_drained",
@@ -248,36 +186,36 @@ def test_idle_pool():
 
 def test_lend_partition_is_configurable():
     reg = CollectorRegistry()
-    reg.register(PoolCollector(SlurmClient(replay("busy")), lend_partition="c-owner"))
+    reg.register(PoolCollector(SlurmClient(replay("lent")), lend_partition="c-owner"))
     assert reg.get_sample_value("slurm_pool_lent_nodes") == 1
     assert reg.get_sample_value("slurm_pool_node_lent", {"node": "c-gpu1"}) == 1
 
 
 def test_every_metric_is_prefixed_and_families_are_fresh_per_scrape():
-    r = replay("busy")
+    r = replay("lent")
     reg, _ = make_registry(r)
     text = generate_latest(reg).decode()
     names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
     assert names and all(n.startswith("slurm_pool_") for n in names), names
     # The queue empties: yesterday's job series are gone from the next scrape.
     r.on(["squeue", "--json"], recorded("squeue-idle.json"))
-    r.on(["sinfo", "--json"], recorded("sinfo-idle.json"))
+    r.on(["sinfo", "--json"], recorded("nodes-idle.json"))
     after = generate_latest(reg).decode()
     assert 'slurm_pool_jobs{partition="a-owner"' in text
     assert "slurm_pool_jobs{" not in after
     assert "slurm_pool_node_drained{" not in after
 
 
-@pytest.mark.parametrize("failing, present, absent", [
-    ("sinfo", ["slurm_pool_jobs"], ["slurm_pool_gpus", "slurm_pool_lent_nodes"]),
-    ("squeue", ["slurm_pool_gpus", "slurm_pool_node_drained"], ["slurm_pool_jobs", "slurm_pool_lent_nodes"]),
+@pytest.mark.parametrize("failing, source, present, absent", [
+    ("sinfo", "nodes", ["slurm_pool_jobs"], ["slurm_pool_gpus", "slurm_pool_lent_nodes"]),
+    ("squeue", "jobs", ["slurm_pool_gpus", "slurm_pool_node_drained"], ["slurm_pool_jobs", "slurm_pool_lent_nodes"]),
 ])
-def test_a_failing_slurm_query_is_a_metric_not_an_error(failing, present, absent):
-    r = replay("busy")
+def test_a_failing_slurm_query_is_a_metric_not_an_error(failing, source, present, absent):
+    r = replay("lent")
     reg, _ = make_registry(r)
     v = reg.get_sample_value
-    assert v("slurm_pool_scrape_errors_total", {"source": failing}) == 0
-    r.fail([failing], stderr="slurm_load_partitions: Unable to contact slurm controller")
+    assert v("slurm_pool_scrape_errors_total", {"source": source}) == 0
+    r.fail([failing, "--json"], stderr="slurm_load_partitions: Unable to contact slurm controller")
     text = generate_latest(reg).decode()
     assert "slurm_pool_up 0.0" in text
     for name in present:
@@ -286,21 +224,22 @@ def test_a_failing_slurm_query_is_a_metric_not_an_error(failing, present, absent
         assert f"\n{name}{{" not in text and f"\n{name} " not in text, name
     assert v("slurm_pool_up") == 0
     # get_sample_value scraped again: the counter keeps counting.
-    assert v("slurm_pool_scrape_errors_total", {"source": failing}) == 3
-    r.on([failing, "--json"], recorded(f"{failing}-busy.json"))
+    assert v("slurm_pool_scrape_errors_total", {"source": source}) == 3
+    r.on([failing, "--json"], recorded(f"{'nodes' if failing == 'sinfo' else failing}-lent.json"))
     assert v("slurm_pool_up") == 1
-    assert v("slurm_pool_scrape_errors_total", {"source": failing}) == 3
+    assert v("slurm_pool_scrape_errors_total", {"source": source}) == 3
 
 
-@pytest.mark.parametrize("stdout", ["not json", "{\"nodes\": [{\"name\": 1, \"state\": {}}]}x", "[1, 2]"])
-def test_garbage_from_sinfo_counts_as_an_error(stdout):
-    r = replay("busy")
+@pytest.mark.parametrize("stdout", ["not json", "{\"nodes\": [{\"name\": 1, \"state\": {}}]}x", "[1, 2]",
+                                    recorded("sinfo-busy.json", "26.05")])
+def test_garbage_node_records_count_as_an_error(stdout):
+    r = replay("lent")
     r.on(["sinfo", "--json"], stdout)
     reg, _ = make_registry(r)
     text = generate_latest(reg).decode()
     assert "slurm_pool_up 0.0" in text
-    assert 'slurm_pool_scrape_errors_total{source="sinfo"} 1.0' in text
-    assert 'slurm_pool_scrape_errors_total{source="squeue"} 0.0' in text
+    assert 'slurm_pool_scrape_errors_total{source="nodes"} 1.0' in text
+    assert 'slurm_pool_scrape_errors_total{source="jobs"} 0.0' in text
 
 
 # -- outcome records -----------------------------------------------------------
@@ -430,7 +369,7 @@ def test_listen_default_is_loopback():
 
 
 def test_exporter_once_prints_one_scrape(monkeypatch, tmp_path):
-    r = replay("busy")
+    r = replay("lent")
     monkeypatch.setattr("slurm_pool.adapters.runner.SubprocessRunner", lambda **kw: r)
     res = CliRunner().invoke(metrics_cli.exporter, ["--once", "--state-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type, mig_type_verified, slurm_gpu_type, slurm_mig_type
+from slurm_pool.mig.catalogue import (
+    GPU_MODELS,
+    mig_device_type,
+    mig_gres_type,
+    mig_type_by_memory,
+    mig_type_by_profile,
+    mig_type_verified,
+    slurm_gpu_type,
+)
 from slurm_pool.mig.emit import (
     MigDevice,
     cap_minor,
@@ -18,8 +26,14 @@ from slurm_pool.mig.emit import (
 )
 from slurm_pool.mig.placement import placement_problem
 from slurm_pool.mig.profiles import GEOMETRIES
+from slurm_pool.versions import SlurmVersion
 
-# Types that Slurm's NVML autodetection produced on real clusters (job scripts).
+OLD = SlurmVersion(22, 5, 8)  # Debian 12
+NEW = SlurmVersion(26, 5, 3)  # built from ../shared/slurm in tests
+V = SlurmVersion.parse
+
+# Types that Slurm's NVML autodetection produced on real clusters (job scripts), up to 23.02.5:
+# gpu_nvml.c _handle_mig, "_%ug.%lugb" with roundl(attributes.memorySizeMB / 1024).
 OBSERVED = [
     ("NVIDIA A100 80GB PCIe", 3, 40192, "nvidia_a100_80gb_pcie_3g.39gb"),
     ("NVIDIA A100-SXM4-80GB", 3, 40192, "nvidia_a100_3g.39gb"),
@@ -30,8 +44,20 @@ OBSERVED = [
 
 
 @pytest.mark.parametrize("nvml,slices,mib,expected", OBSERVED)
-def test_slurm_mig_type_matches_observed_names(nvml: str, slices: int, mib: int, expected: str) -> None:
-    assert slurm_mig_type(nvml, slices, mib) == expected
+def test_memory_naming_matches_observed_names(nvml: str, slices: int, mib: int, expected: str) -> None:
+    assert mig_type_by_memory(nvml, slices, mib) == expected
+
+
+# From 23.02.6 (CHANGELOG/slurm-23.02.md: "Fix some mig profile names in slurm not
+# matching nvidia mig profiles"), gpu_nvml.c _handle_mig takes the NVML MIG device name
+# ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), underscorified, from strstr("mig_") + 3.
+@pytest.mark.parametrize("nvml,profile,expected", [
+    ("NVIDIA A100-SXM4-80GB", "3g.40gb", "nvidia_a100_3g.40gb"),
+    ("NVIDIA H100 80GB HBM3", "1g.10gb", "nvidia_h100_80gb_hbm3_1g.10gb"),
+    ("NVIDIA H200", "1g.18gb", "nvidia_h200_1g.18gb"),
+])
+def test_profile_naming_follows_the_nvml_device_name(nvml: str, profile: str, expected: str) -> None:
+    assert mig_type_by_profile(nvml, profile) == expected
 
 
 def test_whole_gpu_types() -> None:
@@ -40,28 +66,48 @@ def test_whole_gpu_types() -> None:
     assert GPU_MODELS["H100-80GB"].slurm_type == "nvidia_h100_80gb_hbm3"
 
 
-@pytest.mark.parametrize(
-    "model,profile,expected",
-    [
-        ("A100-40GB", "1g.5gb", "nvidia_a100_1g.5gb"),
-        ("A100-40GB", "1g.5gb+me", "nvidia_a100_1g.5gb"),
-        ("A100-40GB", "1g.10gb", "nvidia_a100_1g.10gb"),
-        ("A100-40GB", "7g.40gb", "nvidia_a100_7g.39gb"),
-        ("A100-80GB", "3g.40gb", "nvidia_a100_3g.39gb"),
-        ("H100-80GB", "3g.40gb", "nvidia_h100_80gb_hbm3_3g.40gb"),
-        ("H100-94GB", "1g.12gb", "nvidia_h100_nvl_1g.11gb"),
-        ("H200-141GB", "1g.35gb", "nvidia_h200_1g.33gb"),
-        ("A30", "2g.12gb+me", "nvidia_a30_2g.12gb"),
-    ],
-)
-def test_mig_gres_type(model: str, profile: str, expected: str) -> None:
-    assert mig_gres_type(model, profile) == expected
+# (model, profile, Slurm <= 23.02.5, Slurm >= 23.02.6): the four models sites run MIG on first.
+MIG_NAMES = [
+    ("A100-40GB", "1g.5gb", "nvidia_a100_1g.5gb", "nvidia_a100_1g.5gb"),
+    ("A100-40GB", "1g.10gb", "nvidia_a100_1g.10gb", "nvidia_a100_1g.10gb"),
+    ("A100-40GB", "3g.20gb", "nvidia_a100_3g.20gb", "nvidia_a100_3g.20gb"),
+    ("A100-40GB", "7g.40gb", "nvidia_a100_7g.39gb", "nvidia_a100_7g.40gb"),
+    ("A100-40GB", "1g.5gb+me", "nvidia_a100_1g.5gb", "nvidia_a100_1g.5gb+me"),
+    ("A100-80GB", "1g.10gb", "nvidia_a100_1g.10gb", "nvidia_a100_1g.10gb"),
+    ("A100-80GB", "3g.40gb", "nvidia_a100_3g.39gb", "nvidia_a100_3g.40gb"),
+    ("A100-80GB", "7g.80gb", "nvidia_a100_7g.79gb", "nvidia_a100_7g.80gb"),
+    ("H100-80GB", "1g.10gb", "nvidia_h100_80gb_hbm3_1g.10gb", "nvidia_h100_80gb_hbm3_1g.10gb"),
+    ("H100-80GB", "3g.40gb", "nvidia_h100_80gb_hbm3_3g.40gb", "nvidia_h100_80gb_hbm3_3g.40gb"),
+    ("H100-80GB", "7g.80gb", "nvidia_h100_80gb_hbm3_7g.79gb", "nvidia_h100_80gb_hbm3_7g.80gb"),
+    ("H200-141GB", "1g.18gb", "nvidia_h200_1g.16gb", "nvidia_h200_1g.18gb"),
+    ("H200-141GB", "1g.35gb", "nvidia_h200_1g.33gb", "nvidia_h200_1g.35gb"),
+    ("H200-141GB", "7g.141gb", "nvidia_h200_7g.140gb", "nvidia_h200_7g.141gb"),
+    ("H100-94GB", "1g.12gb", "nvidia_h100_nvl_1g.11gb", "nvidia_h100_nvl_1g.12gb"),
+    ("A30", "2g.12gb+me", "nvidia_a30_2g.12gb", "nvidia_a30_2g.12gb+me"),
+]
 
 
-def test_every_profile_has_a_distinct_type_per_model() -> None:
+@pytest.mark.parametrize("model,profile,old,new", MIG_NAMES)
+@pytest.mark.parametrize("version", ["22.05.8", "23.02.5", "23.02.6", "23.11", "24.11.5", "25.11", "26.05.3"])
+def test_mig_gres_type_per_slurm_version(model: str, profile: str, old: str, new: str, version: str) -> None:
+    v = V(version)
+    assert mig_gres_type(model, profile, v) == (new if v.at_least(23, 2, 6) else old)
+
+
+def test_a_series_without_patch_level_is_its_newest_release() -> None:
+    assert mig_gres_type("A100-80GB", "3g.40gb", V("23.02")) == "nvidia_a100_3g.40gb"
+
+
+def test_device_type_uses_nvml_memory_only_where_slurm_does() -> None:
+    assert mig_device_type("A100-80GB", "3g.40gb", 40192, OLD) == "nvidia_a100_3g.39gb"
+    assert mig_device_type("A100-80GB", "3g.40gb", 40192, NEW) == "nvidia_a100_3g.40gb"
+
+
+@pytest.mark.parametrize("version", [OLD, NEW])
+def test_every_profile_has_a_distinct_type_per_model(version: SlurmVersion) -> None:
     for model, geo in GEOMETRIES.items():
         plain = [p for p in geo.profiles.values() if not p.media_ext]
-        types = {mig_gres_type(model, p.name) for p in plain}
+        types = {mig_gres_type(model, p.name, version) for p in plain}
         assert len(types) == len(plain), model
     assert mig_type_verified("A100-80GB", "3g.40gb") and not mig_type_verified("B200", "3g.90gb")
 
@@ -86,7 +132,7 @@ def test_cap_minor_prefers_the_minors_file() -> None:
 
 def test_gres_conf_explicit() -> None:
     devs = [MigDevice(0, 2, 0, "3g.40gb"), MigDevice(0, 1, 0, "4g.40gb", memory_mib=40448)]
-    lines = gres_conf_explicit("n1", "H100-80GB", devs, whole_gpus=[(1, 1)])
+    lines = gres_conf_explicit("n1", "H100-80GB", devs, OLD, whole_gpus=[(1, 1)])
     assert lines == [
         "NodeName=n1 Name=gpu Type=nvidia_h100_80gb_hbm3_4g.40gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap12,/dev/nvidia-caps/nvidia-cap13",
         "NodeName=n1 Name=gpu Type=nvidia_h100_80gb_hbm3_3g.40gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21,/dev/nvidia-caps/nvidia-cap22",
@@ -96,8 +142,11 @@ def test_gres_conf_explicit() -> None:
 
 
 def test_slurm_gres_string() -> None:
-    gres = slurm_gres("A100-40GB", [("3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"), None, ()])
+    layouts = [("3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"), None, ()]
+    gres = slurm_gres("A100-40GB", layouts, OLD)
     assert gres == "gpu:nvidia_a100-sxm4-40gb:1,gpu:nvidia_a100_1g.5gb:2,gpu:nvidia_a100_2g.10gb:1,gpu:nvidia_a100_3g.20gb:1"
+    assert slurm_gres("A100-80GB", [("3g.40gb", "3g.40gb")], NEW) == "gpu:nvidia_a100_3g.40gb:2"
+    assert slurm_gres("A100-80GB", [("3g.40gb", "3g.40gb")], OLD) == "gpu:nvidia_a100_3g.39gb:2"
 
 
 def test_mig_parted_config() -> None:

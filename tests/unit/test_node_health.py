@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_pool.adapters.records import NodeRecord, node_state, parse_node_text
 from slurm_pool.node import health, slurmnode
 from slurm_pool.node.config import APP_XIDS
 from slurm_pool.node.health import Failure
@@ -134,14 +135,14 @@ def test_parse_node_layouts():
     assert not slurmnode.parse_node_json(NODE_2205, "b-gpu2").drained
     b = slurmnode.parse_node_json(NODE_LATER, "b-gpu1")
     assert b.drained and b.reason == "rma ticket 7"
-    c = slurmnode.parse_node_text(NODE_TEXT, "b-gpu1")
+    c = parse_node_text(NODE_TEXT, "b-gpu1")
     assert c.drained and c.reason == "slurm-pool: xid: GPU 3 reported critical XID 79"
     assert c.gres == "gpu:h100:8(S:0-1)"
     assert slurmnode.parse_node_json(NODE_2205, "zzz") is None and slurmnode.parse_node_json("oops", "x") is None
 
 
 def node(flags=(), reason=""):
-    return slurmnode.NodeState("n1", frozenset(flags), reason, "gpu:8")
+    return NodeRecord("n1", node_state(sorted(flags)), reason, "gpu:8")
 
 
 R = "slurm-pool: ecc: GPU 1 has 2 uncorrected volatile ECC errors"

@@ -218,10 +218,11 @@ def test_epilog_ignores_an_outcome_from_an_earlier_run(tmp_path):
 
 @pytest.mark.parametrize("wrapper_restart,slurm_restart,accepted", [(3, 3, True), (2, 3, True), (1, 3, False)])
 def test_outcome_run_matching_without_a_prolog_note(wrapper_restart, slurm_restart, accepted):
-    from slurm_pool.checkpoint.slurmjob import JobInfo
+    from slurm_pool.adapters.records import JobRecord, job_state
     from slurm_pool.node import outcome
 
-    info = JobInfo("42", frozenset({"COMPLETED"}), "None", NOW - 100, NOW, None, 3600.0, slurm_restart, "", True)
+    info = JobRecord(42, state=job_state("COMPLETED"), reason="None", start_time=NOW - 100, end_time=NOW,
+                     time_limit=3600.0, restart_count=slurm_restart, comment="", requeue=True)
     rec = outcome.build(job_id="42", user="alice", node=NODE, now=NOW, info=info, newest=None,
                         wrapper={"job_id": "42", "restart_count": wrapper_restart, "reason": "timeout"})
     assert (rec["reason"] == "timeout") is accepted

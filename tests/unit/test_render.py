@@ -16,7 +16,7 @@ from slurm_pool.spec import load_spec
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pool.yaml"
 GOLDEN = REPO / "tests" / "golden" / "render"
-VERSIONS = ["22.05", "24.11"]
+VERSIONS = ["22.05", "24.11", "26.05"]
 
 
 @pytest.fixture(scope="module")

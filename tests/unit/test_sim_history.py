@@ -16,7 +16,7 @@ from slurm_pool.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "pool.yaml"
-SACCT = ROOT / "tests" / "data" / "slurm" / "sacct_pool_22.05.json"
+SACCT = ROOT / "tests" / "data" / "slurm" / "22.05" / "sacct-history.json"
 
 
 @pytest.fixture(scope="module")

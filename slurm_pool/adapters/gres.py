@@ -1,0 +1,145 @@
+"""GRES and TRES strings as Slurm prints them, every supported release.  Stdlib only.
+
+A node's GRES reads ``gpu:nvidia_a100-sxm4-80gb:2`` (several joined by commas,
+a type-less one as ``gpu:2``, sometimes with a ``(S:0-1)`` socket suffix); what
+is in use reads ``gpu:nvidia_a100-sxm4-80gb:1(IDX:0)``,
+``gpu:nvidia_a100_2g.10gb:0(IDX:N/A)`` or ``gpu:a100:2(IDX:0,2)`` -- note the
+comma inside the parentheses.  A job's allocation is a TRES string
+(``cpu=1,mem=1G,gres/gpu=2,gres/gpu:<type>=2``); ``sacct --json`` gives TRES as
+lists of ``{type, name, count}``.  Recorded examples: ``tests/data/slurm/``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from slurm_pool.adapters.slurmjson import number
+
+
+@dataclass(frozen=True)
+class GresItem:
+    """One ``name[:type]:count[(...)]`` entry of a GRES string."""
+
+    name: str
+    type: str
+    count: int
+    indexes: tuple[int, ...] | None = None
+
+
+def split_top(text: str) -> list[str]:
+    """Split at commas that are not inside parentheses."""
+    parts: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_indexes(detail: str) -> tuple[int, ...] | None:
+    """``IDX:0-1,3`` -> (0, 1, 3); ``IDX:N/A`` -> (); no IDX part -> None."""
+    for field in detail.split("|"):
+        field = field.strip()
+        if not field.upper().startswith("IDX:"):
+            continue
+        spec = field[4:].strip()
+        if not spec or spec.upper() == "N/A":
+            return ()
+        out: list[int] = []
+        for rng in spec.split(","):
+            lo, _, hi = rng.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                return None
+            out.extend(range(int(lo), int(hi or lo) + 1))
+        return tuple(out)
+    return None
+
+
+def parse_gres(text: str | None) -> list[GresItem]:
+    """Every well-formed entry of a GRES (or GRES-used) string; the rest is ignored."""
+    if not text or text.strip() in ("(null)", "N/A"):
+        return []
+    items: list[GresItem] = []
+    for part in split_top(text):
+        head, _, rest = part.partition("(")
+        fields = [f for f in head.strip().split(":") if f != "no_consume"]
+        if not fields or not fields[0]:
+            continue
+        name = fields[0]
+        if len(fields) == 1:
+            count_s, gtype = "1", ""
+        else:
+            count_s, gtype = fields[-1], ":".join(fields[1:-1])
+        if not count_s.isdigit():
+            # ``gpu:a100`` (type, no count) means one of that type.
+            if len(fields) == 2 and count_s:
+                count_s, gtype = "1", fields[1]
+            else:
+                continue
+        items.append(GresItem(name, gtype, int(count_s), parse_indexes(rest.rstrip(")")) if rest else None))
+    return items
+
+
+def gpu_counts(text: str | None) -> dict[str, int]:
+    """GPU units per GRES type (``""`` for type-less GPUs) in a GRES string."""
+    out: dict[str, int] = {}
+    for item in parse_gres(text):
+        if item.name == "gpu":
+            out[item.type] = out.get(item.type, 0) + item.count
+    return out
+
+
+def parse_tres(text: str | None) -> dict[str, float]:
+    """``cpu=1,mem=1G,gres/gpu=2`` -> {"cpu": 1, "gres/gpu": 2}; sizes like ``1G`` are skipped."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        key, sep, val = part.strip().partition("=")
+        if not sep or not key:
+            continue
+        try:
+            out[key] = float(val)
+        except ValueError:
+            continue
+    return out
+
+
+def tres_gpus(text: str | None) -> int:
+    """GPU units in a TRES string: ``gres/gpu``, else the sum of its typed entries."""
+    tres = parse_tres(text)
+    if "gres/gpu" in tres:
+        return int(tres["gres/gpu"])
+    return int(sum(v for k, v in tres.items() if k.startswith("gres/gpu:")))
+
+
+def tres_gpu_types(text: str | None) -> Counter[str]:
+    """GPU units per GRES type in a TRES string (``gres/gpu:TYPE=N``)."""
+    out: Counter[str] = Counter()
+    for k, v in parse_tres(text).items():
+        if k.startswith("gres/gpu:"):
+            out[k[len("gres/gpu:"):]] += int(v)
+    return out
+
+
+def tres_list_gpus(items: Iterable[Any]) -> tuple[int, Counter[str]]:
+    """GPU units and units per type in ``sacct --json``'s TRES lists (``{type, name, count}``)."""
+    total, typed = 0, Counter[str]()
+    for it in items:
+        if not isinstance(it, dict) or it.get("type") != "gres":
+            continue
+        name, count = str(it.get("name") or ""), number(it.get("count")) or 0
+        if name == "gpu":
+            total = max(total, count)
+        elif name.startswith("gpu:"):
+            typed[name[4:]] += count
+    return (total or sum(typed.values())), typed

@@ -1,0 +1,374 @@
+"""Node and job records of every supported Slurm, from its commands' output.  Stdlib only.
+
+One vocabulary for what Slurm says, whichever release said it:
+
+* node records: ``sinfo --json`` on 22.05 (``{"nodes": [...]}``); from 23.02
+  ``sinfo --json`` groups nodes by partition and state (``{"sinfo": [...]}``)
+  and the records come from ``scontrol show nodes --json``
+  (:func:`node_command`); plain ``scontrol show node`` text as a fallback;
+* job records: ``squeue --json`` (every release), ``scontrol show job
+  --json`` (23.02+) or plain text, and ``sacct --json`` for finished jobs;
+* states as a base plus flags: 22.05 prints ``"idle"`` with ``state_flags``
+  for nodes and one word for jobs (a flag such as ``COMPLETING`` when one is
+  set); 23.02+ prints lists, base first (``["PENDING", "REQUEUED"]``);
+* numbers, plain or ``{set, infinite, number}`` (23.02+), through
+  :func:`~slurm_pool.adapters.slurmjson.number`.
+
+Recorded output of both ends is in ``tests/data/slurm/<version>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping
+
+from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus
+from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, parse_duration, states
+from slurm_pool.versions import SlurmVersion
+
+#: Job states a job ends up in or passes through (JOB_STATE_BASE in slurm.h).
+JOB_BASE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETE", "COMPLETED", "CANCELLED", "FAILED",
+                             "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+#: Node base states (NODE_STATE_BASE in slurm.h).
+NODE_BASE_STATES = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
+#: Job state words while a job has (or is about to have, or still has) processes on its nodes.
+ON_NODE = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"})
+#: Job state words of a job waiting to (re)start.
+WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+#: Node state words of a node drained on purpose.
+DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
+_REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")
+
+
+@dataclass(frozen=True)
+class State:
+    """A Slurm state: its base word and its flags, all upper case.
+
+    ``"DRAIN" in state`` looks at base and flags alike; iterating gives the base
+    first, then the flags in order.
+    """
+
+    base: str
+    flags: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, value: Any, flags: Any = None, *, bases: frozenset[str] = frozenset()) -> "State":
+        """From a list or a ``+``-joined string, and 22.05's separate ``state_flags``.
+
+        The base is the first word that is one of ``bases`` (else the first word).
+        """
+        words = list(dict.fromkeys(states(value) + states(flags)))
+        if not words:
+            return cls("")
+        base = next((w for w in words if w in bases), words[0])
+        return cls(base, frozenset(w for w in words if w != base))
+
+    def __contains__(self, word: object) -> bool:
+        return word == self.base or word in self.flags
+
+    def __iter__(self) -> Iterator[str]:
+        if self.base:
+            yield self.base
+        yield from sorted(self.flags)
+
+    def __str__(self) -> str:
+        return "+".join(self)
+
+    def any(self, words: Iterable[str]) -> bool:
+        return any(w in self for w in words)
+
+
+def node_state(value: Any, flags: Any = None) -> State:
+    return State.parse(value, flags, bases=NODE_BASE_STATES)
+
+
+def job_state(value: Any) -> State:
+    return State.parse(value, bases=JOB_BASE_STATES)
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A node as ``scontrol show node`` (or 22.05's ``sinfo --json``) describes it."""
+
+    name: str
+    state: State
+    reason: str = ""
+    gres: str = ""
+    gres_used: str = ""
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    cpus: int | None = None
+    memory_mb: int | None = None
+    version: str = ""
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining (DRAIN, DRAINED, DRAINING)."""
+        return self.state.any(DRAINED)
+
+    @property
+    def ours(self) -> bool:
+        """Its reason is slurm-pool's (prefix ``slurm-pool:``), not a person's."""
+        return self.reason.startswith(REASON_PREFIX)
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    """A list of names, or a comma-separated string of them (22.05 features)."""
+    if isinstance(value, list):
+        return tuple(str(v) for v in value if str(v))
+    if isinstance(value, str):
+        return tuple(v for v in value.split(",") if v)
+    return ()
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or value in ("(null)", "N/A") else str(value)
+
+
+def node_record(n: Mapping[str, Any]) -> NodeRecord:
+    """One node of ``sinfo --json`` (22.05) or ``scontrol show nodes --json`` (23.02+)."""
+    return NodeRecord(
+        name=str(n.get("name") or n.get("hostname") or ""),
+        state=node_state(n.get("state"), n.get("state_flags")),
+        reason=_text(n.get("reason")),
+        gres=_text(n.get("gres")),
+        gres_used=_text(n.get("gres_used")),
+        partitions=_words(n.get("partitions")),
+        features=_words(n.get("active_features") if n.get("active_features") is not None else n.get("features")),
+        cpus=number(n.get("cpus")),
+        memory_mb=number(n.get("real_memory")),
+        version=_text(n.get("version")),
+    )
+
+
+class RecordError(ValueError):
+    """Output that is not what the command prints."""
+
+
+def _document(text: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text or "{}")
+    except ValueError as exc:
+        raise RecordError(f"{what}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{what}: not a JSON object")
+    return data
+
+
+def node_command(version: SlurmVersion) -> list[str]:
+    """The command that prints node records on ``version``."""
+    return ["scontrol", "show", "nodes", "--json"] if version.has("json_data_parser") else ["sinfo", "--json"]
+
+
+def parse_nodes(text: str, what: str = "node records") -> list[NodeRecord]:
+    """Node records from :func:`node_command`'s output, one per node.
+
+    Refuses 23.02+'s ``sinfo --json`` (grouped, no records) instead of finding no node.
+    """
+    data = _document(text, what)
+    if "nodes" not in data:
+        if "sinfo" in data:
+            raise RecordError(f"{what}: this is sinfo --json of Slurm 23.02 or later, which groups nodes; "
+                              "node records come from scontrol show nodes --json")
+        raise RecordError(f"{what}: no 'nodes' list")
+    out: dict[str, NodeRecord] = {}
+    for n in data.get("nodes") or []:
+        if isinstance(n, dict):
+            rec = node_record(n)
+            if rec.name:
+                out.setdefault(rec.name, rec)
+    return list(out.values())
+
+
+def parse_node_text(text: str, name: str) -> NodeRecord | None:
+    """``scontrol show node NAME`` in plain text (every release; no JSON in 22.05's scontrol)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Reason="):  # the rest of the line, spaces included
+            fields["Reason"] = _REASON_SUFFIX.sub("", line[len("Reason="):])
+            continue
+        for tok in line.split():
+            k, sep, v = tok.partition("=")
+            if sep and k not in fields:
+                fields[k] = v
+    if fields.get("NodeName") != name:
+        return None
+    return NodeRecord(name=name, state=node_state(fields.get("State", "")), reason=_text(fields.get("Reason")),
+                      gres=_text(fields.get("Gres")), partitions=_words(fields.get("Partitions")),
+                      features=_words(_text(fields.get("ActiveFeatures"))))
+
+
+# -- jobs ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as ``squeue --json`` / ``scontrol show job`` / ``sacct --json`` describe it.
+
+    Times are Unix seconds (None: unset); ``time_limit`` is in seconds.
+    """
+
+    job_id: int
+    name: str = ""
+    state: State = State("")
+    reason: str = ""
+    partition: str = ""
+    qos: str = ""
+    account: str = ""
+    user: str = ""
+    nodes: str = ""
+    required_nodes: str = ""
+    excluded_nodes: str = ""
+    restart_count: int = 0
+    comment: str | None = ""
+    requeue: bool | None = None
+    submit_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    preempt_time: float | None = None
+    time_limit: float | None = None
+    gpus: int = 0
+    gpu_types: Mapping[str, int] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def on_node(self) -> bool:
+        """Its processes are (or are about to be, or still are) on its nodes."""
+        return self.state.any(ON_NODE)
+
+    @property
+    def waiting(self) -> bool:
+        """Pending, or requeued and not yet started again."""
+        return self.state.any(WAITING) and not self.on_node
+
+    @property
+    def running(self) -> bool:
+        return "RUNNING" in self.state or "CONFIGURING" in self.state
+
+    @property
+    def requeued(self) -> bool:
+        """Back in the queue after a run (preempted, or requeued by anyone)."""
+        return self.waiting and (self.restart_count > 0 or "REQUEUED" in self.state)
+
+    @property
+    def natural_end(self) -> float | None:
+        if self.start_time is None or self.time_limit is None:
+            return None
+        return self.start_time + self.time_limit
+
+
+def _time(v: Any) -> float | None:
+    n = number(v)
+    return float(n) if n else None  # 0 is Slurm's "unset"
+
+
+def _nodes(v: Any) -> str:
+    if isinstance(v, dict):  # 23.02+ sacct/scontrol sometimes nest {"list": ...}
+        v = v.get("list") or ""
+    if isinstance(v, list):
+        return ",".join(str(x) for x in v)
+    return _text(v)
+
+
+def _comment(v: Any) -> str:
+    if isinstance(v, dict):  # sacct: {"job": ..., "administrator": ..., "system": ...}
+        v = v.get("job")
+    return "" if v is None else str(v)
+
+
+def job_record(j: Mapping[str, Any]) -> JobRecord:
+    """One job of ``squeue --json``, ``scontrol show job --json`` or ``sacct --json``."""
+    st = j.get("job_state")
+    if st is None:
+        st = (j.get("state") or {}).get("current") if isinstance(j.get("state"), dict) else j.get("state")
+    times = j.get("time") if isinstance(j.get("time"), dict) else {}  # sacct nests them
+    limit = number(j.get("time_limit")) if "time_limit" in j else number(times.get("limit"))
+    tres = j.get("tres")
+    if isinstance(tres, dict):  # sacct: lists of {type, name, count}
+        gpus, typed = tres_list_gpus(tres.get("allocated") or [])
+        if not gpus:
+            gpus, typed = tres_list_gpus(tres.get("requested") or [])
+    else:
+        gpus, typed = tres_gpus(j.get("tres_alloc_str")), tres_gpu_types(j.get("tres_alloc_str"))
+    req = j.get("requeue")
+    reason = j.get("state_reason")
+    if reason is None and isinstance(j.get("state"), dict):
+        reason = j["state"].get("reason")
+    return JobRecord(
+        job_id=number(j.get("job_id")) or 0,
+        name=_text(j.get("name")),
+        state=job_state(st),
+        reason=_text(reason),
+        partition=_text(j.get("partition")),
+        qos=_text(j.get("qos")),
+        account=_text(j.get("account")),
+        user=_text(j.get("user_name") if j.get("user_name") is not None else j.get("user")),
+        nodes=_nodes(j.get("nodes")),
+        required_nodes=_nodes(j.get("required_nodes")),
+        excluded_nodes=_nodes(j.get("excluded_nodes")),
+        restart_count=number(j.get("restart_cnt")) or 0,
+        comment=_comment(j.get("comment")),
+        requeue=None if req is None else bool(req),
+        submit_time=_time(j.get("submit_time") if "submit_time" in j else times.get("submission")),
+        start_time=_time(j.get("start_time") if "start_time" in j else times.get("start")),
+        end_time=_time(j.get("end_time") if "end_time" in j else times.get("end")),
+        preempt_time=_time(j.get("preempt_time")),
+        time_limit=None if limit is None else float(limit) * 60.0,
+        gpus=gpus,
+        gpu_types=dict(typed),
+        raw=j,
+    )
+
+
+def parse_jobs(text: str, what: str = "job records") -> list[JobRecord]:
+    """Every job of ``squeue --json``, ``scontrol show job --json`` or ``sacct --json`` output."""
+    data = _document(text, what)
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        raise RecordError(f"{what}: no 'jobs' list")
+    return [job_record(j) for j in jobs if isinstance(j, dict)]
+
+
+def _parse_stamp(v: str) -> float | None:
+    try:
+        return time.mktime(time.strptime(v, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+def parse_job_text(text: str, job_id: int | str) -> JobRecord | None:
+    """One job from plain ``scontrol show job`` output (no comment: it may hold spaces)."""
+    fields: dict[str, str] = {}
+    for tok in text.split():
+        k, sep, v = tok.partition("=")
+        if sep and k not in fields:
+            fields[k] = v
+    if fields.get("JobId") != str(job_id):
+        return None
+    restarts = fields.get("Restarts", "")
+    requeue = fields.get("Requeue")
+    return JobRecord(
+        job_id=int(job_id),
+        state=job_state(fields.get("JobState", "")),
+        reason=fields.get("Reason", ""),
+        partition=fields.get("Partition", ""),
+        start_time=_parse_stamp(fields.get("StartTime", "")),
+        end_time=_parse_stamp(fields.get("EndTime", "")),
+        preempt_time=_parse_stamp(fields.get("PreemptTime", "")),
+        time_limit=parse_duration(fields.get("TimeLimit", "")),
+        restart_count=int(restarts) if restarts.isdigit() else 0,
+        comment=None,
+        requeue=None if requeue is None else requeue == "1",
+    )
+
+
+def gpu_type_totals(jobs: Iterable[JobRecord]) -> Counter[str]:
+    """GPU units per GRES type over ``jobs``."""
+    out: Counter[str] = Counter()
+    for j in jobs:
+        out.update(j.gpu_types)
+    return out

@@ -1,0 +1,120 @@
+"""Slurm releases and what changed between them, as data.  Pure, stdlib only.
+
+Every behaviour slurm-pool adapts to is one :class:`Fact`: the first release
+that has it, what it is called here, and where that is written down (a
+CHANGELOG entry of SchedMD's source tree, a source file, or a measurement on
+the real daemons).  Code asks ``version.has("name")``; nothing compares
+version numbers by hand.
+
+Supported: 22.05 (Debian 12's slurm-wlm) to 26.05.  A version given without
+its maintenance release (``23.02``) is taken as the newest one of that series,
+which is what sites are told to run; give ``23.02.5`` to mean exactly that.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from slurm_pool.errors import SpecError
+
+MIN_SUPPORTED = (22, 5)
+MAX_SUPPORTED = (26, 5)
+#: Stands for "the newest maintenance release" when none is given.
+LATEST_PATCH = 99
+
+
+class VersionError(SpecError):
+    """Text that is not a supported Slurm version (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A behaviour every release from ``since`` on has."""
+
+    name: str
+    since: tuple[int, int, int]
+    what: str
+    source: str
+
+
+FACTS: tuple[Fact, ...] = (
+    Fact("preempt_params_line", (23, 2, 0),
+         "send_user_signal moved from SlurmctldParameters=preempt_send_user_signal to PreemptParameters",
+         "CHANGELOG/slurm-23.02.md 23.02.0rc1; slurm.conf(5) PreemptParameters"),
+    Fact("json_data_parser", (23, 2, 0),
+         "--json output from the data_parser plugins: states are lists, numbers are {set, infinite, number} "
+         "objects, and sinfo --json groups nodes by partition and state ({'sinfo': [...]}) instead of listing "
+         "node records; scontrol --json show nodes/jobs exists",
+         "CHANGELOG/slurm-23.02.md 23.02.0rc1 (data_parser/v0.0.39); recorded in tests/data/slurm/"),
+    Fact("mig_type_from_profile", (23, 2, 6),
+         "gpu/nvml names a MIG GRES type <gpu type cut at '-'>_<NVIDIA profile name> (the NVML MIG device name "
+         "after 'mig'), e.g. nvidia_a100_3g.40gb; before, _<slices>g.<roundl(memory MiB / 1024)>gb, "
+         "e.g. nvidia_a100_3g.39gb",
+         "CHANGELOG/slurm-23.02.md 23.02.6 'Fix some mig profile names in slurm not matching nvidia mig "
+         "profiles'; src/plugins/gpu/nvml/gpu_nvml.c _handle_mig (26.05.3: strstr(device_name, \"mig_\"); "
+         "22.05: roundl(attributes.memorySizeMB / 1024))"),
+    Fact("preempt_requeues_exited_job", (24, 5, 0),
+         "a requeueable batch job that exits after its GraceTime signal is recorded PREEMPTED and requeued by "
+         "slurmctld itself (on 22.05 it ends COMPLETED and the job must requeue itself)",
+         "CHANGELOG/slurm-24.05.md 24.05.0rc1 'For PreemptMode=CANCEL and PreemptMode=REQUEUE assume that job "
+         "signalled for GraceTime was preempted'; measured on 26.05.3 and 22.05.8"),
+    Fact("multiple_qos_per_job", (24, 11, 0), "a job may ask for several QOS (--qos=a,b)",
+         "CHANGELOG/slurm-24.11.md 24.11.0rc1 'Add ability to submit jobs with multiple QOS'"),
+    Fact("allow_qos_must_exist", (25, 11, 0),
+         "slurmctld refuses to start when a partition's AllowQOS/DenyQOS names a QOS slurmdbd does not have "
+         "(fatal: Partition P has an invalid AllowQOS)",
+         "CHANGELOG/slurm-25.11.md 25.11.0rc1 'Validate AllowQOS, DenyQOS have valid QOS's listed'; "
+         "src/slurmctld/read_config.c"),
+    Fact("rebootless_node_features", (24, 5, 0),
+         "node_features/helpers takes Flags=rebootless: a changed feature is applied without RebootProgram",
+         "CHANGELOG/slurm-24.05.md; helpers.conf(5)"),
+)
+_FACTS = {f.name: f for f in FACTS}
+
+
+@dataclass(frozen=True, order=True)
+class SlurmVersion:
+    """A Slurm release: ``major.minor`` and, when known, the maintenance release."""
+
+    major: int
+    minor: int
+    patch: int | None = None
+
+    @classmethod
+    def parse(cls, text: str, *, what: str = "--slurm-version") -> "SlurmVersion":
+        """``22.05``, ``23.02.7``, ``slurm 26.05.3`` or ``slurm-wlm 22.05.8``."""
+        m = re.search(r"(?<!\d)(\d{2})\.(\d{1,2})(?:\.(\d{1,3}))?", text or "")
+        if not m:
+            raise VersionError(f"{what}: {text!r} is not a Slurm version like 22.05 or 24.11.5")
+        v = cls(int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) is not None else None)
+        if not (MIN_SUPPORTED <= (v.major, v.minor) <= MAX_SUPPORTED):
+            lo, hi = MIN_SUPPORTED, MAX_SUPPORTED
+            raise VersionError(f"{what}: {v} is not supported (supported: {lo[0]}.{lo[1]:02d} to "
+                               f"{hi[0]}.{hi[1]:02d})")
+        return v
+
+    def __str__(self) -> str:
+        base = f"{self.major}.{self.minor:02d}"
+        return base if self.patch is None else f"{base}.{self.patch}"
+
+    @property
+    def series(self) -> str:
+        return f"{self.major}.{self.minor:02d}"
+
+    def key(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, LATEST_PATCH if self.patch is None else self.patch)
+
+    def at_least(self, major: int, minor: int, patch: int = 0) -> bool:
+        return self.key() >= (major, minor, patch)
+
+    def has(self, fact: str) -> bool:
+        """Whether this release has the behaviour :data:`FACTS` calls ``fact``."""
+        return self.key() >= _FACTS[fact].since
+
+    def features(self) -> dict[str, bool]:
+        """Every fact, by name, for templates."""
+        return {f.name: self.has(f.name) for f in FACTS}
+
+
+DEFAULT_VERSION = SlurmVersion(22, 5)

@@ -1,0 +1,107 @@
+"""Record the JSON that real Slurm daemons print, as unit-test fixtures.
+
+Run as root against a local cluster of the example pool, once per Slurm::
+
+    slurm-pool cluster up --state-dir /var/tmp/rec --slurm 26.05
+    python3 tests/record_slurm_fixtures.py --state-dir /var/tmp/rec
+
+It writes ``tests/data/slurm/<major.minor>/``: node records (``sinfo --json``
+on 22.05, ``scontrol show nodes --json`` from 23.02) and ``sinfo --json``,
+``squeue --json``, ``scontrol show job --json`` (23.02+) and ``sacct --json``
+for a scripted scene -- an idle pool; then running, held and pending jobs, a
+human drain and a slurm-pool drain; then a scavenger job preempted by its
+owner and requeued.  Nothing in the output is edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from slurm_pool.localcluster.cluster import LocalCluster, saved_record  # noqa: E402
+from slurm_pool.localcluster.procs import wait_for  # noqa: E402
+from slurm_pool.localcluster.testing import ClusterHandle  # noqa: E402
+
+OUT = REPO / "tests" / "data" / "slurm"
+SLEEP = "#!/bin/sh\nsleep 600\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state-dir", required=True, help="state directory of a running local cluster")
+    opts = ap.parse_args(argv)
+    saved = saved_record(Path(opts.state_dir))
+    c = ClusterHandle(LocalCluster(saved["spec"], state_dir=opts.state_dir))
+    v = c.version
+    out = OUT / v.series
+    out.mkdir(parents=True, exist_ok=True)
+    new_json = v.has("json_data_parser")
+
+    def save(name: str, argv: list[str]) -> None:
+        res = c.run(argv, check=True)
+        doc = json.loads(res.stdout)
+        (out / name).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"{out / name}: {' '.join(argv)}")
+
+    def scene(tag: str) -> None:
+        save(f"nodes-{tag}.json", ["scontrol", "show", "nodes", "--json"] if new_json else ["sinfo", "--json"])
+        if new_json:
+            save(f"sinfo-{tag}.json", ["sinfo", "--json"])
+        save(f"squeue-{tag}.json", ["squeue", "--json"])
+
+    def sbatch(*args: str, user: str, script: str) -> int:
+        return c.sbatch("--chdir=/tmp", "--output=/dev/null", *args, user=user, script=script)
+
+    c.cancel_all()
+    for node in ("b-gpu1", "c-gpu1"):
+        c.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    scene("idle")
+    owner = sbatch("--account=proja", "--partition=a-owner", "--gres=gpu:1", "--job-name=owner-run",
+                     "--nodelist=a-gpu1", user="alice", script=SLEEP)
+    sbatch("--account=projb", "--qos=shared", "--time=30", "--gres=gpu:2", "--job-name=shared-held", "--hold",
+             "--checkpoint", user="bob", script=SLEEP)
+    mig = sbatch("--account=projc", "--partition=c-owner", "--gres=gpu:nvidia_a100_1g.5gb:1",
+                   "--job-name=mig-slice", user="carol", script=SLEEP)
+    sbatch("--account=proja", "--partition=a-owner", "--gres=gpu:nvidia_a100-sxm4-80gb:1",
+             f"--dependency=afterok:{owner}", "--job-name=waits-on-owner", user="alice", script=SLEEP)
+    for job in (owner, mig):
+        c.wait_state(job, ["RUNNING"])
+    c.run(["scontrol", "update", "NodeName=b-gpu1", "State=DRAIN", "Reason=disk check by ops"], check=True)
+    c.run(["scontrol", "update", "NodeName=a-gpu2", "State=DRAIN", "Reason=slurm-pool: ecc: GPU 1"], check=True)
+    scene("busy")
+    if new_json:
+        save("scontrol-job-running.json", ["scontrol", "show", "job", str(owner), "--json"])
+    c.run(["scontrol", "update", "NodeName=a-gpu2", "State=RESUME"], check=True)
+
+    # preemption: a scavenger job with the checkpoint signal, then the owner takes its node.  It
+    # leaves as `slurm-pool run` does: up to 23.11 it requeues itself (Slurm would record it
+    # COMPLETED), from 24.05 Slurm requeues a job that exits after its grace signal.
+    requeue = "" if v.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
+    victim_script = f"#!/bin/sh\ntrap '{requeue}exit 0' USR1\nsleep 600 &\nwait\n"
+    victim = sbatch("--account=projb", "--partition=scavenger", "--nodelist=a-gpu2", "--exclusive", "--mem=0",
+                      "--gres=gpu:2", "--requeue", "--signal=B:USR1@60", "--job-name=victim", user="bob",
+                      script=victim_script)
+    c.wait_state(victim, ["RUNNING"])
+    sbatch("--account=proja", "--partition=a-owner", "--nodelist=a-gpu2", "--gres=gpu:2", "--job-name=owner-back",
+             user="alice", script=SLEEP)
+    wait_for(lambda: c.job_field(victim, "%T") == "PENDING" and c.job_field(victim, "%r") != "None", 120,
+             f"job {victim} to be requeued")
+    scene("requeued")
+    if new_json:
+        save("scontrol-job-requeued.json", ["scontrol", "show", "job", str(victim), "--json"])
+    time.sleep(1)
+    c.wait_sacct(victim, "State", lambda s: bool(s))
+    save("sacct.json", ["sacct", "--json", "-a", "-S", "now-1hour"])
+    c.cancel_all()
+    print(f"recorded Slurm {v} into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
