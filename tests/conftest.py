@@ -18,6 +18,20 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_SPEC = REPO / "examples" / "pool.yaml"
+#: The Slurm the daemon tests run on: a cached build's version (``26.05``) or a
+#: prefix; unset: the Slurm on PATH (Debian's 22.05).  ``make test`` runs both.
+TEST_SLURM = os.environ.get("SLURM_POOL_TEST_SLURM") or None
+
+
+def pytest_report_header(config):
+    from slurm_pool.adapters.slurm import installed_version
+
+    if TEST_SLURM is None:
+        return f"slurm-pool: daemon tests on the Slurm on PATH ({installed_version() or 'none found'})"
+    from slurm_pool.localcluster.slurmbuild import resolve_prefix
+
+    prefix = resolve_prefix(TEST_SLURM)
+    return f"slurm-pool: daemon tests on Slurm {TEST_SLURM} from {prefix}"
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +39,7 @@ def slurm_cluster():
     """The example pool running as real daemons (munge, MariaDB, slurmdbd, slurmctld, slurmd)."""
     from slurm_pool.localcluster.testing import start_session_cluster, stop_session_cluster
 
-    handle, state = start_session_cluster(os.environ.get("SLURM_POOL_TEST_SPEC", EXAMPLE_SPEC))
+    handle, state = start_session_cluster(os.environ.get("SLURM_POOL_TEST_SPEC", EXAMPLE_SPEC), slurm=TEST_SLURM)
     yield handle
     stop_session_cluster(handle, state)
 

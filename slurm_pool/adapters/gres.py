@@ -133,7 +133,8 @@ def tres_gpu_types(text: str | None) -> Counter[str]:
 
 def tres_list_gpus(items: Iterable[Any]) -> tuple[int, Counter[str]]:
     """GPU units and units per type in ``sacct --json``'s TRES lists (``{type, name, count}``)."""
-    total, typed = 0, Counter[str]()
+    total: int = 0
+    typed: Counter[str] = Counter()
     for it in items:
         if not isinstance(it, dict) or it.get("type") != "gres":
             continue

@@ -209,7 +209,9 @@ def parse_node_text(text: str, name: str) -> NodeRecord | None:
 class JobRecord:
     """A job as ``squeue --json`` / ``scontrol show job`` / ``sacct --json`` describe it.
 
-    Times are Unix seconds (None: unset); ``time_limit`` is in seconds.
+    Times are Unix seconds (None: unset); ``time_limit`` is in seconds.  ``gpus``
+    and ``gpu_types`` are the GPU units it holds (its allocation), or asks for
+    while it holds none (its request).
     """
 
     job_id: int
@@ -280,6 +282,15 @@ def _comment(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def _gpus_in(value: Any) -> tuple[int, Counter[str]]:
+    """GPU units (and per type) of a TRES list (sacct) or TRES string (squeue, older sacct)."""
+    if isinstance(value, list):
+        return tres_list_gpus(value)
+    if isinstance(value, str):
+        return tres_gpus(value), tres_gpu_types(value)
+    return 0, Counter()
+
+
 def job_record(j: Mapping[str, Any]) -> JobRecord:
     """One job of ``squeue --json``, ``scontrol show job --json`` or ``sacct --json``."""
     st = j.get("job_state")
@@ -287,13 +298,12 @@ def job_record(j: Mapping[str, Any]) -> JobRecord:
         st = (j.get("state") or {}).get("current") if isinstance(j.get("state"), dict) else j.get("state")
     times = j.get("time") if isinstance(j.get("time"), dict) else {}  # sacct nests them
     limit = number(j.get("time_limit")) if "time_limit" in j else number(times.get("limit"))
-    tres = j.get("tres")
-    if isinstance(tres, dict):  # sacct: lists of {type, name, count}
-        gpus, typed = tres_list_gpus(tres.get("allocated") or [])
-        if not gpus:
-            gpus, typed = tres_list_gpus(tres.get("requested") or [])
-    else:
-        gpus, typed = tres_gpus(j.get("tres_alloc_str")), tres_gpu_types(j.get("tres_alloc_str"))
+    tres = j.get("tres") if isinstance(j.get("tres"), dict) else {}  # sacct nests TRES
+    gpus, typed = 0, Counter()
+    for value in (tres.get("allocated"), j.get("tres_alloc_str"), tres.get("requested"), j.get("tres_req_str")):
+        gpus, typed = _gpus_in(value)
+        if gpus:
+            break
     req = j.get("requeue")
     reason = j.get("state_reason")
     if reason is None and isinstance(j.get("state"), dict):

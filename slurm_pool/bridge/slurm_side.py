@@ -2,15 +2,21 @@
 
 A lent node is held in Slurm by one placeholder job in the lend partition and
 QOS (lowest priority, preempted by every other tier), exclusive on the node
-with all its GPUs and memory.  Measured on slurm-wlm 22.05 with
-``preempt_send_user_signal``:
+with all its GPUs and memory.  With ``--signal=B:TERM`` it gets SIGTERM the
+moment a preempting job is scheduled and exits 0, so the owner's job starts
+within about a second instead of after GraceTime.  What then happens to it
+depends on the release (``preempt_requeues_exited_job`` in
+:mod:`slurm_pool.versions`), measured on the real daemons:
 
-* with ``--signal=B:TERM`` the placeholder gets SIGTERM the moment a
-  preempting job is scheduled, exits 0 and is not requeued: the owner's job
-  starts within about a second instead of after GraceTime;
-* ``--no-requeue`` is not used: it makes Slurm wait for GraceTime and then kill
-  the job.  A placeholder that is requeued anyway exits at once when it
-  restarts (``SLURM_RESTART_COUNT`` > 0), and the next reconcile cancels it.
+* 22.05.8: it ends COMPLETED, not requeued.  ``--no-requeue`` is not used
+  there: it makes Slurm wait for GraceTime and then kill the job;
+* 26.05.3: slurmctld records a requeueable job that exits after its grace
+  signal as PREEMPTED and requeues it, so the placeholder would come back.
+  With ``--no-requeue`` it ends PREEMPTED at once (the owner ran 0.4 s after
+  submission) and does not return.
+
+A placeholder that is requeued anyway exits at once when it restarts
+(``SLURM_RESTART_COUNT`` > 0), and the next reconcile cancels it.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ class SlurmSide:
             "--signal=B:TERM@60", f"--comment={LEND_COMMENT} node={node}",
             "--output=/dev/null", "--chdir=/",
         ]
+        if self.client.version().has("preempt_requeues_exited_job"):
+            argv.append("--no-requeue")
         return argv
 
     def submit_placeholder(self, node: str) -> int:

@@ -285,7 +285,9 @@ class LocalCluster:
         state.chmod(0o755)
         # Emulated GPUs have no NVML: "auto" skips the device checks where the
         # library is absent; tests replay snapshots through this same file.
-        _write(conf, node_config.render(self.spec, state_dir=str(state), gpus="auto"), 0o644)
+        # The hooks run with slurmd's minimal PATH: name this Slurm's own scontrol.
+        _write(conf, node_config.render(self.spec, state_dir=str(state), gpus="auto",
+                                        scontrol=self.layout.which("scontrol")), 0o644)
         for prog in ("prolog", "epilog", "healthcheck"):
             _write(bindir / f"slurm-pool-{prog}",
                    node_config.render_hook(prog, sys.executable, str(conf), paths=node_config.hook_paths()), 0o755)

@@ -60,6 +60,11 @@ class ClusterHandle:
     def spec(self):
         return self.cluster.spec
 
+    @property
+    def scontrol(self) -> str:
+        """This cluster's scontrol (its Slurm's, not whichever is first on PATH)."""
+        return self.cluster.layout.which("scontrol") or "scontrol"
+
     @functools.cached_property
     def version(self) -> SlurmVersion:
         """The Slurm this cluster runs."""
@@ -146,11 +151,15 @@ class ClusterHandle:
         self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
 
 
-def start_session_cluster(spec_path: str | Path) -> tuple[ClusterHandle, Path]:
-    """Bring up a cluster in a fresh state directory on free ports."""
+def start_session_cluster(spec_path: str | Path, slurm: str | None = None) -> tuple[ClusterHandle, Path]:
+    """Bring up a cluster in a fresh state directory on free ports.
+
+    ``slurm``: a cached build's version or an install prefix (``cluster up --slurm``);
+    None: the Slurm on PATH.
+    """
     state = Path(tempfile.mkdtemp(prefix="slurm-pool-test-", dir="/var/tmp"))
     state.chmod(0o755)
-    cluster = LocalCluster(spec_path, state_dir=state, port_base=free_port_base(8 + 4))
+    cluster = LocalCluster(spec_path, state_dir=state, port_base=free_port_base(8 + 4), slurm=slurm)
     try:
         cluster.up()
     except BaseException:

@@ -16,13 +16,12 @@ import re
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
-from slurm_pool.adapters.slurmjson import number
+from slurm_pool.adapters.records import job_record
 from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_types
 from slurm_pool.mig.planner import PlanError, demand_from_needs
 from slurm_pool.mig.profiles import geometry
 
 _TAIL_RE = re.compile(r"(\d+)g\.(\d+)gb(\+me)?$")
-_TRES_STR_RE = re.compile(r"gres/gpu:([A-Za-z0-9_.+-]+)=(\d+)")
 
 
 def profile_for_gres_type(model: str, gres_type: str) -> str | None:
@@ -73,30 +72,6 @@ def demand_from_needs_text(model: str, text: str) -> tuple[dict[str, int], int]:
     return demand_from_needs(model, parse_needs(text))
 
 
-def _job_requests(job: dict[str, Any]) -> Counter[str]:
-    out: Counter[str] = Counter()
-    tres = job.get("tres") or {}
-    for key in ("requested", "allocated"):
-        items = tres.get(key) if isinstance(tres, dict) else None
-        if isinstance(items, list):
-            for it in items:
-                name = str(it.get("name") or "")
-                if it.get("type") == "gres" and name.startswith("gpu:"):
-                    out[name[4:]] += number(it.get("count")) or 0
-        elif isinstance(items, str):
-            for t, n in _TRES_STR_RE.findall(items):
-                out[t] += int(n)
-        if out:
-            return out
-    for key in ("tres_req_str", "tres_alloc_str"):
-        if isinstance(job.get(key), str):
-            for t, n in _TRES_STR_RE.findall(job[key]):
-                out[t] += int(n)
-            if out:
-                return out
-    return out
-
-
 def demand_from_sacct(model: str, text: str) -> tuple[dict[str, int], dict[str, int]]:
     """MIG demand from ``sacct --json`` output, and the GRES Types that are not MIG.
 
@@ -108,20 +83,19 @@ def demand_from_sacct(model: str, text: str) -> tuple[dict[str, int], dict[str, 
     except json.JSONDecodeError as exc:
         raise PlanError(f"sacct JSON: {exc}") from None
     jobs = data.get("jobs", []) if isinstance(data, dict) else data
-    events: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    events: dict[str, list[tuple[float, int]]] = defaultdict(list)
     totals: Counter[str] = Counter()
     other: Counter[str] = Counter()
     timed = True
-    for job in jobs:
-        t = job.get("time") or {}
-        start, end = number(t.get("start")), number(t.get("end"))
-        for gtype, n in _job_requests(job).items():
+    for job in (job_record(j) for j in jobs if isinstance(j, dict)):
+        start, end = job.start_time, job.end_time
+        for gtype, n in job.gpu_types.items():
             prof = profile_for_gres_type(model, gtype)
             if prof is None:
                 other[gtype] += n
                 continue
             totals[prof] += n
-            if start is None or end is None or start <= 0 or end < start:
+            if start is None or end is None or end < start:
                 timed = False
             else:
                 events[prof] += [(start, n), (end, -n)]

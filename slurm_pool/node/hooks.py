@@ -220,10 +220,11 @@ class Hooks:
         if not known:
             state = slurmnode.query_node(self.runner, self.scontrol, self.node)
         action = slurmnode.decide(state, reason, may_undrain=may_undrain)
-        ok = slurmnode.apply(self.runner, self.scontrol, self.node, action)
+        failed = slurmnode.apply(self.runner, self.scontrol, self.node, action)
         if action.kind != "none":
-            self.log(f"{action.kind} {self.node}" + (f": {reason}" if reason else "") + ("" if ok else " (scontrol failed)"),
-                     error=not ok or action.kind == "drain")
+            self.log(f"{action.kind} {self.node}" + (f": {reason}" if reason else "")
+                     + (f" (scontrol failed: {failed})" if failed else ""),
+                     error=bool(failed) or action.kind == "drain")
         elif reason:
             self.log(f"unhealthy, drain left as it is ({state.reason if state else 'node state unknown'}): {reason}")
         self._record(hook, failures, action.kind)

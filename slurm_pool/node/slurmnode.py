@@ -63,12 +63,15 @@ def decide(node: NodeRecord | None, reason: str | None, *, may_undrain: bool = T
     return Action("none")
 
 
-def apply(runner: Any, scontrol: str, name: str, action: Action) -> bool:
-    """Carry out ``action``; True when scontrol succeeded (or nothing to do)."""
+def apply(runner: Any, scontrol: str, name: str, action: Action) -> str | None:
+    """Carry out ``action``; None when scontrol succeeded (or there was nothing to do), else why not."""
     if action.kind == "drain":
         argv = [scontrol, "update", f"NodeName={name}", "State=DRAIN", f"Reason={action.reason}"]
     elif action.kind == "undrain":
         argv = [scontrol, "update", f"NodeName={name}", "State=UNDRAIN"]
     else:
-        return True
-    return runner.run(argv, check=False, timeout=15).ok
+        return None
+    res = runner.run(argv, check=False, timeout=15)
+    if res.ok:
+        return None
+    return " ".join((res.stderr or res.stdout or f"exit status {res.returncode}").split())[:300]

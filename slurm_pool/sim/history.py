@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_pool.adapters.slurmjson import number
+from slurm_pool.adapters.records import job_record
 from slurm_pool.sim.engine import Job
 from slurm_pool.spec.hosts import expand
 
@@ -56,15 +56,6 @@ def owned_gpus(spec: Any) -> dict[str, int]:
     return out
 
 
-def _gpus(job: dict[str, Any]) -> int:
-    tres = (job.get("tres") or {}).get("allocated") or []
-    plain = [number(t.get("count")) or 0 for t in tres if t.get("type") == "gres" and t.get("name") == "gpu"]
-    if plain:
-        return max(plain)
-    return sum(number(t.get("count")) or 0 for t in tres
-               if t.get("type") == "gres" and str(t.get("name") or "").startswith("gpu:"))
-
-
 def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct") -> History:
     """The GPU jobs of a ``sacct --json`` document, times shifted to start at 0."""
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
@@ -72,13 +63,12 @@ def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct") ->
     rows: list[tuple[float, str, str | None, float, int]] = []
     last_end = 0.0
     skipped: Counter[str] = Counter()
-    for i, job in enumerate(data["jobs"]):
-        if not isinstance(job, dict):
+    for i, raw in enumerate(data["jobs"]):
+        if not isinstance(raw, dict):
             raise HistoryError(f"{name}: jobs[{i}] is not an object")
-        t = job.get("time") or {}
-        submit, start, end = number(t.get("submission")), number(t.get("start")), number(t.get("end"))
-        gpus = _gpus(job)
-        if not submit or not start or not end:  # 0 is Slurm's "not set"
+        job = job_record(raw)
+        submit, start, end, gpus = job.submit_time, job.start_time, job.end_time, job.gpus
+        if not submit or not start or not end:  # unset (Slurm's 0)
             skipped["never ran or still running"] += 1
             continue
         if end <= start:
@@ -87,16 +77,14 @@ def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct") ->
         if gpus <= 0:
             skipped["no GPU"] += 1
             continue
-        account = str(job.get("account") or "")
-        project = account if account in capacity else None
+        project = job.account if job.account in capacity else None
         if project is not None and gpus > capacity[project]:
             skipped["more GPUs than the project owns"] += 1
             continue
         if project is None and gpus > sum(capacity.values()):
             skipped["more GPUs than the pool has"] += 1
             continue
-        job_id = f"{number(job.get('job_id')) or i}"
-        rows.append((float(submit), job_id, project, float(end - start), gpus))
+        rows.append((submit, f"{job.job_id or i}", project, end - start, gpus))
         last_end = max(last_end, float(end))
     if not rows:
         raise HistoryError(f"{name}: no GPU job that ran ({dict(skipped) or 'no jobs'})")

@@ -64,6 +64,7 @@ def node_conf(cluster):
     old = path.read_bytes() if path.exists() else None
 
     def write(**values: str) -> Path:
+        values.setdefault("scontrol", cluster.scontrol)  # the hooks run with slurmd's minimal PATH
         path.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
         os.chown(path, 0, 0)
         path.chmod(0o644)

@@ -49,7 +49,7 @@ class Health:
         self.conf = Path(cluster.env["SLURM_CONF"]).parent / "slurm-pool-node.conf"
         self.old = self.conf.read_bytes() if self.conf.exists() else None
         self.conf.write_text(f"state_dir = {work / 'state'}\ncheckpoint_base_dir = {work / 'ckpt'}\n"
-                             f"gpus = replay:{work / 'snap'}/{{node}}.json\n")
+                             f"gpus = replay:{work / 'snap'}/{{node}}.json\nscontrol = {cluster.scontrol}\n")
         self.conf.chmod(0o644)
         (work / "snap").mkdir()
 

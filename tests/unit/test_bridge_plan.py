@@ -26,6 +26,7 @@ from slurm_pool.bridge.plan import in_window, off_peak, plan
 from slurm_pool.bridge.reconcile import observe, reconcile
 from slurm_pool.bridge.slurm_side import SlurmSide
 from slurm_pool.spec.bridge import Bridge, OffPeakWindow, check_bridge
+from slurm_pool.versions import SlurmVersion
 
 EXAMPLE_SPEC = str(Path(__file__).resolve().parents[2] / "examples" / "pool.yaml")
 NODES = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
@@ -484,7 +485,13 @@ def test_placeholder_command_line():
     for opt in ("--partition=k8s-lend", "--qos=k8s-lend", "--account=k8s-bridge", "--nodelist=b-gpu1",
                 "--exclusive", "--mem=0", "--comment=slurm-pool:lend node=b-gpu1", "--signal=B:TERM@60"):
         assert opt in argv
-    assert "--no-requeue" not in argv
+    assert "--no-requeue" not in argv  # 22.05: it would make Slurm wait out GraceTime
+
+
+def test_placeholder_does_not_come_back_on_24_05_and_later():
+    """26.05.3 requeues a requeueable job that exits after its grace signal; --no-requeue ends it PREEMPTED."""
+    side = SlurmSide(SlurmClient(RecordingRunner(), version=SlurmVersion(26, 5, 3)), CONFIG, submit_as="slurmpool")
+    assert "--no-requeue" in side.placeholder_argv("b-gpu1")
 
 
 # -- executor fault injection ---------------------------------------------------------------
