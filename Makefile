@@ -2,7 +2,10 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: deps demo test test-unit bench k8s-build clean
+# The newer end of the Slurm releases the tests run on, built from ../shared/slurm.
+SLURM_NEW ?= 26.05
+
+.PHONY: deps demo test test-unit bench k8s-build slurm-build clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -13,8 +16,14 @@ k8s-build: deps
 demo: deps
 	bash scripts/demo.sh
 
-test: deps k8s-build
+slurm-build: deps
+	$(PY) -m slurm_pool.localcluster.slurmbuild build
+
+# Everything on Debian's Slurm 22.05, then every test that needs Slurm daemons
+# again on $(SLURM_NEW), built from source.
+test: deps k8s-build slurm-build
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	SLURM_POOL_TEST_SLURM=$(SLURM_NEW) $(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
 
 test-unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -63,11 +63,13 @@ def wait(job: int, states: set[str], timeout: float = 120) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "preempt_resume.md"))
+    ap.add_argument("--out", help="result section (default: bench/results/preempt_resume-<slurm>.md)")
     args = ap.parse_args()
     if "SLURM_CONF" not in os.environ:
         print("SLURM_CONF is not set: start a cluster (bench/run_all.py does)", file=sys.stderr)
         return 2
+    version = sh("sinfo", "--version").split()[-1]
+    out = Path(args.out or REPO / "bench" / "results" / f"preempt_resume-{'.'.join(version.split('.')[:2])}.md")
     work = Path(tempfile.mkdtemp(prefix="sp-bench-", dir="/tmp"))
     work.chmod(0o777)
     shutil.copytree(REPO / "slurm_pool", work / "lib" / "slurm_pool", ignore=shutil.ignore_patterns("__pycache__"))
@@ -111,16 +113,16 @@ def main() -> int:
             ("owner submit -> victim checkpointed and requeued", to_requeue),
             ("owner submit -> owner job running", owner_start),
             ("requeue released -> victim running again", to_resume)]
-    md = [f"## Checkpoint-on-preempt timings (issue 5)\n",
-          f"Command: `python3 bench/preempt_resume.py --rounds {args.rounds}` (local cluster, example pool, "
-          f"shared-tier job preempted by the owner on {NODE}; GraceTime 20 s)\n",
+    md = [f"## Checkpoint-on-preempt timings on Slurm {version} (issue 5)\n",
+          f"Command: `python3 bench/preempt_resume.py --rounds {args.rounds}` (local cluster on Slurm {version}, "
+          f"example pool, shared-tier job preempted by the owner on {NODE}; GraceTime 20 s)\n",
           "| interval | median s | max s | ratio to baseline |", "|---|---|---|---|"]
     for label, xs in rows:
         md.append(f"| {label} | {statistics.median(xs):.2f} | {max(xs):.2f} | {statistics.median(xs) / base:.2f} |")
     md.append("\nSlurm itself holds a requeued job for 120 s (Reason=BeginTime); the resume interval is "
               "measured from releasing that hold.\n")
     text = "\n".join(md)
-    Path(args.out).write_text(text)
+    out.write_text(text)
     print(text)
     return 0
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Run every benchmark and write BENCHMARKS.md from their result sections.
 
-Benchmarks that need Slurm share one local cluster started here (the example
-pool on free loopback ports), exactly as the tests do.
+Benchmarks that need Slurm share one local cluster per Slurm release started
+here (the example pool on free loopback ports), exactly as the tests do: the
+Slurm on PATH (Debian's 22.05), then each ``--slurm`` build (default 26.05,
+from ``make slurm-build``).  Their sections are written per release.
 
-    python3 bench/run_all.py [--only NAME ...] [--skip-cluster]
+    python3 bench/run_all.py [--only NAME ...] [--skip-cluster] [--slurm 26.05 ...]
 """
 
 from __future__ import annotations
@@ -44,39 +46,42 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--skip-cluster", action="store_true", help="Skip benchmarks that need Slurm.")
+    ap.add_argument("--slurm", nargs="*", default=["26.05"],
+                    help="Slurm builds to run the cluster benchmarks on as well (after the one on PATH)")
     args = ap.parse_args()
     names = args.only or list(BENCHES)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    handle = state = None
+    base_env = dict(os.environ)
+    base_env["PYTHONPATH"] = str(REPO) + os.pathsep + base_env.get("PYTHONPATH", "")
     failed = []
-    try:
-        for name in names:
-            script, needs_cluster = BENCHES[name]
-            if needs_cluster and args.skip_cluster:
-                continue
-            if needs_cluster and handle is None:
-                sys.path.insert(0, str(REPO))
-                from slurm_pool.localcluster.testing import start_session_cluster
 
-                handle, state = start_session_cluster(REPO / "examples" / "pool.yaml")
-                env.update(handle.env)
-                env["SLURM_POOL_STATE_DIR"] = str(handle.cluster.layout.root)
-            t = time.monotonic()
-            print(f"== {name}", flush=True)
-            res = subprocess.run([sys.executable, str(BENCH / script[0]), *script[1:]], env=env, cwd=REPO)
-            print(f"== {name}: exit {res.returncode} in {time.monotonic() - t:.0f}s", flush=True)
-            if res.returncode:
-                failed.append(name)
-    finally:
-        if handle is not None:
-            from slurm_pool.localcluster.testing import stop_session_cluster
+    def run(name: str, env: dict[str, str]) -> None:
+        script, _ = BENCHES[name]
+        t = time.monotonic()
+        print(f"== {name}", flush=True)
+        res = subprocess.run([sys.executable, str(BENCH / script[0]), *script[1:]], env=env, cwd=REPO)
+        print(f"== {name}: exit {res.returncode} in {time.monotonic() - t:.0f}s", flush=True)
+        if res.returncode:
+            failed.append(name)
 
-            stop_session_cluster(handle, state)
+    for name in names:
+        if not BENCHES[name][1]:
+            run(name, base_env)
+    cluster_benches = [n for n in names if BENCHES[n][1] and not args.skip_cluster]
+    if cluster_benches:
+        sys.path.insert(0, str(REPO))
+        from slurm_pool.localcluster.testing import start_session_cluster, stop_session_cluster
+
+        for slurm in [None, *args.slurm]:
+            handle, state = start_session_cluster(REPO / "examples" / "pool.yaml", slurm=slurm)
+            try:
+                env = {**base_env, **handle.env, "SLURM_POOL_STATE_DIR": str(handle.cluster.layout.root)}
+                for name in cluster_benches:
+                    run(name, env)
+            finally:
+                stop_session_cluster(handle, state)
     parts = [HEADER]
     for name in BENCHES:
-        f = RESULTS / f"{name}.md"
-        if f.exists():
+        for f in sorted(RESULTS.glob(f"{name}*.md")):
             parts.append(f.read_text().strip() + "\n")
     (REPO / "BENCHMARKS.md").write_text("\n".join(parts))
     print("wrote BENCHMARKS.md" + (f"; failed: {', '.join(failed)}" if failed else ""))

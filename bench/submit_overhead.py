@@ -39,6 +39,8 @@ from slurm_pool.policy.lua import render_job_submit  # noqa: E402
 from slurm_pool.policy.tables import build_tables  # noqa: E402
 from slurm_pool.spec import load_spec  # noqa: E402
 from slurm_pool.spec.model import PoolSpec  # noqa: E402
+from slurm_pool.adapters.slurm import installed_version  # noqa: E402
+from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion  # noqa: E402
 
 PASS_THROUGH = """-- slurm-pool bench: pass-through job_submit.lua (baseline)
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -147,8 +149,8 @@ def bench_sbatch(spec: PoolSpec, conf: Path, jobs: int, rounds: int, parallel: i
     }
 
 
-def bench_lua(spec: PoolSpec, source: str, calls: int) -> dict[str, Any]:
-    tables = build_tables(spec)
+def bench_lua(spec: PoolSpec, source: str, calls: int, version: SlurmVersion) -> dict[str, Any]:
+    tables = build_tables(spec, version)
     proj = next(p for p in tables.projects if p.tiers)
     mig = list(tables.mig_by_size)
     cases = {
@@ -186,9 +188,9 @@ def bench_lua(spec: PoolSpec, source: str, calls: int) -> dict[str, Any]:
 
 def markdown(report: dict[str, Any], opts: argparse.Namespace) -> str:
     """The BENCHMARKS.md section for one run."""
-    lines = ["## job_submit.lua overhead (issue 4)\n",
+    lines = [f"## job_submit.lua overhead on Slurm {report['slurm']} (issue 4)\n",
              f"Command: `python3 bench/submit_overhead.py --spec {opts.spec} --jobs {opts.jobs} --rounds {opts.rounds}` "
-             "(real slurmctld of the local cluster; held jobs, interleaved rounds)\n"]
+             f"(real slurmctld {report['slurm']} of the local cluster; held jobs, interleaved rounds)\n"]
     sb = report.get("sbatch")
     if sb:
         rate = sb["jobs_per_second"]
@@ -216,11 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=0.95, help="minimum jobs/s ratio, policy / baseline")
     ap.add_argument("--lua-calls", type=int, default=20000, help="in-process calls per case")
     ap.add_argument("--lua-only", action="store_true", help="skip the sbatch measurement")
+    ap.add_argument("--out", help="result section (default: bench/results/submit_overhead-<slurm>.md)")
     opts = ap.parse_args(argv)
 
     spec = load_spec(opts.spec)
-    report: dict[str, Any] = {"target": opts.target}
-    source = render_job_submit(spec)
+    version = installed_version() or DEFAULT_VERSION
+    report: dict[str, Any] = {"target": opts.target, "slurm": str(version)}
+    source = render_job_submit(spec, version)
     if not opts.lua_only:
         if not opts.slurm_conf:
             ap.error("set SLURM_CONF or --slurm-conf (or use --lua-only)")
@@ -229,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         if installed.exists():
             source = installed.read_text()
         report["sbatch"] = bench_sbatch(spec, conf, opts.jobs, opts.rounds, opts.parallel, opts.sbatch_arg, opts.settle)
-    report["lua"] = bench_lua(spec, source, opts.lua_calls)
+    report["lua"] = bench_lua(spec, source, opts.lua_calls, version)
     print(json.dumps(report, indent=2))
-    out = Path(__file__).resolve().parent / "results" / "submit_overhead.md"
+    out = Path(opts.out or Path(__file__).resolve().parent / "results" / f"submit_overhead-{version.series}.md")
     out.write_text(markdown(report, opts))
     if "sbatch" in report:
         ratio = report["sbatch"]["ratio"]

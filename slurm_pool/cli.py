@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "validate": "slurm_pool.conf_cli:validate",
     "render": "slurm_pool.conf_cli:render",
     "apply": "slurm_pool.conf_cli:apply",
+    "doctor": "slurm_pool.conf_cli:doctor",
     "cluster": "slurm_pool.localcluster.cli:cluster",
     "mig": "slurm_pool.mig.cli:mig",
     "run": "slurm_pool.checkpoint.cli:run",

@@ -92,4 +92,26 @@ def apply_accounting_cmd(spec: str, dry_run: bool, prune: bool) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-__all__ = ["validate", "render", "apply"]
+@click.command()
+@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="The pool spec.")
+def doctor(spec_path: str) -> None:
+    """Compare the running cluster with what SPEC renders; print each problem and its fix.
+
+    Exit status 1 on any problem (or when Slurm cannot be asked), 0 when all is well.
+    """
+    from slurm_pool import doctor as doc
+    from slurm_pool.adapters.runner import CommandError, SubprocessRunner
+
+    s = load_spec(spec_path)
+    try:
+        findings, lines = doc.run(s, SubprocessRunner())
+    except CommandError as exc:
+        click.echo(f"slurm-pool doctor: cannot ask Slurm: {exc}", err=True)
+        raise SystemExit(1) from None
+    for line in lines:
+        click.echo(line)
+    if findings:
+        raise SystemExit(1)
+
+
+__all__ = ["validate", "render", "apply", "doctor"]

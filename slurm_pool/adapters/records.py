@@ -382,3 +382,26 @@ def gpu_type_totals(jobs: Iterable[JobRecord]) -> Counter[str]:
     for j in jobs:
         out.update(j.gpu_types)
     return out
+
+
+# -- configuration -------------------------------------------------------------------
+
+_CONFIG_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[\d+\])?\s*=\s?(.*)$")
+
+
+def parse_config_text(text: str) -> dict[str, str]:
+    """``scontrol show config`` as ``{key: value}``.
+
+    22.05 prints ``Prolog = PATH``; 26.05 numbers list-valued keys (``Prolog[0] = PATH``):
+    the values of a numbered key are joined by commas.
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _CONFIG_LINE.match(line.strip())
+        if not m:
+            continue
+        key, value = m.group(1), m.group(2).strip()
+        if value in ("(null)", "N/A"):
+            value = ""
+        out[key] = f"{out[key]},{value}" if out.get(key) and value else (value or out.get(key, ""))
+    return out

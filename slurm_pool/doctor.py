@@ -1,0 +1,222 @@
+"""``slurm-pool doctor``: a running cluster against what the pool spec renders.
+
+:func:`gather` asks Slurm (through a Runner) what is installed and running;
+:func:`diagnose` is pure and turns that into findings, each with its fix:
+
+* version    -- the commands, slurmctld, every slurmd and the rendered configs
+                (``manifest.json`` beside slurm.conf) agree on one release;
+* spank      -- ``sbatch --help`` loads the SPANK plugin and it was built for
+                this Slurm (a plugin built for another release is refused with
+                "Incompatible Slurm plugin ... version (X)" and ``--checkpoint``
+                is gone);
+* job_submit -- job_submit/lua is loaded when the spec has a policy;
+* gres       -- every node's GRES types and counts as the spec renders them
+                for this release (MIG type names changed in 23.02.6), and no
+                node refused at registration;
+* accounting -- QOS, accounts and users as ``apply accounting`` would make them;
+* hooks      -- Prolog, Epilog and HealthCheckProgram are slurm-pool's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_pool.adapters.gres import gpu_counts
+from slurm_pool.adapters.records import NodeRecord, parse_config_text
+from slurm_pool.adapters.runner import Result, Runner
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.spec.hosts import expand
+from slurm_pool.spec.model import PoolSpec
+from slurm_pool.versions import SlurmVersion, VersionError
+
+CHECKS = ("version", "spank", "job_submit", "gres", "accounting", "hooks")
+_INCOMPATIBLE = re.compile(r"Incompatible Slurm plugin (\S+) version \(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem, and what to do about it."""
+
+    check: str
+    problem: str
+    fix: str
+
+
+@dataclass
+class Facts:
+    """What the cluster says about itself."""
+
+    commands: SlurmVersion
+    controller: SlurmVersion | None
+    config: dict[str, str]
+    nodes: list[NodeRecord]
+    sbatch_help: Result
+    accounting: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
+    rendered_for: str | None = None
+    include_dir: str | None = None
+
+
+def gather(spec: PoolSpec, runner: Runner) -> Facts:
+    """Ask the running cluster; raises CommandError when slurmctld cannot be reached."""
+    from slurm_pool.accounting.apply import diff
+    from slurm_pool.accounting.plan import build_plan
+
+    slurm = SlurmClient(runner)
+    commands = slurm.version()
+    config = parse_config_text(runner.run(["scontrol", "show", "config"]).stdout)
+    try:
+        controller: SlurmVersion | None = SlurmVersion.parse(config.get("SLURM_VERSION", ""), what="slurmctld")
+    except VersionError:
+        controller = None
+    deferred: list[str] = []
+    changes = diff(build_plan(spec), slurm, deferred=deferred)
+    help_res = runner.run(["sbatch", "--help"], check=False)
+    conf = os.environ.get("SLURM_CONF") or config.get("SLURM_CONF", "")
+    rendered_for = None
+    if conf:
+        try:
+            rendered_for = json.loads((Path(conf).parent / "manifest.json").read_text()).get("slurm_version")
+        except (OSError, ValueError, AttributeError):
+            rendered_for = None
+    sinfo = shutil.which("sinfo")
+    include = str(Path(sinfo).resolve().parent.parent / "include") if sinfo else None
+    return Facts(commands, controller, config, slurm.nodes(), help_res,
+                 [c.summary for c in changes], deferred, rendered_for, include)
+
+
+def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
+    """Every finding, in :data:`CHECKS` order (empty: all is well)."""
+    version = facts.controller or facts.commands
+    return [*_versions(facts), *_spank(facts), *_job_submit(spec, facts), *_gres(spec, facts, version),
+            *_accounting(spec, facts), *_hooks(spec, facts)]
+
+
+def _versions(f: Facts) -> list[Finding]:
+    out = []
+    ctld = f.controller
+    if ctld is None:
+        out.append(Finding("version", "scontrol show config does not say which Slurm slurmctld is",
+                           "check that slurmctld answers (scontrol ping)"))
+        return out
+    if f.commands.series != ctld.series:
+        out.append(Finding("version", f"the commands are Slurm {f.commands}, slurmctld is {ctld}",
+                           f"put Slurm {ctld}'s bin directory first on PATH"))
+    for n in f.nodes:
+        if n.version and not n.version.startswith(ctld.series):
+            out.append(Finding("version", f"slurmd on {n.name} is Slurm {n.version}, slurmctld is {ctld}",
+                               f"upgrade slurmd on {n.name} to {ctld.series}"))
+    if f.rendered_for and not f.rendered_for.startswith(ctld.series):
+        out.append(Finding("version", f"the configs beside slurm.conf were rendered for Slurm {f.rendered_for}, "
+                           f"slurmctld is {ctld}",
+                           f"slurm-pool render SPEC -o DIR --slurm-version {ctld}, install them, scontrol reconfigure"))
+    return out
+
+
+def _spank(f: Facts) -> list[Finding]:
+    err, out = f.sbatch_help.stderr, f.sbatch_help.stdout
+    stale = _INCOMPATIBLE.search(err)
+    build = f"make -C spank SLURM_INCLUDE={f.include_dir or 'PREFIX/include'}"
+    if stale:
+        path, built_for = stale.groups()
+        return [Finding("spank", f"the SPANK plugin {path} was built for Slurm {built_for}, not for "
+                        f"{f.controller or f.commands}; sbatch refuses it, so --checkpoint does not exist",
+                        f"rebuild it against this Slurm's headers ({build}) and copy slurm_pool_spank.so to {path}")]
+    if "--checkpoint" not in out:
+        plugstack = f.config.get("PlugStackConfig") or "plugstack.conf"
+        return [Finding("spank", f"sbatch --help offers no --checkpoint: the SPANK plugin is not loaded ({plugstack})",
+                        f"install the rendered plugstack.conf as {plugstack} and the plugin it names ({build})")]
+    return []
+
+
+def _job_submit(spec: PoolSpec, f: Facts) -> list[Finding]:
+    if spec.policy.job_submit and "lua" not in f.config.get("JobSubmitPlugins", "").split(","):
+        return [Finding("job_submit", f"JobSubmitPlugins is {f.config.get('JobSubmitPlugins') or 'empty'}, "
+                        "so the pool's job_submit.lua does not run",
+                        "set JobSubmitPlugins=lua, put the rendered job_submit.lua beside slurm.conf, "
+                        "scontrol reconfigure")]
+    return []
+
+
+def _gres(spec: PoolSpec, f: Facts, version: SlurmVersion) -> list[Finding]:
+    from slurm_pool.render.context import gres_string
+
+    by_name = {n.name: n for n in f.nodes}
+    out = []
+    for group in spec.node_groups:
+        want = Counter(gpu_counts(gres_string(group, version)))
+        for name in expand(group.hosts):
+            node = by_name.get(name)
+            if node is None:
+                out.append(Finding("gres", f"node {name} of group {group.name} is not in Slurm",
+                                   "install the rendered slurm.conf and scontrol reconfigure"))
+                continue
+            have = Counter(gpu_counts(node.gres))
+            if have != want:
+                out.append(Finding(
+                    "gres", f"{name}: Slurm has {_fmt(have)}, the spec renders {_fmt(want)} for Slurm {version.series}",
+                    "render for this release and install gres.conf and slurm.conf, then restart slurmd on the node "
+                    "(or, after a deliberate `mig apply`, write the new layout into gpus.mig of the spec)"))
+            if "INVALID_REG" in node.state or "gres" in node.reason.lower():
+                out.append(Finding("gres", f"{name} was refused at registration: {node.reason or node.state}",
+                                   "make gres.conf match the devices the node has (slurmd -C on the node), "
+                                   "restart its slurmd and scontrol update NodeName=... State=RESUME"))
+    return out
+
+
+def _fmt(counts: Counter[str]) -> str:
+    return ",".join(f"gpu:{t}:{n}" for t, n in sorted(counts.items())) or "no GPUs"
+
+
+def _accounting(spec: PoolSpec, f: Facts) -> list[Finding]:
+    out = []
+    if f.accounting:
+        shown = "; ".join(f.accounting[:6]) + (f" (+{len(f.accounting) - 6} more)" if len(f.accounting) > 6 else "")
+        out.append(Finding("accounting", f"accounting differs from the spec: {shown}",
+                           "slurm-pool apply accounting SPEC (--dry-run first to see the diff)"))
+    if f.deferred:
+        out.append(Finding("accounting", "limits wait for TRES slurmdbd does not know: " + "; ".join(f.deferred[:6]),
+                           "list them in AccountingStorageTRES (the rendered slurm.conf does), restart slurmctld, "
+                           "then slurm-pool apply accounting SPEC"))
+    return out
+
+
+def _hooks(spec: PoolSpec, f: Facts) -> list[Finding]:
+    wanted = [("Prolog", "slurm-pool-prolog", spec.health.prolog), ("Epilog", "slurm-pool-epilog", spec.health.epilog),
+              ("HealthCheckProgram", "slurm-pool-healthcheck", bool(spec.health.health_check_interval))]
+    out = []
+    for key, program, on in wanted:
+        value = f.config.get(key, "")
+        if on and program not in value:
+            out.append(Finding("hooks", f"{key} is {value or 'not set'}, not slurm-pool's {program}",
+                               f"set {key}= to the rendered {program} on every node, scontrol reconfigure"))
+    if spec.health.prolog and "Alloc" not in f.config.get("PrologFlags", ""):
+        out.append(Finding("hooks", "PrologFlags lacks Alloc: the prolog would run only at the first job step",
+                           "set PrologFlags=Alloc, scontrol reconfigure"))
+    return out
+
+
+def report(findings: list[Finding], facts: Facts) -> list[str]:
+    """Human-readable lines: one per check, then each finding with its fix."""
+    lines = [f"slurm-pool doctor: Slurm {facts.controller or facts.commands}, {len(facts.nodes)} node(s)"]
+    bad = {x.check for x in findings}
+    for check in CHECKS:
+        lines.append(f"  {'FAIL' if check in bad else 'ok  '}  {check}")
+        for x in (x for x in findings if x.check == check):
+            lines.append(f"        problem: {x.problem}")
+            lines.append(f"        fix:     {x.fix}")
+    lines.append(f"{len(findings)} problem(s)" if findings else "no problems found")
+    return lines
+
+
+def run(spec: PoolSpec, runner: Runner) -> tuple[list[Finding], list[str]]:
+    """Gather, diagnose and report; CommandError when Slurm cannot be asked."""
+    facts = gather(spec, runner)
+    findings = diagnose(spec, facts)
+    return findings, report(findings, facts)
