@@ -13,8 +13,9 @@ deps:
 k8s-build: deps
 	$(PY) -m slurm_pool.testing.k8s build
 
-demo: deps
-	bash scripts/demo.sh
+# make demo SLURM=26.05: the same demo on Slurm 26.05, built from ../shared/slurm.
+demo: deps $(if $(SLURM),slurm-build)
+	SLURM=$(SLURM) bash scripts/demo.sh
 
 slurm-build: deps
 	$(PY) -m slurm_pool.localcluster.slurmbuild build

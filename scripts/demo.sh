@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 REPO=$(pwd)
 SP="$REPO/.venv/bin/slurm-pool"
 PY="$REPO/.venv/bin/python"
-STATE=${SLURM_POOL_STATE_DIR:-/var/tmp/slurm-pool/demo}
+# SLURM=26.05 (make demo SLURM=26.05) runs it on that cached build instead of Debian's Slurm.
+SLURM=${SLURM:-}
+STATE=${SLURM_POOL_STATE_DIR:-/var/tmp/slurm-pool/demo${SLURM:+-$SLURM}}
 export SLURM_POOL_STATE_DIR=$STATE
 
 say() { printf '\n\033[1;34m== %s\033[0m\n' "$*"; }
@@ -28,7 +30,7 @@ wait_state() {  # job, wanted state, timeout
 }
 
 say "1. Bring up the pool: munge, MariaDB, slurmdbd, slurmctld and one slurmd per node"
-run "$SP" cluster up --spec examples/pool.yaml --state-dir "$STATE"
+run "$SP" cluster up --spec examples/pool.yaml --state-dir "$STATE" ${SLURM:+--slurm "$SLURM"}
 eval "$("$SP" cluster env --state-dir "$STATE")"
 run "$SP" cluster status --state-dir "$STATE"
 

@@ -175,3 +175,18 @@ def test_pdb_blocked_eviction_is_reported_and_retried_not_forced(bridge):
     assert not bridge.placeholders() and not bridge.lent("a-gpu1") and bridge.fenced("a-gpu1")
     assert "a-gpu1" not in bridge.running_on().values()
     assert "slurm-pool/reclaim-since" not in (bridge.node("a-gpu1").metadata.annotations or {})
+
+
+def test_a_dry_run_sees_every_node(bridge, monkeypatch):
+    """`rebalance --dry-run` plans for every Slurm node of the lend partition (issue 9: on 23.02+ the
+    node records come from scontrol show nodes --json; reading sinfo --json there found none)."""
+    from slurm_pool.bridge.cli import rebalance
+
+    for key, value in bridge.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(rebalance, ["--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
+                                            "--now", "2026-01-07T02:00", "--dry-run", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert sorted(n["node"] for n in out["nodes"]) == sorted(NODES), out["nodes"]
+    assert bridge.placeholders() == [], "a dry run submits nothing"

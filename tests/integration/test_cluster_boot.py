@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from slurm_pool.render.context import gres_string
 from slurm_pool.spec.hosts import expand
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slurm
 
@@ -89,3 +95,34 @@ def test_accounting_second_apply_changes_nothing(slurm_cluster):
     assert changes == []
     assert lines == ["accounting: no changes"]
     assert spy.calls and all(c[:1] == ["sacctmgr"] and "show" in c for c in spy.calls)
+
+
+def _cli(slurm_cluster, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **slurm_cluster.env, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "slurm_pool", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cluster_status_shows_every_node(slurm_cluster):
+    res = _cli(slurm_cluster, "cluster", "status", "--state-dir", str(slurm_cluster.cluster.layout.root))
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split() == ["NODE", "STATE", "GRES"]) + 1
+    table = [line.split() for line in lines[start:start + len(slurm_cluster.cluster.nodes()) + 1] if line.strip()
+             and not line.startswith("PARTITION")]
+    assert {row[0] for row in table} == set(slurm_cluster.cluster.nodes()), res.stdout
+    for group in slurm_cluster.spec.node_groups:
+        for name in expand(group.hosts):
+            row = next(r for r in table if r[0] == name)
+            assert _gres_counts(row[2]) == _gres_counts(gres_string(group, slurm_cluster.version)), row
+
+
+def test_exporter_reports_every_gpu_by_state(slurm_cluster):
+    res = _cli(slurm_cluster, "exporter", "--once")
+    assert res.returncode == 0, res.stderr
+    assert "slurm_pool_up 1.0" in res.stdout, res.stdout[-2000:]
+    for group in slurm_cluster.spec.node_groups:
+        for name in expand(group.hosts):
+            for gtype, count in _gres_counts(gres_string(group, slurm_cluster.version)).items():
+                line = f'slurm_pool_gpus{{node="{name}",state="idle",type="{gtype}"}} {float(count)}'
+                assert line in res.stdout, line
