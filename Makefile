@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 # The newer end of the Slurm releases the tests run on, built from ../shared/slurm.
 SLURM_NEW ?= 26.05
 
-.PHONY: deps demo test test-unit bench k8s-build slurm-build clean
+.PHONY: deps demo test test-unit lint bench k8s-build slurm-build clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -25,6 +25,9 @@ slurm-build: deps
 test: deps k8s-build slurm-build
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	SLURM_POOL_TEST_SLURM=$(SLURM_NEW) $(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
+
+lint: deps
+	$(PY) -m ruff check slurm_pool tests bench
 
 test-unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -9,7 +9,6 @@ tests use the recording fake and integration tests the real daemons.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol, Sequence
 
 from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError, node_command, parse_jobs, parse_nodes

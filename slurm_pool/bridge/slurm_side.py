@@ -24,8 +24,8 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.records import JobRecord, NodeRecord
+from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.bridge.model import LEND_COMMENT, PLACEHOLDER_NAME
 from slurm_pool.spec.bridge import Bridge

@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_pool.adapters.runner import Runner, SubprocessRunner
+from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
+from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.localcluster.procs import ProcTable, wait_for
 from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
 from slurm_pool.render import Site, SlurmVersion, render_all
@@ -121,6 +122,7 @@ class LocalCluster:
         ckpt = self.spec.checkpoint.model_copy(update={"base_dir": str(self.layout.root / "checkpoints")})
         self.spec = self.spec.model_copy(update={"checkpoint": ckpt})
         self.runner = runner or SubprocessRunner(env=self.layout.env())
+        self.slurm = SlurmClient(self.runner)
         self.procs = ProcTable(self.layout.run)
 
     # -- configuration -------------------------------------------------
@@ -206,9 +208,7 @@ class LocalCluster:
         ``scontrol update Gres=`` changes them.  Jobs and queue survive the
         restart (state is saved).
         """
-        from slurm_pool.adapters.slurm import SlurmClient
-
-        slurm = SlurmClient(self.runner)
+        slurm = self.slurm
         before = slurm.node(node)
         self.procs.stop(f"slurmd-{node}")
         self.procs.stop("slurmctld")
@@ -230,9 +230,16 @@ class LocalCluster:
         return True
 
     def _node_up(self, node: str) -> bool:
-        res = self.runner.run(["sinfo", "-h", "-n", node, "-o", "%t"], check=False)
-        states = res.stdout.split()
-        return res.ok and bool(states) and all(s.rstrip("*") not in ("down", "unk", "inval") for s in states)
+        return self._registered().get(node, False)
+
+    def _registered(self) -> dict[str, bool]:
+        """Node -> whether its slurmd has registered (any state but down, unknown or refused)."""
+        try:
+            nodes = self.slurm.nodes()
+        except CommandError:
+            return {}
+        return {n.name: n.state.base not in ("DOWN", "UNKNOWN", "FUTURE", "")
+                and not n.state.any(("NOT_RESPONDING", "INVALID_REG")) for n in nodes}
 
     def write_configs(self) -> None:
         """Render the spec (and the GPUs' current MIG state) for this machine into ``etc/``."""
@@ -331,9 +338,7 @@ class LocalCluster:
         self._start_slurmdbd()
         self._ensure_users()
         from slurm_pool.accounting.apply import apply_accounting, known_tres
-        from slurm_pool.adapters.slurm import SlurmClient
-
-        slurm = SlurmClient(self.runner)
+        slurm = self.slurm
         # QOS first: Slurm 25.11+ slurmctld refuses partitions whose AllowQOS
         # slurmdbd lacks.  Limits on GRES TRES wait for the second pass, once
         # slurmctld has registered those TRES (see accounting.apply).
@@ -424,11 +429,8 @@ class LocalCluster:
         wait_for(lambda: self.runner.run(["scontrol", "ping"], check=False).stdout.find("UP") >= 0, 60, "slurmctld")
 
     def _nodes_ready(self) -> bool:
-        res = self.runner.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
-        if not res.ok:
-            return False
-        states = dict(line.split() for line in res.stdout.splitlines() if line.strip())
-        return all(states.get(n, "").rstrip("*") in ("idle", "mix", "alloc", "drain", "drng") for n in self.nodes())
+        up = self._registered()
+        return all(up.get(n, False) for n in self.nodes())
 
     def _ensure_users(self) -> None:
         """Create the spec's users as local accounts (local cluster only)."""
@@ -442,7 +444,7 @@ class LocalCluster:
                     res = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user],
                                          capture_output=True, text=True)
                     if res.returncode not in (0, 9):
-                        raise ClusterError(f"useradd {user} failed: {res.stderr.strip()}")
+                        raise ClusterError(f"useradd {user} failed: {res.stderr.strip()}") from None
 
 
 def saved_record(root: Path) -> dict:

@@ -13,19 +13,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
+from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.localcluster.cluster import LocalCluster, saved_record
 from slurm_pool.mig.apply import NodeStatus
 from slurm_pool.mig.emit import MigDevice
 from slurm_pool.mig.placement import Layout, find_placement
-from slurm_pool.localcluster.cluster import LocalCluster, saved_record
 
 
 def _counts(gres: str) -> Counter[str]:
-    out: Counter[str] = Counter()
-    for part in filter(None, gres.split(",")):
-        _, typ, n = part.split(":")
-        out[typ] += int(n)
-    return out
+    return Counter(gpu_counts(gres))
 
 
 class EmulatedMigBackend:

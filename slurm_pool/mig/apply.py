@@ -21,11 +21,18 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
 from slurm_pool.adapters.runner import Runner
-from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion
-from slurm_pool.mig.emit import MigDevice, gres_conf_autodetect, gres_conf_explicit, nvidia_smi_commands, parse_mig_minors, slurm_gres
+from slurm_pool.mig.emit import (
+    MigDevice,
+    gres_conf_autodetect,
+    gres_conf_explicit,
+    nvidia_smi_commands,
+    parse_mig_minors,
+    slurm_gres,
+)
 from slurm_pool.mig.placement import Layout, canonical
 from slurm_pool.mig.planner import Plan
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion
 
 REASON = "slurm-pool: mig reconfigure"
 

@@ -25,10 +25,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from slurm_pool.versions import SlurmVersion
 from slurm_pool.mig.catalogue import GPU_MODELS, mig_device_type, mig_gres_type
 from slurm_pool.mig.placement import Layout, find_placement
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.versions import SlurmVersion
 
 GIS_PER_GPU = 15
 CIS_PER_GI = 8

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from slurm_pool.versions import DEFAULT_VERSION
 from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type, mig_type_by_memory
 from slurm_pool.mig.emit import MigDevice
 from slurm_pool.mig.placement import Layout, canonical
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.versions import DEFAULT_VERSION
 
 
 class MigDeviceSnapshot(Protocol):

@@ -68,7 +68,8 @@ def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: 
     from slurm_pool.adapters.runner import CommandError
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.adapters.slurmjson import number
-    from slurm_pool.node import config, prune as pr
+    from slurm_pool.node import config
+    from slurm_pool.node import prune as pr
 
     try:
         base = base or config.load(config_path, trusted=True, env=dict(os.environ)).get("checkpoint_base_dir")

@@ -187,7 +187,7 @@ def load(path: str | None = None, *, trusted: bool = True, env: dict[str, str] |
 def render(spec: object, *, state_dir: str | None = None, gpus: str | None = None,
            scontrol: str | None = None, extra: dict[str, str] | None = None) -> str:
     """node.conf text for a pool spec (duck-typed: ``spec.checkpoint``, ``spec.scheduler``)."""
-    ck = getattr(spec, "checkpoint")
+    ck = spec.checkpoint
     sched = getattr(spec, "scheduler", None)
     signal = str(ck.signal).upper().removeprefix("SIG")
     values = {

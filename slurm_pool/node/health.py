@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
+from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.slurmjson import REASON_PREFIX
+
 REASON_MAX = 240
 MAX_STICKY_XIDS = 16
 
@@ -195,22 +197,4 @@ def affects_job(f: Failure, job_gpus: set[int], snap: dict[str, Any]) -> bool:
 
 def gres_gpu_count(gres: str | None) -> int:
     """GPU units in a node's ``Gres=`` string (``gpu:h100:8(S:0-1),gpu:a100_1g.5gb:2`` -> 10)."""
-    total = 0
-    for item in (gres or "").split(","):
-        item = item.split("(", 1)[0].strip()
-        if not item.startswith("gpu"):
-            continue
-        fields = item.split(":")
-        if fields[0] != "gpu":
-            continue
-        if len(fields) == 1:
-            total += 1
-            continue
-        last = fields[-1]
-        if last.isdigit():
-            total += int(last)
-        elif last[:-1].isdigit() and last[-1] in "kKmMgG":
-            total += int(last[:-1]) * {"k": 1024, "m": 1024**2, "g": 1024**3}[last[-1].lower()]
-        else:
-            total += 1
-    return total
+    return sum(gpu_counts(gres).values())

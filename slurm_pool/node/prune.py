@@ -24,7 +24,8 @@ import stat
 from dataclasses import dataclass
 from typing import Iterable
 
-from slurm_pool.node.jobdir import DIR_FLAGS as _DIR, NAME_RE
+from slurm_pool.node.jobdir import DIR_FLAGS as _DIR
+from slurm_pool.node.jobdir import NAME_RE
 
 #: Directories looked at below a job directory to date it (a bound on a user-built tree).
 MAX_ENTRIES = 100_000

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 import jinja2
 
 from slurm_pool.policy.tables import PolicyTables, build_tables
-from slurm_pool.versions import SlurmVersion
 from slurm_pool.spec.model import PoolSpec
+from slurm_pool.versions import SlurmVersion
 
 TEMPLATE = "job_submit.lua.j2"
 

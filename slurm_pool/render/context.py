@@ -12,9 +12,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 from slurm_pool.mig import catalogue
 from slurm_pool.render.site import Site
-from slurm_pool.versions import SlurmVersion
 from slurm_pool.spec.hosts import expand, fold
 from slurm_pool.spec.model import NodeGroup, PoolSpec
+from slurm_pool.versions import SlurmVersion
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from slurm_pool.sim.engine import Result, simulate as replay, standard_policies
+from slurm_pool.sim.engine import Result, standard_policies
+from slurm_pool.sim.engine import simulate as replay
 
 
 def summary(r: Result, base: Result) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from typing import Any, Iterator
 
 import pytest
 
-
 #: Inside the default off-peak window (19:00-07:00) and outside it, in UTC.
 NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)
 NOON = datetime(2026, 1, 7, 12, 0, tzinfo=timezone.utc)

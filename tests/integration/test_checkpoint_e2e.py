@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from slurm_pool.localcluster.procs import wait_for
+
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,7 +156,7 @@ def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
     rng = random.Random(5)
     for round_ in range(PREEMPTIONS):
         cluster.wait_state(victim, ["RUNNING"], timeout=120)
-        wait_for(lambda: _count(log, "start") >= round_ + 1, 60, f"run {round_} to start")
+        wait_for(lambda n=round_: _count(log, "start") >= n + 1, 60, f"run {round_} to start")
         time.sleep(rng.uniform(3.0, 3.0 + EVERY * STEP_TIME))  # land between two periodic checkpoints
         owner = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", NODE, f"--gres=gpu:{units}",
                                "-o", "/dev/null", user="alice", script="#!/bin/bash\nsleep 2\n")

@@ -68,7 +68,7 @@ def test_a_plugin_built_for_another_slurm_is_caught(cluster, tmp_path):
     res = doctor(cluster, EXAMPLE, SLURM_CONF=str(etc / "slurm.conf"))
     assert res.returncode == 1, res.stdout + res.stderr
     assert "FAIL  spank" in res.stdout and "was built for Slurm" in res.stdout, res.stdout
-    assert f"make -C spank SLURM_INCLUDE=" in res.stdout
+    assert "make -C spank SLURM_INCLUDE=" in res.stdout
     assert "ok    gres" in res.stdout and "ok    accounting" in res.stdout, res.stdout
 
 

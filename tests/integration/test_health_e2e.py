@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from slurm_pool.localcluster.procs import wait_for
+
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,12 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import lupa  # noqa: F401,E402  (required: the policy runs in its Lua runtimes)
 import pytest
 
-import lupa  # noqa: F401,E402  (required: the policy runs in its Lua runtimes)
-
-from slurm_pool.policy.harness import (  # noqa: E402
-    INFINITE, NO_VAL, NO_VAL16, LUA_VERSIONS, LuaPolicy, random_job, unset_job)
+from slurm_pool.policy.harness import INFINITE, LUA_VERSIONS, NO_VAL, NO_VAL16, LuaPolicy, random_job, unset_job  # noqa: E402
 from slurm_pool.policy.lua import lua_string, render_job_submit  # noqa: E402
 from slurm_pool.policy.tables import build_tables  # noqa: E402
 from slurm_pool.spec import load_spec, load_spec_text  # noqa: E402

@@ -24,7 +24,6 @@ from slurm_pool.mig.planner import (
 )
 from slurm_pool.mig.profiles import GEOMETRIES
 
-
 # ------------------------------------------------------------ exhaustive oracle
 
 

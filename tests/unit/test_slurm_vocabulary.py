@@ -9,7 +9,6 @@ scavenger job preempted by its owner and requeued (job 5).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
