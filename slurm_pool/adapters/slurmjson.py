@@ -1,14 +1,15 @@
 """Small, stdlib-only helpers for the shapes of Slurm's JSON output.
 
-Used by the Slurm adapter and by the node hooks and job wrapper, which must
-import little.  Slurm writes states as a list (``["IDLE", "DRAIN"]``) or a
+The base of the vocabulary layer (:mod:`slurm_pool.adapters.records`,
+:mod:`slurm_pool.adapters.gres`), which the node hooks and job wrapper use
+too: they must import little.  Slurm writes states as a list (``["IDLE", "DRAIN"]``) or a
 ``+``-joined string, and numbers as plain values or, from 23.02 on, as
 ``{"set": bool, "infinite": bool, "number": n}``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 #: Slurm's NO_VAL-style sentinels: anything this large means "unset/infinite".
 INFINITE = 0xFFFFFFFE
@@ -35,11 +36,6 @@ def parse_duration(v: str) -> float | None:
     while len(nums) < 3:
         nums.insert(0, 0)
     return float((int(days or 0) * 24 + nums[0]) * 3600 + nums[1] * 60 + nums[2])
-
-
-def is_drained(flags: Iterable[str]) -> bool:
-    """Whether node state words include a drain (DRAIN, DRAINED or DRAINING)."""
-    return any(f.startswith("DRAIN") for f in flags)
 
 
 def number(value: Any) -> int | None:

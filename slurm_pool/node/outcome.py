@@ -48,7 +48,7 @@ def _this_run(w: dict[str, Any], info: JobRecord | None, run_start: float | None
     if run_start is not None:  # the prolog noted when this run began on this node
         t = _num(w.get("time"))
         return t is not None and t >= run_start - 5
-    if info is None or info.restart_count is None:
+    if info is None:
         return True
     # a requeue may already have counted the next run by the time the epilog asks
     return w.get("restart_count") in (info.restart_count, info.restart_count - 1)
@@ -84,11 +84,10 @@ def build(*, job_id: str, user: str, node: str, now: float, info: JobRecord | No
     age = None
     if event is not None and ck_time is not None:
         age = round(max(0.0, event - ck_time), 3)
-    restart = info.restart_count if info is not None and info.restart_count is not None else (
-        _int(w.get("restart_count")) if w else None)
+    restart = info.restart_count if info is not None else (_int(w.get("restart_count")) if w else None)
     return {
         "v": 1, "time": round(now, 3), "node": node, "job_id": job_id, "user": user,
-        "restart_count": restart, "state": sorted(info.state) if info is not None else None,
+        "restart_count": restart, "state": list(info.state) if info is not None else None,
         "run_start": run_start, "reason": reason, "preempted": preempted, "event_time": event,
         "checkpointed": checkpointed, "checkpoint_step": step, "checkpoint_time": ck_time,
         "checkpoint_age_s": age,
