@@ -41,6 +41,9 @@ ON_NODE = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "SIGNA
 WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 #: Node state words of a node drained on purpose.
 DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
+#: Lines of ``scontrol show job`` whose value a user chooses.
+_USER_TEXT_KEYS = frozenset({"Comment", "Command", "WorkDir", "StdErr", "StdIn", "StdOut", "AdminComment",
+                             "SystemComment", "Features", "Reservation", "MailUser", "Licenses"})
 _REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")
 
 
@@ -270,7 +273,7 @@ def _time(v: Any) -> float | None:
 
 def _nodes(v: Any) -> str:
     if isinstance(v, dict):  # 23.02+ sacct/scontrol sometimes nest {"list": ...}
-        v = v.get("list") or ""
+        v = _obj(v).get("list") or ""
     if isinstance(v, list):
         return ",".join(str(x) for x in v)
     return _text(v)
@@ -280,6 +283,10 @@ def _comment(v: Any) -> str:
     if isinstance(v, dict):  # sacct: {"job": ..., "administrator": ..., "system": ...}
         v = v.get("job")
     return "" if v is None else str(v)
+
+
+def _obj(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _gpus_in(value: Any) -> tuple[int, Counter[str]]:
@@ -294,20 +301,22 @@ def _gpus_in(value: Any) -> tuple[int, Counter[str]]:
 def job_record(j: Mapping[str, Any]) -> JobRecord:
     """One job of ``squeue --json``, ``scontrol show job --json`` or ``sacct --json``."""
     st = j.get("job_state")
+    sacct_state = _obj(j.get("state"))  # sacct: {current, reason}
     if st is None:
-        st = (j.get("state") or {}).get("current") if isinstance(j.get("state"), dict) else j.get("state")
-    times = j.get("time") if isinstance(j.get("time"), dict) else {}  # sacct nests them
+        st = sacct_state.get("current") if sacct_state else j.get("state")
+    times = _obj(j.get("time"))  # sacct nests them
     limit = number(j.get("time_limit")) if "time_limit" in j else number(times.get("limit"))
-    tres = j.get("tres") if isinstance(j.get("tres"), dict) else {}  # sacct nests TRES
-    gpus, typed = 0, Counter()
+    tres = _obj(j.get("tres"))  # sacct nests TRES
+    gpus: int = 0
+    typed: Counter[str] = Counter()
     for value in (tres.get("allocated"), j.get("tres_alloc_str"), tres.get("requested"), j.get("tres_req_str")):
         gpus, typed = _gpus_in(value)
         if gpus:
             break
     req = j.get("requeue")
     reason = j.get("state_reason")
-    if reason is None and isinstance(j.get("state"), dict):
-        reason = j["state"].get("reason")
+    if reason is None:
+        reason = sacct_state.get("reason")
     return JobRecord(
         job_id=number(j.get("job_id")) or 0,
         name=_text(j.get("name")),
@@ -351,12 +360,21 @@ def _parse_stamp(v: str) -> float | None:
 
 
 def parse_job_text(text: str, job_id: int | str) -> JobRecord | None:
-    """One job from plain ``scontrol show job`` output (no comment: it may hold spaces)."""
+    """One job from plain ``scontrol show job`` output (no comment: it may hold spaces).
+
+    Values a user chooses (job name, comment, command, paths) can hold ``KEY=value``
+    text: the first line gives only ``JobId``, and lines of those keys are skipped, so
+    a job named ``x JobState=PREEMPTED Restarts=7`` cannot forge its record.
+    """
     fields: dict[str, str] = {}
-    for tok in text.split():
-        k, sep, v = tok.partition("=")
-        if sep and k not in fields:
-            fields[k] = v
+    for i, line in enumerate(text.splitlines()):
+        tokens = line.split()
+        if not tokens or tokens[0].partition("=")[0] in _USER_TEXT_KEYS:
+            continue
+        for tok in tokens[:1] if i == 0 else tokens:
+            k, sep, v = tok.partition("=")
+            if sep and k not in fields:
+                fields[k] = v
     if fields.get("JobId") != str(job_id):
         return None
     restarts = fields.get("Restarts", "")

@@ -148,9 +148,9 @@ class SlurmBuild:
         started = time.monotonic()
         print(f"building Slurm {self.version} into {self.prefix}", file=log, flush=True)
         with tempfile.TemporaryDirectory(prefix="slurm-build-", dir=self.prefix.parent) as work:
-            done = subprocess.run(["tar", "-xf", str(self.tarball), "-C", work], capture_output=True, text=True)
-            if done.returncode != 0:
-                raise BuildError(f"{self.tarball}: tar failed: {done.stderr.strip()[-300:]}")
+            untar = subprocess.run(["tar", "-xf", str(self.tarball), "-C", work], capture_output=True, text=True)
+            if untar.returncode != 0:
+                raise BuildError(f"{self.tarball}: tar failed: {untar.stderr.strip()[-300:]}")
             tops = [p for p in Path(work).iterdir() if p.is_dir()]
             if len(tops) != 1 or not (tops[0] / "configure").is_file():
                 raise BuildError(f"{self.tarball}: expected one top directory with a configure script")

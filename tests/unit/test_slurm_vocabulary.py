@@ -275,6 +275,14 @@ def test_job_text_fallback():
     assert parse_job_text(text, 8) is None
 
 
+def test_a_job_name_cannot_forge_its_text_record():
+    text = ("JobId=7 JobName=x JobState=PREEMPTED Restarts=7 Requeue=0\n"
+            "   UserId=alice(1001) GroupId=alice(1001)\n   JobState=RUNNING Reason=None\n   Requeue=1 Restarts=0\n"
+            "   Comment=y JobState=PREEMPTED\n   Command=/bin/x Restarts=9\n")
+    rec = parse_job_text(text, 7)
+    assert rec is not None and rec.state.base == "RUNNING" and rec.restart_count == 0 and rec.requeue is True
+
+
 @pytest.mark.parametrize("doc", ['{"jobs": [{"job_id": {"set": true, "number": 9}, "comment": {"job": "c"}}]}',
                                  '{"jobs": [{"job_id": 9, "comment": "c"}]}'])
 def test_job_numbers_and_comments_of_either_shape(doc):
