@@ -12,15 +12,14 @@ lists of ``{type, name, count}``.  Recorded examples: ``tests/data/slurm/``.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from slurm_pool.adapters.slurmjson import number
 
 
-@dataclass(frozen=True)
-class GresItem:
-    """One ``name[:type]:count[(...)]`` entry of a GRES string."""
+class GresItem(NamedTuple):
+    """One ``name[:type]:count[(...)]`` entry of a GRES string (a NamedTuple: the node
+    hooks import this module, and a dataclass would pull in ``inspect``)."""
 
     name: str
     type: str
