@@ -23,7 +23,7 @@ slurm-build: deps
 # Everything on Debian's Slurm 22.05, then every test that needs Slurm daemons
 # again on $(SLURM_NEW), built from source.
 test: deps k8s-build slurm-build
-	@echo "== every test, daemons on $$(sinfo --version)"
+	@echo "== every test, daemons on $$(slurmctld -V)"
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	@echo "== the daemon tests again, on Slurm $(SLURM_NEW) from $$($(PY) -m slurm_pool.localcluster.slurmbuild prefix $(SLURM_NEW))"
 	SLURM_POOL_TEST_SLURM=$(SLURM_NEW) $(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
