@@ -95,7 +95,7 @@ def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
     """Every finding, in :data:`CHECKS` order (empty: all is well)."""
     version = facts.controller or facts.commands
     return [*_versions(facts), *_spank(facts), *_job_submit(spec, facts), *_gres(spec, facts, version),
-            *_accounting(spec, facts), *_hooks(spec, facts)]
+            *_accounting(facts), *_hooks(spec, facts)]
 
 
 def _versions(f: Facts) -> list[Finding]:
@@ -174,7 +174,7 @@ def _fmt(counts: Counter[str]) -> str:
     return ",".join(f"gpu:{t}:{n}" for t, n in sorted(counts.items())) or "no GPUs"
 
 
-def _accounting(spec: PoolSpec, f: Facts) -> list[Finding]:
+def _accounting(f: Facts) -> list[Finding]:
     out = []
     if f.accounting:
         shown = "; ".join(f.accounting[:6]) + (f" (+{len(f.accounting) - 6} more)" if len(f.accounting) > 6 else "")

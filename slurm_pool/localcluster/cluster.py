@@ -208,8 +208,7 @@ class LocalCluster:
         ``scontrol update Gres=`` changes them.  Jobs and queue survive the
         restart (state is saved).
         """
-        slurm = self.slurm
-        before = slurm.node(node)
+        before = self.slurm.node(node)
         self.procs.stop(f"slurmd-{node}")
         self.procs.stop("slurmctld")
         self._start_slurmctld()
@@ -218,14 +217,14 @@ class LocalCluster:
         # A node whose configuration changed may lose its saved drain once its
         # slurmd registers: keep it drained until the caller resumes it.
         if before.drained:
-            wait_for(lambda: self._redrained(slurm, node, before.reason), timeout, f"{node} to stay drained")
+            wait_for(lambda: self._redrained(node, before.reason), timeout, f"{node} to stay drained")
 
-    def _redrained(self, slurm, node: str, reason: str) -> bool:
-        n = slurm.node(node)
+    def _redrained(self, node: str, reason: str) -> bool:
+        n = self.slurm.node(node)
         if "NOT_RESPONDING" in n.state or "UNKNOWN" in n.state:
             return False
         if not n.drained:
-            slurm.drain(node, reason)
+            self.slurm.drain(node, reason)
             return False
         return True
 
@@ -338,15 +337,15 @@ class LocalCluster:
         self._start_slurmdbd()
         self._ensure_users()
         from slurm_pool.accounting.apply import apply_accounting, known_tres
-        slurm = self.slurm
+
         # QOS first: Slurm 25.11+ slurmctld refuses partitions whose AllowQOS
         # slurmdbd lacks.  Limits on GRES TRES wait for the second pass, once
         # slurmctld has registered those TRES (see accounting.apply).
-        apply_accounting(self.spec, slurm, prune=False, dry_run=False, echo=lambda _m: None)
+        apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
         self._start_slurmctld()
-        wait_for(lambda: "gres/gpu" in known_tres(slurm) or not self._gres_tres_wanted(), 60,
+        wait_for(lambda: not self._gres_tres_wanted() or "gres/gpu" in known_tres(self.slurm), 60,
                  "slurmctld to register the gres/gpu TRES with slurmdbd")
-        apply_accounting(self.spec, slurm, prune=False, dry_run=False, echo=lambda _m: None)
+        apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
         for node in self.nodes():
             self._start("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", str(L.slurm_conf)])
         wait_for(self._nodes_ready, timeout, "every node to register with slurmctld")
