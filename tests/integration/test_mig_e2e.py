@@ -24,7 +24,20 @@ def _cli(cluster, *args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_plan_apply_run_on_new_mig_type(cluster, tmp_path):
+@pytest.fixture
+def restore_layouts(cluster):
+    """Give the next tests the session cluster as the spec has it: the spec's MIG layouts again."""
+    yield
+    c = cluster.cluster
+    for node in list(c.device_layouts()):
+        (c.layout.root / "dev" / node / "mig.json").unlink()
+        c.write_configs()
+        c.restart_slurmd(node)
+    want = {n: cluster.slurm.node(n).gres for n in c.nodes()}
+    assert "1g.5gb:7" not in want["c-gpu1"], want
+
+
+def test_plan_apply_run_on_new_mig_type(cluster, tmp_path, restore_layouts):
     tmp_path.chmod(0o777)
     for parent in list(tmp_path.parents)[:3]:
         parent.chmod(parent.stat().st_mode | 0o011)
