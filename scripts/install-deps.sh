@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   slurm-wlm slurmctld slurmd slurmdbd slurm-client slurm-wlm-basic-plugins slurm-wlm-mysql-plugin
-  libslurm-dev munge mariadb-server mariadb-client lua5.1 prometheus
+  libslurm-dev munge mariadb-server mariadb-client lua5.1 lua-check prometheus
   python3 python3-venv python3-dev gcc make valgrind openssl procps iproute2 passwd
   # to build Slurm 26.05 from ../shared/slurm (slurm_pool.localcluster.slurmbuild.BUILD_PACKAGES)
   build-essential pkg-config libmunge-dev libmariadb-dev libjson-c-dev libyaml-dev liblua5.1-0-dev
@@ -44,7 +44,7 @@ VENV_PY=/usr/bin/python3
 if [ ! -x .venv/bin/python ]; then
   "$VENV_PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest, ruff" 2>/dev/null; then
+if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest, ruff, mypy, rich, matplotlib, pre_commit" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e ".[test,k8s]"
 fi

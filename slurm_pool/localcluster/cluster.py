@@ -26,7 +26,7 @@ from slurm_pool.localcluster.procs import ProcTable, wait_for
 from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
 from slurm_pool.render import Site, SlurmVersion, render_all
 from slurm_pool.render.context import build_context
-from slurm_pool.render.render import _template, default_templates_dir, jinja_environment
+from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec import PoolSpec, load_spec
 from slurm_pool.spec.hosts import expand
 
@@ -247,7 +247,7 @@ class LocalCluster:
         layouts = self.device_layouts()
         files = render_all(self.spec, site, version, node_layouts=layouts)
         ctx = build_context(self.spec, site, version, layouts)
-        files["slurmdbd.conf"] = _template(jinja_environment(default_templates_dir()), "slurmdbd.conf.j2", ctx)
+        files["slurmdbd.conf"] = render_template(jinja_environment(default_templates_dir()), "slurmdbd.conf.j2", ctx)
         L.etc.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             _write(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)

@@ -103,7 +103,7 @@ def _context(t: PolicyTables, enabled: bool) -> dict[str, Any]:
 
 
 def _environment(templates_dir: Path) -> jinja2.Environment:
-    from slurm_pool.render.render import jinja_environment
+    from slurm_pool.render.templates import jinja_environment
 
     env = jinja_environment(templates_dir)
     env.filters["lua"] = lua_value
@@ -113,7 +113,7 @@ def _environment(templates_dir: Path) -> jinja2.Environment:
 
 def render_job_submit(spec: PoolSpec, version: SlurmVersion, templates_dir: str | Path | None = None) -> str:
     """The text of job_submit.lua for ``spec`` on Slurm ``version`` (pure; same input, same bytes)."""
-    from slurm_pool.render.render import default_templates_dir
+    from slurm_pool.render.templates import default_templates_dir
 
     tdir = Path(templates_dir) if templates_dir is not None else default_templates_dir()
     template = _environment(tdir).get_template(TEMPLATE)
