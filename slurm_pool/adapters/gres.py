@@ -23,7 +23,7 @@ class GresItem(NamedTuple):
 
     name: str
     type: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose: the GRES field name
     indexes: tuple[int, ...] | None = None
 
 

@@ -287,7 +287,9 @@ class PynvmlLib:
 
     def __init__(self, module: Any = None):
         if module is None:
-            import pynvml as module  # noqa: PLC0415 (imported only where NVML is used)
+            import pynvml  # noqa: PLC0415 (imported only where NVML is used)
+
+            module = pynvml
         self.nv = module
 
     def _try(self, fn: Callable[..., Any], *args: Any) -> Any:

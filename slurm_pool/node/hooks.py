@@ -175,7 +175,7 @@ class Hooks:
         v = cached.get("gres_gpus")
         return v if isinstance(v, int) else None
 
-    def check(self, *, job_gpus: set[int] = frozenset(), expected: int | None = None,
+    def check(self, *, job_gpus: frozenset[int] | set[int] = frozenset(), expected: int | None = None,
               ack: bool = False) -> tuple[list[health.Failure], dict[str, Any] | None]:
         """All failures (and the snapshot); a broken snapshot source is logged and counts as healthy."""
         src = self.source()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 GUARANTEED, BORROWED = "guaranteed", "borrowed"
@@ -339,11 +339,12 @@ class _Sim:
 
     def _handle(self, kind: str, payload: object) -> None:
         if kind == "arrive":
-            job = payload  # type: ignore[assignment]
+            job = payload
             assert isinstance(job, Job)
             self.queues[job.project].append(job)
         elif kind == "finish":
-            job_id, version = payload  # type: ignore[misc]
+            assert isinstance(payload, tuple)
+            job_id, version = payload
             run = self.runs.get(job_id)
             if run is None or run.version != version:
                 return
@@ -376,12 +377,12 @@ class _Sim:
 
 def standard_policies(grace: float, interval: float, restart: float) -> list[tuple[str, Policy]]:
     """The policies compared (label, policy), dedicated servers first: the baseline."""
-    common = dict(grace=grace, checkpoint_interval=interval, restart_overhead=restart)
+    base = Policy("pool-checkpoint-on-preempt", grace=grace, checkpoint_interval=interval, restart_overhead=restart)
     return [
-        ("dedicated servers", Policy("dedicated", pooled=False, **common)),
-        ("pool, no preemption", Policy("pool-no-preemption", preempt=False, **common)),
-        ("pool, checkpoint-on-preempt", Policy("pool-checkpoint-on-preempt", **common)),
-        ("pool, periodic checkpoints only", Policy("pool-periodic-checkpoints", checkpoint_on_signal=False, **common)),
+        ("dedicated servers", replace(base, name="dedicated", pooled=False)),
+        ("pool, no preemption", replace(base, name="pool-no-preemption", preempt=False)),
+        ("pool, checkpoint-on-preempt", base),
+        ("pool, periodic checkpoints only", replace(base, name="pool-periodic-checkpoints", checkpoint_on_signal=False)),
     ]
 
 

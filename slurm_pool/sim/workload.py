@@ -39,7 +39,7 @@ class Arrival:
 def _arrival(time: object, gpus: object, where: str) -> Arrival:
     """One validated arrival; ``where`` (``file:line``) names the row in errors."""
     try:
-        a = Arrival(float(time), int(gpus))  # type: ignore[arg-type]
+        a = Arrival(float(time), int(gpus))  # type: ignore[arg-type,call-overload]
     except (TypeError, ValueError):
         raise TraceError(f"{where}: arrival {time!r} / gpus {gpus!r} are not numbers") from None
     if a.time < 0 or a.gpus < 1:

@@ -12,24 +12,16 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from slurm_pool.spec.base import NAME_RE, USER_RE, Strict
 
 if TYPE_CHECKING:  # pragma: no cover
     from slurm_pool.spec.model import PoolSpec
 
 Day = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-DAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+DAYS: tuple[Day, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 CLOCK_RE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^24:00$")
-# The same rules as slurm_pool.spec.model, repeated so that model.py can import
-# this module without an import cycle.
-NAME_RE = r"^[a-z][a-z0-9_-]{0,62}$"
-USER_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
-
-
-class Strict(BaseModel):
-    """Unknown keys are errors; values are not coerced across types."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class OffPeakWindow(Strict):

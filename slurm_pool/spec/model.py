@@ -10,22 +10,15 @@ from __future__ import annotations
 import re
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from slurm_pool.spec.base import NAME_RE, USER_RE, Strict
 from slurm_pool.spec.bridge import Bridge
 
-NAME_RE = r"^[a-z][a-z0-9_-]{0,62}$"
-USER_RE = r"^[a-z_][a-z0-9_-]{0,31}$"
 TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d{2}){0,2})$")
 TRES_KEY_RE = re.compile(r"^(cpu|mem|node|billing|gres/gpu(:[a-z0-9._-]+)?)$")
 
 PreemptMode = Literal["off", "cancel", "requeue", "suspend"]
-
-
-class Strict(BaseModel):
-    """Base model: unknown keys are errors; values are not coerced across types."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class Cluster(Strict):

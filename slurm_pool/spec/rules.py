@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Protocol, Sequence
 
 from slurm_pool.errors import Issue
 from slurm_pool.mig.catalogue import GPU_MODELS
@@ -20,13 +20,19 @@ def check(spec: PoolSpec) -> list[Issue]:
     return list(_check(spec))
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
 def _check(spec: PoolSpec) -> Iterator[Issue]:
-    for label, items in (
+    named: tuple[tuple[str, Sequence[_Named]], ...] = (
         ("node_groups", spec.node_groups),
         ("tiers", spec.tiers),
         ("partitions", spec.partitions),
         ("projects", spec.projects),
-    ):
+    )
+    for label, items in named:
         names = [i.name for i in items]
         for i, item in enumerate(items):
             if item.name in _dupes(names) and names.index(item.name) != i:
