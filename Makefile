@@ -11,7 +11,7 @@ deps:
 	bash scripts/install-deps.sh
 
 k8s-build: deps
-	$(PY) -m slurm_pool.testing.k8s build
+	$(PY) -m tests.support.k8s build
 
 # make demo SLURM=26.05: the same demo on Slurm 26.05, built from ../shared/slurm.
 demo: deps $(if $(SLURM),slurm-build)

@@ -3,7 +3,7 @@
 
 Each sample runs the prolog and then the epilog of a fresh job as separate
 processes -- the very ``/bin/sh`` scripts that
-:func:`slurm_pool.node.config.render_hook` writes for slurm.conf (``python3
+:func:`slurm_pool.nodeconf.render_hook` writes for slurm.conf (``python3
 -I -S`` with an explicit ``sys.path``) -- with a replayed healthy 8-GPU
 snapshot, so no NVML time is included.  The epilog asks a stub ``scontrol`` (a /bin/sh script
 printing a canned job record) about the job, which stands in for one
@@ -76,7 +76,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def hook_scripts(tmp: Path, conf: Path) -> dict[str, list[str]]:
     """The rendered hook scripts, as slurm.conf would name them."""
-    from slurm_pool.node.config import hook_paths, render_hook
+    from slurm_pool.nodeconf import hook_paths, render_hook
 
     out = {}
     for kind in ("prolog", "epilog"):

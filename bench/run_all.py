@@ -69,7 +69,7 @@ def main() -> int:
     cluster_benches = [n for n in names if BENCHES[n][1] and not args.skip_cluster]
     if cluster_benches:
         sys.path.insert(0, str(REPO))
-        from slurm_pool.localcluster.testing import start_session_cluster, stop_session_cluster
+        from tests.support.slurm_cluster import start_session_cluster, stop_session_cluster
 
         for slurm in [None, *args.slurm]:
             handle, state = start_session_cluster(REPO / "examples" / "pool.yaml", slurm=slurm)

@@ -35,12 +35,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_pool.adapters.slurm import installed_version  # noqa: E402
-from slurm_pool.policy.harness import LuaPolicy, unset_job  # noqa: E402
 from slurm_pool.policy.lua import render_job_submit  # noqa: E402
 from slurm_pool.policy.tables import build_tables  # noqa: E402
 from slurm_pool.spec import load_spec  # noqa: E402
 from slurm_pool.spec.model import PoolSpec  # noqa: E402
 from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion  # noqa: E402
+from tests.support.lua_policy import LuaPolicy, unset_job  # noqa: E402
 
 PASS_THROUGH = """-- slurm-pool bench: pass-through job_submit.lua (baseline)
 function slurm_job_submit(job_desc, part_list, submit_uid)

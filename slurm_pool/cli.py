@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from slurm_pool.errors import SpecError
+from slurm_pool.errors import PoolError
 
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
@@ -45,6 +45,19 @@ class LazyGroup(click.Group):
         module, attr = target.split(":")
         return getattr(importlib.import_module(module), attr)
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the subcommand; a :class:`PoolError` prints one ``error:`` line per problem and sets the exit status.
+
+        The one place user-facing errors are reported (``main`` and click's test
+        runner both come through here).
+        """
+        try:
+            return super().invoke(ctx)
+        except PoolError as exc:
+            for line in exc.lines():
+                click.echo(f"error: {line}", err=True)
+            raise click.exceptions.Exit(exc.exit_code) from None
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="slurm-pool")
@@ -53,13 +66,12 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: spec errors exit 2 with one line per problem."""
+    """Entry point: click's own errors exit as click says; ours are reported by :meth:`LazyGroup.invoke`."""
     try:
-        cli.main(args=argv, standalone_mode=False)
-    except SpecError as exc:
-        for issue in exc.issues:
-            click.echo(f"error: {issue}", err=True)
-        sys.exit(exc.exit_code)
+        # Without standalone mode click returns the status of an Exit (see LazyGroup.invoke).
+        status = cli.main(args=argv, standalone_mode=False)
+        if isinstance(status, int) and status:
+            sys.exit(status)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

@@ -82,14 +82,10 @@ def apply() -> None:
 def apply_accounting_cmd(spec: str, dry_run: bool, prune: bool) -> None:
     """Sync accounts, users and QOS through sacctmgr (idempotent)."""
     from slurm_pool.accounting.apply import apply_accounting
-    from slurm_pool.adapters.runner import CommandError
     from slurm_pool.adapters.slurm import SlurmClient
 
-    s = load_spec(spec)
-    try:
-        apply_accounting(s, SlurmClient(), prune=prune, dry_run=dry_run, echo=click.echo)
-    except CommandError as exc:
-        raise click.ClickException(str(exc)) from None
+    # A failed sacctmgr call is a CommandError (PoolError): cli.main reports it, exit 1.
+    apply_accounting(load_spec(spec), SlurmClient(), prune=prune, dry_run=dry_run, echo=click.echo)
 
 
 @click.command()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import settings
 
 # The real Kubernetes control plane (session-scoped; started only by tests that ask for it).
-pytest_plugins = ["slurm_pool.testing.k8s_fixtures"]
+pytest_plugins = ["tests.support.k8s_fixtures"]
 
 # HYPOTHESIS_PROFILE=ci (set by .ci/run): the same examples every run, so that a
 # landing never hinges on a random draw; without it each run explores new ones.
@@ -37,7 +37,7 @@ def pytest_report_header(config):
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """The example pool running as real daemons (munge, MariaDB, slurmdbd, slurmctld, slurmd)."""
-    from slurm_pool.localcluster.testing import start_session_cluster, stop_session_cluster
+    from tests.support.slurm_cluster import start_session_cluster, stop_session_cluster
 
     handle, state = start_session_cluster(os.environ.get("SLURM_POOL_TEST_SPEC", EXAMPLE_SPEC), slurm=TEST_SLURM)
     yield handle

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from slurm_pool.localcluster.cluster import LocalCluster, saved_record  # noqa: E402
 from slurm_pool.localcluster.procs import wait_for  # noqa: E402
-from slurm_pool.localcluster.testing import ClusterHandle  # noqa: E402
+from tests.support.slurm_cluster import ClusterHandle  # noqa: E402
 
 OUT = REPO / "tests" / "data" / "slurm"
 SLEEP = "#!/bin/sh\nsleep 600\n"

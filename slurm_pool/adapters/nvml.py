@@ -62,6 +62,8 @@ import re
 import time
 from typing import Any, Callable, Protocol
 
+from slurm_pool.errors import InputError
+
 SCHEMA = "slurm-pool/gpu-snapshot"
 VERSION = 1
 
@@ -81,7 +83,7 @@ class GpuSource(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
 
 
-class SnapshotError(ValueError):
+class SnapshotError(InputError):
     """A snapshot file is missing, unsafe or malformed."""
 
 

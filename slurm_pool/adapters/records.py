@@ -28,6 +28,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus
 from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, parse_duration, states
+from slurm_pool.errors import InputError
 from slurm_pool.versions import SlurmVersion
 
 #: Job states a job ends up in or passes through (JOB_STATE_BASE in slurm.h).
@@ -148,7 +149,7 @@ def node_record(n: Mapping[str, Any]) -> NodeRecord:
     )
 
 
-class RecordError(ValueError):
+class RecordError(InputError):
     """Output that is not what the command prints."""
 
 

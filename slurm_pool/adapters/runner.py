@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
+from slurm_pool.errors import PoolError
+
 
 @dataclass(frozen=True)
 class Result:
@@ -28,7 +30,7 @@ class Result:
         return self.returncode == 0
 
 
-class CommandError(RuntimeError):
+class CommandError(PoolError, RuntimeError):
     """A command exited non-zero where success was required."""
 
     def __init__(self, result: Result):

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT
+from slurm_pool.errors import PoolError
 from slurm_pool.spec.bridge import Bridge
 
 MERGE_PATCH = "application/merge-patch+json"
 ISVC = ("serving.kserve.io", "v1beta1", "inferenceservices")
 
 
-class K8sError(RuntimeError):
+class K8sError(PoolError, RuntimeError):
     """A Kubernetes API call failed."""
 
     def __init__(self, status: int, message: str):

@@ -26,7 +26,7 @@ import pwd
 import signal as _signal
 from typing import Mapping, NamedTuple
 
-from slurm_pool.node import config as node_config
+from slurm_pool import nodeconf
 
 
 class JobSettings(NamedTuple):
@@ -78,9 +78,9 @@ def resolve(env: Mapping[str, str] | None = None, *, checkpoint_dir: str | None 
     """Settings for this job, from the arguments, ``env`` and node.conf."""
     env = os.environ if env is None else env
     try:
-        conf = node_config.load(env.get("SLURM_POOL_NODE_CONF") or None, trusted=False, env=dict(env))
-    except node_config.ConfigError:
-        conf = node_config.NodeConfig()
+        conf = nodeconf.load(env.get("SLURM_POOL_NODE_CONF") or None, trusted=False, env=dict(env))
+    except nodeconf.ConfigError:
+        conf = nodeconf.NodeConfig()
     job_id = env.get("SLURM_JOB_ID") or None
     directory = (checkpoint_dir or env.get("SLURM_POOL_CHECKPOINT_DIR")
                  or env.get("SPANK_SLURM_POOL_CHECKPOINT_DIR"))

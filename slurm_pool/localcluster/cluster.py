@@ -22,6 +22,7 @@ from pathlib import Path
 
 from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.errors import PoolError
 from slurm_pool.localcluster.procs import ProcTable, wait_for
 from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
 from slurm_pool.render import Site, SlurmVersion, render_all
@@ -35,7 +36,7 @@ NVIDIA_MAJOR = 195
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-class ClusterError(RuntimeError):
+class ClusterError(PoolError, RuntimeError):
     pass
 
 
@@ -280,23 +281,23 @@ class LocalCluster:
 
     def _write_node_programs(self) -> None:
         """The Prolog/Epilog/HealthCheckProgram scripts and the node.conf they read."""
-        from slurm_pool.node import config as node_config
+        from slurm_pool import nodeconf
 
         L = self.layout
         bindir = L.root / "bin"
         bindir.mkdir(parents=True, exist_ok=True)
-        conf = L.etc / node_config.BESIDE_SLURM_CONF
+        conf = L.etc / nodeconf.BESIDE_SLURM_CONF
         state = L.root / "node-state"
         state.mkdir(parents=True, exist_ok=True)
         state.chmod(0o755)
         # Emulated GPUs have no NVML: "auto" skips the device checks where the
         # library is absent; tests replay snapshots through this same file.
         # The hooks run with slurmd's minimal PATH: name this Slurm's own scontrol.
-        _write(conf, node_config.render(self.spec, state_dir=str(state), gpus="auto",
+        _write(conf, nodeconf.render(self.spec, state_dir=str(state), gpus="auto",
                                         scontrol=self.layout.which("scontrol")), 0o644)
         for prog in ("prolog", "epilog", "healthcheck"):
             _write(bindir / f"slurm-pool-{prog}",
-                   node_config.render_hook(prog, sys.executable, str(conf), paths=node_config.hook_paths()), 0o755)
+                   nodeconf.render_hook(prog, sys.executable, str(conf), paths=nodeconf.hook_paths()), 0o755)
 
     def _make_devices(self, ctx: dict) -> None:
         minor = 0

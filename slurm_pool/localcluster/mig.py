@@ -56,6 +56,9 @@ class EmulatedMigBackend:
         current[gpu] = tuple(layout) if layout is not None else None
         self.cluster.set_device_layouts(node, [current[i] for i in sorted(current)])
 
+    def mig_minors(self, node: str) -> dict[str, int] | None:
+        return None  # no driver: minors are derived from the GPU and instance ids
+
     def devices(self, node: str) -> list[MigDevice]:
         group = self._group(node)
         assert group.gpus is not None

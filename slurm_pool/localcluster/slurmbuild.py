@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from slurm_pool.errors import PoolError
+
 #: ``--enable-multiple-slurmd`` lets one host run several ``slurmd -N NODE``.
 CONFIGURE_FLAGS: tuple[str, ...] = ("--enable-multiple-slurmd", "--disable-debug")
 #: Debian packages the build needs (configure then finds MySQL, json-c for
@@ -50,7 +52,7 @@ _TARBALL_RE = re.compile(r"^slurm-(\d+\.\d+\.\d+(?:-\d+)?)\.tar\.(?:gz|bz2|xz)$"
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-class BuildError(RuntimeError):
+class BuildError(PoolError, RuntimeError):
     """The Slurm source could not be checked, built or found."""
 
 

@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 import click
 
+from slurm_pool import nodeconf
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
-from slurm_pool.node import config as node_config
 
 DEFAULT_LISTEN = "127.0.0.1:9877"
 
@@ -37,9 +37,9 @@ def parse_listen(value: str) -> tuple[str, int]:
 def default_state_dir(env: Mapping[str, str] | None = None) -> str:
     """node.conf's ``state_dir`` (beside ``$SLURM_CONF``, else /etc/slurm-pool), where the epilog writes."""
     try:
-        return node_config.load(trusted=False, env=dict(os.environ if env is None else env)).get("state_dir")
-    except node_config.ConfigError:
-        return node_config.DEFAULTS["state_dir"]
+        return nodeconf.load(trusted=False, env=dict(os.environ if env is None else env)).get("state_dir")
+    except nodeconf.ConfigError:
+        return nodeconf.DEFAULTS["state_dir"]
 
 
 def build_registry(runner: Any = None, *, state_dir: str | None = None,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
 from slurm_pool.adapters.runner import Runner
+from slurm_pool.errors import PoolError
 from slurm_pool.mig.emit import (
     MigDevice,
     gres_conf_autodetect,
@@ -76,8 +77,11 @@ class MigBackend(Protocol):
     def devices(self, node: str) -> list[MigDevice]:
         """The MIG devices that exist now (for explicit gres.conf lines)."""
 
+    def mig_minors(self, node: str) -> dict[str, int] | None:
+        """The driver's MIG capability minors (``/proc/driver/nvidia-caps/mig-minors``), or None to derive them."""
 
-class ApplyError(RuntimeError):
+
+class ApplyError(PoolError, RuntimeError):
     """One step of applying a node failed."""
 
 
@@ -219,8 +223,7 @@ def _write(model: str, node: str, nodes: NodeControl, backend: MigBackend, gres_
     if gres_mode == "autodetect":
         lines = gres_conf_autodetect(node)
     else:
-        minors_fn = getattr(backend, "mig_minors", None)
-        minors = minors_fn(node) if minors_fn else None
+        minors = backend.mig_minors(node)
         whole = [(i, i) for i, lay in sorted(after.items()) if lay is None]
         lines = gres_conf_explicit(node, model, backend.devices(node), version, whole, minors)
     nodes.write_gres(node, lines, gres)

@@ -16,14 +16,13 @@ import click
 import yaml
 
 from slurm_pool.conf_cli import slurm_version_option, target_version
+from slurm_pool.errors import InputError
 from slurm_pool.mig.profiles import GEOMETRIES
 from slurm_pool.versions import SlurmVersion
 
 
-class MigInputError(click.ClickException):
+class MigInputError(InputError):
     """Bad user input: exit status 2."""
-
-    exit_code = 2
 
 
 def _model(model: str) -> str:

@@ -30,11 +30,12 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from slurm_pool.errors import InputError
 from slurm_pool.mig.placement import Layout, canonical, layout_problem, valid_layouts
 from slurm_pool.mig.profiles import GEOMETRIES, geometry
 
 
-class PlanError(ValueError):
+class PlanError(InputError):
     """The planner's input is invalid (unknown profile, invalid layout, ...)."""
 
 

@@ -1,7 +1,7 @@
 """``python3 -I -m slurm_pool.node {prolog,epilog,healthcheck} [--config PATH] [--node NAME] [--ack-xids]``.
 
 The fast entry point for slurm.conf's Prolog=, Epilog= and
-HealthCheckProgram= (through the scripts :func:`slurm_pool.node.config.render_hook`
+HealthCheckProgram= (through the scripts :func:`slurm_pool.nodeconf.render_hook`
 writes): no click, no argparse -- it imports only a few standard modules and
 ``slurm_pool.node``.
 """

@@ -1,7 +1,7 @@
 """``slurm-pool prolog|epilog|healthcheck``: the node hooks behind the main CLI.
 
 slurm.conf should name the scripts from
-:func:`slurm_pool.node.config.render_hook`, which use the faster
+:func:`slurm_pool.nodeconf.render_hook`, which use the faster
 ``python3 -I -m slurm_pool.node``; these commands are the same hooks for
 people and for wrappers that go through ``slurm-pool``.
 """
@@ -65,10 +65,10 @@ def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: 
     import os
     import time
 
+    from slurm_pool import nodeconf as config
     from slurm_pool.adapters.runner import CommandError
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.adapters.slurmjson import number
-    from slurm_pool.node import config
     from slurm_pool.node import prune as pr
 
     try:

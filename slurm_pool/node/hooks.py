@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable
 
 from slurm_pool.node import health
-from slurm_pool.node.config import NodeConfig
+from slurm_pool.nodeconf import NodeConfig
 
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -296,12 +296,12 @@ class Hooks:
 def main(hook: str, config_path: str | None, *, env: dict[str, str] | None = None, node: str | None = None,
          ack_xids: bool = False) -> int:
     """Run one hook as slurmd would; errors in node.conf are fatal only to the health check."""
-    from slurm_pool.node import config
+    from slurm_pool import nodeconf
 
     env = dict(os.environ if env is None else env)
     try:
-        cfg = config.load(config_path, trusted=True, env=env)
-    except config.ConfigError as exc:
+        cfg = nodeconf.load(config_path, trusted=True, env=env)
+    except nodeconf.ConfigError as exc:
         print(f"slurm-pool {hook}: {exc}", file=sys.stderr)
         try:
             import syslog

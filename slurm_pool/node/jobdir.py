@@ -23,6 +23,8 @@ import re
 import stat
 from typing import Any
 
+from slurm_pool.errors import PoolError
+
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 CKPT_RE = re.compile(r"^ckpt-(\d{12})$")
 OUTCOME_MAX = 65536
@@ -30,7 +32,7 @@ OUTCOME_MAX = 65536
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class JobDirError(RuntimeError):
+class JobDirError(PoolError, RuntimeError):
     """The checkpoint directory could not be prepared safely."""
 
 

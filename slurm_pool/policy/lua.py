@@ -1,25 +1,30 @@
-"""Render the pool's job_submit.lua from the spec.
+"""Write the pool's job_submit.lua: the spec's policy data, then the static code.
 
-The policy logic lives in the Jinja2 template ``conf_templates/job_submit.lua.j2``
-and is generic; the spec enters only as Lua data tables at the top of the
-rendered file (see :mod:`slurm_pool.policy.tables`).  Rendering is pure and
-deterministic: identical specs give byte-identical output.
+The code is ``slurm_pool/policy/job_submit.lua``, shipped with the package and
+written out unchanged.  The spec and the target Slurm release enter only as
+one Lua table literal, ``SLURM_POOL``, in front of it (built from
+:mod:`slurm_pool.policy.tables`).  Slurm loads a single file, so both go into
+one.  Pure and deterministic: identical specs give byte-identical output.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from importlib import resources
 from typing import Any, Mapping, Sequence
-
-import jinja2
 
 from slurm_pool.policy.tables import PolicyTables, build_tables
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
 
-TEMPLATE = "job_submit.lua.j2"
+CODE_FILE = "job_submit.lua"
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Lua 5.1-5.4 reserved words: never bare keys.
+_KEYWORDS = frozenset(
+    "and break do else elseif end false for function goto if in local nil not or repeat return then true until while".split()
+)
 
 
 def lua_string(text: str) -> str:
@@ -35,8 +40,19 @@ def lua_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def lua_value(value: Any) -> str:
-    """A Lua literal for ``value``: None, bool, int, str, sequences and mappings of those."""
+def _key(name: Any) -> str:
+    if isinstance(name, str) and _NAME_RE.match(name) and name not in _KEYWORDS:
+        return name
+    return f"[{lua_value(name)}]"
+
+
+def lua_value(value: Any, multiline: int = 0, indent: str = "") -> str:
+    """A Lua literal for ``value``: None, bool, int, str, and sequences and mappings of those.
+
+    The outer ``multiline`` levels of tables are written one entry per line
+    (tab-indented from ``indent``), so two specs' data diff line by line;
+    tables nested deeper stay on one line.
+    """
     if value is None:
         return "nil"
     if isinstance(value, bool):
@@ -46,23 +62,25 @@ def lua_value(value: Any) -> str:
     if isinstance(value, str):
         return lua_string(value)
     if isinstance(value, Mapping):
-        items = ", ".join(f"[{lua_value(k)}] = {lua_value(v)}" for k, v in value.items())
-        return "{ " + items + " }" if items else "{}"
-    if isinstance(value, Sequence):
-        items = ", ".join(lua_value(v) for v in value)
-        return "{ " + items + " }" if items else "{}"
-    raise TypeError(f"cannot write {type(value).__name__} as a Lua literal")
+        items = [(_key(k), v) for k, v in value.items()]
+    elif isinstance(value, Sequence):
+        items = [("", v) for v in value]
+    else:
+        raise TypeError(f"cannot write {type(value).__name__} as a Lua literal")
+    if not items:
+        return "{}"
+    inner = indent + "\t"
+    parts = [(f"{k} = " if k else "") + lua_value(v, multiline - 1, inner) for k, v in items]
+    if multiline <= 0:
+        return "{ " + ", ".join(parts) + " }"
+    return "{\n" + "".join(f"{inner}{p},\n" for p in parts) + indent + "}"
 
 
-def lua_key(name: str) -> str:
-    """A table key: ``["name"]``."""
-    return f"[{lua_string(name)}]"
-
-
-def _context(t: PolicyTables, enabled: bool) -> dict[str, Any]:
-    """The template's variables: the tables as plain data, in a fixed order."""
+def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) -> dict[str, Any]:
+    """The ``SLURM_POOL`` table as plain data, in a fixed order (what job_submit.lua reads)."""
     return {
         "enabled": enabled,
+        "slurm": {"release": f"{version.major:02d}.{version.minor:02d}", "multiple_qos": t.multiple_qos},
         "pool": {
             "cluster": t.cluster,
             "on_error": t.on_error,
@@ -71,50 +89,57 @@ def _context(t: PolicyTables, enabled: bool) -> dict[str, Any]:
             "right_size_mig": t.right_size_mig,
             "checkpoint_signal": t.checkpoint_signal,
             "warn_seconds": t.warn_seconds,
-            "multiple_qos": t.multiple_qos,
         },
-        "tiers": [
-            {"name": r.name, "max_gpus": r.max_gpus, "require_time": r.require_time, "checkpoint": r.checkpoint}
+        "tiers": {
+            r.name: {"max_gpus": r.max_gpus, "require_time": r.require_time, "checkpoint": r.checkpoint}
             for r in t.tiers
-        ],
-        "partitions": [
-            {
-                "name": p.name,
+        },
+        "partitions": {
+            p.name: {
                 "tier": p.tier,
                 "accounts": {a: True for a in p.accounts} if p.accounts is not None else None,
                 "max_time": p.max_time,
                 "gpu_types": list(p.gpu_types),
             }
             for p in t.partitions
-        ],
-        "projects": [
-            {
-                "name": p.name,
-                "tiers": list(p.tiers),
-                "default_tier": p.default_tier,
-                "route": dict(p.routes),
-            }
+        },
+        "projects": {
+            p.name: {"tiers": list(p.tiers), "default_tier": p.default_tier, "route": dict(p.routes)}
             for p in t.projects
-        ],
-        "users": list(t.users),
-        "gpu_types": [{"name": g.name, "mem_mb": g.mem_mb, "mig": g.mig, "parents": {p: True for p in g.parents}} for g in t.gpu_types],
+        },
+        "project_order": [p.name for p in t.projects],
+        "user_project": dict(t.users),
+        "gpu_types": {
+            g.name: {"mem_mb": g.mem_mb, "mig": g.mig, "parents": {p: True for p in g.parents}} for g in t.gpu_types
+        },
+        "gpu_type_order": [g.name for g in t.gpu_types],
         "mig_by_size": list(t.mig_by_size),
     }
 
 
-def _environment(templates_dir: Path) -> jinja2.Environment:
-    from slurm_pool.render.templates import jinja_environment
-
-    env = jinja_environment(templates_dir)
-    env.filters["lua"] = lua_value
-    env.filters["lua_key"] = lua_key
-    return env
+def policy_code() -> str:
+    """The static policy code (``slurm_pool/policy/job_submit.lua``)."""
+    return resources.files("slurm_pool.policy").joinpath(CODE_FILE).read_text(encoding="utf-8")
 
 
-def render_job_submit(spec: PoolSpec, version: SlurmVersion, templates_dir: str | Path | None = None) -> str:
+def data_chunk(data: Mapping[str, Any]) -> str:
+    """The head of job_submit.lua: a comment and ``local SLURM_POOL = <data>``."""
+    pool = data.get("pool") or {}
+    slurm = data.get("slurm") or {}
+    head = (
+        f"-- job_submit.lua of the slurm-pool cluster {pool.get('cluster', '?')}, for Slurm {slurm.get('release', '?')}.\n"
+        "-- Written by `slurm-pool render`; do not edit: change the pool spec and render again.\n"
+        "-- SLURM_POOL is the policy data from the spec; the code after it is slurm-pool's\n"
+        "-- policy/job_submit.lua, unchanged.\n\n"
+    )
+    return head + "local SLURM_POOL = " + lua_value(data, multiline=2) + "\n\n"
+
+
+def assemble(data: Mapping[str, Any]) -> str:
+    """One job_submit.lua from policy data (as :func:`policy_data` builds it) and the static code."""
+    return data_chunk(data) + policy_code()
+
+
+def render_job_submit(spec: PoolSpec, version: SlurmVersion) -> str:
     """The text of job_submit.lua for ``spec`` on Slurm ``version`` (pure; same input, same bytes)."""
-    from slurm_pool.render.templates import default_templates_dir
-
-    tdir = Path(templates_dir) if templates_dir is not None else default_templates_dir()
-    template = _environment(tdir).get_template(TEMPLATE)
-    return template.render(**_context(build_tables(spec, version), spec.policy.job_submit))
+    return assemble(policy_data(build_tables(spec, version), version, enabled=spec.policy.job_submit))

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from slurm_pool.mig import catalogue
+from slurm_pool.mig.profiles import GEOMETRIES
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
@@ -20,14 +21,10 @@ _GB_RE = re.compile(r"\.(\d+)gb")
 
 def mig_memory_mb(model: str, profile: str) -> int:
     """Memory of a MIG profile in MiB, from the profile tables or its name (``2g.10gb``)."""
-    try:
-        from slurm_pool.mig.profiles import geometry
-
-        prof = geometry(model).profile(profile)
-        if prof is not None:
-            return int(prof.memory_gb) * 1024
-    except (ImportError, KeyError):
-        pass
+    geom = GEOMETRIES.get(model)
+    prof = geom.profile(profile) if geom is not None else None
+    if prof is not None:
+        return int(prof.memory_gb) * 1024
     match = _GB_RE.search(profile)
     return int(match.group(1)) * 1024 if match else 0
 

@@ -105,8 +105,8 @@ def build_context(
         gres = gres_string(group, version)
         node_gres = {n: gres_string(group, version, node_layouts.get(n)) for n in nodes}
         for g in [gres, *node_gres.values()]:
-            for part in g.split(","):
-                if part and (t := part.split(":")[1]) not in gres_types:
+            for item in g.split(","):
+                if item and (t := item.split(":")[1]) not in gres_types:
                     gres_types.append(t)
         has_mig = bool(group.gpus and group.gpus.mig and any(l is not None for l in group.gpus.mig))
         has_mig = has_mig or any(any(l is not None for l in node_layouts.get(n) or []) for n in nodes)
@@ -151,7 +151,7 @@ def build_context(
             }
         )
     ctld_params = []
-    if not version.at_least(23, 2):
+    if not version.has("preempt_params_line"):
         ctld_params.append("preempt_send_user_signal")
     return {
         "spec": spec,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from slurm_pool.accounting.plan import build_plan
+from slurm_pool.policy.lua import render_job_submit
 from slurm_pool.render.context import Layouts, build_context
 from slurm_pool.render.site import Site
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
@@ -40,9 +41,7 @@ def render_all(
         ),
     }
     if spec.policy.job_submit:
-        from slurm_pool.policy.lua import render_job_submit
-
-        files["job_submit.lua"] = render_job_submit(spec, version, templates_dir=tdir)
+        files["job_submit.lua"] = render_job_submit(spec, version)
     files["accounting.json"] = json.dumps(build_plan(spec).to_json(), indent=2, sort_keys=False) + "\n"
     manifest = {
         "generator": "slurm-pool",

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from slurm_pool.errors import InputError
 from slurm_pool.sim.engine import Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
 
@@ -59,11 +60,9 @@ def simulate(spec_path: str, sacct_path: str, grace: float | None, checkpoint_in
         data = json.loads(text)
         hist = history.jobs_from_sacct(data, capacity, name=sacct_path)
     except OSError as exc:
-        raise click.ClickException(f"{sacct_path}: {exc.strerror}") from None
+        raise InputError(f"{sacct_path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
-        raise click.ClickException(f"{sacct_path}: not JSON: {exc}") from None
-    except history.HistoryError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise InputError(f"{sacct_path}: not JSON: {exc}") from None
     grace = float(default_grace(spec)) if grace is None else grace
     results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in
                standard_policies(grace, checkpoint_interval, restart_overhead)]

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_pool.adapters.records import job_record
+from slurm_pool.errors import InputError
 from slurm_pool.sim.engine import Job
 from slurm_pool.spec.hosts import expand
 
 
-class HistoryError(ValueError):
+class HistoryError(InputError):
     """The export is not ``sacct --json`` output."""
 
 

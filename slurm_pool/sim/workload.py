@@ -19,12 +19,13 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+from slurm_pool.errors import InputError
 from slurm_pool.sim.engine import Job
 
 DAY = 86400.0
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace line that cannot be read; the message names the line."""
 
 

@@ -98,9 +98,8 @@ class Bridge(Strict):
 
 
 def bridge_of(spec: "PoolSpec") -> Bridge:
-    """The spec's ``bridge`` section, or the defaults while PoolSpec has none."""
-    value = getattr(spec, "bridge", None)
-    return value if isinstance(value, Bridge) else Bridge()
+    """The spec's ``bridge`` section, or the defaults when the spec has none."""
+    return spec.bridge if spec.bridge is not None else Bridge()
 
 
 def check_bridge(spec: "PoolSpec", bridge: Bridge | None = None) -> list[str]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+from slurm_pool.errors import InputError
 
-class HostlistError(ValueError):
+
+class HostlistError(InputError):
     pass
 
 

@@ -1,6 +1,6 @@
 """Fixtures for the bridge's end-to-end tests: the real Slurm cluster (root
 ``tests/conftest.py``: ``cluster``) plus the real Kubernetes control plane
-(shared with ``tests/k8s`` through :mod:`slurm_pool.testing.k8s_fixtures`).
+(shared with ``tests/k8s`` through :mod:`tests.support.k8s_fixtures`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class BridgeBed:
                                                   for t in n.spec.taints or [])
 
     def create_isvc(self, name: str, replicas: int, gpus: int = 1) -> None:
-        from slurm_pool.testing.k8s_controller import GROUP, PLURAL, VERSION
+        from tests.support.k8s_controller import GROUP, PLURAL, VERSION
 
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
@@ -76,7 +76,7 @@ class BridgeBed:
         return {p.metadata.name: p.spec.node_name for p in self.predictors(name) if p.status.phase == "Running"}
 
     def wait_predictors(self, count: int, node: str, name: str = "llm", timeout: float = 60) -> None:
-        from slurm_pool.testing.k8s_controller import wait_for
+        from tests.support.k8s_controller import wait_for
 
         wait_for(lambda: list(self.running_on(name).values()) == [node] * count, timeout=timeout,
                  what=f"{count} predictor pod(s) of {name} Running on {node}")

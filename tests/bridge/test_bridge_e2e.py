@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_pool.testing.k8s_controller import wait_for
+from tests.support.k8s_controller import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.k8s]
 
@@ -64,11 +64,11 @@ def test_idle_node_is_lent_and_second_run_is_a_no_op(bridge, monkeypatch):
     assert again.plan.node("a-gpu1").intent == "lent"
 
     # The cron command itself, on the example spec: also a no-op, exit 0.
-    from slurm_pool.bridge.cli import rebalance
+    from slurm_pool.cli import cli
 
     for key, value in bridge.cluster.env.items():
         monkeypatch.setenv(key, value)
-    result = CliRunner().invoke(rebalance, [
+    result = CliRunner().invoke(cli, ["rebalance",
         "--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig), "--now", "2026-01-07T02:00",
         "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -76,7 +76,7 @@ def test_idle_node_is_lent_and_second_run_is_a_no_op(bridge, monkeypatch):
     assert out["results"] == [] and out["ok"] and out["window_open"]
     assert {n["node"]: n["intent"] for n in out["nodes"]}["a-gpu1"] == "lent"
     assert [p["id"] for p in bridge.placeholders()] == [ph[0]["id"]]
-    dry = CliRunner().invoke(rebalance, ["--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
+    dry = CliRunner().invoke(cli, ["rebalance", "--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
                                          "--now", "2026-01-07T12:00", "--dry-run"], catch_exceptions=False)
     assert dry.exit_code == 0, dry.output
     assert "off-peak window closed" in dry.output and "[dry run]" in dry.output
@@ -180,11 +180,11 @@ def test_pdb_blocked_eviction_is_reported_and_retried_not_forced(bridge):
 def test_a_dry_run_sees_every_node(bridge, monkeypatch):
     """`rebalance --dry-run` plans for every Slurm node of the lend partition (issue 9: on 23.02+ the
     node records come from scontrol show nodes --json; reading sinfo --json there found none)."""
-    from slurm_pool.bridge.cli import rebalance
+    from slurm_pool.cli import cli
 
     for key, value in bridge.cluster.env.items():
         monkeypatch.setenv(key, value)
-    result = CliRunner().invoke(rebalance, ["--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
+    result = CliRunner().invoke(cli, ["rebalance", "--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
                                             "--now", "2026-01-07T02:00", "--dry-run", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)

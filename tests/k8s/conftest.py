@@ -1,6 +1,6 @@
 """Session fixtures: one real Kubernetes control plane for every k8s test.
 
-The fixtures live in :mod:`slurm_pool.testing.k8s_fixtures` so that other test
+The fixtures live in :mod:`tests.support.k8s_fixtures` so that other test
 directories (``tests/bridge``) share the same control plane:
 ``k8s_control_plane`` starts etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok on loopback (nodes mirror the example Slurm pool:

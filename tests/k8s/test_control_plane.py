@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool.testing.k8s import GPU_RESOURCE, KWOK_ANNOTATION, ControlPlane
-from slurm_pool.testing.k8s_controller import GROUP, PLURAL, VERSION, deployment_name, wait_for
+from tests.support.k8s import GPU_RESOURCE, KWOK_ANNOTATION, ControlPlane
+from tests.support.k8s_controller import GROUP, PLURAL, VERSION, deployment_name, wait_for
 
 pytestmark = pytest.mark.k8s
 

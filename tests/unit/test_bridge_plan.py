@@ -663,8 +663,8 @@ def test_now_option_is_wall_clock_in_the_bridge_time_zone():
 def test_rebalance_command_rejects_bad_input(args, code, message):
     from click.testing import CliRunner
 
-    from slurm_pool.bridge.cli import rebalance
+    from slurm_pool.cli import cli
 
-    result = CliRunner().invoke(rebalance, ["--spec", EXAMPLE_SPEC, *args])
+    result = CliRunner().invoke(cli, ["rebalance", "--spec", EXAMPLE_SPEC, *args])
     assert result.exit_code == code, result.output
     assert message in result.output

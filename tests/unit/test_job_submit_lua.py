@@ -1,7 +1,8 @@
 """The generated job_submit.lua, run in-process on Lua 5.1, 5.3 and 5.4 (lupa) with a stub ``slurm``.
 
 Table-driven cases cover every policy and every message; a fuzz test feeds
-10,000 random job descriptions; a golden file pins the rendered text.
+10,000 random job descriptions; a golden file pins the rendered data (the
+code is the static ``slurm_pool/policy/job_submit.lua``, which luacheck checks).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -16,18 +18,18 @@ from typing import Any
 import lupa  # noqa: F401,E402  (required: the policy runs in its Lua runtimes)
 import pytest
 
-from slurm_pool.policy.harness import INFINITE, LUA_VERSIONS, NO_VAL, NO_VAL16, LuaPolicy, random_job, unset_job  # noqa: E402
-from slurm_pool.policy.lua import lua_string, render_job_submit  # noqa: E402
+from slurm_pool.policy.lua import lua_string, policy_code, policy_data, render_job_submit  # noqa: E402
 from slurm_pool.policy.tables import build_tables  # noqa: E402
 from slurm_pool.spec import load_spec, load_spec_text  # noqa: E402
 from slurm_pool.spec.model import PoolSpec  # noqa: E402
 from slurm_pool.versions import SlurmVersion  # noqa: E402
+from tests.support.lua_policy import INFINITE, LUA_VERSIONS, NO_VAL, NO_VAL16, LuaPolicy, random_job, unset_job  # noqa: E402
 
 V2205 = SlurmVersion(22, 5, 8)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pool.yaml"
-GOLDEN = ROOT / "tests" / "golden" / "render" / "22.05" / "job_submit.lua"  # shared with test_render
+GOLDEN = ROOT / "tests" / "golden" / "render" / "22.05" / "job_submit.data.lua"  # shared with test_render
 
 OK, ERROR = 0, -1
 E_PARTITION, E_ACCESS, E_ACCOUNT, E_LIMIT, E_BAD_TIME, E_QOS, E_GRES, E_NO_TIME = 2000, 2002, 2045, 2050, 2051, 2066, 2072, 8000
@@ -689,10 +691,30 @@ def test_fuzz(source: str, runtime) -> None:
 # --------------------------------------------------------------------------
 
 
-def test_golden(source: str) -> None:
+def test_golden_pins_the_data(source: str) -> None:
+    # The rendered file is the spec's data, then the static code unchanged.
+    code = policy_code()
+    assert source.endswith("\n\n" + code)
+    data = source[: -len(code)]
     if os.environ.get("SLURM_POOL_UPDATE_GOLDEN"):
-        GOLDEN.write_text(source)
-    assert source == GOLDEN.read_text(), "job_submit.lua changed; rerun with SLURM_POOL_UPDATE_GOLDEN=1 if intended"
+        GOLDEN.write_text(data)
+    assert data == GOLDEN.read_text(), "the policy data changed; rerun with SLURM_POOL_UPDATE_GOLDEN=1 if intended"
+    assert "function" not in data and "local SLURM_POOL = {" in data
+
+
+def test_static_code_carries_no_spec(example: PoolSpec) -> None:
+    code = (ROOT / "slurm_pool" / "policy" / "job_submit.lua").read_text()
+    assert code == policy_code()
+    for name in ("proja", "a-owner", "k8s-lend", "nvidia_a100", "scavenger", "{{", "{%"):
+        assert name not in code, name
+
+
+def test_luacheck_passes_on_the_static_code() -> None:
+    luacheck = shutil.which("luacheck")
+    assert luacheck, "luacheck (Debian's lua-check) is not installed; run make deps"
+    done = subprocess.run([luacheck, "--no-color", "slurm_pool/policy/job_submit.lua"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_render_is_deterministic(example: PoolSpec, source: str) -> None:
@@ -722,12 +744,23 @@ def test_no_modules_or_io(source: str, runtime) -> None:
     assert "/work/" not in source
 
 
-def test_templates_dir_is_honoured(tmp_path: Path, example: PoolSpec) -> None:
-    tpl = ROOT / "conf_templates" / "job_submit.lua.j2"
-    shutil.copy(tpl, tmp_path / "job_submit.lua.j2")
-    with open(tmp_path / "job_submit.lua.j2", "a") as fh:
-        fh.write("-- from a custom template dir\n")
-    assert render_job_submit(example, V2205, templates_dir=tmp_path).endswith("-- from a custom template dir\n")
+def test_tables_injected_directly(example: PoolSpec, lua_version: str) -> None:
+    # Unit tests can run the code on data of their own, no spec needed.
+    data = policy_data(build_tables(example, V2205), V2205)
+    job = unset_job(account="projc", qos="scavenger", tres_per_node="gres:gpu:v100:1")
+    assert LuaPolicy.from_data(data, lua=lua_version).submit(job).rc == E_GRES
+    data["partitions"]["scavenger"]["gpu_types"].append("v100")
+    data["gpu_types"]["v100"] = {"mem_mb": 16384, "mig": False, "parents": {"v100": True}}
+    data["gpu_type_order"].append("v100")
+    data["tiers"]["scavenger"]["checkpoint"] = "none"
+    assert LuaPolicy.from_data(data, lua=lua_version).submit(job).rc == OK
+    data["enabled"] = False
+    assert LuaPolicy.from_data(data, lua=lua_version).submit(unset_job(account="nobody")).rc == OK
+
+
+def test_code_without_data_fails_to_load() -> None:
+    with pytest.raises(Exception, match="no SLURM_POOL data table"):
+        LuaPolicy(policy_code())
 
 
 def test_job_submit_switched_off(example: PoolSpec, runtime) -> None:

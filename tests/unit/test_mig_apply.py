@@ -70,6 +70,9 @@ class FakeBackend:
             raise RuntimeError("nvidia-smi: Insufficient resources")
         self.state[node][gpu] = () if self.silently_wrong else layout
 
+    def mig_minors(self, node: str) -> dict[str, int] | None:
+        return None  # no driver: minors are derived from the GPU and instance ids
+
     def devices(self, node: str) -> list[MigDevice]:
         out = []
         for idx, lay in sorted(self.state[node].items()):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slurm_pool.mig.cli import mig
+from slurm_pool.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = str(ROOT / "examples" / "pool.yaml")
@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "mig"
 
 
 def run(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(mig, list(args))
+    res = CliRunner().invoke(cli, ["mig", *args])
     return res.exit_code, res.output
 
 

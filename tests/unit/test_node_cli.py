@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool.node import config
+from slurm_pool import nodeconf as config
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "nvml"

@@ -9,8 +9,8 @@ import pytest
 
 from slurm_pool.adapters.records import NodeRecord, node_state, parse_node_text
 from slurm_pool.node import health, slurmnode
-from slurm_pool.node.config import APP_XIDS
 from slurm_pool.node.health import Failure
+from slurm_pool.nodeconf import APP_XIDS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvml"
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from slurm_pool import nodeconf as config
 from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.checkpoint import control, store
-from slurm_pool.node import config, jobdir
+from slurm_pool.node import jobdir
 from slurm_pool.node.hooks import Hooks, Log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvml"

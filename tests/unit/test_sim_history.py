@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_pool.cli import cli
 from slurm_pool.sim import history
-from slurm_pool.sim.cli import simulate
 from slurm_pool.sim.engine import Policy
 from slurm_pool.spec import load_spec
 
@@ -105,7 +105,7 @@ def test_pooling_helps_a_bursty_owner():
 
 
 def _cli(*args, input=None):
-    return CliRunner().invoke(simulate, list(args), input=input)
+    return CliRunner().invoke(cli, ["simulate", *args], input=input)
 
 
 def test_cli_table_and_json():
@@ -132,12 +132,13 @@ def test_cli_bad_input(tmp_path, content, message):
     f = tmp_path / "x.json"
     f.write_text(content)
     res = _cli("--spec", str(SPEC), "--sacct", str(f))
-    assert res.exit_code == 1 and message in res.output, res.output
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert "Traceback" not in res.output
 
 
 def test_cli_missing_file(tmp_path):
     res = _cli("--spec", str(SPEC), "--sacct", str(tmp_path / "nope.json"))
-    assert res.exit_code == 1 and "No such file" in res.output
+    assert res.exit_code == 2 and "No such file" in res.output
 
 
 def test_cli_spec_without_owners(tmp_path):

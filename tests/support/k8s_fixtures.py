@@ -2,7 +2,7 @@
 
 Import them into a ``conftest.py`` (``tests/k8s`` and ``tests/bridge`` do)::
 
-    from slurm_pool.testing.k8s_fixtures import (  # noqa: F401
+    from tests.support.k8s_fixtures import (  # noqa: F401
         isvc_controller, k8s_api, k8s_control_plane, k8s_crds, k8s_kubeconfig, k8s_namespace)
 
 ``k8s_control_plane`` starts etcd, kube-apiserver, kube-controller-manager,
@@ -24,12 +24,12 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
 
-from slurm_pool.testing.k8s import ControlPlane
-from slurm_pool.testing.k8s_build import BuildError, require_binaries
-from slurm_pool.testing.k8s_controller import InferenceServiceController, wait_for
+from tests.support.k8s import ControlPlane
+from tests.support.k8s_build import BuildError, require_binaries
+from tests.support.k8s_controller import InferenceServiceController, wait_for
 
 #: The InferenceService CRD the test bed installs (kept beside the k8s tests).
-DEFAULT_CRD = Path(__file__).resolve().parents[2] / "tests" / "k8s" / "inferenceservice-crd.yaml"
+DEFAULT_CRD = Path(__file__).resolve().parents[1] / "k8s" / "inferenceservice-crd.yaml"
 
 T = TypeVar("T")
 _shared: dict[str, list[Any]] = {}

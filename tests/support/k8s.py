@@ -2,15 +2,15 @@
 
 ``ControlPlane`` runs etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok (which plays the kubelets) from binaries built by
-:mod:`slurm_pool.testing.k8s_build`.  Everything listens on 127.0.0.1 on ports
+:mod:`tests.support.k8s_build`.  Everything listens on 127.0.0.1 on ports
 picked free at start, lives in one temporary state directory (certificates,
 kubeconfig, etcd data, logs) and is stopped by the pids it started.
 
 Command line::
 
-    python3 -m slurm_pool.testing.k8s build   # build once; a fast no-op when cached
-    python3 -m slurm_pool.testing.k8s info    # where the cache is, what it holds
-    python3 -m slurm_pool.testing.k8s up      # run a control plane until Ctrl-C
+    python3 -m tests.support.k8s build   # build once; a fast no-op when cached
+    python3 -m tests.support.k8s info    # where the cache is, what it holds
+    python3 -m tests.support.k8s up      # run a control plane until Ctrl-C
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from slurm_pool.testing.k8s_build import BuildError, Toolset, require_binaries
-from slurm_pool.testing.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
+from tests.support.k8s_build import BuildError, Toolset, require_binaries
+from tests.support.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
 
 #: The example pool's nodes (examples/pool.yaml): 2 GPUs, 4 CPUs, 8000 MB each.
 DEFAULT_NODE_NAMES: tuple[str, ...] = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
@@ -386,7 +386,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m slurm_pool.testing.k8s", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python3 -m tests.support.k8s", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     build = sub.add_parser("build", help="build the Go programs unless cached")

@@ -1,8 +1,11 @@
-"""Run a rendered job_submit.lua in-process, as slurmctld's job_submit/lua would.
+"""Run job_submit.lua in-process, as slurmctld's job_submit/lua would.
 
-For tests and benchmarks: needs ``lupa``, which carries Lua 5.1 (what Debian's
-Slurm links), 5.3 (what SchedMD's own packages link) and 5.4 runtimes; the policy
-must behave the same on each.  The ``slurm`` table is a stub that mirrors 22.05: SUCCESS,
+For tests and benchmarks (not installed).  ``LuaPolicy(source)`` loads a
+rendered file; ``LuaPolicy.from_data(data)`` runs the static policy code on
+data given directly (the ``SLURM_POOL`` table, as
+:func:`slurm_pool.policy.lua.policy_data` builds it).  Needs ``lupa``, which
+carries Lua 5.1 (what Debian's Slurm links), 5.3 (what SchedMD's own packages
+link) and 5.4 runtimes; the policy must behave the same on each.  The ``slurm`` table is a stub that mirrors 22.05: SUCCESS,
 ERROR, the ESLURM_* names 22.05 exposes, NO_VAL*, and log functions that take
 a format string and record what they print.
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from slurm_pool.policy.lua import assemble
 
 # The ESLURM_* names (and values, from slurm/slurm_errno.h) that 22.05's
 # job_submit/lua exposes; the policy must fall back for every other code.
@@ -89,6 +94,11 @@ class LuaPolicy:
         self.load_rc = self.lua.execute(source)
         self._zero_based = self.lua.globals().zero_based
         self._reset = self.lua.globals().reset_log
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], codes: Mapping[str, int] | None = None, lua: str = "5.1") -> LuaPolicy:
+        """The static policy code run on ``data`` instead of data rendered from a spec."""
+        return cls(assemble(data), codes=codes, lua=lua)
 
     def table(self, data: Mapping[str, Any]) -> Any:
         """A Lua table from a mapping; ``spank_job_env`` lists become 0-indexed like Slurm's."""

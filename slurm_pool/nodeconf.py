@@ -1,4 +1,10 @@
-"""Node settings (node.conf), read by the node hooks and by jobs.
+"""Node settings (node.conf): read by the node hooks and by jobs, rendered from the spec.
+
+A module of its own, below both readers: the node hooks
+(:mod:`slurm_pool.node`), the job side (:mod:`slurm_pool.checkpoint`), the
+exporter and the local cluster all read or write this file, and none of them
+should import another's package to do so.  Standard library only: the hooks
+import it on their fast path.
 
 Where: ``--config PATH``; else ``slurm-pool-node.conf`` in the directory of
 ``$SLURM_CONF`` (slurmd sets it for Prolog and Epilog, Slurm for jobs); else
@@ -42,6 +48,12 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
+
+from slurm_pool.errors import InputError
+
+if TYPE_CHECKING:  # the hooks never import the spec's models
+    from slurm_pool.spec.model import PoolSpec
 
 DEFAULT_PATH = "/etc/slurm-pool/node.conf"
 #: Next to slurm.conf (slurmd puts SLURM_CONF in the Prolog/Epilog environment).
@@ -73,7 +85,7 @@ DEFAULTS: dict[str, str] = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """node.conf is unsafe or malformed."""
 
 
@@ -184,20 +196,18 @@ def load(path: str | None = None, *, trusted: bool = True, env: dict[str, str] |
     return NodeConfig(parse(text, path), path)
 
 
-def render(spec: object, *, state_dir: str | None = None, gpus: str | None = None,
+def render(spec: PoolSpec, *, state_dir: str | None = None, gpus: str | None = None,
            scontrol: str | None = None, extra: dict[str, str] | None = None) -> str:
-    """node.conf text for a pool spec (duck-typed: ``spec.checkpoint``, ``spec.scheduler``)."""
+    """node.conf text for a pool spec (its ``checkpoint`` and ``scheduler`` sections)."""
     ck = spec.checkpoint
-    sched = getattr(spec, "scheduler", None)
     signal = str(ck.signal).upper().removeprefix("SIG")
     values = {
         "checkpoint_base_dir": ck.base_dir,
         "checkpoint_signal": signal,
         "warn_seconds": str(ck.warn_seconds),
         "max_self_requeues": str(ck.max_self_requeues),
+        "kill_wait": str(spec.scheduler.kill_wait),
     }
-    if sched is not None and hasattr(sched, "kill_wait"):
-        values["kill_wait"] = str(sched.kill_wait)
     if state_dir:
         values["state_dir"] = state_dir
     if gpus:

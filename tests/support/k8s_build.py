@@ -63,7 +63,7 @@ def default_module_dir() -> Path:
     env = os.environ.get("SLURM_POOL_K8S_GOMOD")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "tests" / "k8s" / "go"
+    return Path(__file__).resolve().parents[1] / "k8s" / "go"
 
 
 def pinned_versions(module_dir: Path) -> dict[str, str]:
@@ -186,7 +186,7 @@ def require_binaries(module_dir: Path | None = None) -> Toolset:
     if not tools.is_built():
         raise BuildError(
             "the test Kubernetes control plane is not built (expected in "
-            f"{tools.directory}); build it with `python3 -m slurm_pool.testing.k8s build` "
+            f"{tools.directory}); build it with `python3 -m tests.support.k8s build` "
             "(needs Go and the Go module proxy; a cold build takes about 10 minutes on 2 cores)"
         )
     return tools
