@@ -28,8 +28,12 @@ test: deps k8s-build slurm-build
 	@echo "== the daemon tests again, on Slurm $(SLURM_NEW) from $$($(PY) -m slurm_pool.localcluster.slurmbuild prefix $(SLURM_NEW))"
 	SLURM_POOL_TEST_SLURM=$(SLURM_NEW) $(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
 
+# ruff (lint and format), mypy on the package, luacheck on the static job_submit.lua.
 lint: deps
 	$(PY) -m ruff check slurm_pool tests bench
+	$(PY) -m ruff format --check slurm_pool tests bench
+	$(PY) -m mypy
+	luacheck --no-color slurm_pool/policy/job_submit.lua
 
 test-unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

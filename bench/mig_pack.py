@@ -41,7 +41,9 @@ OUT = ROOT / "bench" / "results" / "mig_pack.md"
 def load_pods(path: Path) -> list[int]:
     """``gpu_milli`` of every single-GPU fractional pod."""
     with path.open(newline="") as f:
-        return [int(r["gpu_milli"]) for r in csv.DictReader(f) if 0 < int(r["gpu_milli"]) < 1000 and int(r["num_gpu"]) == 1]
+        return [
+            int(r["gpu_milli"]) for r in csv.DictReader(f) if 0 < int(r["gpu_milli"]) < 1000 and int(r["num_gpu"]) == 1
+        ]
 
 
 def profile_for_milli(model: str, milli: int) -> str:
@@ -120,7 +122,10 @@ def main() -> None:
     big_empty, t_big = timed(lambda: plan(model, gpus_from_count(args.gpus), dict(big)))
     rng = random.Random(2023)
     lays = sorted(valid_layouts(model))
-    mixed = [Gpu(f"n{i // 8:05d}", i % 8, rng.choice(lays + [()] * 20 + [None] * 5), rng.random() < 0.2) for i in range(args.gpus)]
+    mixed = [
+        Gpu(f"n{i // 8:05d}", i % 8, rng.choice(lays + [()] * 20 + [None] * 5), rng.random() < 0.2)
+        for i in range(args.gpus)
+    ]
     big_mixed, t_mixed = timed(lambda: plan(model, mixed, dict(big)))
     ffd_used, t_ffd = timed(lambda: greedy_ffd(model, big))
     ffd_trace = greedy_ffd(model, demand)
@@ -128,7 +133,9 @@ def main() -> None:
     mix = ", ".join(f"{p} x{demand[p]}" for p in sorted(demand, key=lambda p: geo.profiles[p].compute))
     gap = 100.0 * (planned - lower) / lower
     lines = [
-        "## MIG packing: Alibaba 2023 fractional-GPU pods on H100-80GB" if model == "H100-80GB" else f"## MIG packing on {model}",
+        "## MIG packing: Alibaba 2023 fractional-GPU pods on H100-80GB"
+        if model == "H100-80GB"
+        else f"## MIG packing on {model}",
         "",
         f"Trace: `bench/traces/openb_pod_list_default.csv` (Alibaba clusterdata GPU v2023, Weng et al., ATC 2023), "
         f"{len(pods)} single-GPU pods with gpu_milli < 1000.",

@@ -62,10 +62,12 @@ def hours(seconds: float) -> str:
 def row(name: str, r: Result, base: Result) -> str:
     p95, base95 = r.wait_quantile(0.95), base.wait_quantile(0.95)
     ratio95 = f"{p95 / base95:.2f}" if base95 else "-"
-    return (f"| {name} | {r.utilization:.1%} | **{r.utilization / base.utilization:.2f}** | "
-            f"{r.owner_utilization:.1%} | {r.wait_quantile(0.5):,.0f} | {p95:,.0f} | {ratio95} | "
-            f"{r.preemptions:,} | {hours(r.lost_gpu_seconds)} | {hours(r.grace_gpu_seconds + r.restart_gpu_seconds)} | "
-            f"{r.borrower_jobs_done:,} |")
+    return (
+        f"| {name} | {r.utilization:.1%} | **{r.utilization / base.utilization:.2f}** | "
+        f"{r.owner_utilization:.1%} | {r.wait_quantile(0.5):,.0f} | {p95:,.0f} | {ratio95} | "
+        f"{r.preemptions:,} | {hours(r.lost_gpu_seconds)} | {hours(r.grace_gpu_seconds + r.restart_gpu_seconds)} | "
+        f"{r.borrower_jobs_done:,} |"
+    )
 
 
 def main() -> int:
@@ -85,8 +87,10 @@ def main() -> int:
         jobs = wl.trace_jobs(vc, project, arrivals[vc], sampler, window, MAX_JOB_GPUS)
         capacity[project] = wl.size_servers(jobs, window, target)
         owners += jobs
-        setup.append(f"{project} = VC {vc}: {len(jobs)} jobs, {capacity[project]} GPUs, "
-                     f"own load {wl.gpu_seconds(jobs) / (capacity[project] * window):.0%}")
+        setup.append(
+            f"{project} = VC {vc}: {len(jobs)} jobs, {capacity[project]} GPUs, "
+            f"own load {wl.gpu_seconds(jobs) / (capacity[project] * window):.0%}"
+        )
     borrowers = []
     for vc in BORROWERS:
         borrowers += wl.trace_jobs(vc, None, arrivals[vc], sampler, window, MAX_BORROWER_GPUS)
@@ -174,16 +178,24 @@ def lending_section(results: list[tuple[str, Result]], window: float) -> list[st
         "reclaims per day |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    reports = [(name, replay_lending(r.idle_timeline, window, 8, CRON_SECONDS, allowed))
-               for name, r in (results[0], results[2], results[5])]
+    reports = [
+        (name, replay_lending(r.idle_timeline, window, 8, CRON_SECONDS, allowed))
+        for name, r in (results[0], results[2], results[5])
+    ]
     base = reports[0][1].lent_gpu_seconds
     for name, rep in reports:
         share = rep.lent_gpu_seconds / rep.idle_gpu_seconds if rep.idle_gpu_seconds else 0.0
         ratio = f"{rep.lent_gpu_seconds / base:.2f}" if base else "-"
-        out.append(f"| {name} | {hours(rep.idle_gpu_seconds)} | {hours(rep.lent_gpu_seconds)} | {ratio} | "
-                   f"{share:.0%} | {rep.reclaims:,} | {rep.reclaims / (window / wl.DAY):.1f} |")
-    out += ["", "A busier pool has less to lend and takes lent nodes back more often; what is lent costs Slurm "
-            "nothing but the reclaim, since the placeholder job is the lowest tier.", ""]
+        out.append(
+            f"| {name} | {hours(rep.idle_gpu_seconds)} | {hours(rep.lent_gpu_seconds)} | {ratio} | "
+            f"{share:.0%} | {rep.reclaims:,} | {rep.reclaims / (window / wl.DAY):.1f} |"
+        )
+    out += [
+        "",
+        "A busier pool has less to lend and takes lent nodes back more often; what is lent costs Slurm "
+        "nothing but the reclaim, since the placeholder job is the lowest tier.",
+        "",
+    ]
     return out
 
 

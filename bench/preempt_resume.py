@@ -77,25 +77,68 @@ def main() -> int:
     for p in [work / "lib", *(work / "lib").rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     py = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
-    script = (f"#!/bin/bash\nexport PYTHONPATH={work}/lib\n"
-              f"exec {py} -m slurm_pool.checkpoint -- {py} {work}/train_sim.py --steps 100000 --every 20 --step-time 0.05\n")
+    script = (
+        f"#!/bin/bash\nexport PYTHONPATH={work}/lib\n"
+        f"exec {py} -m slurm_pool.checkpoint -- {py} {work}/train_sim.py --steps 100000 --every 20 --step-time 0.05\n"
+    )
     baseline, to_requeue, to_resume, owner_start = [], [], [], []
     try:
         for _ in range(args.rounds):
             t = time.monotonic()
-            probe = sbatch("-p", "scavenger", "--qos=scavenger", "-A", "proja", "-w", NODE, "--uid=alice",
-                           "--signal=B:USR1@30", "-o", "/dev/null", script="#!/bin/bash\nsleep 1\n")
+            probe = sbatch(
+                "-p",
+                "scavenger",
+                "--qos=scavenger",
+                "-A",
+                "proja",
+                "-w",
+                NODE,
+                "--uid=alice",
+                "--signal=B:USR1@30",
+                "-o",
+                "/dev/null",
+                script="#!/bin/bash\nsleep 1\n",
+            )
             baseline.append(wait(probe, {"RUNNING", "COMPLETED"}) - t)
             wait(probe, {"COMPLETED"})
-        victim = sbatch("-p", "shared", "--qos=shared", "-A", "proja", "-w", NODE, "--uid=alice", "--gres=gpu:2",
-                        "--time=60", "--requeue", "--signal=B:USR1@30", "--open-mode=append",
-                        "-o", str(work / "victim.out"), "-D", str(work), script=script)
+        victim = sbatch(
+            "-p",
+            "shared",
+            "--qos=shared",
+            "-A",
+            "proja",
+            "-w",
+            NODE,
+            "--uid=alice",
+            "--gres=gpu:2",
+            "--time=60",
+            "--requeue",
+            "--signal=B:USR1@30",
+            "--open-mode=append",
+            "-o",
+            str(work / "victim.out"),
+            "-D",
+            str(work),
+            script=script,
+        )
         wait(victim, {"RUNNING"})
         for _ in range(args.rounds):
             time.sleep(3)
             t0 = time.monotonic()
-            owner = sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", NODE, "--uid=alice",
-                           "--gres=gpu:2", "-o", "/dev/null", script="#!/bin/bash\nsleep 1\n")
+            owner = sbatch(
+                "-p",
+                "a-owner",
+                "--qos=guaranteed",
+                "-A",
+                "proja",
+                "-w",
+                NODE,
+                "--uid=alice",
+                "--gres=gpu:2",
+                "-o",
+                "/dev/null",
+                script="#!/bin/bash\nsleep 1\n",
+            )
             t_req = wait(victim, {"PENDING", "REQUEUED"})
             t_own = wait(owner, {"RUNNING", "COMPLETED"})
             wait(owner, {"COMPLETED"})
@@ -109,18 +152,25 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = statistics.median(baseline)
-    rows = [("idle-node job: submit -> running (baseline)", baseline),
-            ("owner submit -> victim checkpointed and requeued", to_requeue),
-            ("owner submit -> owner job running", owner_start),
-            ("requeue released -> victim running again", to_resume)]
-    md = [f"## Checkpoint-on-preempt timings on Slurm {version} (issue 5)\n",
-          f"Command: `python3 bench/preempt_resume.py --rounds {args.rounds}` (local cluster on Slurm {version}, "
-          f"example pool, shared-tier job preempted by the owner on {NODE}; GraceTime 20 s)\n",
-          "| interval | median s | max s | ratio to baseline |", "|---|---|---|---|"]
+    rows = [
+        ("idle-node job: submit -> running (baseline)", baseline),
+        ("owner submit -> victim checkpointed and requeued", to_requeue),
+        ("owner submit -> owner job running", owner_start),
+        ("requeue released -> victim running again", to_resume),
+    ]
+    md = [
+        f"## Checkpoint-on-preempt timings on Slurm {version} (issue 5)\n",
+        f"Command: `python3 bench/preempt_resume.py --rounds {args.rounds}` (local cluster on Slurm {version}, "
+        f"example pool, shared-tier job preempted by the owner on {NODE}; GraceTime 20 s)\n",
+        "| interval | median s | max s | ratio to baseline |",
+        "|---|---|---|---|",
+    ]
     for label, xs in rows:
         md.append(f"| {label} | {statistics.median(xs):.2f} | {max(xs):.2f} | {statistics.median(xs) / base:.2f} |")
-    md.append("\nSlurm itself holds a requeued job for 120 s (Reason=BeginTime); the resume interval is "
-              "measured from releasing that hold.\n")
+    md.append(
+        "\nSlurm itself holds a requeued job for 120 s (Reason=BeginTime); the resume interval is "
+        "measured from releasing that hold.\n"
+    )
     text = "\n".join(md)
     out.write_text(text)
     print(text)

@@ -43,20 +43,44 @@ def setup(tmp: Path) -> tuple[Path, dict[str, str]]:
     snap = tmp / "snapshot.json"
     shutil.copyfile(SNAPSHOT, snap)
     snap.chmod(0o644)
-    (tmp / "job.json").write_text(json.dumps({"jobs": [{
-        "job_id": 1, "job_state": "COMPLETING", "state_reason": "None", "start_time": int(time.time()) - 600,
-        "end_time": int(time.time()), "preempt_time": 0, "time_limit": 60, "restart_cnt": 0, "comment": ""}]}))
+    (tmp / "job.json").write_text(
+        json.dumps(
+            {
+                "jobs": [
+                    {
+                        "job_id": 1,
+                        "job_state": "COMPLETING",
+                        "state_reason": "None",
+                        "start_time": int(time.time()) - 600,
+                        "end_time": int(time.time()),
+                        "preempt_time": 0,
+                        "time_limit": 60,
+                        "restart_cnt": 0,
+                        "comment": "",
+                    }
+                ]
+            }
+        )
+    )
     (tmp / "node.json").write_text(json.dumps({"nodes": [{"name": "bench1", "state": "idle", "gres": "gpu:h100:8"}]}))
     stub = tmp / "scontrol"
     stub.write_text(STUB.format(job=tmp / "job.json", node=tmp / "node.json"))
     stub.chmod(0o755)
     conf = tmp / "node.conf"
-    conf.write_text(f"state_dir = {tmp / 'state'}\ncheckpoint_base_dir = {tmp / 'ckpt'}\n"
-                    f"gpus = replay:{snap}\nscontrol = {stub}\nexpected_gpus = 8\nlog = none\n")
+    conf.write_text(
+        f"state_dir = {tmp / 'state'}\ncheckpoint_base_dir = {tmp / 'ckpt'}\n"
+        f"gpus = replay:{snap}\nscontrol = {stub}\nexpected_gpus = 8\nlog = none\n"
+    )
     conf.chmod(0o644)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURMD_NODENAME": "bench1",
-           "SLURM_JOB_USER": "bench", "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
-           "SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "SLURMD_NODENAME": "bench1",
+        "SLURM_JOB_USER": "bench",
+        "SLURM_JOB_UID": str(os.getuid()),
+        "SLURM_JOB_GID": str(os.getgid()),
+        "SLURM_JOB_GPUS": "0,1",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
     return conf, env
 
 
@@ -142,8 +166,11 @@ def main() -> int:
     ]
     if slow is not None:
         lines += table("Through the click CLI: python3 -m slurm_pool <hook>", slow)
-    lines += [f"Interpreter alone (`python3 -I -S -c pass`): p50 {statistics.median(base):.1f} ms, "
-              f"p95 {pct(base, 95):.1f} ms.", ""]
+    lines += [
+        f"Interpreter alone (`python3 -I -S -c pass`): p50 {statistics.median(base):.1f} ms, "
+        f"p95 {pct(base, 95):.1f} ms.",
+        "",
+    ]
     text = "\n".join(lines)
     print(text)
     out = Path(args.out)

@@ -24,8 +24,12 @@ from slurm_pool.render import SlurmVersion, render_all  # noqa: E402
 from slurm_pool.spec import load_spec_text  # noqa: E402
 
 MODELS = ["A100-80GB", "H100-80GB", "H200-141GB", "A100-40GB"]
-MIG = {"A100-80GB": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"], "H100-80GB": ["1g.10gb"] * 7,
-       "H200-141GB": ["4g.71gb", "3g.71gb"], "A100-40GB": ["7g.40gb"]}
+MIG = {
+    "A100-80GB": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+    "H100-80GB": ["1g.10gb"] * 7,
+    "H200-141GB": ["4g.71gb", "3g.71gb"],
+    "A100-40GB": ["7g.40gb"],
+}
 
 
 def make_spec(nodes: int, per_group: int = 40, gpus: int = 8) -> str:
@@ -36,12 +40,23 @@ def make_spec(nodes: int, per_group: int = 40, gpus: int = 8) -> str:
         mig = None
         if g % 5 == 0:  # every fifth group is partly MIG-partitioned
             mig = [MIG[model] if i < 2 else None for i in range(gpus)]
-        group = {"name": f"g{g:04d}", "hosts": f"n{g:04d}-[001-{per_group:03d}]", "cpus": 64,
-                 "memory_mb": 512000, "gpus": {"model": model, "count": gpus, **({"mig": mig} if mig else {})}}
+        group = {
+            "name": f"g{g:04d}",
+            "hosts": f"n{g:04d}-[001-{per_group:03d}]",
+            "cpus": 64,
+            "memory_mb": 512000,
+            "gpus": {"model": model, "count": gpus, **({"mig": mig} if mig else {})},
+        }
         groups.append(group)
         if g % 25 == 0:
-            projects.append({"name": f"p{g // 25:03d}", "users": [f"u{g // 25:03d}"], "owns": [],
-                             "tiers": ["guaranteed", "shared", "scavenger"]})
+            projects.append(
+                {
+                    "name": f"p{g // 25:03d}",
+                    "users": [f"u{g // 25:03d}"],
+                    "owns": [],
+                    "tiers": ["guaranteed", "shared", "scavenger"],
+                }
+            )
         projects[-1]["owns"].append(group["name"])
     spec = {
         "version": 1,
@@ -53,9 +68,16 @@ def make_spec(nodes: int, per_group: int = 40, gpus: int = 8) -> str:
             {"name": "scavenger", "priority": 100, "preempt_mode": "requeue", "grace_time": 120},
         ],
         "partitions": [
-            {"name": f"{p['name']}-owner", "nodes": p["owns"], "tier": "guaranteed", "priority_tier": 100,
-             "allow_accounts": [p["name"]]} for p in projects
-        ] + [
+            {
+                "name": f"{p['name']}-owner",
+                "nodes": p["owns"],
+                "tier": "guaranteed",
+                "priority_tier": 100,
+                "allow_accounts": [p["name"]],
+            }
+            for p in projects
+        ]
+        + [
             {"name": "shared", "nodes": ["ALL"], "tier": "shared", "priority_tier": 50},
             {"name": "scavenger", "nodes": ["ALL"], "tier": "scavenger", "priority_tier": 10, "default": True},
         ],
@@ -102,7 +124,7 @@ Command: `python3 bench/render_scale.py --nodes {args.nodes} --repeat {args.repe
 | **validate + render** | **{total:.3f}** | {total / t_yaml:.2f} |
 
 Spec: {len(spec.node_groups)} node groups, {args.nodes} nodes, {gpus} GPUs (every fifth group partly MIG),
-{len(spec.partitions)} partitions.  slurm.conf is {len(files['slurm.conf'].splitlines())} lines.
+{len(spec.partitions)} partitions.  slurm.conf is {len(files["slurm.conf"].splitlines())} lines.
 Target: validate + render under 2 s -> {"met" if total < 2 else "NOT met"}.
 """
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

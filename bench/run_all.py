@@ -46,8 +46,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--skip-cluster", action="store_true", help="Skip benchmarks that need Slurm.")
-    ap.add_argument("--slurm", nargs="*", default=["26.05"],
-                    help="Slurm builds to run the cluster benchmarks on as well (after the one on PATH)")
+    ap.add_argument(
+        "--slurm",
+        nargs="*",
+        default=["26.05"],
+        help="Slurm builds to run the cluster benchmarks on as well (after the one on PATH)",
+    )
     args = ap.parse_args()
     names = args.only or list(BENCHES)
     base_env = dict(os.environ)

@@ -57,8 +57,13 @@ def default_sbatch_args(spec: PoolSpec) -> list[str]:
     """Arguments that pass the policy: a user of the first project (root is in no
     pool account), its default route, a time limit, --checkpoint."""
     proj = next(p for p in spec.projects if p.tiers and p.users)
-    return [f"--uid={proj.users[0]}", f"--account={proj.name}", "--time=10", "--checkpoint",
-            "--job-name=slurm-pool-bench"]
+    return [
+        f"--uid={proj.users[0]}",
+        f"--account={proj.name}",
+        "--time=10",
+        "--checkpoint",
+        "--job-name=slurm-pool-bench",
+    ]
 
 
 class LuaSwap:
@@ -82,8 +87,13 @@ class LuaSwap:
 
 
 def submit(args: list[str], env: dict[str, str]) -> tuple[bool, str]:
-    res = subprocess.run(["sbatch", "--hold", "--parsable", *args, "--wrap", "true"], capture_output=True, text=True,
-                         env=env, timeout=120)
+    res = subprocess.run(
+        ["sbatch", "--hold", "--parsable", *args, "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     if res.returncode != 0:
         return False, res.stderr.strip()
     return True, res.stdout.strip().split(";")[0]
@@ -102,11 +112,12 @@ def submit_batch(n: int, args: list[str], env: dict[str, str], parallel: int) ->
 
 def cancel(ids: list[str], env: dict[str, str]) -> None:
     for i in range(0, len(ids), 200):
-        subprocess.run(["scancel", *ids[i:i + 200]], env=env, capture_output=True, timeout=120)
+        subprocess.run(["scancel", *ids[i : i + 200]], env=env, capture_output=True, timeout=120)
 
 
-def bench_sbatch(spec: PoolSpec, conf: Path, jobs: int, rounds: int, parallel: int, extra: list[str],
-                 settle: float) -> dict[str, Any]:
+def bench_sbatch(
+    spec: PoolSpec, conf: Path, jobs: int, rounds: int, parallel: int, extra: list[str], settle: float
+) -> dict[str, Any]:
     env = dict(os.environ, SLURM_CONF=str(conf))
     ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env, timeout=60)
     if ping.returncode != 0 or "UP" not in ping.stdout:
@@ -135,8 +146,9 @@ def bench_sbatch(spec: PoolSpec, conf: Path, jobs: int, rounds: int, parallel: i
                 ids += got
     finally:
         swap.restore()
-        out = subprocess.run(["squeue", "-h", "-n", "slurm-pool-bench", "-o", "%i"], capture_output=True, text=True,
-                             env=env, timeout=120)
+        out = subprocess.run(
+            ["squeue", "-h", "-n", "slurm-pool-bench", "-o", "%i"], capture_output=True, text=True, env=env, timeout=120
+        )
         cancel(sorted(set(ids) | set(out.stdout.split())), env)
     rate = {k: counts[k] / times[k] if times[k] else 0.0 for k in times}
     return {
@@ -156,8 +168,12 @@ def bench_lua(spec: PoolSpec, source: str, calls: int, version: SlurmVersion) ->
     cases = {
         "route_default": unset_job(account=proj.name),
         "no_account": unset_job(user_name=next((u for u, p in tables.users if p == proj.name), "nobody")),
-        "gpus_and_checkpoint": unset_job(account=proj.name, tres_per_node="gres:gpu:1", time_limit=60,
-                                         spank_job_env=["SLURM_POOL_CHECKPOINT=1", "SLURM_POOL_GPU_MEM_MB=4096"]),
+        "gpus_and_checkpoint": unset_job(
+            account=proj.name,
+            tres_per_node="gres:gpu:1",
+            time_limit=60,
+            spank_job_env=["SLURM_POOL_CHECKPOINT=1", "SLURM_POOL_GPU_MEM_MB=4096"],
+        ),
         "rejected": unset_job(account=proj.name, qos="no-such-tier"),
     }
     if mig:
@@ -188,18 +204,26 @@ def bench_lua(spec: PoolSpec, source: str, calls: int, version: SlurmVersion) ->
 
 def markdown(report: dict[str, Any], opts: argparse.Namespace) -> str:
     """The BENCHMARKS.md section for one run."""
-    lines = [f"## job_submit.lua overhead on Slurm {report['slurm']} (issue 4)\n",
-             f"Command: `python3 bench/submit_overhead.py --spec {opts.spec} --jobs {opts.jobs} --rounds {opts.rounds}` "
-             f"(real slurmctld {report['slurm']} of the local cluster; held jobs, interleaved rounds)\n"]
+    lines = [
+        f"## job_submit.lua overhead on Slurm {report['slurm']} (issue 4)\n",
+        f"Command: `python3 bench/submit_overhead.py --spec {opts.spec} --jobs {opts.jobs} --rounds {opts.rounds}` "
+        f"(real slurmctld {report['slurm']} of the local cluster; held jobs, interleaved rounds)\n",
+    ]
     sb = report.get("sbatch")
     if sb:
         rate = sb["jobs_per_second"]
-        lines += ["| submissions | jobs | jobs/s |", "|---|---:|---:|",
-                  f"| pass-through job_submit.lua (baseline) | {sb['jobs_per_kind']['baseline']} | {rate['baseline']} |",
-                  f"| slurm-pool policy | {sb['jobs_per_kind']['policy']} | {rate['policy']} |",
-                  f"\nThroughput ratio policy / baseline: **{sb['ratio']}** (target >= {opts.target}).\n"]
-    lines += ["In-process cost per call (lupa, Lua 5.1, the same script slurmctld runs):\n",
-              "| case | policy us | pass-through us | ratio |", "|---|---:|---:|---:|"]
+        lines += [
+            "| submissions | jobs | jobs/s |",
+            "|---|---:|---:|",
+            f"| pass-through job_submit.lua (baseline) | {sb['jobs_per_kind']['baseline']} | {rate['baseline']} |",
+            f"| slurm-pool policy | {sb['jobs_per_kind']['policy']} | {rate['policy']} |",
+            f"\nThroughput ratio policy / baseline: **{sb['ratio']}** (target >= {opts.target}).\n",
+        ]
+    lines += [
+        "In-process cost per call (lupa, Lua 5.1, the same script slurmctld runs):\n",
+        "| case | policy us | pass-through us | ratio |",
+        "|---|---:|---:|---:|",
+    ]
     for name, r in report["lua"].items():
         ratio = r["policy_us"] / r["baseline_us"] if r["baseline_us"] else float("nan")
         lines.append(f"| {name} | {r['policy_us']} | {r['baseline_us']} | {ratio:.1f} |")

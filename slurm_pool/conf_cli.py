@@ -27,7 +27,8 @@ def target_version(explicit: str | None):
 
 
 slurm_version_option = click.option(
-    "--slurm-version", help="Target Slurm release, e.g. 22.05 or 24.11.5 (default: the installed one).")
+    "--slurm-version", help="Target Slurm release, e.g. 22.05 or 24.11.5 (default: the installed one)."
+)
 
 
 @click.command()
@@ -38,8 +39,10 @@ def validate(spec: str) -> None:
 
     s = load_spec(spec)
     nodes = sum(len(expand(g.hosts)) for g in s.node_groups)
-    click.echo(f"{spec}: valid (version {s.version}, cluster {s.cluster.name}, {nodes} nodes, "
-               f"{len(s.partitions)} partitions, {len(s.tiers)} tiers)")
+    click.echo(
+        f"{spec}: valid (version {s.version}, cluster {s.cluster.name}, {nodes} nodes, "
+        f"{len(s.partitions)} partitions, {len(s.tiers)} tiers)"
+    )
 
 
 @click.command()

@@ -87,35 +87,69 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
             rendered_for = None
     sinfo = shutil.which("sinfo")
     include = str(Path(sinfo).resolve().parent.parent / "include") if sinfo else None
-    return Facts(commands, controller, config, slurm.nodes(), help_res,
-                 [c.summary for c in changes], deferred, rendered_for, include)
+    return Facts(
+        commands,
+        controller,
+        config,
+        slurm.nodes(),
+        help_res,
+        [c.summary for c in changes],
+        deferred,
+        rendered_for,
+        include,
+    )
 
 
 def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
     """Every finding, in :data:`CHECKS` order (empty: all is well)."""
     version = facts.controller or facts.commands
-    return [*_versions(facts), *_spank(facts), *_job_submit(spec, facts), *_gres(spec, facts, version),
-            *_accounting(facts), *_hooks(spec, facts)]
+    return [
+        *_versions(facts),
+        *_spank(facts),
+        *_job_submit(spec, facts),
+        *_gres(spec, facts, version),
+        *_accounting(facts),
+        *_hooks(spec, facts),
+    ]
 
 
 def _versions(f: Facts) -> list[Finding]:
     out = []
     ctld = f.controller
     if ctld is None:
-        out.append(Finding("version", "scontrol show config does not say which Slurm slurmctld is",
-                           "check that slurmctld answers (scontrol ping)"))
+        out.append(
+            Finding(
+                "version",
+                "scontrol show config does not say which Slurm slurmctld is",
+                "check that slurmctld answers (scontrol ping)",
+            )
+        )
         return out
     if f.commands.series != ctld.series:
-        out.append(Finding("version", f"the commands are Slurm {f.commands}, slurmctld is {ctld}",
-                           f"put Slurm {ctld}'s bin directory first on PATH"))
+        out.append(
+            Finding(
+                "version",
+                f"the commands are Slurm {f.commands}, slurmctld is {ctld}",
+                f"put Slurm {ctld}'s bin directory first on PATH",
+            )
+        )
     for n in f.nodes:
         if n.version and not n.version.startswith(ctld.series):
-            out.append(Finding("version", f"slurmd on {n.name} is Slurm {n.version}, slurmctld is {ctld}",
-                               f"upgrade slurmd on {n.name} to {ctld.series}"))
+            out.append(
+                Finding(
+                    "version",
+                    f"slurmd on {n.name} is Slurm {n.version}, slurmctld is {ctld}",
+                    f"upgrade slurmd on {n.name} to {ctld.series}",
+                )
+            )
     if f.rendered_for and not f.rendered_for.startswith(ctld.series):
-        out.append(Finding("version", f"the configs beside slurm.conf were rendered for Slurm {f.rendered_for}, "
-                           f"slurmctld is {ctld}",
-                           f"slurm-pool render SPEC -o DIR --slurm-version {ctld}, install them, scontrol reconfigure"))
+        out.append(
+            Finding(
+                "version",
+                f"the configs beside slurm.conf were rendered for Slurm {f.rendered_for}, slurmctld is {ctld}",
+                f"slurm-pool render SPEC -o DIR --slurm-version {ctld}, install them, scontrol reconfigure",
+            )
+        )
     return out
 
 
@@ -125,22 +159,36 @@ def _spank(f: Facts) -> list[Finding]:
     build = f"make -C spank SLURM_INCLUDE={f.include_dir or 'PREFIX/include'}"
     if stale:
         path, built_for = stale.groups()
-        return [Finding("spank", f"the SPANK plugin {path} was built for Slurm {built_for}, not for "
-                        f"{f.controller or f.commands}; sbatch refuses it, so --checkpoint does not exist",
-                        f"rebuild it against this Slurm's headers ({build}) and copy slurm_pool_spank.so to {path}")]
+        return [
+            Finding(
+                "spank",
+                f"the SPANK plugin {path} was built for Slurm {built_for}, not for "
+                f"{f.controller or f.commands}; sbatch refuses it, so --checkpoint does not exist",
+                f"rebuild it against this Slurm's headers ({build}) and copy slurm_pool_spank.so to {path}",
+            )
+        ]
     if "--checkpoint" not in out:
         plugstack = f.config.get("PlugStackConfig") or "plugstack.conf"
-        return [Finding("spank", f"sbatch --help offers no --checkpoint: the SPANK plugin is not loaded ({plugstack})",
-                        f"install the rendered plugstack.conf as {plugstack} and the plugin it names ({build})")]
+        return [
+            Finding(
+                "spank",
+                f"sbatch --help offers no --checkpoint: the SPANK plugin is not loaded ({plugstack})",
+                f"install the rendered plugstack.conf as {plugstack} and the plugin it names ({build})",
+            )
+        ]
     return []
 
 
 def _job_submit(spec: PoolSpec, f: Facts) -> list[Finding]:
     if spec.policy.job_submit and "lua" not in f.config.get("JobSubmitPlugins", "").split(","):
-        return [Finding("job_submit", f"JobSubmitPlugins is {f.config.get('JobSubmitPlugins') or 'empty'}, "
-                        "so the pool's job_submit.lua does not run",
-                        "set JobSubmitPlugins=lua, put the rendered job_submit.lua beside slurm.conf, "
-                        "scontrol reconfigure")]
+        return [
+            Finding(
+                "job_submit",
+                f"JobSubmitPlugins is {f.config.get('JobSubmitPlugins') or 'empty'}, "
+                "so the pool's job_submit.lua does not run",
+                "set JobSubmitPlugins=lua, put the rendered job_submit.lua beside slurm.conf, scontrol reconfigure",
+            )
+        ]
     return []
 
 
@@ -154,19 +202,33 @@ def _gres(spec: PoolSpec, f: Facts, version: SlurmVersion) -> list[Finding]:
         for name in expand(group.hosts):
             node = by_name.get(name)
             if node is None:
-                out.append(Finding("gres", f"node {name} of group {group.name} is not in Slurm",
-                                   "install the rendered slurm.conf and scontrol reconfigure"))
+                out.append(
+                    Finding(
+                        "gres",
+                        f"node {name} of group {group.name} is not in Slurm",
+                        "install the rendered slurm.conf and scontrol reconfigure",
+                    )
+                )
                 continue
             have = Counter(gpu_counts(node.gres))
             if have != want:
-                out.append(Finding(
-                    "gres", f"{name}: Slurm has {_fmt(have)}, the spec renders {_fmt(want)} for Slurm {version.series}",
-                    "render for this release and install gres.conf and slurm.conf, then restart slurmd on the node "
-                    "(or, after a deliberate `mig apply`, write the new layout into gpus.mig of the spec)"))
+                out.append(
+                    Finding(
+                        "gres",
+                        f"{name}: Slurm has {_fmt(have)}, the spec renders {_fmt(want)} for Slurm {version.series}",
+                        "render for this release and install gres.conf and slurm.conf, then restart slurmd on the node "
+                        "(or, after a deliberate `mig apply`, write the new layout into gpus.mig of the spec)",
+                    )
+                )
             if "INVALID_REG" in node.state or "gres" in node.reason.lower():
-                out.append(Finding("gres", f"{name} was refused at registration: {node.reason or node.state}",
-                                   "make gres.conf match the devices the node has (slurmd -C on the node), "
-                                   "restart its slurmd and scontrol update NodeName=... State=RESUME"))
+                out.append(
+                    Finding(
+                        "gres",
+                        f"{name} was refused at registration: {node.reason or node.state}",
+                        "make gres.conf match the devices the node has (slurmd -C on the node), "
+                        "restart its slurmd and scontrol update NodeName=... State=RESUME",
+                    )
+                )
     return out
 
 
@@ -178,27 +240,50 @@ def _accounting(f: Facts) -> list[Finding]:
     out = []
     if f.accounting:
         shown = "; ".join(f.accounting[:6]) + (f" (+{len(f.accounting) - 6} more)" if len(f.accounting) > 6 else "")
-        out.append(Finding("accounting", f"accounting differs from the spec: {shown}",
-                           "slurm-pool apply accounting SPEC (--dry-run first to see the diff)"))
+        out.append(
+            Finding(
+                "accounting",
+                f"accounting differs from the spec: {shown}",
+                "slurm-pool apply accounting SPEC (--dry-run first to see the diff)",
+            )
+        )
     if f.deferred:
-        out.append(Finding("accounting", "limits wait for TRES slurmdbd does not know: " + "; ".join(f.deferred[:6]),
-                           "list them in AccountingStorageTRES (the rendered slurm.conf does), restart slurmctld, "
-                           "then slurm-pool apply accounting SPEC"))
+        out.append(
+            Finding(
+                "accounting",
+                "limits wait for TRES slurmdbd does not know: " + "; ".join(f.deferred[:6]),
+                "list them in AccountingStorageTRES (the rendered slurm.conf does), restart slurmctld, "
+                "then slurm-pool apply accounting SPEC",
+            )
+        )
     return out
 
 
 def _hooks(spec: PoolSpec, f: Facts) -> list[Finding]:
-    wanted = [("Prolog", "slurm-pool-prolog", spec.health.prolog), ("Epilog", "slurm-pool-epilog", spec.health.epilog),
-              ("HealthCheckProgram", "slurm-pool-healthcheck", bool(spec.health.health_check_interval))]
+    wanted = [
+        ("Prolog", "slurm-pool-prolog", spec.health.prolog),
+        ("Epilog", "slurm-pool-epilog", spec.health.epilog),
+        ("HealthCheckProgram", "slurm-pool-healthcheck", bool(spec.health.health_check_interval)),
+    ]
     out = []
     for key, program, on in wanted:
         value = f.config.get(key, "")
         if on and program not in value:
-            out.append(Finding("hooks", f"{key} is {value or 'not set'}, not slurm-pool's {program}",
-                               f"set {key}= to the rendered {program} on every node, scontrol reconfigure"))
+            out.append(
+                Finding(
+                    "hooks",
+                    f"{key} is {value or 'not set'}, not slurm-pool's {program}",
+                    f"set {key}= to the rendered {program} on every node, scontrol reconfigure",
+                )
+            )
     if spec.health.prolog and "Alloc" not in f.config.get("PrologFlags", ""):
-        out.append(Finding("hooks", "PrologFlags lacks Alloc: the prolog would run only at the first job step",
-                           "set PrologFlags=Alloc, scontrol reconfigure"))
+        out.append(
+            Finding(
+                "hooks",
+                "PrologFlags lacks Alloc: the prolog would run only at the first job step",
+                "set PrologFlags=Alloc, scontrol reconfigure",
+            )
+        )
     return out
 
 

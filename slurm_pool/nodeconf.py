@@ -127,7 +127,7 @@ class NodeConfig:
         """``("nvml"|"auto"|"none"|"replay", path or None)``."""
         raw = self.values["gpus"].strip()
         if raw.startswith("replay:"):
-            return "replay", raw[len("replay:"):].replace("{node}", node)
+            return "replay", raw[len("replay:") :].replace("{node}", node)
         if raw in ("nvml", "auto", "none"):
             return raw, None
         raise ConfigError(f"{self.path or 'node.conf'}: gpus = {raw!r} (want nvml, auto, none or replay:<path>)")
@@ -196,8 +196,14 @@ def load(path: str | None = None, *, trusted: bool = True, env: dict[str, str] |
     return NodeConfig(parse(text, path), path)
 
 
-def render(spec: PoolSpec, *, state_dir: str | None = None, gpus: str | None = None,
-           scontrol: str | None = None, extra: dict[str, str] | None = None) -> str:
+def render(
+    spec: PoolSpec,
+    *,
+    state_dir: str | None = None,
+    gpus: str | None = None,
+    scontrol: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> str:
     """node.conf text for a pool spec (its ``checkpoint`` and ``scheduler`` sections)."""
     ck = spec.checkpoint
     signal = str(ck.signal).upper().removeprefix("SIG")
@@ -252,6 +258,5 @@ def render_hook(kind: str, python: str, config_path: str = DEFAULT_PATH, paths: 
     conf = shlex.quote(config_path)
     if not paths:
         return f"#!/bin/sh\nexec {shlex.quote(python)} -I -m slurm_pool.node {kind} --config {conf}\n"
-    code = (f"import sys; sys.path[:0] = {list(paths)!r}; "
-            "from slurm_pool.node.__main__ import main; sys.exit(main())")
+    code = f"import sys; sys.path[:0] = {list(paths)!r}; from slurm_pool.node.__main__ import main; sys.exit(main())"
     return f"#!/bin/sh\nexec {shlex.quote(python)} -I -S -c {shlex.quote(code)} {kind} --config {conf}\n"

@@ -39,36 +39,58 @@ class Fact:
 
 
 FACTS: tuple[Fact, ...] = (
-    Fact("preempt_params_line", (23, 2, 0),
-         "send_user_signal moved from SlurmctldParameters=preempt_send_user_signal to PreemptParameters",
-         "CHANGELOG/slurm-23.02.md 23.02.0rc1; slurm.conf(5) PreemptParameters"),
-    Fact("json_data_parser", (23, 2, 0),
-         "--json output from the data_parser plugins: states are lists, numbers are {set, infinite, number} "
-         "objects, and sinfo --json groups nodes by partition and state ({'sinfo': [...]}) instead of listing "
-         "node records; scontrol --json show nodes/jobs exists",
-         "CHANGELOG/slurm-23.02.md 23.02.0rc1 (data_parser/v0.0.39); recorded in tests/data/slurm/"),
-    Fact("mig_type_from_profile", (23, 2, 6),
-         "gpu/nvml names a MIG GRES type <gpu type cut at '-'>_<NVIDIA profile name> (the NVML MIG device name "
-         "after 'mig'), e.g. nvidia_a100_3g.40gb; before, _<slices>g.<roundl(memory MiB / 1024)>gb, "
-         "e.g. nvidia_a100_3g.39gb",
-         "CHANGELOG/slurm-23.02.md 23.02.6 'Fix some mig profile names in slurm not matching nvidia mig "
-         "profiles'; src/plugins/gpu/nvml/gpu_nvml.c _handle_mig (26.05.3: strstr(device_name, \"mig_\"); "
-         "22.05: roundl(attributes.memorySizeMB / 1024))"),
-    Fact("preempt_requeues_exited_job", (24, 5, 0),
-         "a requeueable batch job that exits after its GraceTime signal is recorded PREEMPTED and requeued by "
-         "slurmctld itself (on 22.05 it ends COMPLETED and the job must requeue itself)",
-         "CHANGELOG/slurm-24.05.md 24.05.0rc1 'For PreemptMode=CANCEL and PreemptMode=REQUEUE assume that job "
-         "signalled for GraceTime was preempted'; measured on 26.05.3 and 22.05.8"),
-    Fact("multiple_qos_per_job", (24, 11, 0), "a job may ask for several QOS (--qos=a,b)",
-         "CHANGELOG/slurm-24.11.md 24.11.0rc1 'Add ability to submit jobs with multiple QOS'"),
-    Fact("allow_qos_must_exist", (25, 11, 0),
-         "slurmctld refuses to start when a partition's AllowQOS/DenyQOS names a QOS slurmdbd does not have "
-         "(fatal: Partition P has an invalid AllowQOS)",
-         "CHANGELOG/slurm-25.11.md 25.11.0rc1 'Validate AllowQOS, DenyQOS have valid QOS's listed'; "
-         "src/slurmctld/read_config.c"),
-    Fact("rebootless_node_features", (24, 5, 0),
-         "node_features/helpers takes Flags=rebootless: a changed feature is applied without RebootProgram",
-         "CHANGELOG/slurm-24.05.md; helpers.conf(5)"),
+    Fact(
+        "preempt_params_line",
+        (23, 2, 0),
+        "send_user_signal moved from SlurmctldParameters=preempt_send_user_signal to PreemptParameters",
+        "CHANGELOG/slurm-23.02.md 23.02.0rc1; slurm.conf(5) PreemptParameters",
+    ),
+    Fact(
+        "json_data_parser",
+        (23, 2, 0),
+        "--json output from the data_parser plugins: states are lists, numbers are {set, infinite, number} "
+        "objects, and sinfo --json groups nodes by partition and state ({'sinfo': [...]}) instead of listing "
+        "node records; scontrol --json show nodes/jobs exists",
+        "CHANGELOG/slurm-23.02.md 23.02.0rc1 (data_parser/v0.0.39); recorded in tests/data/slurm/",
+    ),
+    Fact(
+        "mig_type_from_profile",
+        (23, 2, 6),
+        "gpu/nvml names a MIG GRES type <gpu type cut at '-'>_<NVIDIA profile name> (the NVML MIG device name "
+        "after 'mig'), e.g. nvidia_a100_3g.40gb; before, _<slices>g.<roundl(memory MiB / 1024)>gb, "
+        "e.g. nvidia_a100_3g.39gb",
+        "CHANGELOG/slurm-23.02.md 23.02.6 'Fix some mig profile names in slurm not matching nvidia mig "
+        'profiles\'; src/plugins/gpu/nvml/gpu_nvml.c _handle_mig (26.05.3: strstr(device_name, "mig_"); '
+        "22.05: roundl(attributes.memorySizeMB / 1024))",
+    ),
+    Fact(
+        "preempt_requeues_exited_job",
+        (24, 5, 0),
+        "a requeueable batch job that exits after its GraceTime signal is recorded PREEMPTED and requeued by "
+        "slurmctld itself (on 22.05 it ends COMPLETED and the job must requeue itself)",
+        "CHANGELOG/slurm-24.05.md 24.05.0rc1 'For PreemptMode=CANCEL and PreemptMode=REQUEUE assume that job "
+        "signalled for GraceTime was preempted'; measured on 26.05.3 and 22.05.8",
+    ),
+    Fact(
+        "multiple_qos_per_job",
+        (24, 11, 0),
+        "a job may ask for several QOS (--qos=a,b)",
+        "CHANGELOG/slurm-24.11.md 24.11.0rc1 'Add ability to submit jobs with multiple QOS'",
+    ),
+    Fact(
+        "allow_qos_must_exist",
+        (25, 11, 0),
+        "slurmctld refuses to start when a partition's AllowQOS/DenyQOS names a QOS slurmdbd does not have "
+        "(fatal: Partition P has an invalid AllowQOS)",
+        "CHANGELOG/slurm-25.11.md 25.11.0rc1 'Validate AllowQOS, DenyQOS have valid QOS's listed'; "
+        "src/slurmctld/read_config.c",
+    ),
+    Fact(
+        "rebootless_node_features",
+        (24, 5, 0),
+        "node_features/helpers takes Flags=rebootless: a changed feature is applied without RebootProgram",
+        "CHANGELOG/slurm-24.05.md; helpers.conf(5)",
+    ),
 )
 _FACTS = {f.name: f for f in FACTS}
 
@@ -90,8 +112,7 @@ class SlurmVersion:
         v = cls(int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) is not None else None)
         if not (MIN_SUPPORTED <= (v.major, v.minor) <= MAX_SUPPORTED):
             lo, hi = MIN_SUPPORTED, MAX_SUPPORTED
-            raise VersionError(f"{what}: {v} is not supported (supported: {lo[0]}.{lo[1]:02d} to "
-                               f"{hi[0]}.{hi[1]:02d})")
+            raise VersionError(f"{what}: {v} is not supported (supported: {lo[0]}.{lo[1]:02d} to {hi[0]}.{hi[1]:02d})")
         return v
 
     def __str__(self) -> str:

@@ -62,14 +62,43 @@ def main(argv: list[str] | None = None) -> int:
     for node in ("b-gpu1", "c-gpu1"):
         c.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
     scene("idle")
-    owner = sbatch("--account=proja", "--partition=a-owner", "--gres=gpu:1", "--job-name=owner-run",
-                     "--nodelist=a-gpu1", user="alice", script=SLEEP)
-    sbatch("--account=projb", "--qos=shared", "--time=30", "--gres=gpu:2", "--job-name=shared-held", "--hold",
-             "--checkpoint", user="bob", script=SLEEP)
-    mig = sbatch("--account=projc", "--partition=c-owner", "--gres=gpu:nvidia_a100_1g.5gb:1",
-                   "--job-name=mig-slice", user="carol", script=SLEEP)
-    sbatch("--account=proja", "--partition=a-owner", "--gres=gpu:nvidia_a100-sxm4-80gb:1",
-             f"--dependency=afterok:{owner}", "--job-name=waits-on-owner", user="alice", script=SLEEP)
+    owner = sbatch(
+        "--account=proja",
+        "--partition=a-owner",
+        "--gres=gpu:1",
+        "--job-name=owner-run",
+        "--nodelist=a-gpu1",
+        user="alice",
+        script=SLEEP,
+    )
+    sbatch(
+        "--account=projb",
+        "--qos=shared",
+        "--time=30",
+        "--gres=gpu:2",
+        "--job-name=shared-held",
+        "--hold",
+        "--checkpoint",
+        user="bob",
+        script=SLEEP,
+    )
+    mig = sbatch(
+        "--account=projc",
+        "--partition=c-owner",
+        "--gres=gpu:nvidia_a100_1g.5gb:1",
+        "--job-name=mig-slice",
+        user="carol",
+        script=SLEEP,
+    )
+    sbatch(
+        "--account=proja",
+        "--partition=a-owner",
+        "--gres=gpu:nvidia_a100-sxm4-80gb:1",
+        f"--dependency=afterok:{owner}",
+        "--job-name=waits-on-owner",
+        user="alice",
+        script=SLEEP,
+    )
     for job in (owner, mig):
         c.wait_state(job, ["RUNNING"])
     c.run(["scontrol", "update", "NodeName=b-gpu1", "State=DRAIN", "Reason=disk check by ops"], check=True)
@@ -84,14 +113,34 @@ def main(argv: list[str] | None = None) -> int:
     # COMPLETED), from 24.05 Slurm requeues a job that exits after its grace signal.
     requeue = "" if v.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
     victim_script = f"#!/bin/sh\ntrap '{requeue}exit 0' USR1\nsleep 600 &\nwait\n"
-    victim = sbatch("--account=projb", "--partition=scavenger", "--nodelist=a-gpu2", "--exclusive", "--mem=0",
-                      "--gres=gpu:2", "--requeue", "--signal=B:USR1@60", "--job-name=victim", user="bob",
-                      script=victim_script)
+    victim = sbatch(
+        "--account=projb",
+        "--partition=scavenger",
+        "--nodelist=a-gpu2",
+        "--exclusive",
+        "--mem=0",
+        "--gres=gpu:2",
+        "--requeue",
+        "--signal=B:USR1@60",
+        "--job-name=victim",
+        user="bob",
+        script=victim_script,
+    )
     c.wait_state(victim, ["RUNNING"])
-    sbatch("--account=proja", "--partition=a-owner", "--nodelist=a-gpu2", "--gres=gpu:2", "--job-name=owner-back",
-             user="alice", script=SLEEP)
-    wait_for(lambda: c.job_field(victim, "%T") == "PENDING" and c.job_field(victim, "%r") != "None", 120,
-             f"job {victim} to be requeued")
+    sbatch(
+        "--account=proja",
+        "--partition=a-owner",
+        "--nodelist=a-gpu2",
+        "--gres=gpu:2",
+        "--job-name=owner-back",
+        user="alice",
+        script=SLEEP,
+    )
+    wait_for(
+        lambda: c.job_field(victim, "%T") == "PENDING" and c.job_field(victim, "%r") != "None",
+        120,
+        f"job {victim} to be requeued",
+    )
     scene("requeued")
     if new_json:
         save("scontrol-job-requeued.json", ["scontrol", "show", "job", str(victim), "--json"])

@@ -25,8 +25,18 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.adapters.slurmjson import parse_duration
 from slurm_pool.spec.model import PoolSpec
 
-QOS_FIELDS = ["Name", "Description", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor",
-              "GrpTRES", "MaxTRESPU", "MaxTRES"]
+QOS_FIELDS = [
+    "Name",
+    "Description",
+    "Priority",
+    "Preempt",
+    "PreemptMode",
+    "GraceTime",
+    "UsageFactor",
+    "GrpTRES",
+    "MaxTRESPU",
+    "MaxTRES",
+]
 ASSOC_FIELDS = ["Account", "User", "Fairshare", "QOS", "DefaultQOS"]
 TRES_LIMITS = ("GrpTRES", "MaxTRESPU", "MaxTRES")
 
@@ -105,7 +115,9 @@ def _modify(label: str, entity: str, where: list[str], fc: list[tuple[str, str, 
 
 def known_tres(slurm: SlurmClient) -> set[str]:
     """TRES slurmdbd knows, as limits name them (``cpu``, ``gres/gpu``, ``gres/gpu:TYPE``)."""
-    return {f"{r['Type']}/{r['Name']}" if r["Name"] else r["Type"] for r in slurm.sacctmgr_show("tres", ["Type", "Name"])}
+    return {
+        f"{r['Type']}/{r['Name']}" if r["Name"] else r["Type"] for r in slurm.sacctmgr_show("tres", ["Type", "Name"])
+    }
 
 
 def _known_limits(fields: dict[str, str], known: set[str]) -> tuple[dict[str, str], list[str]]:
@@ -122,7 +134,9 @@ def _known_limits(fields: dict[str, str], known: set[str]) -> tuple[dict[str, st
     return out, deferred
 
 
-def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False, deferred: list[str] | None = None) -> list[Change]:
+def diff(
+    plan: AccountingPlan, slurm: SlurmClient, prune: bool = False, deferred: list[str] | None = None
+) -> list[Change]:
     """The changes that bring Slurm's accounting in line with ``plan``.
 
     Limits on TRES slurmdbd does not know yet are left out and appended to
@@ -159,14 +173,26 @@ def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False, deferred
     assoc_have = {(r["Account"], r["User"]): r for r in assoc_rows}
     for a in plan.accounts:
         if a.name not in accts_have:
-            changes.append(Change(
-                f"+ account {a.name}",
-                ("add", "account", a.name, f"Cluster={cluster}", f"Description={a.fields['Description']}",
-                 f"Organization={a.fields['Organization']}")))
+            changes.append(
+                Change(
+                    f"+ account {a.name}",
+                    (
+                        "add",
+                        "account",
+                        a.name,
+                        f"Cluster={cluster}",
+                        f"Description={a.fields['Description']}",
+                        f"Organization={a.fields['Organization']}",
+                    ),
+                )
+            )
         elif _norm("Descr", accts_have[a.name].get("Descr", "")) != _norm("Descr", a.fields["Description"]):
-            changes.append(Change(f"~ account {a.name}: Description",
-                                  ("modify", "account", "where", f"name={a.name}", "set",
-                                   f"Description={a.fields['Description']}")))
+            changes.append(
+                Change(
+                    f"~ account {a.name}: Description",
+                    ("modify", "account", "where", f"name={a.name}", "set", f"Description={a.fields['Description']}"),
+                )
+            )
         have = assoc_have.get((a.name, ""), {})
         want = {k: a.fields[k] for k in ("Fairshare", "QOS", "DefaultQOS")}
         fc = _field_changes(want, have)
@@ -186,13 +212,29 @@ def diff(plan: AccountingPlan, slurm: SlurmClient, prune: bool = False, deferred
         want = {k: u.fields[k] for k in ("QOS", "DefaultQOS")}
         fc = _field_changes(want, have)
         if fc:
-            changes.append(_modify(f"user {u.name} in {u.account}", "user",
-                                   [f"name={u.name}", f"account={u.account}", f"cluster={cluster}"], fc))
+            changes.append(
+                _modify(
+                    f"user {u.name} in {u.account}",
+                    "user",
+                    [f"name={u.name}", f"account={u.account}", f"cluster={cluster}"],
+                    fc,
+                )
+            )
         cur_default = users_have.get(u.name, {}).get("DefaultAccount", "")
         if cur_default and cur_default != u.fields["DefaultAccount"] and key in assoc_have:
-            changes.append(Change(f"~ user {u.name}: DefaultAccount: {cur_default} -> {u.fields['DefaultAccount']}",
-                                  ("modify", "user", "where", f"name={u.name}", "set",
-                                   f"DefaultAccount={u.fields['DefaultAccount']}")))
+            changes.append(
+                Change(
+                    f"~ user {u.name}: DefaultAccount: {cur_default} -> {u.fields['DefaultAccount']}",
+                    (
+                        "modify",
+                        "user",
+                        "where",
+                        f"name={u.name}",
+                        "set",
+                        f"DefaultAccount={u.fields['DefaultAccount']}",
+                    ),
+                )
+            )
             users_have[u.name]["DefaultAccount"] = u.fields["DefaultAccount"]
 
     if prune:
@@ -204,10 +246,14 @@ def _prune(plan: AccountingPlan, qos_have: dict, accts_have: dict, assoc_have: d
     out: list[Change] = []
     ours = {name for name, r in accts_have.items() if r.get("Org") == OWNER_TAG}
     wanted_users = {(u.account, u.name) for u in plan.users}
-    for (acct, user) in sorted(assoc_have):
+    for acct, user in sorted(assoc_have):
         if user and acct in ours and (acct, user) not in wanted_users:
-            out.append(Change(f"- user {user} from {acct}",
-                              ("delete", "user", "where", f"name={user}", f"account={acct}", f"cluster={plan.cluster}")))
+            out.append(
+                Change(
+                    f"- user {user} from {acct}",
+                    ("delete", "user", "where", f"name={user}", f"account={acct}", f"cluster={plan.cluster}"),
+                )
+            )
     for name in sorted(ours - {a.name for a in plan.accounts}):
         out.append(Change(f"- account {name}", ("delete", "account", "where", f"name={name}")))
     for name, r in sorted(qos_have.items()):
@@ -216,15 +262,23 @@ def _prune(plan: AccountingPlan, qos_have: dict, accts_have: dict, assoc_have: d
     return out
 
 
-def apply_accounting(spec: PoolSpec, slurm: SlurmClient, *, prune: bool = False, dry_run: bool = False,
-                     echo: Callable[[str], None] = print) -> list[Change]:
+def apply_accounting(
+    spec: PoolSpec,
+    slurm: SlurmClient,
+    *,
+    prune: bool = False,
+    dry_run: bool = False,
+    echo: Callable[[str], None] = print,
+) -> list[Change]:
     """Print and (unless ``dry_run``) apply the accounting diff; return it."""
     plan = build_plan(spec)
     deferred: list[str] = []
     changes = diff(plan, slurm, prune=prune, deferred=deferred)
     for d in deferred:
-        echo(f"! {d}: deferred, slurmdbd has no such TRES yet (slurmctld registers it when it starts; "
-             "run `slurm-pool apply accounting` again then)")
+        echo(
+            f"! {d}: deferred, slurmdbd has no such TRES yet (slurmctld registers it when it starts; "
+            "run `slurm-pool apply accounting` again then)"
+        )
     if not changes:
         echo("accounting: no changes")
         return []

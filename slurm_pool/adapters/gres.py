@@ -126,7 +126,7 @@ def tres_gpu_types(text: str | None) -> Counter[str]:
     out: Counter[str] = Counter()
     for k, v in parse_tres(text).items():
         if k.startswith("gres/gpu:"):
-            out[k[len("gres/gpu:"):]] += int(v)
+            out[k[len("gres/gpu:") :]] += int(v)
     return out
 
 

@@ -71,8 +71,18 @@ KMSG = "/dev/kmsg"
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
-_ARCH = {2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere",
-         8: "ada", 9: "hopper", 10: "blackwell", 13: "rubin"}
+_ARCH = {
+    2: "kepler",
+    3: "maxwell",
+    4: "pascal",
+    5: "volta",
+    6: "turing",
+    7: "ampere",
+    8: "ada",
+    9: "hopper",
+    10: "blackwell",
+    13: "rubin",
+}
 _XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\): (\d+)")
 _MINOR_RE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
 
@@ -89,11 +99,21 @@ class SnapshotError(InputError):
 
 # -- pure helpers -----------------------------------------------------------
 
+
 def empty_snapshot(error: str | None = None, *, host: str = "", boot_id: str = "") -> dict[str, Any]:
     """A snapshot with no GPUs (and optionally the reason NVML was unusable)."""
-    return {"schema": SCHEMA, "version": VERSION, "taken_at": time.time(), "host": host,
-            "boot_id": boot_id, "driver_version": None, "error": error, "gpus": [],
-            "xid_source": "none", "xid_events": []}
+    return {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "taken_at": time.time(),
+        "host": host,
+        "boot_id": boot_id,
+        "driver_version": None,
+        "error": error,
+        "gpus": [],
+        "xid_source": "none",
+        "xid_events": [],
+    }
 
 
 def pci_key(bus_id: str) -> str:
@@ -136,8 +156,16 @@ def xid_events(records: list[tuple[int, int, str]], pci_to_index: dict[str, int]
         if hit is None:
             continue
         pci, xid = hit
-        out.append({"seq": seq, "time_us": time_us, "pci": pci, "gpu_index": pci_to_index.get(pci),
-                    "xid": xid, "text": msg[:240]})
+        out.append(
+            {
+                "seq": seq,
+                "time_us": time_us,
+                "pci": pci,
+                "gpu_index": pci_to_index.get(pci),
+                "xid": xid,
+                "text": msg[:240],
+            }
+        )
     return out
 
 
@@ -183,6 +211,7 @@ def validate_snapshot(snap: Any) -> list[str]:
 
 
 # -- replay -----------------------------------------------------------------
+
 
 def check_private_file(path: str, *, owner: int | None = None) -> os.stat_result:
     """Stat ``path`` (no symlinks) and insist on a root/owner-owned, not group/world-writable file."""
@@ -234,6 +263,7 @@ class ReplaySource:
 
 
 # -- the real thing ---------------------------------------------------------
+
 
 def read_kmsg(path: str = KMSG) -> list[tuple[int, int, str]] | None:
     """Every record still in the kernel ring buffer (None if unreadable)."""
@@ -332,9 +362,11 @@ class PynvmlLib:
         if pending_pages is not None:
             sbe = t(nv.nvmlDeviceGetRetiredPages, h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
             dbe = t(nv.nvmlDeviceGetRetiredPages, h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
-            retired = {"pending": bool(pending_pages == nv.NVML_FEATURE_ENABLED),
-                       "single_bit": None if sbe is None else len(sbe),
-                       "double_bit": None if dbe is None else len(dbe)}
+            retired = {
+                "pending": bool(pending_pages == nv.NVML_FEATURE_ENABLED),
+                "single_bit": None if sbe is None else len(sbe),
+                "double_bit": None if dbe is None else len(dbe),
+            }
         return {
             "index": index,
             "minor": t(nv.nvmlDeviceGetMinorNumber, h),
@@ -346,13 +378,19 @@ class PynvmlLib:
             "ecc": {
                 "enabled": None if ecc_mode is None else bool(ecc_mode[0]),
                 "volatile_uncorrected": t(nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_VOLATILE_ECC),
-                "volatile_corrected": t(nv.nvmlDeviceGetTotalEccErrors, h,
-                                        nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
+                "volatile_corrected": t(
+                    nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC
+                ),
                 "aggregate_uncorrected": t(nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_AGGREGATE_ECC),
             },
-            "remapped_rows": None if rows is None else {
-                "correctable": int(rows[0]), "uncorrectable": int(rows[1]),
-                "pending": bool(rows[2]), "failure": bool(rows[3])},
+            "remapped_rows": None
+            if rows is None
+            else {
+                "correctable": int(rows[0]),
+                "uncorrectable": int(rows[1]),
+                "pending": bool(rows[2]),
+                "failure": bool(rows[3]),
+            },
             "retired_pages": retired,
         }
 
@@ -364,8 +402,11 @@ class PynvmlLib:
             if info is None or not getattr(info, "instanceCount", 1):
                 continue
             mem = int(info.memorySizeMB)
-            out[int(info.id)] = {"profile": profile_name(getattr(info, "name", None), int(info.sliceCount), mem),
-                                 "gi_slices": int(info.sliceCount), "memory_mib": mem}
+            out[int(info.id)] = {
+                "profile": profile_name(getattr(info, "name", None), int(info.sliceCount), mem),
+                "gi_slices": int(info.sliceCount),
+                "memory_mib": mem,
+            }
         return out
 
     def gpu_instances(self, h: Any, profile_id: int, max_count: int) -> list[Any]:
@@ -382,8 +423,13 @@ class PynvmlLib:
         """The MIG fields of one GPU."""
         nv, t = self.nv, self._try
         mode = t(nv.nvmlDeviceGetMigMode, h)
-        out: dict[str, Any] = {"mig_capable": mode is not None, "mig_enabled": bool(mode and mode[0]),
-                               "mig_pending": bool(mode and mode[1]), "gpu_instances": [], "mig_devices": []}
+        out: dict[str, Any] = {
+            "mig_capable": mode is not None,
+            "mig_enabled": bool(mode and mode[0]),
+            "mig_pending": bool(mode and mode[1]),
+            "gpu_instances": [],
+            "mig_devices": [],
+        }
         if not out["mig_enabled"]:
             return out
         profiles = self.gi_profiles(h)
@@ -394,11 +440,17 @@ class PynvmlLib:
                 if info is None:
                     continue
                 gid = int(info.id)
-                gis[gid] = {"gi_id": gid, "profile": prof["profile"], "profile_id": pid,
-                            "gi_slices": prof["gi_slices"], "memory_mib": prof["memory_mib"],
-                            "start": int(info.placement.start), "size": int(info.placement.size),
-                            "access_minor": minors.get((minor, gid, None)) if minor is not None else None,
-                            "ci_ids": []}
+                gis[gid] = {
+                    "gi_id": gid,
+                    "profile": prof["profile"],
+                    "profile_id": pid,
+                    "gi_slices": prof["gi_slices"],
+                    "memory_mib": prof["memory_mib"],
+                    "start": int(info.placement.start),
+                    "size": int(info.placement.size),
+                    "access_minor": minors.get((minor, gid, None)) if minor is not None else None,
+                    "ci_ids": [],
+                }
         for i in range(t(nv.nvmlDeviceGetMaxMigDeviceCount, h) or 0):
             mh = t(nv.nvmlDeviceGetMigDeviceHandleByIndex, h, i)
             if mh is None:
@@ -411,15 +463,21 @@ class PynvmlLib:
             gi = gis.get(int(gid), {})
             if gi:
                 gi["ci_ids"].append(int(cid))
-            out["mig_devices"].append({
-                "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                "gi_id": int(gid), "ci_id": int(cid), "profile": gi.get("profile"),
-                "profile_id": gi.get("profile_id"), "gi_slices": gi.get("gi_slices"),
-                "memory_mib": gi.get("memory_mib") or (None if mem is None else int(mem.total // 2**20)),
-                "start": gi.get("start"), "size": gi.get("size"),
-                "gi_access_minor": gi.get("access_minor"),
-                "ci_access_minor": minors.get((minor, int(gid), int(cid))) if minor is not None else None,
-            })
+            out["mig_devices"].append(
+                {
+                    "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                    "gi_id": int(gid),
+                    "ci_id": int(cid),
+                    "profile": gi.get("profile"),
+                    "profile_id": gi.get("profile_id"),
+                    "gi_slices": gi.get("gi_slices"),
+                    "memory_mib": gi.get("memory_mib") or (None if mem is None else int(mem.total // 2**20)),
+                    "start": gi.get("start"),
+                    "size": gi.get("size"),
+                    "gi_access_minor": gi.get("access_minor"),
+                    "ci_access_minor": minors.get((minor, int(gid), int(cid))) if minor is not None else None,
+                }
+            )
         out["gpu_instances"] = [gis[k] for k in sorted(gis)]
         return out
 
@@ -427,8 +485,16 @@ class PynvmlLib:
 class NvmlSource:
     """Snapshots from the driver: pynvml (read-only), /dev/kmsg and /proc."""
 
-    def __init__(self, lib: Any = None, *, kmsg: str | None = KMSG, mig_minors: str = MIG_MINORS,
-                 boot_id: str = BOOT_ID, host: str | None = None, with_mig: bool = True):
+    def __init__(
+        self,
+        lib: Any = None,
+        *,
+        kmsg: str | None = KMSG,
+        mig_minors: str = MIG_MINORS,
+        boot_id: str = BOOT_ID,
+        host: str | None = None,
+        with_mig: bool = True,
+    ):
         self._lib = lib
         self.kmsg = kmsg
         self.mig_minors = mig_minors

@@ -32,8 +32,23 @@ from slurm_pool.errors import InputError
 from slurm_pool.versions import SlurmVersion
 
 #: Job states a job ends up in or passes through (JOB_STATE_BASE in slurm.h).
-JOB_BASE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETE", "COMPLETED", "CANCELLED", "FAILED",
-                             "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+JOB_BASE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETE",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
 #: Node base states (NODE_STATE_BASE in slurm.h).
 NODE_BASE_STATES = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
 #: Job state words while a job has (or is about to have, or still has) processes on its nodes.
@@ -43,8 +58,22 @@ WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 #: Node state words of a node drained on purpose.
 DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
 #: Lines of ``scontrol show job`` whose value a user chooses.
-_USER_TEXT_KEYS = frozenset({"Comment", "Command", "WorkDir", "StdErr", "StdIn", "StdOut", "AdminComment",
-                             "SystemComment", "Features", "Reservation", "MailUser", "Licenses"})
+_USER_TEXT_KEYS = frozenset(
+    {
+        "Comment",
+        "Command",
+        "WorkDir",
+        "StdErr",
+        "StdIn",
+        "StdOut",
+        "AdminComment",
+        "SystemComment",
+        "Features",
+        "Reservation",
+        "MailUser",
+        "Licenses",
+    }
+)
 _REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")
 
 
@@ -176,8 +205,10 @@ def parse_nodes(text: str, what: str = "node records") -> list[NodeRecord]:
     data = _document(text, what)
     if "nodes" not in data:
         if "sinfo" in data:
-            raise RecordError(f"{what}: this is sinfo --json of Slurm 23.02 or later, which groups nodes; "
-                              "node records come from scontrol show nodes --json")
+            raise RecordError(
+                f"{what}: this is sinfo --json of Slurm 23.02 or later, which groups nodes; "
+                "node records come from scontrol show nodes --json"
+            )
         raise RecordError(f"{what}: no 'nodes' list")
     out: dict[str, NodeRecord] = {}
     for n in data.get("nodes") or []:
@@ -194,7 +225,7 @@ def parse_node_text(text: str, name: str) -> NodeRecord | None:
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("Reason="):  # the rest of the line, spaces included
-            fields["Reason"] = _REASON_SUFFIX.sub("", line[len("Reason="):])
+            fields["Reason"] = _REASON_SUFFIX.sub("", line[len("Reason=") :])
             continue
         for tok in line.split():
             k, sep, v = tok.partition("=")
@@ -202,12 +233,18 @@ def parse_node_text(text: str, name: str) -> NodeRecord | None:
                 fields[k] = v
     if fields.get("NodeName") != name:
         return None
-    return NodeRecord(name=name, state=node_state(fields.get("State", "")), reason=_text(fields.get("Reason")),
-                      gres=_text(fields.get("Gres")), partitions=_words(fields.get("Partitions")),
-                      features=_words(_text(fields.get("ActiveFeatures"))))
+    return NodeRecord(
+        name=name,
+        state=node_state(fields.get("State", "")),
+        reason=_text(fields.get("Reason")),
+        gres=_text(fields.get("Gres")),
+        partitions=_words(fields.get("Partitions")),
+        features=_words(_text(fields.get("ActiveFeatures"))),
+    )
 
 
 # -- jobs ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class JobRecord:

@@ -90,7 +90,6 @@ class SlurmClient:
         self.runner.run(["sacctmgr", "-i", *args])
 
 
-
 def installed_version(runner: Runner | None = None) -> SlurmVersion | None:
     """The Slurm on this host (its commands, else slurmctld), or None if there is none."""
     runner = runner or SubprocessRunner()

@@ -41,17 +41,29 @@ def parse_now(value: str | None, config: Bridge) -> datetime:
 
 
 @click.command("rebalance")
-@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False),
-              help="Pool spec; its optional bridge: section configures the bridge.")
-@click.option("--kubeconfig", type=click.Path(dir_okay=False),
-              help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster).")
+@click.option(
+    "--spec",
+    "spec_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Pool spec; its optional bridge: section configures the bridge.",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--now", help="Plan for this ISO 8601 time instead of the clock (tests, off-peak checks).")
-@click.option("--force-after", type=click.IntRange(min=0),
-              help="Delete pods whose eviction is still refused this many seconds after the reclaim began.")
+@click.option(
+    "--force-after",
+    type=click.IntRange(min=0),
+    help="Delete pods whose eviction is still refused this many seconds after the reclaim began.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def rebalance(spec_path: str, kubeconfig: str | None, dry_run: bool, now: str | None,
-              force_after: int | None, as_json: bool) -> None:
+def rebalance(
+    spec_path: str, kubeconfig: str | None, dry_run: bool, now: str | None, force_after: int | None, as_json: bool
+) -> None:
     """Lend idle Slurm nodes to the Kubernetes inference tier off-peak; take them back when Slurm needs them."""
     from slurm_pool.adapters.runner import CommandError, SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient

@@ -20,8 +20,19 @@ from slurm_pool.bridge.slurm_side import SlurmSide
 from slurm_pool.spec.bridge import Bridge
 
 #: Placeholder states after which it will never run.
-_ENDED = {"", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL",
-          "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT"}
+_ENDED = {
+    "",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "SPECIAL_EXIT",
+}
 
 
 @dataclass
@@ -54,9 +65,16 @@ class StepFailed(Exception):
 class Executor:
     """Runs plan steps against Slurm and Kubernetes."""
 
-    def __init__(self, slurm: SlurmSide, k8s: K8sAPI, config: Bridge, *,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 poll: float = 0.5):
+    def __init__(
+        self,
+        slurm: SlurmSide,
+        k8s: K8sAPI,
+        config: Bridge,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        poll: float = 0.5,
+    ):
         self.slurm = slurm
         self.k8s = k8s
         self.config = config
@@ -94,7 +112,9 @@ class Executor:
 
     def _fence(self, step: Step, jobs: dict[str, int]) -> str:
         update_node(self.k8s, step.node, lambda n: fence_patch(n, step.since))
-        return "cordoned, tainted slurm-pool/reclaimed:NoSchedule" + (f", reclaim since {step.since}" if step.since else "")
+        return "cordoned, tainted slurm-pool/reclaimed:NoSchedule" + (
+            f", reclaim since {step.since}" if step.since else ""
+        )
 
     def _open(self, step: Step, jobs: dict[str, int]) -> str:
         update_node(self.k8s, step.node, open_patch)
@@ -149,8 +169,11 @@ class Executor:
                 try:
                     done, note = self._check(s, jobs)
                 except StepFailed as exc:
-                    results.append(StepResult(s.node, s.kind, False, exc.detail, exc.errors,
-                                              seconds=round(self.clock() - began, 2)))
+                    results.append(
+                        StepResult(
+                            s.node, s.kind, False, exc.detail, exc.errors, seconds=round(self.clock() - began, 2)
+                        )
+                    )
                     del open_[s]
                     continue
                 except (CommandError, K8sError, OSError) as exc:
@@ -160,8 +183,16 @@ class Executor:
                     del open_[s]
                 elif self.clock() >= open_[s]:
                     took = round(self.clock() - began, 2)
-                    results.append(StepResult(s.node, s.kind, False, f"timed out: {note}",
-                                              [f"{s.node}: {note} after {took}s"], seconds=took))
+                    results.append(
+                        StepResult(
+                            s.node,
+                            s.kind,
+                            False,
+                            f"timed out: {note}",
+                            [f"{s.node}: {note} after {took}s"],
+                            seconds=took,
+                        )
+                    )
                     del open_[s]
             if open_:
                 self.sleep(self.poll)
@@ -178,8 +209,11 @@ class Executor:
             if state in _ENDED:
                 raise StepFailed(f"placeholder {job} ended before it ran ({state or 'gone'})")
             return False, f"placeholder {job} {state} ({reason})"
-        left = [p for p in (pod_view(o) for o in self.k8s.list_pods(step.node))
-                if p is not None and p.node == step.node and p.workload]
+        left = [
+            p
+            for p in (pod_view(o) for o in self.k8s.list_pods(step.node))
+            if p is not None and p.node == step.node and p.workload
+        ]
         if not left:
             return True, "no pods left"
         return False, f"{len(left)} pod(s) still there: " + ", ".join(p.ref for p in left[:5])

@@ -54,6 +54,7 @@ class K8sAPI(Protocol):
 
 # -- pure patch bodies ---------------------------------------------------------------
 
+
 def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(t) for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != RECLAIM_TAINT]
 
@@ -95,6 +96,7 @@ def update_node(api: K8sAPI, name: str, make: Callable[[dict[str, Any]], dict[st
 
 
 # -- the official client ---------------------------------------------------------------
+
 
 def _error(exc: Exception) -> K8sError:
     status = int(getattr(exc, "status", 0) or 0)
@@ -170,11 +172,16 @@ class KubernetesAPI:
         group, version, plural = ISVC
         selector = self.config.kserve_selector or None
         if self.config.kserve_namespace:
-            res = self._call(self.custom.list_namespaced_custom_object, group, version,
-                             self.config.kserve_namespace, plural, label_selector=selector)
+            res = self._call(
+                self.custom.list_namespaced_custom_object,
+                group,
+                version,
+                self.config.kserve_namespace,
+                plural,
+                label_selector=selector,
+            )
         else:
-            res = self._call(self.custom.list_cluster_custom_object, group, version, plural,
-                             label_selector=selector)
+            res = self._call(self.custom.list_cluster_custom_object, group, version, plural, label_selector=selector)
         return list(res.get("items", []))
 
     def evict(self, namespace: str, name: str) -> None:

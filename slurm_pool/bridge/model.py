@@ -26,14 +26,34 @@ RECLAIM_SINCE = "slurm-pool/reclaim-since"
 PLACEHOLDER_NAME = "slurm-pool-lend"
 
 #: Slurm node states that rule out lending (and reclaim a lent node).
-UNAVAILABLE_STATES = frozenset({
-    "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND",
-    "MAINT", "RESERVED", "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP",
-    "REBOOT_REQUESTED", "REBOOT_ISSUED", "UNKNOWN", "FUTURE", "INVALID_REG", "PLANNED",
-})
+UNAVAILABLE_STATES = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "MAINT",
+        "RESERVED",
+        "POWER_DOWN",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "UNKNOWN",
+        "FUTURE",
+        "INVALID_REG",
+        "PLANNED",
+    }
+)
 #: Placeholder states that still count as "the lend is in force or on its way".
-PLACEHOLDER_ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED",
-                                "REQUEUE_HOLD", "REQUEUE_FED"})
+PLACEHOLDER_ACTIVE = frozenset(
+    {"PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
+)
 PLACEHOLDER_RUNNING = frozenset({"RUNNING", "CONFIGURING"})
 _NODE_IN_COMMENT = re.compile(r"(?:^|\s)node=(\S+)")
 
@@ -148,8 +168,7 @@ class K8sNodeView:
     @property
     def open(self) -> bool:
         """Lent and open: uncordoned, untainted, labelled, no reclaim mark."""
-        return (not self.unschedulable and not self.ours_tainted and self.lent
-                and RECLAIM_SINCE not in self.annotations)
+        return not self.unschedulable and not self.ours_tainted and self.lent and RECLAIM_SINCE not in self.annotations
 
     @property
     def reclaim_since(self) -> str | None:
@@ -205,8 +224,7 @@ class Snapshot:
     def base_gpus(self) -> int:
         """GPUs of schedulable Kubernetes nodes that are not Slurm's (always there for inference)."""
         managed = set(self.managed)
-        return sum(v.gpus for n, v in self.k8s_nodes.items()
-                   if n not in managed and not v.unschedulable)
+        return sum(v.gpus for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable)
 
     def placeholders_on(self, node: str) -> list[Placeholder]:
         return [p for p in self.placeholders if p.node == node and p.active]
@@ -216,6 +234,7 @@ class Snapshot:
 
 
 # -- building a snapshot ------------------------------------------------------
+
 
 def _nodes_of(hostlist: str) -> frozenset[str]:
     if not hostlist or hostlist in ("(null)", "None"):
@@ -262,8 +281,7 @@ def isvc_gpus(isvc: Mapping[str, Any], gpu_resource: str) -> int:
 
 def k8s_node_view(obj: Mapping[str, Any], gpu_resource: str) -> K8sNodeView:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    taints = tuple(Taint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
-                   for t in spec.get("taints") or [])
+    taints = tuple(Taint(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in spec.get("taints") or [])
     return K8sNodeView(
         name=meta.get("name", ""),
         gpus=_quantity((status.get("allocatable") or {}).get(gpu_resource, 0)),
@@ -316,12 +334,22 @@ def build_snapshot(
             parts = tuple(p for p in job.partition.split(",") if p and p != config.partition)
             if not parts:
                 continue
-            pending.append(PendingJob(job.job_id, parts, required=_nodes_of(job.required_nodes),
-                                      excluded=_nodes_of(job.excluded_nodes), reason=job.reason))
+            pending.append(
+                PendingJob(
+                    job.job_id,
+                    parts,
+                    required=_nodes_of(job.required_nodes),
+                    excluded=_nodes_of(job.excluded_nodes),
+                    reason=job.reason,
+                )
+            )
     k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}
     pod_views = tuple(p for p in (pod_view(o) for o in pods) if p is not None)
-    demand = sum(isvc_gpus(i, config.gpu_resource) for i in inference_services
-                 if not (i.get("metadata") or {}).get("deletionTimestamp"))
+    demand = sum(
+        isvc_gpus(i, config.gpu_resource)
+        for i in inference_services
+        if not (i.get("metadata") or {}).get("deletionTimestamp")
+    )
     return Snapshot(
         slurm_nodes=nodes,
         placeholders=tuple(sorted(placeholders, key=lambda p: p.job_id)),

@@ -29,10 +29,13 @@ from slurm_pool.spec.bridge import DAYS, Bridge, OffPeakWindow
 
 #: Step kinds and the phase they run in (all nodes finish a phase before the next).
 PHASES: dict[str, int] = {
-    "fence": 1, "submit": 1,
+    "fence": 1,
+    "submit": 1,
     "evict": 2,
-    "wait-running": 3, "wait-empty": 3,
-    "cancel": 4, "open": 4,
+    "wait-running": 3,
+    "wait-empty": 3,
+    "cancel": 4,
+    "open": 4,
     "release": 5,
 }
 
@@ -94,14 +97,23 @@ class Plan:
             "base_gpus": self.base_gpus,
             "lent_gpus": self.lent_gpus,
             "notes": list(self.notes),
-            "nodes": [{"node": n.node, "intent": n.intent, "reasons": list(n.reasons),
-                       "steps": [{k: v for k, v in asdict(s).items() if v not in ((), None, "", False)}
-                                 | {"phase": s.phase} for s in n.steps]}
-                      for n in self.nodes],
+            "nodes": [
+                {
+                    "node": n.node,
+                    "intent": n.intent,
+                    "reasons": list(n.reasons),
+                    "steps": [
+                        {k: v for k, v in asdict(s).items() if v not in ((), None, "", False)} | {"phase": s.phase}
+                        for s in n.steps
+                    ],
+                }
+                for n in self.nodes
+            ],
         }
 
 
 # -- off-peak windows ----------------------------------------------------------
+
 
 def _minutes(clock: str) -> int:
     h, m = clock.split(":")
@@ -147,6 +159,7 @@ def parse_time(value: str | None) -> datetime | None:
 
 # -- planning --------------------------------------------------------------------
 
+
 def _blockers(snap: Snapshot, config: Bridge, name: str, lend_allowed: bool) -> list[str]:
     """Why ``name`` may not be lent right now (empty: it may)."""
     out = []
@@ -168,8 +181,7 @@ def _blockers(snap: Snapshot, config: Bridge, name: str, lend_allowed: bool) -> 
             out.append("slurm: job(s) " + ",".join(map(str, others)) + " on the node")
         elif not s.idle and not running and not s.unavailable:
             out.append(f"slurm: node is {'+'.join(s.state) or 'in an unknown state'}")
-        waiting = [j.job_id for j in snap.pending
-                   if j.reason not in config.ignore_pending_reasons and j.could_use(s)]
+        waiting = [j.job_id for j in snap.pending if j.reason not in config.ignore_pending_reasons and j.could_use(s)]
         if waiting:
             out.append("slurm: pending job(s) " + ",".join(map(str, waiting)) + " could run here")
     if k is None:
@@ -208,8 +220,7 @@ def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None 
 
     def in_use(n: str) -> bool:
         k = snap.k8s_nodes.get(n)
-        return bool(snap.placeholders_on(n) or pods(n)
-                    or (k is not None and (k.lent or k.reclaim_since)))
+        return bool(snap.placeholders_on(n) or pods(n) or (k is not None and (k.lent or k.reclaim_since)))
 
     used = [n for n in managed if in_use(n)]
     keep = [n for n in used if not blockers[n]]
@@ -222,8 +233,10 @@ def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None 
         if len(keep) > cap:
             dropped[n] = f"more than bridge.max_lent_nodes ({cap}) lent"
         elif _gpus(snap, rest) >= need:
-            dropped[n] = (f"inference demand dropped: {snap.demand_gpus} GPU(s) wanted, "
-                          f"{snap.base_gpus + _gpus(snap, rest)} without this node")
+            dropped[n] = (
+                f"inference demand dropped: {snap.demand_gpus} GPU(s) wanted, "
+                f"{snap.base_gpus + _gpus(snap, rest)} without this node"
+            )
         else:
             continue
         keep = rest
@@ -239,16 +252,24 @@ def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None 
         if n in keep:
             plans.append(_lend(snap, n))
         elif n in used:
-            plans.append(_reclaim(snap, n, tuple(blockers[n]) or (dropped.get(n, "not needed"),),
-                                  now, stamp, force_after))
+            plans.append(
+                _reclaim(snap, n, tuple(blockers[n]) or (dropped.get(n, "not needed"),), now, stamp, force_after)
+            )
         else:
             plans.append(_fence(snap, n, tuple(blockers[n]) or ("inference demand is met",)))
     notes = []
     unmet = need - _gpus(snap, keep)
     if unmet > 0:
         notes.append(f"{unmet} GPU(s) of inference demand cannot be met by lending")
-    return Plan(now=now, window_open=window, demand_gpus=snap.demand_gpus, base_gpus=snap.base_gpus,
-                lent_gpus=_gpus(snap, keep), nodes=tuple(plans), notes=tuple(notes))
+    return Plan(
+        now=now,
+        window_open=window,
+        demand_gpus=snap.demand_gpus,
+        base_gpus=snap.base_gpus,
+        lent_gpus=_gpus(snap, keep),
+        nodes=tuple(plans),
+        notes=tuple(notes),
+    )
 
 
 def _lend(snap: Snapshot, n: str) -> NodePlan:
@@ -272,22 +293,21 @@ def _lend(snap: Snapshot, n: str) -> NodePlan:
     return NodePlan(n, intent, (reason,), tuple(steps))
 
 
-def _reclaim(snap: Snapshot, n: str, reasons: tuple[str, ...], now: datetime, stamp: str,
-             force_after: int | None) -> NodePlan:
+def _reclaim(
+    snap: Snapshot, n: str, reasons: tuple[str, ...], now: datetime, stamp: str, force_after: int | None
+) -> NodePlan:
     k: K8sNodeView = snap.k8s_nodes[n]
     steps: list[Step] = []
     since = k.reclaim_since
     human = k.cordoned_by_someone_else
     if not human and (not k.fenced or since is None):
-        steps.append(Step("fence", n, f"cordon, taint {RECLAIM_TAINT}:NoSchedule",
-                          since=None if since else stamp))
+        steps.append(Step("fence", n, f"cordon, taint {RECLAIM_TAINT}:NoSchedule", since=None if since else stamp))
         since = since or stamp
     all_pods = snap.workload_pods(n)
     live = tuple(p.ref for p in all_pods if not p.terminating)
     if live:
         started = parse_time(since)
-        force = (force_after is not None and started is not None
-                 and now - started >= timedelta(seconds=force_after))
+        force = force_after is not None and started is not None and now - started >= timedelta(seconds=force_after)
         verb = "delete (force: reclaim began " + str(since) + ")" if force else "evict"
         steps.append(Step("evict", n, f"{verb} {len(live)} pod(s)", pods=live, force=force))
     if all_pods:

@@ -38,17 +38,23 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         data = self.plan.to_dict()
-        data.update(dry_run=self.dry_run, ok=self.ok, seconds=self.seconds,
-                    results=[r.to_dict() for r in self.results],
-                    errors=[e for r in self.failed for e in r.errors])
+        data.update(
+            dry_run=self.dry_run,
+            ok=self.ok,
+            seconds=self.seconds,
+            results=[r.to_dict() for r in self.results],
+            errors=[e for r in self.failed for e in r.errors],
+        )
         return data
 
     def text(self) -> str:
         p = self.plan
-        lines = [f"rebalance at {p.now.isoformat(timespec='seconds')}: off-peak window "
-                 f"{'open' if p.window_open else 'closed'}, inference demand {p.demand_gpus} GPU(s) "
-                 f"({p.base_gpus} outside Slurm), {p.lent_gpus} GPU(s) lent after this run"
-                 + (" [dry run]" if self.dry_run else "")]
+        lines = [
+            f"rebalance at {p.now.isoformat(timespec='seconds')}: off-peak window "
+            f"{'open' if p.window_open else 'closed'}, inference demand {p.demand_gpus} GPU(s) "
+            f"({p.base_gpus} outside Slurm), {p.lent_gpus} GPU(s) lent after this run"
+            + (" [dry run]" if self.dry_run else "")
+        ]
         lines += [f"note: {n}" for n in p.notes]
         for n in p.nodes:
             lines.append(f"{n.node:12s} {n.intent:8s} {'; '.join(n.reasons)}")
@@ -67,13 +73,21 @@ class Report:
 
 def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge) -> Snapshot:
     """Read both systems once."""
-    return build_snapshot(config, slurm.nodes(), slurm.jobs(), k8s.list_nodes(), k8s.list_pods(),
-                          k8s.list_inference_services())
+    return build_snapshot(
+        config, slurm.nodes(), slurm.jobs(), k8s.list_nodes(), k8s.list_pods(), k8s.list_inference_services()
+    )
 
 
-def reconcile(slurm: SlurmSide, k8s: K8sAPI, config: Bridge, *, now: datetime | None = None,
-              dry_run: bool = False, force_after: int | None = None,
-              executor: Executor | None = None) -> Report:
+def reconcile(
+    slurm: SlurmSide,
+    k8s: K8sAPI,
+    config: Bridge,
+    *,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    force_after: int | None = None,
+    executor: Executor | None = None,
+) -> Report:
     """Observe, plan and (unless ``dry_run``) carry out; errors of steps land in the report."""
     began = time.monotonic()
     now = now or datetime.now(timezone.utc)

@@ -63,10 +63,18 @@ class SlurmSide:
         if self.submit_as:
             argv.append(f"--uid={self.submit_as}")
         argv += [
-            f"--job-name={PLACEHOLDER_NAME}", f"--partition={c.partition}", f"--qos={c.qos}",
-            f"--account={c.account}", f"--nodelist={node}", "--nodes=1", "--exclusive", "--mem=0",
-            "--signal=B:TERM@60", f"--comment={LEND_COMMENT} node={node}",
-            "--output=/dev/null", "--chdir=/",
+            f"--job-name={PLACEHOLDER_NAME}",
+            f"--partition={c.partition}",
+            f"--qos={c.qos}",
+            f"--account={c.account}",
+            f"--nodelist={node}",
+            "--nodes=1",
+            "--exclusive",
+            "--mem=0",
+            "--signal=B:TERM@60",
+            f"--comment={LEND_COMMENT} node={node}",
+            "--output=/dev/null",
+            "--chdir=/",
         ]
         if self.client.version().has("preempt_requeues_exited_job"):
             argv.append("--no-requeue")

@@ -17,11 +17,24 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "Checkpointer": "api", "checkpointer": "api", "restart_count": "api", "EXIT_REQUEUE": "control",
-    "EXIT_REQUEUE_LIMIT": "control", "CheckpointInfo": "store", "CorruptCheckpoint": "store",
-    "latest": "store", "load": "store", "write": "store", "atomic_write": "store",
-    "list_checkpoints": "store", "save_torch": "torch_helpers", "load_torch": "torch_helpers",
-    "PREEMPT": "slurmjob", "TIMEOUT": "slurmjob", "TERMINATE": "slurmjob", "CHECKPOINT": "slurmjob",
+    "Checkpointer": "api",
+    "checkpointer": "api",
+    "restart_count": "api",
+    "EXIT_REQUEUE": "control",
+    "EXIT_REQUEUE_LIMIT": "control",
+    "CheckpointInfo": "store",
+    "CorruptCheckpoint": "store",
+    "latest": "store",
+    "load": "store",
+    "write": "store",
+    "atomic_write": "store",
+    "list_checkpoints": "store",
+    "save_torch": "torch_helpers",
+    "load_torch": "torch_helpers",
+    "PREEMPT": "slurmjob",
+    "TIMEOUT": "slurmjob",
+    "TERMINATE": "slurmjob",
+    "CHECKPOINT": "slurmjob",
 }
 
 __all__ = sorted(_EXPORTS)

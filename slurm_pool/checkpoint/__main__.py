@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import sys
 
-USAGE = ("usage: python3 -m slurm_pool.checkpoint [--checkpoint-dir DIR] [--warn-seconds N] "
-         "[--max-self-requeues N] [--poll SECONDS] -- CMD ...")
+USAGE = (
+    "usage: python3 -m slurm_pool.checkpoint [--checkpoint-dir DIR] [--warn-seconds N] "
+    "[--max-self-requeues N] [--poll SECONDS] -- CMD ..."
+)
 _OPTS = {"--checkpoint-dir": str, "--warn-seconds": int, "--max-self-requeues": int, "--poll": float}
 
 
@@ -48,9 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     from slurm_pool.checkpoint.settings import resolve
     from slurm_pool.checkpoint.supervisor import Supervisor
 
-    st = resolve(checkpoint_dir=opts.get("checkpoint_dir"), warn_seconds=opts.get("warn_seconds"),  # type: ignore[arg-type]
-                 max_self_requeues=opts.get("max_self_requeues"))  # type: ignore[arg-type]
-    return Supervisor(cmd, st, poll_seconds=float(opts.get("poll", 0.0))).run()  # type: ignore[arg-type]
+    def given(key: str) -> str | None:
+        value = opts.get(key)
+        return None if value is None else str(value)
+
+    def count(key: str) -> int | None:
+        value = given(key)
+        return None if value is None else int(value)
+
+    st = resolve(
+        checkpoint_dir=given("checkpoint_dir"),
+        warn_seconds=count("warn_seconds"),
+        max_self_requeues=count("max_self_requeues"),
+    )
+    return Supervisor(cmd, st, poll_seconds=float(given("poll") or 0.0)).run()
 
 
 if __name__ == "__main__":

@@ -39,9 +39,17 @@ EXIT_REQUEUE = control.EXIT_REQUEUE
 class Checkpointer:
     """Checkpoint-on-preempt for one process (use it from the main thread)."""
 
-    def __init__(self, directory: str | None = None, *, keep: int = 3, install: bool = True,
-                 env: Mapping[str, str] | None = None, runner: Any = None,
-                 clock: Callable[[], float] = time.time, wait_for_wrapper: float = 3.0):
+    def __init__(
+        self,
+        directory: str | None = None,
+        *,
+        keep: int = 3,
+        install: bool = True,
+        env: Mapping[str, str] | None = None,
+        runner: Any = None,
+        clock: Callable[[], float] = time.time,
+        wait_for_wrapper: float = 3.0,
+    ):
         self.env = dict(os.environ if env is None else env)
         self.settings = settings.resolve(self.env, checkpoint_dir=directory)
         self.directory = self.settings.checkpoint_dir
@@ -123,8 +131,12 @@ class Checkpointer:
             signum, since = self._signals[-1]
             req = self._from_wrapper(since) if self.wrapped else None
             if req is not None:
-                self._resolved = (str(req.get("reason")), str(req.get("evidence", "")),
-                                  req.get("deadline"), req.get("id"))
+                self._resolved = (
+                    str(req.get("reason")),
+                    str(req.get("evidence", "")),
+                    req.get("deadline"),
+                    req.get("id"),
+                )
             else:
                 info = None
                 if self.job_id:
@@ -133,9 +145,13 @@ class Checkpointer:
                     runner = self._runner or SubprocessRunner(default_timeout=10)
                     info = slurmjob.query_job(runner, self.job_id, self.settings.scontrol)
                 now = self._clock()
-                reason, evidence = slurmjob.classify(info, now, settings.signal_name(signum),
-                                                     warn_seconds=self.settings.warn_seconds,
-                                                     warn_signal=settings.signal_name(self.settings.warn_signal))
+                reason, evidence = slurmjob.classify(
+                    info,
+                    now,
+                    settings.signal_name(signum),
+                    warn_seconds=self.settings.warn_seconds,
+                    warn_signal=settings.signal_name(self.settings.warn_signal),
+                )
                 self._resolved = (reason, evidence, slurmjob.deadline(reason, info, now, self.settings.kill_wait), None)
         return self._resolved
 
@@ -184,16 +200,25 @@ class Checkpointer:
                 continue
         return None
 
-    def save(self, step: int, data: store.Payload | Mapping[str, store.Payload], *,
-             meta: Mapping[str, Any] | None = None) -> store.CheckpointInfo:
+    def save(
+        self, step: int, data: store.Payload | Mapping[str, store.Payload], *, meta: Mapping[str, Any] | None = None
+    ) -> store.CheckpointInfo:
         """Commit a checkpoint for ``step``; acknowledges a pending request."""
         files = dict(data) if isinstance(data, Mapping) else {store.DEFAULT_FILE: data}
         info = store.write(self.directory, step, files, meta=meta, keep=self.keep)
         resolved = self._resolve()
         if resolved is not None:
-            control.write(self.directory, control.ACK, {"request_id": resolved[3], "run": self.run,
-                                                        "step": info.step, "time": self._clock(),
-                                                        "pid": os.getpid()})
+            control.write(
+                self.directory,
+                control.ACK,
+                {
+                    "request_id": resolved[3],
+                    "run": self.run,
+                    "step": info.step,
+                    "time": self._clock(),
+                    "pid": os.getpid(),
+                },
+            )
             if resolved[0] == slurmjob.CHECKPOINT:
                 self.clear()
         return info

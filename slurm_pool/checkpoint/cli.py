@@ -8,18 +8,41 @@ import click
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
-              help="Checkpoint directory (default: $SLURM_POOL_CHECKPOINT_DIR, the SPANK option, "
-                   "or <checkpoint_base_dir>/<user>/<job id>).")
-@click.option("--warn-seconds", type=click.IntRange(min=0), default=None,
-              help="Act this long before the time limit (default: node.conf warn_seconds).")
-@click.option("--max-self-requeues", type=click.IntRange(min=0), default=None,
-              help="Time-limit self-requeues allowed per job (default: node.conf max_self_requeues).")
-@click.option("--poll", "poll_seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Also ask Slurm every N seconds whether the job is being preempted (0: only on signals).")
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Checkpoint directory (default: $SLURM_POOL_CHECKPOINT_DIR, the SPANK option, "
+    "or <checkpoint_base_dir>/<user>/<job id>).",
+)
+@click.option(
+    "--warn-seconds",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Act this long before the time limit (default: node.conf warn_seconds).",
+)
+@click.option(
+    "--max-self-requeues",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Time-limit self-requeues allowed per job (default: node.conf max_self_requeues).",
+)
+@click.option(
+    "--poll",
+    "poll_seconds",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Also ask Slurm every N seconds whether the job is being preempted (0: only on signals).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(checkpoint_dir: str | None, warn_seconds: int | None, max_self_requeues: int | None,
-        poll_seconds: float, command: tuple[str, ...]) -> None:
+def run(
+    checkpoint_dir: str | None,
+    warn_seconds: int | None,
+    max_self_requeues: int | None,
+    poll_seconds: float,
+    command: tuple[str, ...],
+) -> None:
     """Run COMMAND; on preemption or time limit, checkpoint and requeue.
 
     Use it as `exec slurm-pool run -- python train.py` in a batch script.

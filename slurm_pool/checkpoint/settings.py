@@ -73,8 +73,13 @@ def _user(env: Mapping[str, str]) -> str:
         return str(os.getuid())
 
 
-def resolve(env: Mapping[str, str] | None = None, *, checkpoint_dir: str | None = None,
-            warn_seconds: float | None = None, max_self_requeues: int | None = None) -> JobSettings:
+def resolve(
+    env: Mapping[str, str] | None = None,
+    *,
+    checkpoint_dir: str | None = None,
+    warn_seconds: float | None = None,
+    max_self_requeues: int | None = None,
+) -> JobSettings:
     """Settings for this job, from the arguments, ``env`` and node.conf."""
     env = os.environ if env is None else env
     try:
@@ -82,8 +87,7 @@ def resolve(env: Mapping[str, str] | None = None, *, checkpoint_dir: str | None 
     except nodeconf.ConfigError:
         conf = nodeconf.NodeConfig()
     job_id = env.get("SLURM_JOB_ID") or None
-    directory = (checkpoint_dir or env.get("SLURM_POOL_CHECKPOINT_DIR")
-                 or env.get("SPANK_SLURM_POOL_CHECKPOINT_DIR"))
+    directory = checkpoint_dir or env.get("SLURM_POOL_CHECKPOINT_DIR") or env.get("SPANK_SLURM_POOL_CHECKPOINT_DIR")
     if not directory:
         if job_id:
             directory = os.path.join(conf.get("checkpoint_base_dir"), _user(env), job_id)
@@ -93,10 +97,16 @@ def resolve(env: Mapping[str, str] | None = None, *, checkpoint_dir: str | None 
     return JobSettings(
         checkpoint_dir=os.path.abspath(directory),
         warn_signal=parse_signal(env.get("SLURM_POOL_CHECKPOINT_SIGNAL") or conf.get("checkpoint_signal")),
-        warn_seconds=float(warn_seconds if warn_seconds is not None
-                           else env.get("SLURM_POOL_WARN_SECONDS") or conf.integer("warn_seconds")),
-        max_self_requeues=int(max_self_requeues if max_self_requeues is not None
-                              else env.get("SLURM_POOL_MAX_SELF_REQUEUES") or conf.integer("max_self_requeues")),
+        warn_seconds=float(
+            warn_seconds
+            if warn_seconds is not None
+            else env.get("SLURM_POOL_WARN_SECONDS") or conf.integer("warn_seconds")
+        ),
+        max_self_requeues=int(
+            max_self_requeues
+            if max_self_requeues is not None
+            else env.get("SLURM_POOL_MAX_SELF_REQUEUES") or conf.integer("max_self_requeues")
+        ),
         kill_wait=float(env.get("SLURM_POOL_KILL_WAIT") or conf.integer("kill_wait")),
         scontrol=env.get("SLURM_POOL_SCONTROL") or conf.get("scontrol"),
         job_id=job_id,

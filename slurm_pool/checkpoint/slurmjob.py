@@ -53,8 +53,9 @@ def query_job(runner: Any, job_id: str, scontrol: str = "scontrol", timeout: flo
         return None
 
 
-def classify(info: JobRecord | None, now: float, signal: str | None, *, warn_seconds: float,
-             warn_signal: str = "USR1") -> tuple[str, str]:
+def classify(
+    info: JobRecord | None, now: float, signal: str | None, *, warn_seconds: float, warn_signal: str = "USR1"
+) -> tuple[str, str]:
     """``(reason, evidence)`` for a signal (or the wrapper's own timer: ``signal=None``).
 
     Reasons: ``preempt``, ``timeout``, ``terminate`` (scancel, node shutdown:

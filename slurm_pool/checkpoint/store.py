@@ -77,7 +77,7 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -244,8 +244,9 @@ def prune(directory: str, keep: int) -> None:
         _remove_tree(directory, ckpt_name(step))
 
 
-def write(directory: str, step: int, files: Mapping[str, Payload], *, meta: Mapping[str, Any] | None = None,
-          keep: int = 3) -> CheckpointInfo:
+def write(
+    directory: str, step: int, files: Mapping[str, Payload], *, meta: Mapping[str, Any] | None = None, keep: int = 3
+) -> CheckpointInfo:
     """Commit one checkpoint atomically and return it.
 
     ``files`` maps file names to bytes or to a callable that writes into an
@@ -273,9 +274,16 @@ def write(directory: str, step: int, files: Mapping[str, Payload], *, meta: Mapp
             _write_file(p, payload)
             size, sha = _digest(p)
             records[name] = {"size": size, "sha256": sha}
-        body = {"format": FORMAT, "version": VERSION, "step": step, "time": time.time(), "files": records,
-                "meta": dict(meta or {}), "job_id": os.environ.get("SLURM_JOB_ID"),
-                "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)}
+        body = {
+            "format": FORMAT,
+            "version": VERSION,
+            "step": step,
+            "time": time.time(),
+            "files": records,
+            "meta": dict(meta or {}),
+            "job_id": os.environ.get("SLURM_JOB_ID"),
+            "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        }
         _write_file(os.path.join(tmp, MANIFEST), _manifest_bytes(body))
         fsync_dir(tmp)
         try:

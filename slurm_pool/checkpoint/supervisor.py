@@ -58,8 +58,16 @@ CHECKPOINT_TTL = 300.0
 class Request:
     """One checkpoint request in progress."""
 
-    def __init__(self, reason: str, evidence: str, sig: str, now: float, deadline: float | None,
-                 baseline: int | None, info: JobRecord | None):
+    def __init__(
+        self,
+        reason: str,
+        evidence: str,
+        sig: str,
+        now: float,
+        deadline: float | None,
+        baseline: int | None,
+        info: JobRecord | None,
+    ):
         self.id = f"{os.getpid()}-{int(now * 1000)}"
         self.reason, self.evidence, self.signal = reason, evidence, sig
         self.time, self.deadline, self.baseline, self.info = now, deadline, baseline, info
@@ -75,9 +83,17 @@ class Request:
 class Supervisor:
     """The wrapper's state machine; :meth:`run` returns the exit status."""
 
-    def __init__(self, argv: Sequence[str], st: JobSettings, *, env: Mapping[str, str] | None = None,
-                 runner: Any = None, poll_seconds: float = 0.0, clock: Callable[[], float] = time.time,
-                 log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        argv: Sequence[str],
+        st: JobSettings,
+        *,
+        env: Mapping[str, str] | None = None,
+        runner: Any = None,
+        poll_seconds: float = 0.0,
+        clock: Callable[[], float] = time.time,
+        log: Callable[[str], None] | None = None,
+    ):
         if not argv:
             raise ValueError("no command to run")
         self.argv = list(argv)
@@ -129,14 +145,26 @@ class Supervisor:
         would requeue itself at once.
         """
         end = None if info is None else (info.end_time or info.natural_end)
-        short = info is not None and info.time_limit is not None and \
-            info.time_limit <= self.st.warn_seconds + slurmjob.SLACK
+        short = (
+            info is not None
+            and info.time_limit is not None
+            and info.time_limit <= self.st.warn_seconds + slurmjob.SLACK
+        )
         self.timer_due = None if end is None or short or self.st.warn_seconds <= 0 else end - self.st.warn_seconds
 
     # -- signals ---------------------------------------------------------
     def _handled(self) -> set[int]:
-        sigs = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-                signal.SIGUSR2, signal.SIGCONT, signal.SIGCHLD, self.st.warn_signal}
+        sigs = {
+            signal.SIGTERM,
+            signal.SIGINT,
+            signal.SIGHUP,
+            signal.SIGQUIT,
+            signal.SIGUSR1,
+            signal.SIGUSR2,
+            signal.SIGCONT,
+            signal.SIGCHLD,
+            self.st.warn_signal,
+        }
         return {s for s in sigs if s not in (signal.SIGKILL, signal.SIGSTOP)}
 
     def _install(self) -> None:
@@ -184,12 +212,18 @@ class Supervisor:
                 self.forward(forward)
             if name == "TERM" and active is None:
                 steps = store.steps(self.st.checkpoint_dir)
-                self.request = Request(slurmjob.TERMINATE, "follower: SIGTERM", name, now,
-                                       now + self.st.kill_wait, steps[-1] if steps else None, None)
+                self.request = Request(
+                    slurmjob.TERMINATE,
+                    "follower: SIGTERM",
+                    name,
+                    now,
+                    now + self.st.kill_wait,
+                    steps[-1] if steps else None,
+                    None,
+                )
             return
         info = self.job_info(fresh=True)
-        reason, evidence = slurmjob.classify(info, now, name, warn_seconds=self.st.warn_seconds,
-                                             warn_signal=self.warn)
+        reason, evidence = slurmjob.classify(info, now, name, warn_seconds=self.st.warn_seconds, warn_signal=self.warn)
         if name is None and reason == slurmjob.CHECKPOINT:  # timer/poll: nothing due yet
             self._schedule_timer(info)
             if self.timer_due is not None:
@@ -208,9 +242,20 @@ class Supervisor:
         self.timer_due = None
         left = "no deadline" if deadline is None else f"{deadline - now:.0f}s until Slurm kills the job"
         self.log(f"{'SIG' + name if name else 'timer'}: {reason} ({evidence}); {left}")
-        control.write(self.st.checkpoint_dir, control.REQUEST, {
-            "id": req.id, "run": self.run_id, "reason": reason, "evidence": evidence, "signal": req.signal,
-            "time": now, "deadline": deadline, "baseline_step": req.baseline})
+        control.write(
+            self.st.checkpoint_dir,
+            control.REQUEST,
+            {
+                "id": req.id,
+                "run": self.run_id,
+                "reason": reason,
+                "evidence": evidence,
+                "signal": req.signal,
+                "time": now,
+                "deadline": deadline,
+                "baseline_step": req.baseline,
+            },
+        )
         if forward is not None:
             self.forward(forward)
 
@@ -248,8 +293,9 @@ class Supervisor:
                 return control.EXIT_REQUEUE_LIMIT
             if info is not None and info.comment is not None:  # never clobber a comment we could not read
                 comment = slurmjob.with_self_requeues(info.comment, count + 1)
-                self.runner.run([self.st.scontrol, "update", f"JobId={self.job_id}", f"Comment={comment}"],
-                                check=False, timeout=15)
+                self.runner.run(
+                    [self.st.scontrol, "update", f"JobId={self.job_id}", f"Comment={comment}"], check=False, timeout=15
+                )
             self.self_requeues = count + 1
         elif self._slurm_requeues_preempted():
             self.requeued = True
@@ -279,7 +325,8 @@ class Supervisor:
         res = self.runner.run([self.st.scontrol, "--version"], check=False, timeout=15)
         try:
             return res.ok and SlurmVersion.parse(res.stdout, what="scontrol --version").has(
-                "preempt_requeues_exited_job")
+                "preempt_requeues_exited_job"
+            )
         except VersionError:
             return False
 
@@ -295,21 +342,24 @@ class Supervisor:
         if req.done_at is None and self.checkpoint_done(req):
             req.done_at = self.clock()
             latest = store.steps(self.st.checkpoint_dir)
-            self.log(f"checkpoint done after {req.done_at - req.time:.1f}s"
-                     + (f" (step {latest[-1]})" if latest else ""))
+            self.log(
+                f"checkpoint done after {req.done_at - req.time:.1f}s" + (f" (step {latest[-1]})" if latest else "")
+            )
 
     # -- main loop ---------------------------------------------------------
     def _child_env(self) -> dict[str, str]:
         env = dict(self.env)
-        env.update({
-            "SLURM_POOL_CHECKPOINT_DIR": self.st.checkpoint_dir,
-            "SLURM_POOL_RUN": self.run_id,
-            "SLURM_POOL_CHECKPOINT_SIGNAL": self.warn,
-            "SLURM_POOL_WARN_SECONDS": str(int(self.st.warn_seconds)),
-            "SLURM_POOL_MAX_SELF_REQUEUES": str(self.st.max_self_requeues),
-            "SLURM_POOL_KILL_WAIT": str(int(self.st.kill_wait)),
-            "SLURM_POOL_SCONTROL": self.st.scontrol,
-        })
+        env.update(
+            {
+                "SLURM_POOL_CHECKPOINT_DIR": self.st.checkpoint_dir,
+                "SLURM_POOL_RUN": self.run_id,
+                "SLURM_POOL_CHECKPOINT_SIGNAL": self.warn,
+                "SLURM_POOL_WARN_SECONDS": str(int(self.st.warn_seconds)),
+                "SLURM_POOL_MAX_SELF_REQUEUES": str(self.st.max_self_requeues),
+                "SLURM_POOL_KILL_WAIT": str(int(self.st.kill_wait)),
+                "SLURM_POOL_SCONTROL": self.st.scontrol,
+            }
+        )
         return env
 
     def _sleep(self, timeout: float) -> None:
@@ -334,8 +384,10 @@ class Supervisor:
                 if self.poll_seconds > 0:
                     self.poll_due = self.clock() + self.poll_seconds
             steps = store.steps(self.st.checkpoint_dir)
-            self.log(f"job {self.job_id or '-'} restart {self.st.restart_count}, checkpoints in "
-                     f"{self.st.checkpoint_dir} (latest step {steps[-1] if steps else 'none'})")
+            self.log(
+                f"job {self.job_id or '-'} restart {self.st.restart_count}, checkpoints in "
+                f"{self.st.checkpoint_dir} (latest step {steps[-1] if steps else 'none'})"
+            )
             try:
                 self.child = subprocess.Popen(self.argv, env=self._child_env())
             except OSError as exc:
@@ -365,11 +417,14 @@ class Supervisor:
                     self.last_request, self.request = req, None
                     self._schedule_timer(self.job_info())
                     continue
-                if req.terminal and (rc is not None or req.done_at is not None
-                                     or (req.wait_until is not None and now >= req.wait_until)):
+                if req.terminal and (
+                    rc is not None or req.done_at is not None or (req.wait_until is not None and now >= req.wait_until)
+                ):
                     if req.done_at is None:
-                        self.log("no new checkpoint " + ("before the child exited" if rc is not None
-                                                         else "within the grace window"))
+                        self.log(
+                            "no new checkpoint "
+                            + ("before the child exited" if rc is not None else "within the grace window")
+                        )
                     self.last_request = req
                     return self.finish(req)
             if rc is not None:
@@ -399,14 +454,24 @@ class Supervisor:
         req = self.request or self.last_request
         latest = store.latest(self.st.checkpoint_dir)
         try:
-            control.write(self.st.checkpoint_dir, control.OUTCOME, {
-                "job_id": self.job_id, "restart_count": self.st.restart_count, "run": self.run_id,
-                "reason": req.reason if req else None, "evidence": req.evidence if req else None,
-                "signal_time": req.time if req else None,
-                "checkpointed": bool(req and req.done_at is not None),
-                "checkpoint_step": latest.step if latest else None,
-                "checkpoint_time": latest.time if latest else None,
-                "requeued": self.requeued, "self_requeues": self.self_requeues,
-                "exit_code": code, "time": self.clock()})
+            control.write(
+                self.st.checkpoint_dir,
+                control.OUTCOME,
+                {
+                    "job_id": self.job_id,
+                    "restart_count": self.st.restart_count,
+                    "run": self.run_id,
+                    "reason": req.reason if req else None,
+                    "evidence": req.evidence if req else None,
+                    "signal_time": req.time if req else None,
+                    "checkpointed": bool(req and req.done_at is not None),
+                    "checkpoint_step": latest.step if latest else None,
+                    "checkpoint_time": latest.time if latest else None,
+                    "requeued": self.requeued,
+                    "self_requeues": self.self_requeues,
+                    "exit_code": code,
+                    "time": self.clock(),
+                },
+            )
         except OSError as exc:
             self.log(f"cannot write the outcome: {exc}")

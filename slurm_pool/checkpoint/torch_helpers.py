@@ -19,15 +19,22 @@ def _torch() -> Any:
     return torch
 
 
-def save_torch(ck: Checkpointer, step: int, obj: Any, *, name: str = TORCH_FILE,
-               meta: Mapping[str, Any] | None = None) -> CheckpointInfo:
+def save_torch(
+    ck: Checkpointer, step: int, obj: Any, *, name: str = TORCH_FILE, meta: Mapping[str, Any] | None = None
+) -> CheckpointInfo:
     """``torch.save(obj)`` into a checkpoint for ``step`` (e.g. a dict of state_dicts)."""
     torch = _torch()
     return ck.save(step, {name: lambda fh: torch.save(obj, fh)}, meta=meta)
 
 
-def load_torch(ck: Checkpointer, info: CheckpointInfo | None = None, *, name: str = TORCH_FILE,
-               map_location: Any = "cpu", weights_only: bool = False) -> Any:
+def load_torch(
+    ck: Checkpointer,
+    info: CheckpointInfo | None = None,
+    *,
+    name: str = TORCH_FILE,
+    map_location: Any = "cpu",
+    weights_only: bool = False,
+) -> Any:
     """The object saved by :func:`save_torch` (None when there is no checkpoint)."""
     torch = _torch()
     data = ck.load(info, name)

@@ -34,8 +34,11 @@ _state_opt = click.option("--state-dir", type=click.Path(file_okay=False), help=
 @_spec_opt
 @_state_opt
 @click.option("--port-base", type=int, help="First of the loopback ports to use (default 16800).")
-@click.option("--slurm", help="Slurm to run: an install prefix, or the version of a build cached by "
-              "`python3 -m slurm_pool.localcluster.slurmbuild build` (e.g. 26.05). Default: the Slurm on PATH.")
+@click.option(
+    "--slurm",
+    help="Slurm to run: an install prefix, or the version of a build cached by "
+    "`python3 -m slurm_pool.localcluster.slurmbuild build` (e.g. 26.05). Default: the Slurm on PATH.",
+)
 def up(spec: str | None, state_dir: str | None, port_base: int | None, slurm: str | None) -> None:
     """Start the cluster (safe to run twice)."""
     from slurm_pool.localcluster.cluster import ClusterError
@@ -45,7 +48,9 @@ def up(spec: str | None, state_dir: str | None, port_base: int | None, slurm: st
         c.up()
     except (ClusterError, TimeoutError) as exc:
         raise click.ClickException(f"{exc} (logs: {c.layout.log})") from None
-    click.echo(f"cluster {c.spec.cluster.name} is up; use: eval \"$(slurm-pool cluster env --state-dir {c.layout.root})\"")
+    click.echo(
+        f'cluster {c.spec.cluster.name} is up; use: eval "$(slurm-pool cluster env --state-dir {c.layout.root})"'
+    )
 
 
 @cluster.command()

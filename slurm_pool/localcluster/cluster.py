@@ -100,8 +100,14 @@ SPANK_SOURCE = REPO_ROOT / "spank"
 class LocalCluster:
     """Bring a pool spec up as real daemons, and down again."""
 
-    def __init__(self, spec_path: str | Path, state_dir: str | Path | None = None,
-                 port_base: int | None = None, runner: Runner | None = None, slurm: str | None = None):
+    def __init__(
+        self,
+        spec_path: str | Path,
+        state_dir: str | Path | None = None,
+        port_base: int | None = None,
+        runner: Runner | None = None,
+        slurm: str | None = None,
+    ):
         """``slurm``: a Slurm install prefix or a cached build's version (``26.05``);
         default: what ``up`` recorded, else the Slurm on PATH."""
         self.spec_path = Path(spec_path).resolve()
@@ -189,7 +195,7 @@ class LocalCluster:
         """Repartition a node's emulated GPUs (what nvidia-smi does on real ones)."""
         d = self.layout.root / "dev" / node
         d.mkdir(parents=True, exist_ok=True)
-        _write(d / "mig.json", json.dumps([list(l) if l is not None else None for l in layouts]), 0o644)
+        _write(d / "mig.json", json.dumps([list(lay) if lay is not None else None for lay in layouts]), 0o644)
 
     def node_gres(self, node: str) -> str:
         """The ``Gres=`` value the current slurm.conf gives ``node``."""
@@ -197,7 +203,7 @@ class LocalCluster:
             if line.startswith(f"NodeName={node} "):
                 for f in line.split():
                     if f.startswith("Gres="):
-                        return f[len("Gres="):]
+                        return f[len("Gres=") :]
                 return ""
         raise KeyError(node)
 
@@ -238,8 +244,11 @@ class LocalCluster:
             nodes = self.slurm.nodes()
         except CommandError:
             return {}
-        return {n.name: n.state.base not in ("DOWN", "UNKNOWN", "FUTURE", "")
-                and not n.state.any(("NOT_RESPONDING", "INVALID_REG")) for n in nodes}
+        return {
+            n.name: n.state.base not in ("DOWN", "UNKNOWN", "FUTURE", "")
+            and not n.state.any(("NOT_RESPONDING", "INVALID_REG"))
+            for n in nodes
+        }
 
     def write_configs(self) -> None:
         """Render the spec (and the GPUs' current MIG state) for this machine into ``etc/``."""
@@ -270,8 +279,11 @@ class LocalCluster:
         lib.mkdir(parents=True, exist_ok=True)
         lib.chmod(0o755)
         build = lib / "build"
-        res = subprocess.run(["make", "-s", "-C", str(SPANK_SOURCE), f"OUT={build}",
-                              f"SLURM_INCLUDE={self.slurm_include_dir()}"], capture_output=True, text=True)
+        res = subprocess.run(
+            ["make", "-s", "-C", str(SPANK_SOURCE), f"OUT={build}", f"SLURM_INCLUDE={self.slurm_include_dir()}"],
+            capture_output=True,
+            text=True,
+        )
         if res.returncode:
             raise ClusterError(f"building the SPANK plugin failed: {(res.stderr or res.stdout).strip()[-500:]}")
         tmp = lib / ".slurm_pool_spank.so.tmp"
@@ -293,11 +305,17 @@ class LocalCluster:
         # Emulated GPUs have no NVML: "auto" skips the device checks where the
         # library is absent; tests replay snapshots through this same file.
         # The hooks run with slurmd's minimal PATH: name this Slurm's own scontrol.
-        _write(conf, nodeconf.render(self.spec, state_dir=str(state), gpus="auto",
-                                        scontrol=self.layout.which("scontrol")), 0o644)
+        _write(
+            conf,
+            nodeconf.render(self.spec, state_dir=str(state), gpus="auto", scontrol=self.layout.which("scontrol")),
+            0o644,
+        )
         for prog in ("prolog", "epilog", "healthcheck"):
-            _write(bindir / f"slurm-pool-{prog}",
-                   nodeconf.render_hook(prog, sys.executable, str(conf), paths=nodeconf.hook_paths()), 0o755)
+            _write(
+                bindir / f"slurm-pool-{prog}",
+                nodeconf.render_hook(prog, sys.executable, str(conf), paths=nodeconf.hook_paths()),
+                0o755,
+            )
 
     def _make_devices(self, ctx: dict) -> None:
         minor = 0
@@ -329,9 +347,17 @@ class LocalCluster:
         L.root.chmod(0o755)
         for node in self.nodes():
             (L.root / "spool" / "d" / node).mkdir(parents=True, exist_ok=True)
-        (L.root / "cluster.json").write_text(json.dumps(
-            {"spec": str(self.spec_path), "port_base": L.port_base, "cluster": self.spec.cluster.name,
-             "slurm_prefix": str(L.slurm_prefix) if L.slurm_prefix else None}, indent=2))
+        (L.root / "cluster.json").write_text(
+            json.dumps(
+                {
+                    "spec": str(self.spec_path),
+                    "port_base": L.port_base,
+                    "cluster": self.spec.cluster.name,
+                    "slurm_prefix": str(L.slurm_prefix) if L.slurm_prefix else None,
+                },
+                indent=2,
+            )
+        )
         self.write_configs()
         self._start_munge()
         self._start_mysql()
@@ -344,8 +370,11 @@ class LocalCluster:
         # slurmctld has registered those TRES (see accounting.apply).
         apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
         self._start_slurmctld()
-        wait_for(lambda: not self._gres_tres_wanted() or "gres/gpu" in known_tres(self.slurm), 60,
-                 "slurmctld to register the gres/gpu TRES with slurmdbd")
+        wait_for(
+            lambda: not self._gres_tres_wanted() or "gres/gpu" in known_tres(self.slurm),
+            60,
+            "slurmctld to register the gres/gpu TRES with slurmdbd",
+        )
         apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
         for node in self.nodes():
             self._start("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", str(L.slurm_conf)])
@@ -370,8 +399,20 @@ class LocalCluster:
 
     # -- daemons -------------------------------------------------------
     def _check_programs(self) -> None:
-        missing = [p for p in ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
-                               "sacctmgr", "sinfo") if self.layout.which(p) is None]
+        missing = [
+            p
+            for p in (
+                "munged",
+                "mariadbd",
+                "mariadb-install-db",
+                "slurmdbd",
+                "slurmctld",
+                "slurmd",
+                "sacctmgr",
+                "sinfo",
+            )
+            if self.layout.which(p) is None
+        ]
         if missing:
             raise ClusterError(f"missing programs: {', '.join(missing)} (run: make deps)")
         if os.geteuid() != 0:
@@ -388,9 +429,19 @@ class LocalCluster:
             key.write_bytes(secrets.token_bytes(1024))
             key.chmod(0o400)
         d.chmod(0o755)
-        self._start("munge", ["munged", "-F", "--force", f"--socket={self.layout.munge_socket}",
-                              f"--key-file={key}", f"--pid-file={d / 'munged.pid'}",
-                              f"--log-file={self.layout.log / 'munged.log'}", f"--seed-file={d / 'munged.seed'}"])
+        self._start(
+            "munge",
+            [
+                "munged",
+                "-F",
+                "--force",
+                f"--socket={self.layout.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={d / 'munged.pid'}",
+                f"--log-file={self.layout.log / 'munged.log'}",
+                f"--seed-file={d / 'munged.seed'}",
+            ],
+        )
         sock = str(self.layout.munge_socket)
         wait_for(lambda: _ok(["sh", "-c", f'munge -n -S "{sock}" | unmunge -S "{sock}"']), 20, "munged")
 
@@ -399,23 +450,44 @@ class LocalCluster:
         data = d / "data"
         if not (data / "mysql").exists():
             data.mkdir(parents=True, exist_ok=True)
-            res = subprocess.run(["mariadb-install-db", f"--datadir={data}", "--user=root",
-                                  "--auth-root-authentication-method=socket", "--skip-test-db"],
-                                 capture_output=True, text=True)
+            res = subprocess.run(
+                [
+                    "mariadb-install-db",
+                    f"--datadir={data}",
+                    "--user=root",
+                    "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                ],
+                capture_output=True,
+                text=True,
+            )
             if res.returncode:
                 raise ClusterError(f"mariadb-install-db failed: {res.stderr.strip()[-500:]}")
-        self._start("mysql", ["mariadbd", "--no-defaults", f"--datadir={data}", "--user=root",
-                              f"--socket={self.layout.mysql_socket}", f"--port={self.layout.port('mysql')}",
-                              "--bind-address=127.0.0.1", f"--pid-file={d / 'mysqld.pid'}",
-                              "--innodb-buffer-pool-size=64M", "--innodb-lock-wait-timeout=900",
-                              f"--log-error={self.layout.log / 'mysqld.log'}"])
+        self._start(
+            "mysql",
+            [
+                "mariadbd",
+                "--no-defaults",
+                f"--datadir={data}",
+                "--user=root",
+                f"--socket={self.layout.mysql_socket}",
+                f"--port={self.layout.port('mysql')}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={d / 'mysqld.pid'}",
+                "--innodb-buffer-pool-size=64M",
+                "--innodb-lock-wait-timeout=900",
+                f"--log-error={self.layout.log / 'mysqld.log'}",
+            ],
+        )
         sock = str(self.layout.mysql_socket)
         wait_for(lambda: _ok(["mariadb", "-S", sock, "-e", "SELECT 1"]), 60, "MariaDB")
         pw = self._db_password()
-        sql = (f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{pw}';"
-               f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{pw}';"
-               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
-               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';")
+        sql = (
+            f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{pw}';"
+            f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{pw}';"
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
+        )
         res = subprocess.run(["mariadb", "-S", sock, "-e", sql], capture_output=True, text=True)
         if res.returncode:
             raise ClusterError(f"MariaDB user setup failed: {res.stderr.strip()}")
@@ -441,8 +513,9 @@ class LocalCluster:
                 try:
                     pwd.getpwnam(user)
                 except KeyError:
-                    res = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user],
-                                         capture_output=True, text=True)
+                    res = subprocess.run(
+                        ["useradd", "--create-home", "--shell", "/bin/bash", user], capture_output=True, text=True
+                    )
                     if res.returncode not in (0, 9):
                         raise ClusterError(f"useradd {user} failed: {res.stderr.strip()}") from None
 

@@ -45,7 +45,7 @@ class EmulatedMigBackend:
         assert group.gpus is not None
         spec_layouts = group.gpus.mig or [None] * group.gpus.count
         base = stored if stored is not None else spec_layouts
-        return {i: (tuple(l) if l is not None else None) for i, l in enumerate(base)}
+        return {i: (tuple(lay) if lay is not None else None) for i, lay in enumerate(base)}
 
     def apply(self, node: str, gpu: int, layout: Layout | None) -> None:
         group = self._group(node)

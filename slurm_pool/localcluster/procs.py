@@ -123,8 +123,13 @@ def _reap(pid: int) -> None:
         pass
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.25,
-             ignore: tuple[type[BaseException], ...] = ()) -> Any:
+def wait_for(
+    check: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.25,
+    ignore: tuple[type[BaseException], ...] = (),
+) -> Any:
     """Poll ``check`` until it returns something truthy, and return that.
 
     Exceptions of the ``ignore`` types count as "not yet" (a daemon still

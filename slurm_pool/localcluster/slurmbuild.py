@@ -41,12 +41,30 @@ CONFIGURE_FLAGS: tuple[str, ...] = ("--enable-multiple-slurmd", "--disable-debug
 #: Debian packages the build needs (configure then finds MySQL, json-c for
 #: ``--json``, yaml, Lua for job_submit/lua, http-parser and jwt).
 BUILD_PACKAGES: tuple[str, ...] = (
-    "build-essential", "pkg-config", "libmunge-dev", "libmariadb-dev", "libjson-c-dev", "libyaml-dev",
-    "liblua5.1-0-dev", "libhttp-parser-dev", "libjwt-dev",
+    "build-essential",
+    "pkg-config",
+    "libmunge-dev",
+    "libmariadb-dev",
+    "libjson-c-dev",
+    "libyaml-dev",
+    "liblua5.1-0-dev",
+    "libhttp-parser-dev",
+    "libjwt-dev",
 )
 #: The programs a usable build must have.
-PROGRAMS: tuple[str, ...] = ("sbin/slurmctld", "sbin/slurmd", "sbin/slurmdbd", "sbin/slurmstepd", "bin/sbatch",
-                             "bin/squeue", "bin/sinfo", "bin/scontrol", "bin/sacct", "bin/sacctmgr", "bin/srun")
+PROGRAMS: tuple[str, ...] = (
+    "sbin/slurmctld",
+    "sbin/slurmd",
+    "sbin/slurmdbd",
+    "sbin/slurmstepd",
+    "bin/sbatch",
+    "bin/squeue",
+    "bin/sinfo",
+    "bin/scontrol",
+    "bin/sacct",
+    "bin/sacctmgr",
+    "bin/srun",
+)
 _STAMP = "build.json"
 _TARBALL_RE = re.compile(r"^slurm-(\d+\.\d+\.\d+(?:-\d+)?)\.tar\.(?:gz|bz2|xz)$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -70,8 +88,10 @@ def default_source() -> Path | None:
     if env:
         return Path(env)
     shared = Path(__file__).resolve().parents[3] / "shared" / "slurm"
-    found = sorted((p for p in shared.glob("slurm-*.tar.*") if _TARBALL_RE.match(p.name)),
-                   key=lambda p: version_key(tarball_version(p)))
+    found = sorted(
+        (p for p in shared.glob("slurm-*.tar.*") if _TARBALL_RE.match(p.name)),
+        key=lambda p: version_key(tarball_version(p)),
+    )
     return found[-1] if found else None
 
 
@@ -119,8 +139,9 @@ class SlurmBuild:
     prefix: Path
 
     @classmethod
-    def for_source(cls, tarball: Path, sha256: str | None = None,
-                   flags: tuple[str, ...] = CONFIGURE_FLAGS) -> "SlurmBuild":
+    def for_source(
+        cls, tarball: Path, sha256: str | None = None, flags: tuple[str, ...] = CONFIGURE_FLAGS
+    ) -> "SlurmBuild":
         version = tarball_version(tarball)
         sha = expected_sha256(tarball, sha256)
         key = hashlib.sha256((sha + "\0" + "\0".join(flags)).encode()).hexdigest()[:10]
@@ -167,14 +188,20 @@ class SlurmBuild:
                 done = subprocess.run(["nice", "-n", "10", *argv], cwd=src, stdout=log, stderr=subprocess.STDOUT)
                 if done.returncode != 0:
                     shutil.rmtree(self.prefix, ignore_errors=True)
-                    raise BuildError(f"{argv[0]} failed with exit status {done.returncode} building Slurm "
-                                     f"{self.version} (packages it needs: {' '.join(BUILD_PACKAGES)})")
+                    raise BuildError(
+                        f"{argv[0]} failed with exit status {done.returncode} building Slurm "
+                        f"{self.version} (packages it needs: {' '.join(BUILD_PACKAGES)})"
+                    )
         missing = [p for p in PROGRAMS if not os.access(self.prefix / p, os.X_OK)]
         if missing:
             raise BuildError(f"the Slurm {self.version} build installed no {', '.join(missing)}")
-        record = {"version": self.version, "sha256": self.sha256, "configure_flags": list(self.flags),
-                  "build_seconds": round(time.monotonic() - started, 1),
-                  "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        record = {
+            "version": self.version,
+            "sha256": self.sha256,
+            "configure_flags": list(self.flags),
+            "build_seconds": round(time.monotonic() - started, 1),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         (self.prefix / _STAMP).write_text(json.dumps(record, indent=2) + "\n")
         print(f"built in {record['build_seconds']}s", file=log, flush=True)
         return record
@@ -211,14 +238,19 @@ def resolve_prefix(wanted: str) -> Path:
         raise BuildError(f"--slurm: {wanted!r} is neither a Slurm version (like 26.05) nor an install prefix")
     matches = [p for v, p in cached_builds() if v == wanted or v.startswith(wanted + ".")]
     if not matches:
-        raise BuildError(f"--slurm: no Slurm {wanted} built in {cache_root()}; build it with "
-                         "`python3 -m slurm_pool.localcluster.slurmbuild build --source slurm-X.tar.gz`")
+        raise BuildError(
+            f"--slurm: no Slurm {wanted} built in {cache_root()}; build it with "
+            "`python3 -m slurm_pool.localcluster.slurmbuild build --source slurm-X.tar.gz`"
+        )
     return matches[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m slurm_pool.localcluster.slurmbuild", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python3 -m slurm_pool.localcluster.slurmbuild",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build (or reuse) a cached Slurm; prints its prefix")
     b.add_argument("--source", type=Path, help="Slurm source tarball (default: ../shared/slurm/slurm-*.tar.gz)")

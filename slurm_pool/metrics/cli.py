@@ -42,8 +42,13 @@ def default_state_dir(env: Mapping[str, str] | None = None) -> str:
         return nodeconf.DEFAULTS["state_dir"]
 
 
-def build_registry(runner: Any = None, *, state_dir: str | None = None,
-                   lend_partition: str = DEFAULT_LEND_PARTITION, process_metrics: bool = True) -> Any:
+def build_registry(
+    runner: Any = None,
+    *,
+    state_dir: str | None = None,
+    lend_partition: str = DEFAULT_LEND_PARTITION,
+    process_metrics: bool = True,
+) -> Any:
     """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics)."""
     from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -59,12 +64,20 @@ def build_registry(runner: Any = None, *, state_dir: str | None = None,
 
 @click.command("exporter")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT to serve /metrics on.")
-@click.option("--state-dir", default=None,
-              help="Directory with <node>/outcomes.jsonl [node.conf's state_dir]; '' turns outcome counters off.")
-@click.option("--lend-partition", default=DEFAULT_LEND_PARTITION, show_default=True,
-              help="Partition whose running jobs mean a node is lent out.")
-@click.option("--slurm-timeout", default=10.0, show_default=True, type=float,
-              help="Seconds one sinfo/squeue call may take.")
+@click.option(
+    "--state-dir",
+    default=None,
+    help="Directory with <node>/outcomes.jsonl [node.conf's state_dir]; '' turns outcome counters off.",
+)
+@click.option(
+    "--lend-partition",
+    default=DEFAULT_LEND_PARTITION,
+    show_default=True,
+    help="Partition whose running jobs mean a node is lent out.",
+)
+@click.option(
+    "--slurm-timeout", default=10.0, show_default=True, type=float, help="Seconds one sinfo/squeue call may take."
+)
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 def exporter(listen: str, state_dir: str | None, lend_partition: str, slurm_timeout: float, once: bool) -> None:
     """Serve Prometheus metrics of the pool (GPUs, jobs, drains, lending, preemptions)."""
@@ -78,8 +91,9 @@ def exporter(listen: str, state_dir: str | None, lend_partition: str, slurm_time
         raise click.BadParameter(str(exc), param_hint="--listen") from exc
     if state_dir is None:
         state_dir = default_state_dir()
-    registry = build_registry(SubprocessRunner(default_timeout=slurm_timeout), state_dir=state_dir,
-                              lend_partition=lend_partition)
+    registry = build_registry(
+        SubprocessRunner(default_timeout=slurm_timeout), state_dir=state_dir, lend_partition=lend_partition
+    )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)
         return

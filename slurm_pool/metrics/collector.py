@@ -70,8 +70,9 @@ def drain_owner(node: NodeRecord) -> str:
 class PoolCollector:
     """A custom collector: register it with a ``CollectorRegistry``."""
 
-    def __init__(self, slurm: SlurmClient, *, state_dir: str | None = None,
-                 lend_partition: str = DEFAULT_LEND_PARTITION):
+    def __init__(
+        self, slurm: SlurmClient, *, state_dir: str | None = None, lend_partition: str = DEFAULT_LEND_PARTITION
+    ):
         self.slurm = slurm
         self.lend_partition = lend_partition
         self.outcomes = OutcomeTally(state_dir) if state_dir else None
@@ -117,8 +118,9 @@ class PoolCollector:
             out.extend(outcome_metrics(self.outcomes))
         up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")
         up.add_metric([], 1.0 if nodes is not None and jobs is not None else 0.0)
-        errors = CounterMetricFamily("slurm_pool_scrape_errors", "Failed queries while scraping, by source.",
-                                     labels=["source"])
+        errors = CounterMetricFamily(
+            "slurm_pool_scrape_errors", "Failed queries while scraping, by source.", labels=["source"]
+        )
         for source in SOURCES:
             errors.add_metric([source], float(self.errors[source]))
         duration = GaugeMetricFamily("slurm_pool_scrape_duration_seconds", "Time the last scrape took.")
@@ -128,13 +130,19 @@ class PoolCollector:
 
 def node_metrics(nodes: Iterable[NodeRecord]) -> list[Metric]:
     """GPUs by node, type and state; drained nodes and who drained them."""
-    gpus = GaugeMetricFamily("slurm_pool_gpus", "GPU units (GPUs or MIG instances) by node, GRES type and state.",
-                             labels=["node", "type", "state"])
-    drained = GaugeMetricFamily("slurm_pool_node_drained",
-                                "1 for each drained or draining node; owner slurm-pool if its reason has our prefix.",
-                                labels=["node", "owner", "reason"])
-    drained_count = GaugeMetricFamily("slurm_pool_drained_nodes", "Drained or draining nodes by who drained them.",
-                                      labels=["owner"])
+    gpus = GaugeMetricFamily(
+        "slurm_pool_gpus",
+        "GPU units (GPUs or MIG instances) by node, GRES type and state.",
+        labels=["node", "type", "state"],
+    )
+    drained = GaugeMetricFamily(
+        "slurm_pool_node_drained",
+        "1 for each drained or draining node; owner slurm-pool if its reason has our prefix.",
+        labels=["node", "owner", "reason"],
+    )
+    drained_count = GaugeMetricFamily(
+        "slurm_pool_drained_nodes", "Drained or draining nodes by who drained them.", labels=["owner"]
+    )
     owners: Counter[str] = Counter({o: 0 for o in DRAIN_OWNERS})
     for node in sorted(nodes, key=lambda n: n.name):
         for gtype, row in node_gpu_states(node.state, node.gres, node.gres_used).items():
@@ -157,8 +165,11 @@ def job_state_label(job: JobRecord) -> str:
 
 def job_metrics(jobs: Iterable[JobRecord]) -> list[Metric]:
     """Jobs by partition, tier (QOS) and state."""
-    fam = GaugeMetricFamily("slurm_pool_jobs", "Jobs known to slurmctld by partition, tier (QOS) and state.",
-                            labels=["partition", "tier", "state"])
+    fam = GaugeMetricFamily(
+        "slurm_pool_jobs",
+        "Jobs known to slurmctld by partition, tier (QOS) and state.",
+        labels=["partition", "tier", "state"],
+    )
     counts: Counter[tuple[str, str, str]] = Counter((j.partition, j.qos, job_state_label(j)) for j in jobs)
     for key in sorted(counts):
         fam.add_metric(list(key), float(counts[key]))
@@ -188,9 +199,11 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
             lent.update(job_nodes(job))
     util = GaugeMetricFamily("slurm_pool_gpu_utilization_ratio", "Allocated GPU units / all GPU units of the pool.")
     util.add_metric([], _ratio(allocated, total))
-    by_part = GaugeMetricFamily("slurm_pool_partition_gpu_utilization_ratio",
-                                "GPU units held by a partition's jobs / GPU units on the partition's nodes.",
-                                labels=["partition"])
+    by_part = GaugeMetricFamily(
+        "slurm_pool_partition_gpu_utilization_ratio",
+        "GPU units held by a partition's jobs / GPU units on the partition's nodes.",
+        labels=["partition"],
+    )
     part_held: Counter[str] = Counter()
     tier_held: Counter[str] = Counter()
     for (part, tier), n in held.items():
@@ -198,18 +211,24 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
         tier_held[tier] += n
     for part in sorted(set(part_total) | set(part_held)):
         by_part.add_metric([part], _ratio(part_held[part], part_total[part]))
-    by_tier = GaugeMetricFamily("slurm_pool_tier_gpu_utilization_ratio",
-                                "GPU units held by a tier's (QOS's) jobs / all GPU units of the pool.",
-                                labels=["tier"])
+    by_tier = GaugeMetricFamily(
+        "slurm_pool_tier_gpu_utilization_ratio",
+        "GPU units held by a tier's (QOS's) jobs / all GPU units of the pool.",
+        labels=["tier"],
+    )
     for tier in sorted(tier_held):
         by_tier.add_metric([tier], _ratio(tier_held[tier], total))
-    held_fam = GaugeMetricFamily("slurm_pool_allocated_gpus", "GPU units held by running jobs by partition and tier.",
-                                 labels=["partition", "tier"])
+    held_fam = GaugeMetricFamily(
+        "slurm_pool_allocated_gpus",
+        "GPU units held by running jobs by partition and tier.",
+        labels=["partition", "tier"],
+    )
     for key in sorted(held):
         held_fam.add_metric(list(key), float(held[key]))
     names = {n.name for n in nodes}
-    per_node = GaugeMetricFamily("slurm_pool_node_lent",
-                                 f"1 if the node runs a job of the {lend_partition} partition.", labels=["node"])
+    per_node = GaugeMetricFamily(
+        "slurm_pool_node_lent", f"1 if the node runs a job of the {lend_partition} partition.", labels=["node"]
+    )
     for name in sorted(names):
         per_node.add_metric([name], 1.0 if name in lent else 0.0)
     count = GaugeMetricFamily("slurm_pool_lent_nodes", f"Nodes running a job of the {lend_partition} partition.")
@@ -219,17 +238,23 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
 
 def outcome_metrics(tally: OutcomeTally) -> list[Metric]:
     """Counters and the checkpoint-age histogram from the epilog's records."""
-    runs = CounterMetricFamily("slurm_pool_job_runs", "Finished job runs recorded by the epilog, by end reason.",
-                               labels=["node", "reason"])
+    runs = CounterMetricFamily(
+        "slurm_pool_job_runs", "Finished job runs recorded by the epilog, by end reason.", labels=["node", "reason"]
+    )
     for key in sorted(tally.runs):
         runs.add_metric(list(key), float(tally.runs[key]))
-    pre = CounterMetricFamily("slurm_pool_preemptions", "Preempted job runs, by whether a checkpoint followed the event.",
-                              labels=["node", "checkpointed"])
+    pre = CounterMetricFamily(
+        "slurm_pool_preemptions",
+        "Preempted job runs, by whether a checkpoint followed the event.",
+        labels=["node", "checkpointed"],
+    )
     for key in sorted(tally.preemptions):
         pre.add_metric(list(key), float(tally.preemptions[key]))
-    ages = HistogramMetricFamily("slurm_pool_checkpoint_age_seconds",
-                                 "Work lost at a preempt/timeout/terminate event: event time - last checkpoint.",
-                                 labels=["reason"])
+    ages = HistogramMetricFamily(
+        "slurm_pool_checkpoint_age_seconds",
+        "Work lost at a preempt/timeout/terminate event: event time - last checkpoint.",
+        labels=["reason"],
+    )
     for reason in sorted(tally.ages):
         hist = tally.ages[reason]
         ages.add_metric([reason], hist.buckets(), hist.total)

@@ -53,7 +53,7 @@ class Histogram:
 
     def buckets(self) -> list[tuple[str, float]]:
         bounds = [repr(b) for b in AGE_BUCKETS] + ["+Inf"]
-        return [(b, float(c)) for b, c in zip(bounds, self.counts)]
+        return [(b, float(c)) for b, c in zip(bounds, self.counts, strict=False)]
 
 
 @dataclass

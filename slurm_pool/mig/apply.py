@@ -171,7 +171,9 @@ def _apply_node(
         label = "MIG off" if lay is None else (",".join(lay) or "empty")
         steps.append((f"set GPU {idx} to {label}", functools.partial(backend.apply, node, idx, lay)))
     steps.append(("verify layouts", lambda: _verify(model, node, targets, backend)))
-    steps.append(("write gres.conf and slurm.conf Gres", lambda: _write(model, node, nodes, backend, gres_mode, version)))
+    steps.append(
+        ("write gres.conf and slurm.conf Gres", lambda: _write(model, node, nodes, backend, gres_mode, version))
+    )
     steps.append(("restart slurmd", lambda: nodes.restart_slurmd(node)))
     steps.append((f"resume {node}", lambda: nodes.resume(node)))
     if dry_run:
@@ -216,8 +218,9 @@ def _verify(model: str, node: str, targets: dict[int, Layout | None], backend: M
         raise ApplyError(f"layout not as planned on {node} ({got})")
 
 
-def _write(model: str, node: str, nodes: NodeControl, backend: MigBackend, gres_mode: str,
-           version: SlurmVersion) -> None:
+def _write(
+    model: str, node: str, nodes: NodeControl, backend: MigBackend, gres_mode: str, version: SlurmVersion
+) -> None:
     after = backend.layouts(node)
     gres = slurm_gres(model, [after[i] for i in sorted(after)], version)
     if gres_mode == "autodetect":
@@ -282,7 +285,10 @@ class NvidiaSmiBackend:
             self._run(node, cmd, check=not destroy)  # destroying nothing exits non-zero
 
     def devices(self, node: str) -> list[MigDevice]:
-        gis = {(g, gi): (prof, start) for g, prof, gi, start in parse_lgi(self._run(node, ["nvidia-smi", "mig", "-lgi"], check=False))}
+        gis = {
+            (g, gi): (prof, start)
+            for g, prof, gi, start in parse_lgi(self._run(node, ["nvidia-smi", "mig", "-lgi"], check=False))
+        }
         out = []
         for g, gi, ci in parse_lci(self._run(node, ["nvidia-smi", "mig", "-lci"], check=False)):
             prof, start = gis.get((g, gi), ("", None))

@@ -100,17 +100,32 @@ def _gpu(name: str, gib: int, nvml: str, mig: dict[str, int] | None = None) -> G
 GPU_MODELS: dict[str, GpuModel] = {
     m.name: m
     for m in (
-        _gpu("A100-40GB", 40, "NVIDIA A100-SXM4-40GB",
-             {"1g.5gb": 5, "1g.10gb": 10, "2g.10gb": 10, "3g.20gb": 20, "4g.20gb": 20, "7g.40gb": 39}),
-        _gpu("A100-80GB", 80, "NVIDIA A100-SXM4-80GB",
-             {"1g.10gb": 10, "1g.20gb": 20, "2g.20gb": 20, "3g.40gb": 39, "4g.40gb": 39, "7g.80gb": 79}),
+        _gpu(
+            "A100-40GB",
+            40,
+            "NVIDIA A100-SXM4-40GB",
+            {"1g.5gb": 5, "1g.10gb": 10, "2g.10gb": 10, "3g.20gb": 20, "4g.20gb": 20, "7g.40gb": 39},
+        ),
+        _gpu(
+            "A100-80GB",
+            80,
+            "NVIDIA A100-SXM4-80GB",
+            {"1g.10gb": 10, "1g.20gb": 20, "2g.20gb": 20, "3g.40gb": 39, "4g.40gb": 39, "7g.80gb": 79},
+        ),
         _gpu("A30", 24, "NVIDIA A30"),
-        _gpu("H100-80GB", 80, "NVIDIA H100 80GB HBM3",
-             {"1g.10gb": 10, "1g.20gb": 20, "2g.20gb": 20, "3g.40gb": 40, "4g.40gb": 40, "7g.80gb": 79}),
-        _gpu("H100-94GB", 94, "NVIDIA H100 NVL",
-             {"1g.12gb": 11, "1g.24gb": 22, "2g.24gb": 22, "3g.47gb": 46, "4g.47gb": 46, "7g.94gb": 93}),
-        _gpu("H200-141GB", 141, "NVIDIA H200",
-             {"1g.18gb": 16, "1g.35gb": 33, "2g.35gb": 33, "7g.141gb": 140}),
+        _gpu(
+            "H100-80GB",
+            80,
+            "NVIDIA H100 80GB HBM3",
+            {"1g.10gb": 10, "1g.20gb": 20, "2g.20gb": 20, "3g.40gb": 40, "4g.40gb": 40, "7g.80gb": 79},
+        ),
+        _gpu(
+            "H100-94GB",
+            94,
+            "NVIDIA H100 NVL",
+            {"1g.12gb": 11, "1g.24gb": 22, "2g.24gb": 22, "3g.47gb": 46, "4g.47gb": 46, "7g.94gb": 93},
+        ),
+        _gpu("H200-141GB", 141, "NVIDIA H200", {"1g.18gb": 16, "1g.35gb": 33, "2g.35gb": 33, "7g.141gb": 140}),
         _gpu("B200", 180, "NVIDIA B200"),
     )
 }

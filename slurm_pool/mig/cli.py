@@ -216,7 +216,7 @@ def _outputs(result: Any, version: SlurmVersion) -> dict[str, Any]:
     from slurm_pool.mig.emit import gres_conf_autodetect, mig_parted_config, nvidia_smi_commands, slurm_gres
 
     by_node: dict[str, dict[int, Any]] = {}
-    for g, lay in zip(result.gpus, result.layouts):
+    for g, lay in zip(result.gpus, result.layouts, strict=False):
         by_node.setdefault(g.node, {})[g.index] = lay
     cmds: dict[str, list[str]] = {}
     for i in result.changed():
@@ -226,7 +226,9 @@ def _outputs(result: Any, version: SlurmVersion) -> dict[str, Any]:
     return {
         "mig_parted": mig_parted_config(by_node),
         "nvidia_smi": cmds,
-        "slurm_gres": {n: slurm_gres(result.model, [lays[i] for i in sorted(lays)], version) for n, lays in by_node.items()},
+        "slurm_gres": {
+            n: slurm_gres(result.model, [lays[i] for i in sorted(lays)], version) for n, lays in by_node.items()
+        },
         "gres_conf_autodetect": gres_conf_autodetect(),
     }
 
@@ -237,8 +239,10 @@ def _fmt(layout: Any) -> str:
 
 def _print_plan(result: Any, elapsed: float) -> None:
     s = result.score
-    click.echo(f"{result.model}: {len(result.gpus)} GPUs, {s.changed} changed, {s.used} in use ({elapsed * 1000:.0f} ms)")
-    for g, lay in zip(result.gpus, result.layouts):
+    click.echo(
+        f"{result.model}: {len(result.gpus)} GPUs, {s.changed} changed, {s.used} in use ({elapsed * 1000:.0f} ms)"
+    )
+    for g, lay in zip(result.gpus, result.layouts, strict=False):
         tag = "busy" if g.busy else ("CHANGE" if lay != g.current else "keep")
         arrow = f"{_fmt(g.current)} -> {_fmt(lay)}" if lay != g.current else _fmt(lay)
         click.echo(f"  {g.node}:{g.index}  {tag:6}  {arrow}")
@@ -265,13 +269,24 @@ def _load_controls(spec: str, result: Any) -> tuple[Any, Any]:
 @mig.command()
 @click.option("--plan", "plan_path", required=True, help="Plan file from `mig plan --json`.")
 @click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
-@click.option("--controls", envvar="SLURM_POOL_MIG_CONTROLS", help="MODULE:FACTORY returning (NodeControl, MigBackend) for a plan.")
+@click.option(
+    "--controls",
+    envvar="SLURM_POOL_MIG_CONTROLS",
+    help="MODULE:FACTORY returning (NodeControl, MigBackend) for a plan.",
+)
 @click.option("--timeout", default=3600.0, show_default=True, help="Seconds to wait for a drained node to become idle.")
 @click.option("--gres-mode", type=click.Choice(["explicit", "autodetect"]), default="explicit", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @slurm_version_option
-def apply(plan_path: str, dry_run: bool, controls: str | None, timeout: float, gres_mode: str, as_json: bool,
-          slurm_version: str | None) -> None:
+def apply(
+    plan_path: str,
+    dry_run: bool,
+    controls: str | None,
+    timeout: float,
+    gres_mode: str,
+    as_json: bool,
+    slurm_version: str | None,
+) -> None:
     """Drain the affected nodes, repartition, rewrite GRES, restart slurmd, resume."""
     from slurm_pool.mig.apply import apply_plan
     from slurm_pool.mig.emit import nvidia_smi_commands
@@ -293,8 +308,15 @@ def apply(plan_path: str, dry_run: bool, controls: str | None, timeout: float, g
             click.echo("nothing to change")
         return
     nodes, backend = _load_controls(controls, result)
-    report = apply_plan(result, nodes, backend, dry_run=dry_run, timeout=timeout, gres_mode=gres_mode,  # type: ignore[arg-type]
-                        version=target_version(slurm_version))
+    report = apply_plan(
+        result,
+        nodes,
+        backend,
+        dry_run=dry_run,
+        timeout=timeout,
+        gres_mode=gres_mode,  # type: ignore[arg-type]
+        version=target_version(slurm_version),
+    )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -331,4 +353,3 @@ def emit_cmd(plan_path: str, what: str, slurm_version: str | None) -> None:
     else:
         for node, gres in sorted(out["slurm_gres"].items()):
             click.echo(f"NodeName={node} Gres={gres}")
-

@@ -119,8 +119,6 @@ def cap_minor(gpu_minor: int, gi_id: int, ci_id: int | None = None, minors: Mapp
     return base if ci_id is None else base + 1 + ci_id
 
 
-
-
 def gres_conf_explicit(
     node: str,
     model: str,
@@ -145,7 +143,13 @@ def gres_conf_explicit(
                 f"/dev/nvidia-caps/nvidia-cap{cap_minor(dev.minor, dev.gi_id, dev.ci_id, minors)}",
             ]
         )
-        rows.append((dev.gpu_index, dev.gi_id, f"NodeName={node} Name=gpu Type={mig_device_type(model, dev.profile, dev.memory_mib, version)} MultipleFiles={files}"))
+        rows.append(
+            (
+                dev.gpu_index,
+                dev.gi_id,
+                f"NodeName={node} Name=gpu Type={mig_device_type(model, dev.profile, dev.memory_mib, version)} MultipleFiles={files}",
+            )
+        )
     for _, _, line in sorted(rows):
         lines.append(line)
     return lines

@@ -21,6 +21,7 @@ Placement = tuple[tuple[str, int], ...]
 
 def canonical(geo: MigGeometry, profiles: Iterable[str]) -> Layout:
     """``profiles`` sorted largest first (memory, then compute, then name)."""
+
     def key(name: str) -> tuple[int, int, str]:
         p = geo.profiles[name]
         return (-p.memory, -p.compute, name)
@@ -159,13 +160,13 @@ def find_placement(model: str, profiles: Sequence[str]) -> Placement | None:
     best: tuple[int, list[int]] | None = None
     for starts in _placements(geo, profs):
         used = 0
-        for p, s in zip(profs, starts):
+        for p, s in zip(profs, starts, strict=False):
             used |= ((1 << p.memory) - 1) << s
         free = _largest_addable(geo, used, names)
         if best is None or free > best[0]:
             best = (free, starts)
     assert best is not None
-    return tuple(sorted(zip(names, best[1]), key=lambda t: t[1]))
+    return tuple(sorted(zip(names, best[1], strict=False), key=lambda t: t[1]))
 
 
 def placement_problem(model: str, placement: Sequence[tuple[str, int]]) -> str | None:

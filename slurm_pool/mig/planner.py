@@ -84,7 +84,7 @@ class Plan:
 
     def changed(self) -> list[int]:
         """Indices (into ``gpus``) of the GPUs whose layout changes."""
-        return [i for i, (g, lay) in enumerate(zip(self.gpus, self.layouts)) if lay != g.current]
+        return [i for i, (g, lay) in enumerate(zip(self.gpus, self.layouts, strict=False)) if lay != g.current]
 
     def to_dict(self) -> dict[str, object]:
         """Machine form; :func:`plan_from_dict` reads it back (``mig apply --plan``)."""
@@ -100,7 +100,7 @@ class Plan:
                     "layout": None if lay is None else list(lay),
                     "changed": lay != g.current,
                 }
-                for g, lay in zip(self.gpus, self.layouts)
+                for g, lay in zip(self.gpus, self.layouts, strict=False)
             ],
             "demand": dict(self.demand),
             "covered": dict(self.covered),
@@ -124,7 +124,14 @@ def plan_from_dict(data: Mapping[str, object]) -> Plan:
                     bad = layout_problem(model, value)
                     if bad:
                         raise PlanError(f"gpus[{i}].{label}: {','.join(value)} is not a valid {model} layout: {bad}")
-            gpus.append(Gpu(str(row["node"]), int(row["index"]), None if cur is None else canonical(geo, cur), bool(row.get("busy", False))))
+            gpus.append(
+                Gpu(
+                    str(row["node"]),
+                    int(row["index"]),
+                    None if cur is None else canonical(geo, cur),
+                    bool(row.get("busy", False)),
+                )
+            )
             layouts.append(None if lay is None else canonical(geo, lay))
         demand = {str(k): int(v) for k, v in dict(data.get("demand", {})).items()}  # type: ignore[call-overload]
     except PlanError:
@@ -161,7 +168,7 @@ def evaluate(
     geo = GEOMETRIES[model]
     supply: Counter[str] = Counter()
     changed = used = free = inst = 0
-    for g, lay in zip(gpus, layouts):
+    for g, lay in zip(gpus, layouts, strict=False):
         if lay != g.current:
             changed += 1
         if lay:
@@ -267,19 +274,25 @@ def _solve(model: str, gpus: Sequence[Gpu], demand: Mapping[str, int]) -> tuple[
 
     # Each level as a maximisation.
     levels = [
-        vec(lambda c: 0, lambda l: 0, lambda p: geo.profiles[p].compute),
-        vec(lambda c: 0, lambda l: 0, lambda p: 1),
-        vec(lambda c: 1, lambda l: 0, lambda p: 0),  # kept GPUs
-        vec(lambda c: -1 if c else 0, lambda l: -1 if l else 0, lambda p: 0),
-        vec(lambda c: free_of(model, c), lambda l: free[l], lambda p: 0),
-        vec(lambda c: -len(c or ()), lambda l: -len(l), lambda p: 0),
+        vec(lambda c: 0, lambda lay: 0, lambda p: geo.profiles[p].compute),
+        vec(lambda c: 0, lambda lay: 0, lambda p: 1),
+        vec(lambda c: 1, lambda lay: 0, lambda p: 0),  # kept GPUs
+        vec(lambda c: -1 if c else 0, lambda lay: -1 if lay else 0, lambda p: 0),
+        vec(lambda c: free_of(model, c), lambda lay: free[lay], lambda p: 0),
+        vec(lambda c: -len(c or ()), lambda lay: -len(lay), lambda p: 0),
     ]
     integrality = np.ones(nv)
     x = None
     for obj in levels:
         if not obj.any():
             continue
-        res = milp(-obj, constraints=LinearConstraint(np.array(a_rows), lo, hi), bounds=Bounds(lb, ub), integrality=integrality, options={"mip_rel_gap": 0.0})
+        res = milp(
+            -obj,
+            constraints=LinearConstraint(np.array(a_rows), lo, hi),
+            bounds=Bounds(lb, ub),
+            integrality=integrality,
+            options={"mip_rel_gap": 0.0},
+        )
         if res.x is None:  # pragma: no cover - the program is always feasible
             raise RuntimeError(f"MIG planner: HiGHS failed: {res.message}")
         x = np.round(res.x)
@@ -306,13 +319,15 @@ def _assign(gpus: Sequence[Gpu], keep: Mapping[TypeKey, int], targets: Counter[L
         n_change = len(idx) - keep.get(t, len(idx))
         if n_change <= 0:
             continue
-        order = sorted(idx, key=lambda i: (gpus[i].node not in touched, -per_node[gpus[i].node], gpus[i].node, gpus[i].index))
+        order = sorted(
+            idx, key=lambda i: (gpus[i].node not in touched, -per_node[gpus[i].node], gpus[i].node, gpus[i].index)
+        )
         chosen = order[:n_change]
         to_change.extend(chosen)
         touched.update(gpus[i].node for i in chosen)
     layouts: list[Layout | None] = [g.current for g in gpus]
     pool = sorted(targets.elements(), key=lambda lay: (-len(lay), lay))
-    for i, lay in zip(sorted(to_change, key=lambda i: (gpus[i].node, gpus[i].index)), pool):
+    for i, lay in zip(sorted(to_change, key=lambda i: (gpus[i].node, gpus[i].index)), pool, strict=False):
         layouts[i] = lay
     return layouts
 
@@ -353,7 +368,8 @@ def profile_for_need(model: str, memory_gb: float, compute: float = 0.0) -> str 
     geo = geometry(model)
     need_slices = 0 if compute <= 0 else -(-round(compute * geo.compute_slices * 1000) // 1000)
     fits = [
-        p for p in geo.profiles.values()
+        p
+        for p in geo.profiles.values()
         if not p.media_ext and p.memory_gb >= memory_gb - 1e-9 and p.compute >= need_slices
     ]
     if not fits:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import sys
 
-USAGE = ("usage: python3 -m slurm_pool.node {prolog,epilog,healthcheck} "
-         "[--config PATH] [--node NAME] [--ack-xids]")
+USAGE = "usage: python3 -m slurm_pool.node {prolog,epilog,healthcheck} [--config PATH] [--node NAME] [--ack-xids]"
 
 
 def parse(argv: list[str]) -> tuple[str, dict[str, object]]:

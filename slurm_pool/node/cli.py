@@ -12,9 +12,13 @@ import sys
 
 import click
 
-_config = click.option("--config", "config_path", default=None, metavar="PATH",
-                       help="node.conf (root-owned; default: slurm-pool-node.conf beside $SLURM_CONF, "
-                            "else /etc/slurm-pool/node.conf).")
+_config = click.option(
+    "--config",
+    "config_path",
+    default=None,
+    metavar="PATH",
+    help="node.conf (root-owned; default: slurm-pool-node.conf beside $SLURM_CONF, else /etc/slurm-pool/node.conf).",
+)
 _node = click.option("--node", default=None, help="Node name (default: $SLURMD_NODENAME, else the host name).")
 
 
@@ -57,8 +61,13 @@ def checkpoints() -> None:
 @checkpoints.command()
 @_config
 @click.option("--base", default=None, metavar="DIR", help="checkpoint_base_dir (default: from node.conf).")
-@click.option("--keep-days", type=click.FloatRange(min=0), default=7.0, show_default=True,
-              help="Keep a gone job's directory until nothing in it changed for this long.")
+@click.option(
+    "--keep-days",
+    type=click.FloatRange(min=0),
+    default=7.0,
+    show_default=True,
+    help="Keep a gone job's directory until nothing in it changed for this long.",
+)
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: bool) -> None:
     """Remove the directories of jobs that left the queue KEEP_DAYS ago (for cron, as root)."""
@@ -105,4 +114,3 @@ def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: 
         click.echo(f"{removed} removed, {len(entries) - removed - failed} kept, {failed} failed")
     if failed:
         sys.exit(1)
-

@@ -75,8 +75,7 @@ def job_gpu_ids(value: str | None) -> set[int]:
     return out
 
 
-def check_snapshot(snap: dict[str, Any], *, expected_gpus: int | None,
-                   job_gpus: Iterable[int] = ()) -> list[Failure]:
+def check_snapshot(snap: dict[str, Any], *, expected_gpus: int | None, job_gpus: Iterable[int] = ()) -> list[Failure]:
     """Every failed check of one snapshot except XIDs (see :func:`xid_failures`).
 
     ``expected_gpus`` is the node's GRES gpu count (None: unknown); ``job_gpus``
@@ -90,15 +89,23 @@ def check_snapshot(snap: dict[str, Any], *, expected_gpus: int | None,
     out: list[Failure] = []
     units = gpu_units(snap)
     if expected_gpus is not None and units != expected_gpus:
-        out.append(Failure("gpu-count", None, f"NVML sees {units} GPU{'s' * (units != 1)}, "
-                                              f"the node's GRES has {expected_gpus}"))
+        out.append(
+            Failure(
+                "gpu-count", None, f"NVML sees {units} GPU{'s' * (units != 1)}, the node's GRES has {expected_gpus}"
+            )
+        )
     # SLURM_JOB_GPUS numbers MIG devices, not GPUs: only whole GPUs can be matched.
     mig = any(g.get("mig_enabled") for g in snap.get("gpus", []))
     present = {g.get("minor") if isinstance(g.get("minor"), int) else g["index"] for g in snap.get("gpus", [])}
     missing = [] if mig else sorted(job_gpus - present)
     if missing:
-        out.append(Failure("gpu-count", None, f"GPU{'s' * (len(missing) > 1)} "
-                                              f"{','.join(map(str, missing))} of the job not visible to NVML"))
+        out.append(
+            Failure(
+                "gpu-count",
+                None,
+                f"GPU{'s' * (len(missing) > 1)} {','.join(map(str, missing))} of the job not visible to NVML",
+            )
+        )
     for g in snap.get("gpus", []):
         out.extend(gpu_failures(g))
     return out
@@ -108,8 +115,9 @@ def new_xid_state() -> dict[str, Any]:
     return {"boot_id": "", "last_seq": -1, "critical": []}
 
 
-def update_xid_state(state: dict[str, Any] | None, snap: dict[str, Any], ignored: Iterable[int],
-                     *, ack: bool = False) -> dict[str, Any]:
+def update_xid_state(
+    state: dict[str, Any] | None, snap: dict[str, Any], ignored: Iterable[int], *, ack: bool = False
+) -> dict[str, Any]:
     """Fold the snapshot's XID events into the sticky state (returns a new dict).
 
     Events are new when their kmsg sequence number is above the last one seen
@@ -132,8 +140,14 @@ def update_xid_state(state: dict[str, Any] | None, snap: dict[str, Any], ignored
         if seq <= last or int(ev.get("xid", 0)) in ignored:
             continue
         if len(st["critical"]) < MAX_STICKY_XIDS:
-            st["critical"].append({"seq": seq, "xid": int(ev["xid"]), "gpu_index": ev.get("gpu_index"),
-                                   "pci": str(ev.get("pci", ""))[:16]})
+            st["critical"].append(
+                {
+                    "seq": seq,
+                    "xid": int(ev["xid"]),
+                    "gpu_index": ev.get("gpu_index"),
+                    "pci": str(ev.get("pci", ""))[:16],
+                }
+            )
     if ack:
         st["critical"] = []
     st["last_seq"] = top
@@ -180,7 +194,7 @@ def is_ours(reason: str | None) -> bool:
     text = (reason or "").lstrip()
     if not text.startswith(REASON_PREFIX):
         return False
-    check = text[len(REASON_PREFIX):].lstrip().split(":", 1)[0]
+    check = text[len(REASON_PREFIX) :].lstrip().split(":", 1)[0]
     return check in CHECKS
 
 

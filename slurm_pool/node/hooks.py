@@ -73,8 +73,17 @@ def node_name(env: dict[str, str], override: str | None = None) -> str:
 class Hooks:
     """The three hooks for one node; everything external is injectable."""
 
-    def __init__(self, cfg: NodeConfig, env: dict[str, str], *, runner: Any = None, source: Any = None,
-                 clock: Callable[[], float] = time.time, log: Log | None = None, node: str | None = None):
+    def __init__(
+        self,
+        cfg: NodeConfig,
+        env: dict[str, str],
+        *,
+        runner: Any = None,
+        source: Any = None,
+        clock: Callable[[], float] = time.time,
+        log: Log | None = None,
+        node: str | None = None,
+    ):
         self.cfg, self.env, self.clock = cfg, env, clock
         self.node = node_name(env, node)
         self.log = log or Log(cfg.get("log"))
@@ -157,8 +166,9 @@ class Hooks:
         fd = self._lock()
         try:
             line = (json.dumps(rec, sort_keys=True) + "\n").encode()
-            out = os.open(os.path.join(self.dir, "outcomes.jsonl"),
-                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            out = os.open(
+                os.path.join(self.dir, "outcomes.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
             try:
                 os.write(out, line)
             finally:
@@ -175,8 +185,9 @@ class Hooks:
         v = cached.get("gres_gpus")
         return v if isinstance(v, int) else None
 
-    def check(self, *, job_gpus: frozenset[int] | set[int] = frozenset(), expected: int | None = None,
-              ack: bool = False) -> tuple[list[health.Failure], dict[str, Any] | None]:
+    def check(
+        self, *, job_gpus: frozenset[int] | set[int] = frozenset(), expected: int | None = None, ack: bool = False
+    ) -> tuple[list[health.Failure], dict[str, Any] | None]:
         """All failures (and the snapshot); a broken snapshot source is logged and counts as healthy."""
         src = self.source()
         if src is None:
@@ -202,15 +213,24 @@ class Hooks:
 
     def _record(self, hook: str, failures: list[health.Failure], action: str) -> None:
         try:
-            self._write("health.json", {
-                "time": self.clock(), "node": self.node, "hook": hook, "healthy": not failures,
-                "failures": [f._asdict() for f in failures], "action": action,
-                "reason": health.drain_reason(failures) if failures else None})
+            self._write(
+                "health.json",
+                {
+                    "time": self.clock(),
+                    "node": self.node,
+                    "hook": hook,
+                    "healthy": not failures,
+                    "failures": [f._asdict() for f in failures],
+                    "action": action,
+                    "reason": health.drain_reason(failures) if failures else None,
+                },
+            )
         except OSError as exc:
             self.log(f"cannot record health: {exc}", error=True)
 
-    def _drain_if_needed(self, hook: str, failures: list[health.Failure], *, may_undrain: bool,
-                         state: Any = None, known: bool = False) -> str:
+    def _drain_if_needed(
+        self, hook: str, failures: list[health.Failure], *, may_undrain: bool, state: Any = None, known: bool = False
+    ) -> str:
         from slurm_pool.node import slurmnode
 
         reason = health.drain_reason(failures) if failures else None
@@ -222,9 +242,12 @@ class Hooks:
         action = slurmnode.decide(state, reason, may_undrain=may_undrain)
         failed = slurmnode.apply(self.runner, self.scontrol, self.node, action)
         if action.kind != "none":
-            self.log(f"{action.kind} {self.node}" + (f": {reason}" if reason else "")
-                     + (f" (scontrol failed: {failed})" if failed else ""),
-                     error=bool(failed) or action.kind == "drain")
+            self.log(
+                f"{action.kind} {self.node}"
+                + (f": {reason}" if reason else "")
+                + (f" (scontrol failed: {failed})" if failed else ""),
+                error=bool(failed) or action.kind == "drain",
+            )
         elif reason:
             self.log(f"unhealthy, drain left as it is ({state.reason if state else 'node state unknown'}): {reason}")
         self._record(hook, failures, action.kind)
@@ -265,9 +288,16 @@ class Hooks:
                 from slurm_pool.checkpoint.slurmjob import query_job
 
                 info = query_job(self.runner, job, self.scontrol)
-            rec = outcome.build(job_id=job, user=user, node=self.node, now=self.clock(), info=info,
-                                wrapper=jobdir.read_outcome(path), newest=jobdir.newest_checkpoint(path),
-                                run_start=self._take_run_start(job))
+            rec = outcome.build(
+                job_id=job,
+                user=user,
+                node=self.node,
+                now=self.clock(),
+                info=info,
+                wrapper=jobdir.read_outcome(path),
+                newest=jobdir.newest_checkpoint(path),
+                run_start=self._take_run_start(job),
+            )
             self.append_outcome(rec)
         except (jobdir.JobDirError, OSError, ValueError) as exc:
             self.log(f"outcome not recorded: {exc}", error=True)
@@ -293,8 +323,14 @@ class Hooks:
         return 1 if failures else 0
 
 
-def main(hook: str, config_path: str | None, *, env: dict[str, str] | None = None, node: str | None = None,
-         ack_xids: bool = False) -> int:
+def main(
+    hook: str,
+    config_path: str | None,
+    *,
+    env: dict[str, str] | None = None,
+    node: str | None = None,
+    ack_xids: bool = False,
+) -> int:
     """Run one hook as slurmd would; errors in node.conf are fatal only to the health check."""
     from slurm_pool import nodeconf
 

@@ -116,7 +116,7 @@ def prepare(base: str, path: str, user: str, uid: int, gid: int) -> str:
             raise JobDirError(f"{base}: owned by uid {bst.st_uid}, not root")
         if bst.st_mode & 0o022:
             raise JobDirError(f"{base}: writable by group or others")
-        for name in parts[len(base_parts):]:
+        for name in parts[len(base_parts) :]:
             nfd = _mkdir_owned(fd, name, uid, gid)
             os.close(fd)
             fd = nfd

@@ -54,9 +54,17 @@ def _this_run(w: dict[str, Any], info: JobRecord | None, run_start: float | None
     return w.get("restart_count") in (info.restart_count, info.restart_count - 1)
 
 
-def build(*, job_id: str, user: str, node: str, now: float, info: JobRecord | None,
-          wrapper: dict[str, Any] | None, newest: tuple[int, float] | None,
-          run_start: float | None = None) -> dict[str, Any]:
+def build(
+    *,
+    job_id: str,
+    user: str,
+    node: str,
+    now: float,
+    info: JobRecord | None,
+    wrapper: dict[str, Any] | None,
+    newest: tuple[int, float] | None,
+    run_start: float | None = None,
+) -> dict[str, Any]:
     """The outcome record of one run (see the module docstring)."""
     w = wrapper if wrapper and str(wrapper.get("job_id")) == job_id else None
     if w and not _this_run(w, info, run_start):
@@ -86,10 +94,20 @@ def build(*, job_id: str, user: str, node: str, now: float, info: JobRecord | No
         age = round(max(0.0, event - ck_time), 3)
     restart = info.restart_count if info is not None else (_int(w.get("restart_count")) if w else None)
     return {
-        "v": 1, "time": round(now, 3), "node": node, "job_id": job_id, "user": user,
-        "restart_count": restart, "state": list(info.state) if info is not None else None,
-        "run_start": run_start, "reason": reason, "preempted": preempted, "event_time": event,
-        "checkpointed": checkpointed, "checkpoint_step": step, "checkpoint_time": ck_time,
+        "v": 1,
+        "time": round(now, 3),
+        "node": node,
+        "job_id": job_id,
+        "user": user,
+        "restart_count": restart,
+        "state": list(info.state) if info is not None else None,
+        "run_start": run_start,
+        "reason": reason,
+        "preempted": preempted,
+        "event_time": event,
+        "checkpointed": checkpointed,
+        "checkpoint_step": step,
+        "checkpoint_time": ck_time,
         "checkpoint_age_s": age,
         "requeued": bool(w.get("requeued") is True) if w else None,
         "self_requeues": _int(w.get("self_requeues")) if w else None,

@@ -101,7 +101,12 @@ def _group_gpu_types(spec: PoolSpec, version: SlurmVersion) -> dict[str, list[Gp
                         types.append(whole)
                     continue
                 for prof in layout:
-                    t = GpuType(catalogue.mig_gres_type(model.name, prof, version), mig_memory_mb(model.name, prof), True, (model.slurm_type,))
+                    t = GpuType(
+                        catalogue.mig_gres_type(model.name, prof, version),
+                        mig_memory_mb(model.name, prof),
+                        True,
+                        (model.slurm_type,),
+                    )
                     if t not in types:
                         types.append(t)
         out[group.name] = types
@@ -199,7 +204,8 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
             users.setdefault(user, proj.name)
 
     tiers = tuple(
-        TierRule(t.name, t.policy.max_gpus_per_job, t.policy.require_time_limit, t.policy.checkpoint) for t in spec.tiers
+        TierRule(t.name, t.policy.max_gpus_per_job, t.policy.require_time_limit, t.policy.checkpoint)
+        for t in spec.tiers
     )
     signal = spec.checkpoint.signal
     return PolicyTables(

@@ -61,8 +61,9 @@ def gres_string(group: NodeGroup, version: SlurmVersion, layouts: Layouts | None
     return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
 
 
-def emulated_devices(group: NodeGroup, node: str, site: Site, version: SlurmVersion,
-                     layouts: Layouts | None = None) -> list[GresDevice]:
+def emulated_devices(
+    group: NodeGroup, node: str, site: Site, version: SlurmVersion, layouts: Layouts | None = None
+) -> list[GresDevice]:
     """Device files of one node on the emulated cluster, in GRES order."""
     dev = site.node_dev_dir(node)
     out: list[GresDevice] = []
@@ -108,8 +109,8 @@ def build_context(
             for item in g.split(","):
                 if item and (t := item.split(":")[1]) not in gres_types:
                     gres_types.append(t)
-        has_mig = bool(group.gpus and group.gpus.mig and any(l is not None for l in group.gpus.mig))
-        has_mig = has_mig or any(any(l is not None for l in node_layouts.get(n) or []) for n in nodes)
+        has_mig = bool(group.gpus and group.gpus.mig and any(lay is not None for lay in group.gpus.mig))
+        has_mig = has_mig or any(any(lay is not None for lay in node_layouts.get(n) or []) for n in nodes)
         groups.append(
             {
                 "name": group.name,
@@ -120,7 +121,9 @@ def build_context(
                         "name": n,
                         "port": site.node_ports.get(n),
                         "gres": node_gres[n],
-                        "devices": emulated_devices(group, n, site, version, node_layouts.get(n)) if site.emulated_devices else [],
+                        "devices": emulated_devices(group, n, site, version, node_layouts.get(n))
+                        if site.emulated_devices
+                        else [],
                     }
                     for n in nodes
                 ],

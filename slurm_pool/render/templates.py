@@ -41,7 +41,9 @@ def default_templates_dir() -> Path:
     installed = _installed_templates_dir()
     if installed is not None:
         return installed
-    raise SpecError(f"slurm-pool's templates are not installed (looked in {here} and the {DIST_NAME} data files); give --templates")
+    raise SpecError(
+        f"slurm-pool's templates are not installed (looked in {here} and the {DIST_NAME} data files); give --templates"
+    )
 
 
 def jinja_environment(templates_dir: Path) -> jinja2.Environment:

@@ -35,18 +35,45 @@ def default_grace(spec: Any) -> int:
 
 
 @click.command()
-@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="Pool spec (who owns which servers).")
-@click.option("--sacct", "sacct_path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
-              help="`sacct --json -a -S ... -E ...` output, or - for stdin.")
-@click.option("--grace", type=click.FloatRange(min=0), default=None,
-              help="GraceTime in seconds (default: the spec's longest requeue-tier grace_time).")
-@click.option("--checkpoint-interval", type=click.FloatRange(min=0), default=1800.0, show_default=True,
-              help="Periodic checkpoint interval, seconds.")
-@click.option("--restart-overhead", type=click.FloatRange(min=0), default=120.0, show_default=True,
-              help="Seconds a resumed job spends loading its checkpoint.")
+@click.option(
+    "--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="Pool spec (who owns which servers)."
+)
+@click.option(
+    "--sacct",
+    "sacct_path",
+    required=True,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="`sacct --json -a -S ... -E ...` output, or - for stdin.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="GraceTime in seconds (default: the spec's longest requeue-tier grace_time).",
+)
+@click.option(
+    "--checkpoint-interval",
+    type=click.FloatRange(min=0),
+    default=1800.0,
+    show_default=True,
+    help="Periodic checkpoint interval, seconds.",
+)
+@click.option(
+    "--restart-overhead",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="Seconds a resumed job spends loading its checkpoint.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def simulate(spec_path: str, sacct_path: str, grace: float | None, checkpoint_interval: float,
-             restart_overhead: float, as_json: bool) -> None:
+def simulate(
+    spec_path: str,
+    sacct_path: str,
+    grace: float | None,
+    checkpoint_interval: float,
+    restart_overhead: float,
+    as_json: bool,
+) -> None:
     """Replay a sacct export on the spec's servers: dedicated per project vs one pool."""
     from slurm_pool.sim import history
     from slurm_pool.spec import load_spec
@@ -64,24 +91,42 @@ def simulate(spec_path: str, sacct_path: str, grace: float | None, checkpoint_in
     except json.JSONDecodeError as exc:
         raise InputError(f"{sacct_path}: not JSON: {exc}") from None
     grace = float(default_grace(spec)) if grace is None else grace
-    results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in
-               standard_policies(grace, checkpoint_interval, restart_overhead)]
+    results = [
+        (label, replay(capacity, hist.jobs, pol, hist.window))
+        for label, pol in standard_policies(grace, checkpoint_interval, restart_overhead)
+    ]
     base = results[0][1]
     owners = sum(j.project is not None for j in hist.jobs)
     if as_json:
-        click.echo(json.dumps({
-            "window_seconds": hist.window, "capacity": capacity, "grace_seconds": grace,
-            "owner_jobs": owners, "borrower_jobs": len(hist.jobs) - owners, "skipped": dict(hist.skipped),
-            "results": [summary(r, base) for _, r in results]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "window_seconds": hist.window,
+                    "capacity": capacity,
+                    "grace_seconds": grace,
+                    "owner_jobs": owners,
+                    "borrower_jobs": len(hist.jobs) - owners,
+                    "skipped": dict(hist.skipped),
+                    "results": [summary(r, base) for _, r in results],
+                },
+                indent=2,
+            )
+        )
         return
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(hist.skipped.items())) or "none"
-    click.echo(f"history: {len(hist.jobs)} GPU jobs ({owners} of owners, {len(hist.jobs) - owners} of borrowers) "
-               f"over {hist.window / 86400:.2f} days; left out: {skipped}")
+    click.echo(
+        f"history: {len(hist.jobs)} GPU jobs ({owners} of owners, {len(hist.jobs) - owners} of borrowers) "
+        f"over {hist.window / 86400:.2f} days; left out: {skipped}"
+    )
     click.echo("servers: " + ", ".join(f"{p} {n} GPUs" for p, n in capacity.items()) + f"; GraceTime {grace:g} s")
-    click.echo(f"{'':32} {'GPU time used':>13} {'vs dedicated':>12} {'owner wait p50':>15} {'p95':>10} "
-               f"{'preemptions':>11} {'lost GPU-h':>10}")
+    click.echo(
+        f"{'':32} {'GPU time used':>13} {'vs dedicated':>12} {'owner wait p50':>15} {'p95':>10} "
+        f"{'preemptions':>11} {'lost GPU-h':>10}"
+    )
     for label, r in results:
         s = summary(r, base)
         ratio = f"{s['utilization_vs_dedicated']:.2f}" if s["utilization_vs_dedicated"] is not None else "-"
-        click.echo(f"{label:32} {r.utilization:>13.1%} {ratio:>12} {s['owner_wait_p50_seconds']:>14,.0f}s "
-                   f"{s['owner_wait_p95_seconds']:>9,.0f}s {r.preemptions:>11,} {s['lost_gpu_hours']:>10,.1f}")
+        click.echo(
+            f"{label:32} {r.utilization:>13.1%} {ratio:>12} {s['owner_wait_p50_seconds']:>14,.0f}s "
+            f"{s['owner_wait_p95_seconds']:>9,.0f}s {r.preemptions:>11,} {s['lost_gpu_hours']:>10,.1f}"
+        )

@@ -382,12 +382,16 @@ def standard_policies(grace: float, interval: float, restart: float) -> list[tup
         ("dedicated servers", replace(base, name="dedicated", pooled=False)),
         ("pool, no preemption", replace(base, name="pool-no-preemption", preempt=False)),
         ("pool, checkpoint-on-preempt", base),
-        ("pool, periodic checkpoints only", replace(base, name="pool-periodic-checkpoints", checkpoint_on_signal=False)),
+        (
+            "pool, periodic checkpoints only",
+            replace(base, name="pool-periodic-checkpoints", checkpoint_on_signal=False),
+        ),
     ]
 
 
-def simulate(capacity: dict[str, int], jobs: Iterable[Job], policy: Policy, window: float,
-             backlog: Iterator[Job] | None = None) -> Result:
+def simulate(
+    capacity: dict[str, int], jobs: Iterable[Job], policy: Policy, window: float, backlog: Iterator[Job] | None = None
+) -> Result:
     """Replay owners' ``jobs`` (and, pooled, the ``backlog`` of borrower jobs) under ``policy``.
 
     The replay runs until ``window`` has passed and every owner job is done;

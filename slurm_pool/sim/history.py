@@ -50,8 +50,9 @@ def owned_gpus(spec: Any) -> dict[str, int]:
     groups = {g.name: g for g in spec.node_groups}
     out = {}
     for p in spec.projects:
-        n = sum(len(expand(groups[g].hosts)) * groups[g].gpus.count
-                for g in p.owns if groups[g].gpus is not None)  # owns is checked on load
+        n = sum(
+            len(expand(groups[g].hosts)) * groups[g].gpus.count for g in p.owns if groups[g].gpus is not None
+        )  # owns is checked on load
         if n:
             out[p.name] = n
     return out
@@ -90,6 +91,8 @@ def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct") ->
     if not rows:
         raise HistoryError(f"{name}: no GPU job that ran ({dict(skipped) or 'no jobs'})")
     t0 = min(r[0] for r in rows)
-    jobs = [Job(f"{job_id}#{k}", project, submit - t0, work, gpus)
-            for k, (submit, job_id, project, work, gpus) in enumerate(rows)]
+    jobs = [
+        Job(f"{job_id}#{k}", project, submit - t0, work, gpus)
+        for k, (submit, job_id, project, work, gpus) in enumerate(rows)
+    ]
     return History(dict(capacity), jobs, t0, last_end, skipped)

@@ -27,8 +27,14 @@ class LendReport:
     reclaims: int  # lent nodes Slurm took back before the window closed
 
 
-def replay_lending(timeline: Sequence[tuple[float, int]], window: float, node_gpus: int, period: float,
-                   allowed: Callable[[float], bool], max_nodes: int | None = None) -> LendReport:
+def replay_lending(
+    timeline: Sequence[tuple[float, int]],
+    window: float,
+    node_gpus: int,
+    period: float,
+    allowed: Callable[[float], bool],
+    max_nodes: int | None = None,
+) -> LendReport:
     """Replay the rebalancer over ``[0, window)`` on the pool's idle-GPU step function."""
     if node_gpus < 1 or period <= 0 or window <= 0:
         raise ValueError(f"node_gpus {node_gpus}, period {period} and window {window} must be positive")

@@ -112,13 +112,19 @@ class RuntimeSampler:
 
     def draw(self, key: str) -> float:
         """The runtime for ``key``: its hash picks a quantile of the distribution."""
-        u = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2.0 ** 64
+        u = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2.0**64
         v = self.values[min(len(self.values) - 1, int(u * len(self.values)))]
         return min(self.hi, max(self.lo, v))
 
 
-def trace_jobs(name: str, project: str | None, arrivals: Sequence[Arrival], sampler: RuntimeSampler,
-               window: float, max_gpus: int | None = None) -> list[Job]:
+def trace_jobs(
+    name: str,
+    project: str | None,
+    arrivals: Sequence[Arrival],
+    sampler: RuntimeSampler,
+    window: float,
+    max_gpus: int | None = None,
+) -> list[Job]:
     """Jobs named ``name-N`` that arrive inside ``[0, window)``, GPU counts capped at ``max_gpus``.
 
     ``project=None`` makes them borrowers: users with no servers of their own.
@@ -150,8 +156,9 @@ def size_servers(jobs: Sequence[Job], window: float, utilization: float, server_
     return servers * server_gpus
 
 
-def borrower_backlog(pattern: Sequence[Arrival], sampler: RuntimeSampler, max_gpus: int,
-                     prefix: str = "b") -> Iterator[Job]:
+def borrower_backlog(
+    pattern: Sequence[Arrival], sampler: RuntimeSampler, max_gpus: int, prefix: str = "b"
+) -> Iterator[Job]:
     """An endless queue of borrower jobs: GPU counts cycle through ``pattern``
     (real jobs of projects without servers), runtimes from ``sampler``."""
     if not pattern:

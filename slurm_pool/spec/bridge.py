@@ -78,9 +78,17 @@ class Bridge(Strict):
     force_after: Optional[int] = Field(default=None, ge=0)
     #: Pending jobs held for these reasons do not claim a node back.
     ignore_pending_reasons: list[str] = [
-        "JobHeldUser", "JobHeldAdmin", "BeginTime", "Dependency", "DependencyNeverSatisfied",
-        "AssocGrpGRES", "AssocMaxJobsLimit", "QOSMaxGRESPerUser", "QOSMaxJobsPerUserLimit",
-        "PartitionDown", "PartitionInactive",
+        "JobHeldUser",
+        "JobHeldAdmin",
+        "BeginTime",
+        "Dependency",
+        "DependencyNeverSatisfied",
+        "AssocGrpGRES",
+        "AssocMaxJobsLimit",
+        "QOSMaxGRESPerUser",
+        "QOSMaxJobsPerUserLimit",
+        "PartitionDown",
+        "PartitionInactive",
     ]
 
     @field_validator("timezone")
@@ -111,8 +119,9 @@ def check_bridge(spec: "PoolSpec", bridge: Bridge | None = None) -> list[str]:
     if b.partition not in parts:
         problems.append(f"bridge.partition: {b.partition!r} is not a partition of the spec")
     elif parts[b.partition].tier != b.qos:
-        problems.append(f"bridge.qos: {b.qos!r} is not the tier of partition {b.partition!r} "
-                        f"({parts[b.partition].tier!r})")
+        problems.append(
+            f"bridge.qos: {b.qos!r} is not the tier of partition {b.partition!r} ({parts[b.partition].tier!r})"
+        )
     if b.account not in projects:
         problems.append(f"bridge.account: {b.account!r} is not a project of the spec")
     else:

@@ -43,7 +43,7 @@ def _describe(err: dict[str, Any]) -> Issue:
         return Issue(path, f"{value!r} is not one of {ctx.get('expected')}")
     msg = err.get("msg", "is invalid")
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
         return Issue(path, msg)
     return Issue(path, f"{value!r}: {msg}" if not isinstance(value, (dict, list)) else msg)
 
@@ -56,7 +56,14 @@ def parse_spec(data: Any) -> PoolSpec:
         raise SpecError([Issue("", f"the spec must be a mapping, not {type(data).__name__}")])
     version = data.get("version")
     if version not in SUPPORTED_VERSIONS:
-        raise SpecError([Issue("version", f"{version!r} is not a supported spec version (supported: {', '.join(map(str, SUPPORTED_VERSIONS))})")])
+        raise SpecError(
+            [
+                Issue(
+                    "version",
+                    f"{version!r} is not a supported spec version (supported: {', '.join(map(str, SUPPORTED_VERSIONS))})",
+                )
+            ]
+        )
     try:
         spec = PoolSpec.model_validate(data)
     except ValidationError as exc:

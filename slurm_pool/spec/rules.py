@@ -58,7 +58,9 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
     for ti, tier in enumerate(spec.tiers):
         for pi, target in enumerate(tier.preempt):
             if target not in tiers:
-                yield Issue(f"tiers[{ti}].preempt[{pi}]", f"unknown tier {target!r} (known: {', '.join(sorted(tiers))})")
+                yield Issue(
+                    f"tiers[{ti}].preempt[{pi}]", f"unknown tier {target!r} (known: {', '.join(sorted(tiers))})"
+                )
             elif target == tier.name:
                 yield Issue(f"tiers[{ti}].preempt[{pi}]", f"tier {target!r} cannot preempt itself")
     cycle = _preempt_cycle(spec)
@@ -68,7 +70,10 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
     preemptible = {target for t in spec.tiers for target in t.preempt}
     for ti, tier in enumerate(spec.tiers):
         if tier.name in preemptible and tier.preempt_mode == "off":
-            yield Issue(f"tiers[{ti}].preempt_mode", f"tier {tier.name!r} is preempted by another tier, so preempt_mode must not be 'off'")
+            yield Issue(
+                f"tiers[{ti}].preempt_mode",
+                f"tier {tier.name!r} is preempted by another tier, so preempt_mode must not be 'off'",
+            )
 
     projects = {p.name for p in spec.projects}
     defaults = [i for i, p in enumerate(spec.partitions) if p.default]
@@ -95,9 +100,13 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
     for pi, proj in enumerate(spec.projects):
         for ti, tname in enumerate(proj.tiers):
             if tname not in tiers:
-                yield Issue(f"projects[{pi}].tiers[{ti}]", f"unknown tier {tname!r} (known: {', '.join(sorted(tiers))})")
+                yield Issue(
+                    f"projects[{pi}].tiers[{ti}]", f"unknown tier {tname!r} (known: {', '.join(sorted(tiers))})"
+                )
         if proj.default_tier is not None and proj.default_tier not in proj.tiers:
-            yield Issue(f"projects[{pi}].default_tier", f"{proj.default_tier!r} is not one of the project's tiers {proj.tiers}")
+            yield Issue(
+                f"projects[{pi}].default_tier", f"{proj.default_tier!r} is not one of the project's tiers {proj.tiers}"
+            )
         for oi, gname in enumerate(proj.owns):
             if gname not in group_nodes and gname not in {g.name for g in spec.node_groups}:
                 yield Issue(f"projects[{pi}].owns[{oi}]", f"unknown node group {gname!r}")
@@ -137,7 +146,10 @@ def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
         yield Issue(f"{base}.mig", f"{gpus.model} does not support MIG")
         return
     if len(gpus.mig) != gpus.count:
-        yield Issue(f"{base}.mig", f"has {len(gpus.mig)} entries but count is {gpus.count} (one layout per GPU, null for MIG off)")
+        yield Issue(
+            f"{base}.mig",
+            f"has {len(gpus.mig)} entries but count is {gpus.count} (one layout per GPU, null for MIG off)",
+        )
     from slurm_pool.mig.placement import layout_problem
 
     for i, layout in enumerate(gpus.mig):
@@ -158,7 +170,7 @@ def _preempt_cycle(spec: PoolSpec) -> list[str] | None:
         stack.append(node)
         for nxt in graph.get(node, []):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt in graph and not state.get(nxt):
                 found = visit(nxt)
                 if found:

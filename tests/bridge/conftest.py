@@ -50,26 +50,48 @@ class BridgeBed:
 
     def lent(self, name: str) -> bool:
         n = self.node(name)
-        return ((n.metadata.labels or {}).get("slurm-pool/lent") == "true" and not n.spec.unschedulable
-                and not any(t.key == "slurm-pool/reclaimed" for t in n.spec.taints or []))
+        return (
+            (n.metadata.labels or {}).get("slurm-pool/lent") == "true"
+            and not n.spec.unschedulable
+            and not any(t.key == "slurm-pool/reclaimed" for t in n.spec.taints or [])
+        )
 
     def fenced(self, name: str) -> bool:
         n = self.node(name)
-        return bool(n.spec.unschedulable) and any(t.key == "slurm-pool/reclaimed" and t.effect == "NoSchedule"
-                                                  for t in n.spec.taints or [])
+        return bool(n.spec.unschedulable) and any(
+            t.key == "slurm-pool/reclaimed" and t.effect == "NoSchedule" for t in n.spec.taints or []
+        )
 
     def create_isvc(self, name: str, replicas: int, gpus: int = 1) -> None:
         from tests.support.k8s_controller import GROUP, PLURAL, VERSION
 
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name},
-            "spec": {"predictor": {"minReplicas": replicas, "model": {
-                "modelFormat": {"name": "huggingface"},
-                "resources": {"limits": {"nvidia.com/gpu": gpus}}}}}})
+        self.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "InferenceService",
+                "metadata": {"name": name},
+                "spec": {
+                    "predictor": {
+                        "minReplicas": replicas,
+                        "model": {
+                            "modelFormat": {"name": "huggingface"},
+                            "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                        },
+                    }
+                },
+            },
+        )
 
     def predictors(self, name: str = "llm") -> list[Any]:
-        return [p for p in self.core.list_namespaced_pod(self.namespace, label_selector=f"{ISVC_LABEL}={name}").items
-                if p.metadata.deletion_timestamp is None]
+        return [
+            p
+            for p in self.core.list_namespaced_pod(self.namespace, label_selector=f"{ISVC_LABEL}={name}").items
+            if p.metadata.deletion_timestamp is None
+        ]
 
     def running_on(self, name: str = "llm") -> dict[str, str]:
         """Predictor pod -> node, for Running pods."""
@@ -78,27 +100,47 @@ class BridgeBed:
     def wait_predictors(self, count: int, node: str, name: str = "llm", timeout: float = 60) -> None:
         from tests.support.k8s_controller import wait_for
 
-        wait_for(lambda: list(self.running_on(name).values()) == [node] * count, timeout=timeout,
-                 what=f"{count} predictor pod(s) of {name} Running on {node}")
+        wait_for(
+            lambda: list(self.running_on(name).values()) == [node] * count,
+            timeout=timeout,
+            what=f"{count} predictor pod(s) of {name} Running on {node}",
+        )
 
     # -- Slurm -------------------------------------------------------------------
     def placeholders(self, completing: bool = False) -> list[dict[str, str]]:
         """Queued placeholder jobs as squeue prints them (cancelled ones still COMPLETING only if asked)."""
         out = self.cluster.run(["squeue", "-h", "-o", "%i|%T|%P|%q|%a|%u|%N|%k"]).stdout
-        rows = [dict(zip(("id", "state", "partition", "qos", "account", "user", "node", "comment"), l.split("|")))
-                for l in out.splitlines() if l.strip()]
-        return [r for r in rows if r["comment"].startswith("slurm-pool:lend")
-                and (completing or r["state"] != "COMPLETING")]
+        rows = [
+            dict(
+                zip(
+                    ("id", "state", "partition", "qos", "account", "user", "node", "comment"),
+                    row.split("|"),
+                    strict=False,
+                )
+            )
+            for row in out.splitlines()
+            if row.strip()
+        ]
+        return [
+            r for r in rows if r["comment"].startswith("slurm-pool:lend") and (completing or r["state"] != "COMPLETING")
+        ]
 
 
 def _reset_nodes(core) -> None:
     """Undo every mark the bridge may have left: the k8s tests expect open nodes."""
     for n in core.list_node().items:
         taints = [t for t in n.spec.taints or [] if not t.key.startswith("slurm-pool/")]
-        core.patch_node(n.metadata.name, {
-            "metadata": {"labels": {"slurm-pool/lent": None}, "annotations": {"slurm-pool/reclaim-since": None}},
-            "spec": {"unschedulable": None, "taints": [core.api_client.sanitize_for_serialization(t) for t in taints]
-                     or None}}, _content_type="application/merge-patch+json")
+        core.patch_node(
+            n.metadata.name,
+            {
+                "metadata": {"labels": {"slurm-pool/lent": None}, "annotations": {"slurm-pool/reclaim-since": None}},
+                "spec": {
+                    "unschedulable": None,
+                    "taints": [core.api_client.sanitize_for_serialization(t) for t in taints] or None,
+                },
+            },
+            _content_type="application/merge-patch+json",
+        )
 
 
 @pytest.fixture
@@ -110,8 +152,13 @@ def bridge(cluster, k8s_kubeconfig, k8s_api, k8s_namespace) -> Iterator[BridgeBe
 
     core = client.CoreV1Api(k8s_api)
     _reset_nodes(core)
-    config = Bridge(timezone="UTC", off_peak=[OffPeakWindow(start="19:00", end="07:00")],
-                    kserve_namespace=k8s_namespace, placeholder_start_timeout=30, reclaim_wait=30)
+    config = Bridge(
+        timezone="UTC",
+        off_peak=[OffPeakWindow(start="19:00", end="07:00")],
+        kserve_namespace=k8s_namespace,
+        placeholder_start_timeout=30,
+        reclaim_wait=30,
+    )
     bed = BridgeBed(cluster, k8s_api, k8s_namespace, config, k8s_kubeconfig)
     yield bed
     _reset_nodes(core)  # the cluster fixture then cancels every job, placeholders included

@@ -52,9 +52,16 @@ def test_idle_node_is_lent_and_second_run_is_a_no_op(bridge, monkeypatch):
     report = _lend_one(bridge)
     ph = bridge.placeholders()
     assert len(ph) == 1, ph
-    assert ph[0] | {"id": "*"} == {"id": "*", "state": "RUNNING", "partition": "k8s-lend", "qos": "k8s-lend",
-                                   "account": "k8s-bridge", "user": "slurmpool", "node": "a-gpu1",
-                                   "comment": "slurm-pool:lend node=a-gpu1"}
+    assert ph[0] | {"id": "*"} == {
+        "id": "*",
+        "state": "RUNNING",
+        "partition": "k8s-lend",
+        "qos": "k8s-lend",
+        "account": "k8s-bridge",
+        "user": "slurmpool",
+        "node": "a-gpu1",
+        "comment": "slurm-pool:lend node=a-gpu1",
+    }
     assert bridge.lent("a-gpu1")
     assert all(bridge.fenced(n) for n in NODES if n != "a-gpu1")
     assert [r.kind for r in report.results] == ["submit", "wait-running", "open"]
@@ -68,16 +75,39 @@ def test_idle_node_is_lent_and_second_run_is_a_no_op(bridge, monkeypatch):
 
     for key, value in bridge.cluster.env.items():
         monkeypatch.setenv(key, value)
-    result = CliRunner().invoke(cli, ["rebalance",
-        "--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig), "--now", "2026-01-07T02:00",
-        "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "rebalance",
+            "--spec",
+            str(EXAMPLE_SPEC),
+            "--kubeconfig",
+            str(bridge.kubeconfig),
+            "--now",
+            "2026-01-07T02:00",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["results"] == [] and out["ok"] and out["window_open"]
     assert {n["node"]: n["intent"] for n in out["nodes"]}["a-gpu1"] == "lent"
     assert [p["id"] for p in bridge.placeholders()] == [ph[0]["id"]]
-    dry = CliRunner().invoke(cli, ["rebalance", "--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
-                                         "--now", "2026-01-07T12:00", "--dry-run"], catch_exceptions=False)
+    dry = CliRunner().invoke(
+        cli,
+        [
+            "rebalance",
+            "--spec",
+            str(EXAMPLE_SPEC),
+            "--kubeconfig",
+            str(bridge.kubeconfig),
+            "--now",
+            "2026-01-07T12:00",
+            "--dry-run",
+        ],
+        catch_exceptions=False,
+    )
     assert dry.exit_code == 0, dry.output
     assert "off-peak window closed" in dry.output and "[dry run]" in dry.output
     assert "a-gpu1       reclaim  outside the off-peak windows" in dry.output, dry.output
@@ -88,8 +118,22 @@ def test_owner_job_preempts_placeholder_and_reclaim_is_fast(bridge):
     _lend_one(bridge)
     placeholder = bridge.placeholders()[0]["id"]
     submitted = time.monotonic()
-    owner = bridge.cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", "a-gpu1",
-                                  "--gres=gpu:2", "-o", "/dev/null", "-D", "/tmp", user="alice", script=OWNER_JOB)
+    owner = bridge.cluster.sbatch(
+        "-p",
+        "a-owner",
+        "--qos=guaranteed",
+        "-A",
+        "proja",
+        "-w",
+        "a-gpu1",
+        "--gres=gpu:2",
+        "-o",
+        "/dev/null",
+        "-D",
+        "/tmp",
+        user="alice",
+        script=OWNER_JOB,
+    )
     # Slurm itself preempts the placeholder; the owner does not wait for GraceTime.
     bridge.cluster.wait_state(owner, ["RUNNING"], timeout=30)
     owner_wait = time.monotonic() - submitted
@@ -139,15 +183,25 @@ def test_human_drained_node_is_never_lent_and_its_drain_is_untouched(bridge):
 def test_pdb_blocked_eviction_is_reported_and_retried_not_forced(bridge):
     _lend_one(bridge)
     selector = {"matchLabels": {"serving.kserve.io/inferenceservice": "llm"}}
-    bridge.policy.create_namespaced_pod_disruption_budget(bridge.namespace, {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "llm"},
-        "spec": {"minAvailable": 2, "selector": selector}})
+    bridge.policy.create_namespaced_pod_disruption_budget(
+        bridge.namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "llm"},
+            "spec": {"minAvailable": 2, "selector": selector},
+        },
+    )
 
     def budget_settled() -> bool:
         pdb = bridge.policy.read_namespaced_pod_disruption_budget("llm", bridge.namespace)
         st = pdb.status
-        return bool(st and st.observed_generation == pdb.metadata.generation and st.current_healthy == 2
-                    and st.disruptions_allowed == 0)
+        return bool(
+            st
+            and st.observed_generation == pdb.metadata.generation
+            and st.current_healthy == 2
+            and st.disruptions_allowed == 0
+        )
 
     wait_for(budget_settled, timeout=60, what="PDB observed with no disruption allowed")
     pods = sorted(bridge.running_on())
@@ -160,7 +214,8 @@ def test_pdb_blocked_eviction_is_reported_and_retried_not_forced(bridge):
         assert len(evict) == 1 and evict[0].blocked and not evict[0].ok, report.text()
         assert len(evict[0].errors) == 2 and all("429" in e for e in evict[0].errors), evict[0].errors
         assert [r.kind for r in report.results if r.node == "a-gpu1"] == (
-            ["fence", "evict"] if attempt == 1 else ["evict"])
+            ["fence", "evict"] if attempt == 1 else ["evict"]
+        )
         # Not forced: the pods still run there, the placeholder still holds the node.
         assert sorted(bridge.running_on()) == pods and set(bridge.running_on().values()) == {"a-gpu1"}
         assert [p["id"] for p in bridge.placeholders()] == [placeholder]
@@ -168,8 +223,11 @@ def test_pdb_blocked_eviction_is_reported_and_retried_not_forced(bridge):
         assert "slurm-pool/reclaim-since" in bridge.node("a-gpu1").metadata.annotations
 
     bridge.policy.delete_namespaced_pod_disruption_budget("llm", bridge.namespace)
-    wait_for(lambda: not bridge.policy.list_namespaced_pod_disruption_budget(bridge.namespace).items,
-             timeout=30, what="PDB gone")
+    wait_for(
+        lambda: not bridge.policy.list_namespaced_pod_disruption_budget(bridge.namespace).items,
+        timeout=30,
+        what="PDB gone",
+    )
     report = bridge.reconcile(NOON)
     assert report.ok, report.text()
     assert not bridge.placeholders() and not bridge.lent("a-gpu1") and bridge.fenced("a-gpu1")
@@ -184,8 +242,21 @@ def test_a_dry_run_sees_every_node(bridge, monkeypatch):
 
     for key, value in bridge.cluster.env.items():
         monkeypatch.setenv(key, value)
-    result = CliRunner().invoke(cli, ["rebalance", "--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
-                                            "--now", "2026-01-07T02:00", "--dry-run", "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "rebalance",
+            "--spec",
+            str(EXAMPLE_SPEC),
+            "--kubeconfig",
+            str(bridge.kubeconfig),
+            "--now",
+            "2026-01-07T02:00",
+            "--dry-run",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert sorted(n["node"] for n in out["nodes"]) == sorted(NODES), out["nodes"]

@@ -88,8 +88,7 @@ def _workdir(tag: str) -> Path:
     d = Path("/tmp") / f"sp-{tag}-{int(time.time())}-{random.randrange(10**6)}"
     d.mkdir(mode=0o777)
     d.chmod(0o777)
-    shutil.copytree(REPO / "slurm_pool", d / "lib" / "slurm_pool",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "slurm_pool", d / "lib" / "slurm_pool", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(TRAIN, d / "train_sim.py")
     for p in [d / "lib", *(d / "lib").rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
@@ -150,16 +149,46 @@ def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
     log = work / "train.out"
     units = 2  # a-gpu1: 2 x A100-80GB in the example spec
     victim = cluster.sbatch(
-        "-p", "shared", "--qos=shared", "-A", "proja", "-w", NODE, f"--gres=gpu:{units}", "--time=30",
-        "--requeue", "--signal=B:USR1@30", "--open-mode=append", "-o", str(log), "-D", str(work),
-        user="alice", script=SCRIPT.format(repo=work / "lib", py=py, train=work / "train_sim.py", steps=STEPS, every=EVERY, dt=STEP_TIME))
+        "-p",
+        "shared",
+        "--qos=shared",
+        "-A",
+        "proja",
+        "-w",
+        NODE,
+        f"--gres=gpu:{units}",
+        "--time=30",
+        "--requeue",
+        "--signal=B:USR1@30",
+        "--open-mode=append",
+        "-o",
+        str(log),
+        "-D",
+        str(work),
+        user="alice",
+        script=SCRIPT.format(
+            repo=work / "lib", py=py, train=work / "train_sim.py", steps=STEPS, every=EVERY, dt=STEP_TIME
+        ),
+    )
     rng = random.Random(5)
     for round_ in range(PREEMPTIONS):
         cluster.wait_state(victim, ["RUNNING"], timeout=120)
         wait_for(lambda n=round_: _count(log, "start") >= n + 1, 60, f"run {round_} to start")
         time.sleep(rng.uniform(3.0, 3.0 + EVERY * STEP_TIME))  # land between two periodic checkpoints
-        owner = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", NODE, f"--gres=gpu:{units}",
-                               "-o", "/dev/null", user="alice", script="#!/bin/bash\nsleep 2\n")
+        owner = cluster.sbatch(
+            "-p",
+            "a-owner",
+            "--qos=guaranteed",
+            "-A",
+            "proja",
+            "-w",
+            NODE,
+            f"--gres=gpu:{units}",
+            "-o",
+            "/dev/null",
+            user="alice",
+            script="#!/bin/bash\nsleep 2\n",
+        )
         cluster.wait_state(victim, ["PENDING", "REQUEUED"], timeout=60)
         cluster.wait_state(owner, ["COMPLETED"], timeout=90)
         cluster.release_begin_time(victim)
@@ -172,7 +201,7 @@ def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
     done = _lines(log, "done")
     assert len(done) == 1 and done[0]["final"] == _expected(STEPS)
     runs = _runs(log)
-    for before, after in zip(runs, runs[1:]):
+    for before, after in zip(runs, runs[1:], strict=False):
         lost = _last_step(before) - int(after[0].split("resume_step=")[1].split()[0])
         assert 0 <= lost <= EVERY, (lost, before[-3:], after[:1])
 
@@ -191,14 +220,37 @@ def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
 def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
     """A 2-minute job with warn_seconds 60 requeues itself at ~60 s and resumes."""
     work = _workdir("tlim")
-    node_conf(state_dir=str(work / "state"), checkpoint_base_dir=str(work / "ckpt"), gpus="none",
-              warn_seconds="60", max_self_requeues="1")
+    node_conf(
+        state_dir=str(work / "state"),
+        checkpoint_base_dir=str(work / "ckpt"),
+        gpus="none",
+        warn_seconds="60",
+        max_self_requeues="1",
+    )
     py = job_python()
     log = work / "train.out"
     steps = 1500  # 150 s of work: needs two runs of < 60 s useful time each ... and then the budget is spent
-    job = cluster.sbatch("-p", "shared", "--qos=shared", "-A", "proja", "-w", NODE, "--gres=gpu:1", "--time=2",
-                         "--requeue", "--open-mode=append", "-o", str(log), "-D", str(work), user="alice",
-                         script=SCRIPT.format(repo=work / "lib", py=py, train=work / "train_sim.py", steps=steps, every=EVERY, dt=STEP_TIME))
+    job = cluster.sbatch(
+        "-p",
+        "shared",
+        "--qos=shared",
+        "-A",
+        "proja",
+        "-w",
+        NODE,
+        "--gres=gpu:1",
+        "--time=2",
+        "--requeue",
+        "--open-mode=append",
+        "-o",
+        str(log),
+        "-D",
+        str(work),
+        user="alice",
+        script=SCRIPT.format(
+            repo=work / "lib", py=py, train=work / "train_sim.py", steps=steps, every=EVERY, dt=STEP_TIME
+        ),
+    )
     wait_for(lambda: _count(log, "stop") >= 1, 150, "the first self-requeue")
     cluster.wait_state(job, ["PENDING", "REQUEUED", "RUNNING"], timeout=60)
     comment = cluster.run(["squeue", "-h", "-j", str(job), "-o", "%k"]).stdout.strip()
@@ -220,9 +272,23 @@ def test_prune_keeps_queued_jobs_and_removes_gone_ones(cluster, node_conf):
     work = _workdir("prune")
     base = work / "ckpt"
     node_conf(state_dir=str(work / "state"), checkpoint_base_dir=str(base), gpus="none")
-    job = cluster.sbatch("-p", "shared", "--qos=shared", "-A", "proja", "-w", NODE, "--gres=gpu:1", "--time=30",
-                         "--requeue", "--signal=B:USR1@30", "-o", "/dev/null", user="alice",
-                         script="#!/bin/bash\nsleep 300\n")
+    job = cluster.sbatch(
+        "-p",
+        "shared",
+        "--qos=shared",
+        "-A",
+        "proja",
+        "-w",
+        NODE,
+        "--gres=gpu:1",
+        "--time=30",
+        "--requeue",
+        "--signal=B:USR1@30",
+        "-o",
+        "/dev/null",
+        user="alice",
+        script="#!/bin/bash\nsleep 300\n",
+    )
     cluster.wait_state(job, ["RUNNING"], timeout=60)
     live = base / "alice" / str(job)
     wait_for(live.is_dir, 30, "the prolog to create the job's checkpoint dir")
@@ -232,8 +298,13 @@ def test_prune_keeps_queued_jobs_and_removes_gone_ones(cluster, node_conf):
     old = time.time() - 30 * 86400
     for p in (live, gone / "ckpt-000000000001", gone):
         os.utime(p, (old, old))
-    res = subprocess.run([sys.executable, "-m", "slurm_pool", "checkpoints", "prune", "--keep-days", "7"],
-                         env={**os.environ, **cluster.env}, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "slurm_pool", "checkpoints", "prune", "--keep-days", "7"],
+        env={**os.environ, **cluster.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert not gone.exists() and live.is_dir(), res.stdout
     assert "1 removed, 1 kept, 0 failed" in res.stdout

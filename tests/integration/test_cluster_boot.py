@@ -35,13 +35,22 @@ def test_every_node_idle_with_configured_gres(slurm_cluster):
             node = nodes[name]
             assert "IDLE" in node.state, (name, node.state)
             assert _gres_counts(node.gres) == want, (name, node.gres)
-    mig_types = {t for g in slurm_cluster.spec.node_groups for t in _gres_counts(gres_string(g, slurm_cluster.version)) if "g." in t}
+    mig_types = {
+        t
+        for g in slurm_cluster.spec.node_groups
+        for t in _gres_counts(gres_string(g, slurm_cluster.version))
+        if "g." in t
+    }
     assert mig_types, "the example pool has MIG types"
 
 
 def test_qos_match_spec(slurm_cluster):
-    rows = {r["Name"]: r for r in slurm_cluster.slurm.sacctmgr_show(
-        "qos", ["Name", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor", "MaxTRES"])}
+    rows = {
+        r["Name"]: r
+        for r in slurm_cluster.slurm.sacctmgr_show(
+            "qos", ["Name", "Priority", "Preempt", "PreemptMode", "GraceTime", "UsageFactor", "MaxTRES"]
+        )
+    }
     for tier in slurm_cluster.spec.tiers:
         row = rows[tier.name]
         assert int(row["Priority"]) == tier.priority
@@ -99,8 +108,9 @@ def test_accounting_second_apply_changes_nothing(slurm_cluster):
 
 def _cli(slurm_cluster, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **slurm_cluster.env, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "slurm_pool", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_pool", *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cluster_status_shows_every_node(slurm_cluster):
@@ -108,8 +118,11 @@ def test_cluster_status_shows_every_node(slurm_cluster):
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split() == ["NODE", "STATE", "GRES"]) + 1
-    table = [line.split() for line in lines[start:start + len(slurm_cluster.cluster.nodes()) + 1] if line.strip()
-             and not line.startswith("PARTITION")]
+    table = [
+        line.split()
+        for line in lines[start : start + len(slurm_cluster.cluster.nodes()) + 1]
+        if line.strip() and not line.startswith("PARTITION")
+    ]
     assert {row[0] for row in table} == set(slurm_cluster.cluster.nodes()), res.stdout
     for group in slurm_cluster.spec.node_groups:
         for name in expand(group.hosts):

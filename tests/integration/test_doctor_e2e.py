@@ -24,8 +24,13 @@ EXAMPLE = REPO / "examples" / "pool.yaml"
 
 def doctor(cluster, spec: Path, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO), **env}
-    return subprocess.run([sys.executable, "-m", "slurm_pool", "doctor", "--spec", str(spec)], env=full,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_pool", "doctor", "--spec", str(spec)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def spec_copy(tmp_path: Path, change) -> Path:
@@ -57,12 +62,17 @@ def _other_include(cluster) -> str:
 
 def test_a_plugin_built_for_another_slurm_is_caught(cluster, tmp_path):
     out = tmp_path / "stale"
-    subprocess.run(["make", "-s", "-C", str(REPO / "spank"), f"OUT={out}", f"SLURM_INCLUDE={_other_include(cluster)}"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["make", "-s", "-C", str(REPO / "spank"), f"OUT={out}", f"SLURM_INCLUDE={_other_include(cluster)}"],
+        check=True,
+        capture_output=True,
+    )
     etc = tmp_path / "etc"
     shutil.copytree(Path(cluster.env["SLURM_CONF"]).parent, etc)
     conf = (etc / "slurm.conf").read_text().splitlines()
-    conf = [f"PlugStackConfig={etc / 'plugstack.conf'}" if line.startswith("PlugStackConfig=") else line for line in conf]
+    conf = [
+        f"PlugStackConfig={etc / 'plugstack.conf'}" if line.startswith("PlugStackConfig=") else line for line in conf
+    ]
     (etc / "slurm.conf").write_text("\n".join(conf) + "\n")
     (etc / "plugstack.conf").write_text(f"optional {out / 'slurm_pool_spank.so'} base_dir=/tmp\n")
     res = doctor(cluster, EXAMPLE, SLURM_CONF=str(etc / "slurm.conf"))

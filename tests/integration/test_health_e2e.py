@@ -49,8 +49,10 @@ class Health:
         self.work = work
         self.conf = Path(cluster.env["SLURM_CONF"]).parent / "slurm-pool-node.conf"
         self.old = self.conf.read_bytes() if self.conf.exists() else None
-        self.conf.write_text(f"state_dir = {work / 'state'}\ncheckpoint_base_dir = {work / 'ckpt'}\n"
-                             f"gpus = replay:{work / 'snap'}/{{node}}.json\nscontrol = {cluster.scontrol}\n")
+        self.conf.write_text(
+            f"state_dir = {work / 'state'}\ncheckpoint_base_dir = {work / 'ckpt'}\n"
+            f"gpus = replay:{work / 'snap'}/{{node}}.json\nscontrol = {cluster.scontrol}\n"
+        )
         self.conf.chmod(0o644)
         (work / "snap").mkdir()
 
@@ -90,13 +92,26 @@ def health(cluster):
     h.restore()
 
 
-
 def test_failing_gpu_drains_the_node_and_requeues_the_job(cluster, health):
     health.snapshot(_two_gpu("ecc", ecc={"volatile_uncorrected": 3}))
     sentinel = Path("/tmp") / f"sp-pwned-{random.randrange(10**9)}"
-    job = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", NODE, "--gres=gpu:1",
-                         "-J", f"$(touch {sentinel})", f"--comment=; touch {sentinel}", "-o", "/dev/null",
-                         user="alice", script="#!/bin/bash\nsleep 1\n")
+    job = cluster.sbatch(
+        "-p",
+        "a-owner",
+        "--qos=guaranteed",
+        "-A",
+        "proja",
+        "-w",
+        NODE,
+        "--gres=gpu:1",
+        "-J",
+        f"$(touch {sentinel})",
+        f"--comment=; touch {sentinel}",
+        "-o",
+        "/dev/null",
+        user="alice",
+        script="#!/bin/bash\nsleep 1\n",
+    )
     state, reason = wait_for(lambda: s if "drain" in (s := health.node())[0] else None, 60, "the drain")
     assert reason.startswith("slurm-pool: ecc: GPU 1 (00000000:4B:00.0) has 3 uncorrected volatile ECC errors"), reason
     st = cluster.wait_state(job, ["PENDING", "REQUEUED"], timeout=60)  # held unless nohold_on_prolog_fail
@@ -122,8 +137,16 @@ def test_own_drain_cleared_human_drain_kept(cluster, health):
 
 def test_critical_xid_is_sticky_until_acknowledged(cluster, health):
     snap = _two_gpu("xid")
-    snap["xid_events"] = [{"seq": 10, "time_us": 1, "pci": "0000:4b:00", "gpu_index": 1, "xid": 79,
-                           "text": "NVRM: Xid (PCI:0000:4b:00): 79, GPU has fallen off the bus."}]
+    snap["xid_events"] = [
+        {
+            "seq": 10,
+            "time_us": 1,
+            "pci": "0000:4b:00",
+            "gpu_index": 1,
+            "xid": 79,
+            "text": "NVRM: Xid (PCI:0000:4b:00): 79, GPU has fallen off the bus.",
+        }
+    ]
     health.snapshot(snap)
     assert health.healthcheck() == 1
     assert health.node()[1] == "slurm-pool: xid: GPU 1 reported critical XID 79"
@@ -135,9 +158,17 @@ def test_critical_xid_is_sticky_until_acknowledged(cluster, health):
 
 def test_app_xids_do_not_drain(cluster, health):
     snap = _two_gpu("app xids")
-    snap["xid_events"] = [{"seq": s, "time_us": s, "pci": "0000:4b:00", "gpu_index": 1, "xid": x,
-                           "text": f"NVRM: Xid (PCI:0000:4b:00): {x}, app fault"} for s, x in
-                          ((1, 13), (2, 31), (3, 43), (4, 45), (5, 68), (6, 109))]
+    snap["xid_events"] = [
+        {
+            "seq": s,
+            "time_us": s,
+            "pci": "0000:4b:00",
+            "gpu_index": 1,
+            "xid": x,
+            "text": f"NVRM: Xid (PCI:0000:4b:00): {x}, app fault",
+        }
+        for s, x in ((1, 13), (2, 31), (3, 43), (4, 45), (5, 68), (6, 109))
+    ]
     health.snapshot(snap)
     assert health.healthcheck() == 0
     assert "drain" not in health.node()[0]

@@ -53,8 +53,9 @@ class Daemon:
     def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
         self.log = log
         self.fh = open(log, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self.fh, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            argv, stdout=self.fh, stderr=subprocess.STDOUT, env=env, cwd=REPO, stdin=subprocess.DEVNULL
+        )
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
@@ -77,10 +78,12 @@ def exporter(slurm_cluster, tmp_path_factory):
     port = free_port()
     env = {**os.environ, **slurm_cluster.env, "PYTHONPATH": str(REPO)}
     logs = tmp_path_factory.mktemp("exporter")
-    d = Daemon([sys.executable, "-m", "slurm_pool.metrics.cli", "--listen", f"127.0.0.1:{port}"],
-               logs / "exporter.log", env)
+    d = Daemon(
+        [sys.executable, "-m", "slurm_pool.metrics.cli", "--listen", f"127.0.0.1:{port}"], logs / "exporter.log", env
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
+
         def ready() -> bool:
             d.check_alive()
             return "\nslurm_pool_up 1.0" in http_get(url)
@@ -105,10 +108,19 @@ def prometheus(exporter, tmp_path_factory):
         f"    static_configs: [{{targets: ['{exporter}']}}]\n"
     )
     port = free_port()
-    d = Daemon([binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], work / "prometheus.log")
+    d = Daemon(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        work / "prometheus.log",
+    )
     base = f"http://127.0.0.1:{port}"
     try:
+
         def scraped() -> bool:
             d.check_alive()
             return query(base, "slurm_pool_up") == {(): 1.0}
@@ -147,19 +159,47 @@ def pool_units(spec) -> dict[str, int]:
 def test_prometheus_sees_gpu_jobs_lending_and_drains(cluster, prometheus):
     units = pool_units(cluster.spec)
     total = sum(units.values())
-    job = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "proja", "--gres=gpu:2",
-                         "--signal=B:USR1@30", "-o", "/dev/null", "-D", "/tmp", user="alice", script=SLEEP_JOB)
+    job = cluster.sbatch(
+        "-p",
+        "scavenger",
+        "--qos=scavenger",
+        "-A",
+        "proja",
+        "--gres=gpu:2",
+        "--signal=B:USR1@30",
+        "-o",
+        "/dev/null",
+        "-D",
+        "/tmp",
+        user="alice",
+        script=SLEEP_JOB,
+    )
     cluster.wait_state(job, ["RUNNING"], timeout=30)
-    lend = cluster.sbatch("-p", "k8s-lend", "--qos=k8s-lend", "-A", "k8s-bridge", "--gres=gpu:1",
-                          "-o", "/dev/null", "-D", "/tmp", user="slurmpool", script=SLEEP_JOB)
+    lend = cluster.sbatch(
+        "-p",
+        "k8s-lend",
+        "--qos=k8s-lend",
+        "-A",
+        "k8s-bridge",
+        "--gres=gpu:1",
+        "-o",
+        "/dev/null",
+        "-D",
+        "/tmp",
+        user="slurmpool",
+        script=SLEEP_JOB,
+    )
     cluster.wait_state(lend, ["RUNNING"], timeout=30)
     node, lent = cluster.job_field(job, "%N"), cluster.job_field(lend, "%N")
     want = {n: 0.0 for n in units}
     want[node] += 2
     want[lent] += 1
 
-    got = wait_for(lambda: (r := by_node(prometheus, 'slurm_pool_gpus{state="allocated"}')) == want and r,
-                   20, f"allocated GPUs per node == {want}")
+    got = wait_for(
+        lambda: (r := by_node(prometheus, 'slurm_pool_gpus{state="allocated"}')) == want and r,
+        20,
+        f"allocated GPUs per node == {want}",
+    )
     assert got == want
     all_units = by_node(prometheus, "slurm_pool_gpus")
     assert all_units == {n: float(u) for n, u in units.items()}
@@ -176,13 +216,18 @@ def test_prometheus_sees_gpu_jobs_lending_and_drains(cluster, prometheus):
     human, ours = [n for n in units if n not in (node, lent)][:2]
     try:
         cluster.run(["scontrol", "update", f"NodeName={human}", "State=DRAIN", "Reason=swap a fan"], check=True)
-        cluster.run(["scontrol", "update", f"NodeName={ours}", "State=DRAIN", "Reason=slurm-pool: e2e test"],
-                    check=True)
-        want_drained = {(("node", human), ("owner", "human"), ("reason", "swap a fan")): 1.0,
-                        (("node", ours), ("owner", "slurm-pool"), ("reason", "slurm-pool: e2e test")): 1.0}
+        cluster.run(
+            ["scontrol", "update", f"NodeName={ours}", "State=DRAIN", "Reason=slurm-pool: e2e test"], check=True
+        )
+        want_drained = {
+            (("node", human), ("owner", "human"), ("reason", "swap a fan")): 1.0,
+            (("node", ours), ("owner", "slurm-pool"), ("reason", "slurm-pool: e2e test")): 1.0,
+        }
         wait_for(lambda: query(prometheus, "slurm_pool_node_drained") == want_drained, 20, "both drains exported")
-        assert query(prometheus, "slurm_pool_drained_nodes") == {(("owner", "human"),): 1.0,
-                                                                 (("owner", "slurm-pool"),): 1.0}
+        assert query(prometheus, "slurm_pool_drained_nodes") == {
+            (("owner", "human"),): 1.0,
+            (("owner", "slurm-pool"),): 1.0,
+        }
         drained = by_node(prometheus, 'slurm_pool_gpus{state="drained"}')
         assert drained[human] == units[human] and drained[ours] == units[ours]
         assert drained[node] == 0
@@ -196,10 +241,27 @@ def test_epilog_outcome_records_reach_prometheus(cluster, prometheus):
     assert cluster.spec.health.epilog, "this check needs the epilog (health.epilog) of the example spec"
     node = next(iter(pool_units(cluster.spec)))
     before = scalar(prometheus, f'sum(slurm_pool_job_runs_total{{node="{node}"}})') or 0.0
-    job = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "proja", "-w", node, "--gres=gpu:1",
-                         "--signal=B:USR1@30", "-o", "/dev/null", "-D", "/tmp", user="alice",
-                         script="#!/bin/bash\nsleep 1\n")
+    job = cluster.sbatch(
+        "-p",
+        "scavenger",
+        "--qos=scavenger",
+        "-A",
+        "proja",
+        "-w",
+        node,
+        "--gres=gpu:1",
+        "--signal=B:USR1@30",
+        "-o",
+        "/dev/null",
+        "-D",
+        "/tmp",
+        user="alice",
+        script="#!/bin/bash\nsleep 1\n",
+    )
     cluster.wait_state(job, ["COMPLETED"], timeout=30)
-    wait_for(lambda: (scalar(prometheus, f'sum(slurm_pool_job_runs_total{{node="{node}"}})') or 0) > before,
-             20, f"slurm_pool_job_runs_total for {node} grows past {before}")
+    wait_for(
+        lambda: (scalar(prometheus, f'sum(slurm_pool_job_runs_total{{node="{node}"}})') or 0) > before,
+        20,
+        f"slurm_pool_job_runs_total for {node} grows past {before}",
+    )
     assert scalar(prometheus, 'slurm_pool_scrape_errors_total{source="outcomes"}') == 0

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.slurm
 
 def _cli(cluster, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **cluster.env, "SLURM_POOL_STATE_DIR": str(cluster.cluster.layout.root)}
-    return subprocess.run([sys.executable, "-m", "slurm_pool", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_pool", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 @pytest.fixture
@@ -44,14 +45,37 @@ def test_plan_apply_run_on_new_mig_type(cluster, tmp_path, restore_layouts):
     spec_path = str(cluster.cluster.spec_path)
     plan = tmp_path / "plan.json"
     # Demand seven small instances: the planner must repartition GPU(s) of c-gpu1.
-    res = _cli(cluster, "mig", "plan", "--spec", spec_path, "--model", "A100-40GB",
-               "--demand", "1g.5gb=7", "--json", "--out", str(plan))
+    res = _cli(
+        cluster,
+        "mig",
+        "plan",
+        "--spec",
+        spec_path,
+        "--model",
+        "A100-40GB",
+        "--demand",
+        "1g.5gb=7",
+        "--json",
+        "--out",
+        str(plan),
+    )
     assert res.returncode == 0, res.stderr
     data = json.loads(plan.read_text())
-    assert data["unmet"] in ({}, [], None) or not any(data["unmet"].values() if isinstance(data["unmet"], dict) else data["unmet"])
+    assert data["unmet"] in ({}, [], None) or not any(
+        data["unmet"].values() if isinstance(data["unmet"], dict) else data["unmet"]
+    )
 
-    res = _cli(cluster, "mig", "apply", "--plan", str(plan), "--controls", "slurm_pool.localcluster.mig:controls",
-               "--timeout", "60")
+    res = _cli(
+        cluster,
+        "mig",
+        "apply",
+        "--plan",
+        str(plan),
+        "--controls",
+        "slurm_pool.localcluster.mig:controls",
+        "--timeout",
+        "60",
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "c-gpu1: applied" in res.stdout
 
@@ -62,9 +86,18 @@ def test_plan_apply_run_on_new_mig_type(cluster, tmp_path, restore_layouts):
     typ, count = mig_type[0].split(":")[1], int(mig_type[0].split(":")[2].split("(")[0])
     assert count >= 7, node.gres
 
-    job = cluster.sbatch("-p", "c-owner", "--qos=guaranteed", "-A", "projc", f"--gres=gpu:{typ}:1",
-                         "-o", str(tmp_path / "out.txt"), user="carol",
-                         script="#!/bin/bash\necho gpus=$CUDA_VISIBLE_DEVICES\n")
+    job = cluster.sbatch(
+        "-p",
+        "c-owner",
+        "--qos=guaranteed",
+        "-A",
+        "projc",
+        f"--gres=gpu:{typ}:1",
+        "-o",
+        str(tmp_path / "out.txt"),
+        user="carol",
+        script="#!/bin/bash\necho gpus=$CUDA_VISIBLE_DEVICES\n",
+    )
     assert cluster.wait_state(job, ["COMPLETED", "FAILED"], timeout=60) == "COMPLETED"
 
     again = _cli(cluster, "mig", "apply", "--plan", str(plan), "--controls", "slurm_pool.localcluster.mig:controls")

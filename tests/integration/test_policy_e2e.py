@@ -63,8 +63,10 @@ def test_qos_routes_to_its_partition(cluster):
 def test_forbidden_tier_lists_the_allowed_ones(cluster):
     res = submit(cluster, "--hold", "-A", "proja", "--qos=k8s-lend")
     assert res.returncode != 0
-    assert ("slurm-pool: account 'proja' may not use tier 'k8s-lend'. Tiers account 'proja' may use: guaranteed "
-            "(partition a-owner), shared (partition shared), scavenger (partition scavenger).") in res.stderr
+    assert (
+        "slurm-pool: account 'proja' may not use tier 'k8s-lend'. Tiers account 'proja' may use: guaranteed "
+        "(partition a-owner), shared (partition shared), scavenger (partition scavenger)."
+    ) in res.stderr
     assert "Access/permission denied" in res.stderr
 
 
@@ -143,8 +145,11 @@ def test_checkpoint_directory_and_task_environment(cluster):
     workdir.chmod(0o777)
     out = workdir / "env.txt"
     script = "#!/bin/bash\nenv | grep '^SLURM_POOL_' | sort\nsrun printenv SLURM_POOL_CHECKPOINT_DIR > step.txt\n"
-    job = job_id(submit(cluster, "-A", "proja", "--checkpoint", "--gpu-mem=2G", "-o", str(out), "-D", str(workdir),
-                        script=script))
+    job = job_id(
+        submit(
+            cluster, "-A", "proja", "--checkpoint", "--gpu-mem=2G", "-o", str(out), "-D", str(workdir), script=script
+        )
+    )
     assert cluster.wait_state(job, ["COMPLETED", "FAILED"], timeout=60) == "COMPLETED"
     env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     ckpt = Path(env["SLURM_POOL_CHECKPOINT_DIR"])

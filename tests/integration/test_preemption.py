@@ -52,10 +52,26 @@ def test_guaranteed_job_preempts_scavenger(cluster, tmp_path):
         units = len(gpu_units(group))
         for node in expand(group.hosts):
             log = workdir / f"{node}.log"
-            holders[node] = (cluster.sbatch(
-                "-p", "scavenger", "--qos=scavenger", "-A", "proja", "-w", node, f"--gres=gpu:{units}",
-                "--signal=B:USR1@30", "-o", str(workdir / f"{node}.out"), "-D", str(workdir),
-                user="alice", script=SCAVENGER.format(log=log, steps=200, requeue=self_requeue(cluster))), log)
+            holders[node] = (
+                cluster.sbatch(
+                    "-p",
+                    "scavenger",
+                    "--qos=scavenger",
+                    "-A",
+                    "proja",
+                    "-w",
+                    node,
+                    f"--gres=gpu:{units}",
+                    "--signal=B:USR1@30",
+                    "-o",
+                    str(workdir / f"{node}.out"),
+                    "-D",
+                    str(workdir),
+                    user="alice",
+                    script=SCAVENGER.format(log=log, steps=200, requeue=self_requeue(cluster)),
+                ),
+                log,
+            )
     for job, _ in holders.values():
         cluster.wait_state(job, ["RUNNING"], timeout=60)
     free = cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout
@@ -63,15 +79,27 @@ def test_guaranteed_job_preempts_scavenger(cluster, tmp_path):
 
     victim, victim_log = holders["a-gpu1"]
     submitted = time.time()
-    owner = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", "a-gpu1", "--gres=gpu:2",
-                           "-o", "/dev/null", user="alice", script="#!/bin/bash\nsleep 2\n")
+    owner = cluster.sbatch(
+        "-p",
+        "a-owner",
+        "--qos=guaranteed",
+        "-A",
+        "proja",
+        "-w",
+        "a-gpu1",
+        "--gres=gpu:2",
+        "-o",
+        "/dev/null",
+        user="alice",
+        script="#!/bin/bash\nsleep 2\n",
+    )
     cluster.wait_state(owner, ["RUNNING", "COMPLETED"], timeout=grace + 30)
     started = cluster.wait_sacct(owner, "Start", lambda v: v[:1].isdigit())
     start_epoch = time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S"))
     assert start_epoch - submitted <= grace + 5, (start_epoch - submitted, grace)
 
     lines = victim_log.read_text().splitlines()
-    sig = [l for l in lines if l.startswith("signal USR1")]
+    sig = [ln for ln in lines if ln.startswith("signal USR1")]
     assert sig, lines
     # The signal came at the start of GraceTime, not at its end.
     assert _float_after(sig[0]) - submitted < grace / 2, (_float_after(sig[0]) - submitted, grace)
@@ -83,7 +111,7 @@ def test_guaranteed_job_preempts_scavenger(cluster, tmp_path):
     cluster.release_begin_time(victim)
     cluster.wait_state(victim, ["COMPLETED"], timeout=120)
     lines = victim_log.read_text().splitlines()
-    starts = [l for l in lines if l.startswith("start")]
+    starts = [ln for ln in lines if ln.startswith("start")]
     assert len(starts) == 2 and "restart=1" in starts[1], lines
     assert lines[-1].startswith("done step=200"), lines
     for node, (_job, log) in holders.items():  # nobody else was touched

@@ -28,9 +28,12 @@ def pod(name: str, gpus: int = 0, labels: dict | None = None, spec: dict | None 
     container: dict = {"name": "main", "image": IMAGE}
     if gpus:
         container["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels or {}},
-            "spec": {"containers": [container], **(spec or {})}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"containers": [container], **(spec or {})},
+    }
 
 
 def placements(core, ns: str) -> dict[str, str | None]:
@@ -67,8 +70,9 @@ def test_gpu_pods_schedule_onto_kwok_nodes(k8s_control_plane: ControlPlane, k8s_
     total = sum(s.gpus for s in k8s_control_plane.nodes)
     for i in range(total):
         core.create_namespaced_pod(ns, pod(f"gpu-{i}", gpus=1))
-    wait_for(lambda: all(running_on(core, ns, f"gpu-{i}") for i in range(total)),
-             timeout=60, what="every GPU pod Running")
+    wait_for(
+        lambda: all(running_on(core, ns, f"gpu-{i}") for i in range(total)), timeout=60, what="every GPU pod Running"
+    )
     per_node = Counter(placements(core, ns).values())
     assert per_node == Counter({s.name: s.gpus for s in k8s_control_plane.nodes})
 
@@ -106,16 +110,24 @@ def test_cordoned_and_tainted_nodes_get_no_new_pods(k8s_control_plane: ControlPl
         host = "kubernetes.io/hostname"
         core.create_namespaced_pod(ns, pod("on-cordoned", spec={"nodeSelector": {host: cordoned}}))
         core.create_namespaced_pod(ns, pod("on-tainted", spec={"nodeSelector": {host: tainted}}))
-        tolerating = pod("tolerates-taint", spec={
-            "nodeSelector": {host: tainted},
-            "tolerations": [{"key": taint["key"], "operator": "Exists", "effect": "NoSchedule"}]})
+        tolerating = pod(
+            "tolerates-taint",
+            spec={
+                "nodeSelector": {host: tainted},
+                "tolerations": [{"key": taint["key"], "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        )
         core.create_namespaced_pod(ns, tolerating)
-        assert "unschedulable" in wait_for(lambda: unschedulable(core, ns, "on-cordoned"), timeout=30,
-                                           what="pod pinned to the cordoned node rejected")
-        assert "taint" in wait_for(lambda: unschedulable(core, ns, "on-tainted"), timeout=30,
-                                   what="pod pinned to the tainted node rejected")
-        assert wait_for(lambda: running_on(core, ns, "tolerates-taint"), timeout=30,
-                        what="tolerating pod running") == tainted
+        assert "unschedulable" in wait_for(
+            lambda: unschedulable(core, ns, "on-cordoned"), timeout=30, what="pod pinned to the cordoned node rejected"
+        )
+        assert "taint" in wait_for(
+            lambda: unschedulable(core, ns, "on-tainted"), timeout=30, what="pod pinned to the tainted node rejected"
+        )
+        assert (
+            wait_for(lambda: running_on(core, ns, "tolerates-taint"), timeout=30, what="tolerating pod running")
+            == tainted
+        )
     finally:
         core.patch_node(cordoned, {"spec": {"unschedulable": None}}, _content_type=MERGE)
         core.patch_node(tainted, {"spec": {"taints": None}}, _content_type=MERGE)
@@ -129,19 +141,38 @@ def test_eviction_respects_pod_disruption_budget(k8s_api, k8s_namespace: str):
     ns = k8s_namespace
     labels = {"app": "guarded"}
     template = pod("unused", gpus=1, labels=labels)
-    apps.create_namespaced_deployment(ns, {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "guarded"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels}, "spec": template["spec"]}}})
-    policy.create_namespaced_pod_disruption_budget(ns, {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": labels}}})
+    apps.create_namespaced_deployment(
+        ns,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "guarded"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": template["spec"]},
+            },
+        },
+    )
+    policy.create_namespaced_pod_disruption_budget(
+        ns,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guarded"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": labels}},
+        },
+    )
 
     def budget(allowed: int) -> bool:
         pdb = policy.read_namespaced_pod_disruption_budget("guarded", ns)
         st = pdb.status
-        return bool(st and st.observed_generation == pdb.metadata.generation
-                    and st.current_healthy == 2 and st.disruptions_allowed == allowed)
+        return bool(
+            st
+            and st.observed_generation == pdb.metadata.generation
+            and st.current_healthy == 2
+            and st.disruptions_allowed == allowed
+        )
 
     wait_for(lambda: budget(0), timeout=60, what="PDB with 2 healthy pods and no disruption allowed")
     victim = core.list_namespaced_pod(ns, label_selector="app=guarded").items[0].metadata.name
@@ -180,25 +211,45 @@ def test_merge_patch_of_max_replicas_resizes_predictor(k8s_api, k8s_namespace: s
 
     core, apps, custom = client.CoreV1Api(k8s_api), client.AppsV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
     ns = k8s_namespace
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "llm"},
-        "spec": {"predictor": {"minReplicas": 1, "maxReplicas": 2, "model": {
-            "modelFormat": {"name": "huggingface"}, "resources": {"limits": {GPU_RESOURCE: 1}}}}}})
+    custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        ns,
+        PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceService",
+            "metadata": {"name": "llm"},
+            "spec": {
+                "predictor": {
+                    "minReplicas": 1,
+                    "maxReplicas": 2,
+                    "model": {"modelFormat": {"name": "huggingface"}, "resources": {"limits": {GPU_RESOURCE: 1}}},
+                }
+            },
+        },
+    )
     dep = deployment_name("llm")
 
     def serving(n: int) -> bool:
         d = apps.read_namespaced_deployment(dep, ns)
-        pods = [p for p in core.list_namespaced_pod(ns).items
-                if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+        pods = [
+            p
+            for p in core.list_namespaced_pod(ns).items
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+        ]
         return d.spec.replicas == n and (d.status.ready_replicas or 0) == n and len(pods) == n
 
-    wait_for(lambda: serving(2), timeout=60, what=f"{dep} at 2 ready replicas; controller errors: {isvc_controller.errors}")
+    wait_for(
+        lambda: serving(2), timeout=60, what=f"{dep} at 2 ready replicas; controller errors: {isvc_controller.errors}"
+    )
     d = apps.read_namespaced_deployment(dep, ns)
     assert d.metadata.owner_references[0].kind == "InferenceService"
     assert d.spec.template.spec.containers[0].resources.limits[GPU_RESOURCE] == "1"
 
-    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm",
-                                          {"spec": {"predictor": {"maxReplicas": 3}}}, _content_type=MERGE)
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, "llm", {"spec": {"predictor": {"maxReplicas": 3}}}, _content_type=MERGE
+    )
     wait_for(lambda: serving(3), timeout=60, what=f"{dep} grown to 3 after the merge patch")
 
     def status_desired(n: int) -> bool:
@@ -207,13 +258,15 @@ def test_merge_patch_of_max_replicas_resizes_predictor(k8s_api, k8s_namespace: s
 
     wait_for(lambda: status_desired(3), timeout=30, what="InferenceService status at 3")
 
-    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm",
-                                          {"spec": {"predictor": {"maxReplicas": 1}}}, _content_type=MERGE)
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, "llm", {"spec": {"predictor": {"maxReplicas": 1}}}, _content_type=MERGE
+    )
     wait_for(lambda: serving(1), timeout=60, what=f"{dep} shrunk to 1 after the merge patch")
 
     with pytest.raises(ApiException) as invalid:
-        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm",
-                                              {"spec": {"predictor": {"maxReplicas": 0}}}, _content_type=MERGE)
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, "llm", {"spec": {"predictor": {"maxReplicas": 0}}}, _content_type=MERGE
+        )
     assert invalid.value.status == 422
 
     # Deleting the service lets the garbage collector remove its predictor.

@@ -62,8 +62,7 @@ class NodeSpec:
     labels: dict[str, str] = field(default_factory=dict)
 
     def manifest(self) -> dict:
-        capacity = {"cpu": str(self.cpus), "memory": self.memory, "pods": "110",
-                    GPU_RESOURCE: str(self.gpus)}
+        capacity = {"cpu": str(self.cpus), "memory": self.memory, "pods": "110", GPU_RESOURCE: str(self.gpus)}
         labels = {
             "kubernetes.io/hostname": self.name,
             "kubernetes.io/os": "linux",
@@ -78,8 +77,7 @@ class NodeSpec:
             "metadata": {
                 "name": self.name,
                 "labels": labels,
-                "annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1],
-                                "node.alpha.kubernetes.io/ttl": "0"},
+                "annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1], "node.alpha.kubernetes.io/ttl": "0"},
             },
             "status": {"capacity": capacity, "allocatable": dict(capacity)},
         }
@@ -245,9 +243,15 @@ class ControlPlane:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
     def describe(self) -> dict:
-        return {"server": self.server, "kubeconfig": str(self.kubeconfig), "pids": self.pids,
-                "ports": self.ports, "state_dir": str(self.state_dir),
-                "nodes": [n.name for n in self.nodes], "start_seconds": self.start_seconds}
+        return {
+            "server": self.server,
+            "kubeconfig": str(self.kubeconfig),
+            "pids": self.pids,
+            "ports": self.ports,
+            "state_dir": str(self.state_dir),
+            "nodes": [n.name for n in self.nodes],
+            "start_seconds": self.start_seconds,
+        }
 
     def log_path(self, name: str) -> Path:
         assert self.state_dir is not None
@@ -261,8 +265,13 @@ class ControlPlane:
         with open(self.log_path(name), "ab") as log:
             self.procs[name] = subprocess.Popen(
                 [str(tools.binary(name)), *args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.state_dir, env=env, start_new_session=True, close_fds=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.state_dir,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
                 preexec_fn=_die_with_parent,
             )
 
@@ -271,11 +280,16 @@ class ControlPlane:
         client_url = f"http://127.0.0.1:{self.ports['etcd']}"
         peer_url = f"http://127.0.0.1:{self.ports['etcd-peer']}"
         return [
-            "--name=default", f"--data-dir={self.state_dir / 'etcd'}",
-            f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=default={peer_url}", "--initial-cluster-state=new",
-            "--unsafe-no-fsync=true", "--log-level=warn",
+            "--name=default",
+            f"--data-dir={self.state_dir / 'etcd'}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
         ]
 
     def _apiserver_args(self) -> list[str]:
@@ -283,40 +297,58 @@ class ControlPlane:
         assert pki is not None
         return [
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
             f"--secure-port={self.ports['apiserver']}",
-            f"--tls-cert-file={pki.apiserver_cert}", f"--tls-private-key-file={pki.apiserver_key}",
+            f"--tls-cert-file={pki.apiserver_cert}",
+            f"--tls-private-key-file={pki.apiserver_key}",
             f"--client-ca-file={pki.ca_cert}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=RBAC", "--allow-privileged=true",
-            "--endpoint-reconciler-type=none", "--profiling=false",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
         ]
 
     def _controller_manager_args(self) -> list[str]:
         pki = self.pki
         assert pki is not None
         return [
-            f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
-            "--bind-address=127.0.0.1", "--secure-port=0",
-            f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_cert}",
-            "--controllers=*", "--profiling=false",
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            f"--service-account-private-key-file={pki.sa_key}",
+            f"--root-ca-file={pki.ca_cert}",
+            "--controllers=*",
+            "--profiling=false",
         ]
 
     def _scheduler_args(self) -> list[str]:
-        return [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
-                "--bind-address=127.0.0.1", "--secure-port=0", "--profiling=false"]
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--profiling=false",
+        ]
 
     def _kwok_args(self) -> list[str]:
         assert self.state_dir is not None
         config = self.state_dir / "kwok.yaml"
         config.write_text("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n")
         selector = "=".join(KWOK_ANNOTATION)
-        return [f"--kubeconfig={self.kubeconfig}", f"--config={config}",
-                "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={selector}",
-                "--cidr=10.244.0.1/16", "--node-ip=10.240.0.1"]
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--config={config}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={selector}",
+            "--cidr=10.244.0.1/16",
+            "--node-ip=10.240.0.1",
+        ]
 
     # -- readiness -----------------------------------------------------------
 
@@ -326,7 +358,8 @@ class ControlPlane:
                 if proc.poll() is not None:
                     raise ControlPlaneError(
                         f"{name} exited with status {proc.returncode} while waiting for {what}; "
-                        f"last log lines:\n{_tail(self.log_path(name))}")
+                        f"last log lines:\n{_tail(self.log_path(name))}"
+                    )
             with contextlib.suppress(Exception):
                 if ready():
                     return
@@ -386,8 +419,9 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m tests.support.k8s", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python3 -m tests.support.k8s", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     build = sub.add_parser("build", help="build the Go programs unless cached")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
@@ -403,8 +437,17 @@ def _main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(record, indent=2))
         elif args.cmd == "info":
             tools = Toolset.for_module()
-            print(json.dumps({"directory": str(tools.directory), "built": tools.is_built(),
-                              "versions": tools.versions, "record": tools.build_info()}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "directory": str(tools.directory),
+                        "built": tools.is_built(),
+                        "versions": tools.versions,
+                        "record": tools.build_info(),
+                    },
+                    indent=2,
+                )
+            )
         else:
             signal.signal(signal.SIGTERM, _interrupt)
             cp = ControlPlane(nodes=args.nodes or None, crds=args.crd)

@@ -126,9 +126,7 @@ class Toolset:
         return self.bin_dir / name
 
     def is_built(self) -> bool:
-        return (self.directory / _STAMP).is_file() and all(
-            os.access(self.binary(n), os.X_OK) for n in PROGRAMS
-        )
+        return (self.directory / _STAMP).is_file() and all(os.access(self.binary(n), os.X_OK) for n in PROGRAMS)
 
     def build_info(self) -> dict:
         """What the stamp records (versions, go version, build seconds)."""
@@ -159,20 +157,35 @@ class Toolset:
         started = time.monotonic()
         for sub, programs in MODULES.items():
             ldflags = _ldflags(self.versions["k8s"]) if sub == "kube" else "-s -w"
-            cmd = ["nice", "-n", "19", go, "build", "-trimpath", f"-ldflags={ldflags}",
-                   "-o", str(staging / "bin") + os.sep, *programs.values()]
+            cmd = [
+                "nice",
+                "-n",
+                "19",
+                go,
+                "build",
+                "-trimpath",
+                f"-ldflags={ldflags}",
+                "-o",
+                str(staging / "bin") + os.sep,
+                *programs.values(),
+            ]
             print(f"  (cd {sub} && {' '.join(cmd)})", file=log, flush=True)
             done = subprocess.run(cmd, cwd=self.module_dir / sub, env=env, stdout=log, stderr=subprocess.STDOUT)
             if done.returncode != 0:
                 shutil.rmtree(staging, ignore_errors=True)
-                raise BuildError(f"go build failed with exit status {done.returncode} in "
-                                 f"{self.module_dir / sub}: {' '.join(cmd)}")
+                raise BuildError(
+                    f"go build failed with exit status {done.returncode} in {self.module_dir / sub}: {' '.join(cmd)}"
+                )
         seconds = round(time.monotonic() - started, 1)
         for name, out_name in _GO_OUTPUT_NAME.items():
             (staging / "bin" / out_name).rename(staging / "bin" / name)
         go_version = subprocess.run([go, "version"], capture_output=True, text=True).stdout.strip()
-        record = {"versions": self.versions, "go": go_version, "build_seconds": seconds,
-                  "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        record = {
+            "versions": self.versions,
+            "go": go_version,
+            "build_seconds": seconds,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         (staging / _STAMP).write_text(json.dumps(record, indent=2) + "\n")
         shutil.rmtree(self.directory, ignore_errors=True)
         staging.rename(self.directory)

@@ -99,9 +99,15 @@ def generate_pki(directory: Path) -> PkiPaths:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -118,8 +124,13 @@ def generate_pki(directory: Path) -> PkiPaths:
         usage = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
         builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
         if server:
-            dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                   "kubernetes.default.svc.cluster.local"]
+            dns = [
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ]
             ips = ["127.0.0.1", KUBERNETES_SERVICE_IP]
             san = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
             builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
@@ -134,9 +145,7 @@ def generate_pki(directory: Path) -> PkiPaths:
     _write(paths.sa_key, _key_pem(sa_key), private=True)
     _write(
         paths.sa_pub,
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ),
+        sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
     )
     return paths
 
@@ -153,11 +162,13 @@ def write_kubeconfig(path: Path, server: str, pki: PkiPaths, cluster: str = "slu
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": {
-            "server": server, "certificate-authority-data": b64(pki.ca_cert)}}],
-        "users": [{"name": "admin", "user": {
-            "client-certificate-data": b64(pki.admin_cert),
-            "client-key-data": b64(pki.admin_key)}}],
+        "clusters": [{"name": cluster, "cluster": {"server": server, "certificate-authority-data": b64(pki.ca_cert)}}],
+        "users": [
+            {
+                "name": "admin",
+                "user": {"client-certificate-data": b64(pki.admin_cert), "client-key-data": b64(pki.admin_key)},
+            }
+        ],
         "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "admin"}}],
         "current-context": cluster,
         "preferences": {},

@@ -55,8 +55,10 @@ def predictor_deployment(isvc: dict) -> dict:
     labels = {ISVC_LABEL: meta["name"], "component": "predictor"}
     container: dict[str, Any] = {"name": "kserve-container", "image": model.get("image", PREDICTOR_IMAGE)}
     if model.get("resources"):
-        container["resources"] = {kind: {res: str(qty) for res, qty in (amounts or {}).items()}
-                                  for kind, amounts in model["resources"].items()}
+        container["resources"] = {
+            kind: {res: str(qty) for res, qty in (amounts or {}).items()}
+            for kind, amounts in model["resources"].items()
+        }
     if model.get("storageUri"):
         container["env"] = [{"name": "STORAGE_URI", "value": model["storageUri"]}]
     pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 5}
@@ -70,10 +72,16 @@ def predictor_deployment(isvc: dict) -> dict:
             "name": deployment_name(meta["name"]),
             "namespace": meta["namespace"],
             "labels": dict(labels),
-            "ownerReferences": [{
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
-                "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True,
-            }],
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": KIND,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": {
             "replicas": desired_replicas(isvc),
@@ -126,7 +134,10 @@ class InferenceServiceController:
                     for item in listing.get("items", []):
                         self._reconcile(custom, apps, item)
                     stream = watch.Watch().stream(
-                        custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                        custom.list_cluster_custom_object,
+                        GROUP,
+                        VERSION,
+                        PLURAL,
                         resource_version=listing["metadata"]["resourceVersion"],
                         timeout_seconds=max(1, int(self.resync_seconds)),
                     )
@@ -155,12 +166,15 @@ class InferenceServiceController:
             have = apps.create_namespaced_deployment(ns, want)
         else:
             current = api_dict(apps.api_client, have)
-            if (current["spec"].get("replicas") != want["spec"]["replicas"]
-                    or not _covers(current["spec"]["template"]["spec"], want["spec"]["template"]["spec"])):
+            if current["spec"].get("replicas") != want["spec"]["replicas"] or not _covers(
+                current["spec"]["template"]["spec"], want["spec"]["template"]["spec"]
+            ):
                 have = apps.patch_namespaced_deployment(
-                    name, ns, {"spec": {"replicas": want["spec"]["replicas"],
-                                        "template": want["spec"]["template"]}},
-                    _content_type="application/merge-patch+json")
+                    name,
+                    ns,
+                    {"spec": {"replicas": want["spec"]["replicas"], "template": want["spec"]["template"]}},
+                    _content_type="application/merge-patch+json",
+                )
         self._write_status(custom, isvc, want["spec"]["replicas"], have)
 
     @staticmethod
@@ -177,8 +191,14 @@ class InferenceServiceController:
             return
         meta = isvc["metadata"]
         custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status},
-            _content_type="application/merge-patch+json")
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            PLURAL,
+            meta["name"],
+            {"status": status},
+            _content_type="application/merge-patch+json",
+        )
 
 
 def api_dict(api_client, obj: Any) -> dict:
@@ -191,8 +211,11 @@ def _covers(have: Any, want: Any) -> bool:
     if isinstance(want, dict):
         return isinstance(have, dict) and all(_covers(have.get(k), v) for k, v in want.items())
     if isinstance(want, list):
-        return (isinstance(have, list) and len(have) == len(want)
-                and all(_covers(h, w) for h, w in zip(have, want)))
+        return (
+            isinstance(have, list)
+            and len(have) == len(want)
+            and all(_covers(h, w) for h, w in zip(have, want, strict=False))
+        )
     return have == want or str(have) == str(want)
 
 

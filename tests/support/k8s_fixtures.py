@@ -119,8 +119,7 @@ def k8s_namespace(k8s_api) -> Iterator[str]:
     wait_for(lambda: _has_default_sa(core, name), timeout=30, what=f"default service account in {name}")
     yield name
     core.delete_namespace(name)
-    wait_for(lambda: not core.list_namespaced_pod(name).items, timeout=60,
-             what=f"pods of namespace {name} to be gone")
+    wait_for(lambda: not core.list_namespaced_pod(name).items, timeout=60, what=f"pods of namespace {name} to be gone")
 
 
 def _has_default_sa(core, namespace: str) -> bool:

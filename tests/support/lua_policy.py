@@ -164,16 +164,63 @@ def unset_job(**fields: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 FUZZ_FIELDS = [
-    "account", "default_account", "user_name", "user_id", "qos", "partition", "tres_per_job", "tres_per_node",
-    "tres_per_task", "tres_per_socket", "gres", "time_limit", "requeue", "min_nodes", "max_nodes", "num_tasks",
-    "ntasks_per_node", "sockets_per_node", "script", "spank_job_env", "spank_job_env_size", "comment", "job_id",
+    "account",
+    "default_account",
+    "user_name",
+    "user_id",
+    "qos",
+    "partition",
+    "tres_per_job",
+    "tres_per_node",
+    "tres_per_task",
+    "tres_per_socket",
+    "gres",
+    "time_limit",
+    "requeue",
+    "min_nodes",
+    "max_nodes",
+    "num_tasks",
+    "ntasks_per_node",
+    "sockets_per_node",
+    "script",
+    "spank_job_env",
+    "spank_job_env_size",
+    "comment",
+    "job_id",
 ]
 FUZZ_WORDS = [
-    "proja", "projb", "projc", "k8s-bridge", "alice", "guaranteed", "shared", "scavenger", "k8s-lend", "a-owner",
-    "b-owner", "shared,scavenger", "gres:gpu:1", "gres:gpu:2", "gres:gpu", "gres/gpu:x:1", "gres:gpu:a:b:c",
-    "gres:gpu:nvidia_a100_1g.5gb:1", "gres:gpu:-1", "gres:gpu:1e9", "gres:gpu:nan", "gres:gpu::", ",,,", "%s%d%n%%",
-    "SLURM_POOL_GPU_MEM_MB=5000", "SLURM_POOL_CHECKPOINT=1", "SPANK_SLURM_POOL_SIGNAL=1", "SLURM_POOL_GPU_MEM_MB=-5",
-    "SLURM_POOL_GPU_MEM_MB=inf", "=", "#!/bin/sh\n#SBATCH --signal=USR1\n", "#!/bin/sh\n#SBATCH --sig\n" * 3,
+    "proja",
+    "projb",
+    "projc",
+    "k8s-bridge",
+    "alice",
+    "guaranteed",
+    "shared",
+    "scavenger",
+    "k8s-lend",
+    "a-owner",
+    "b-owner",
+    "shared,scavenger",
+    "gres:gpu:1",
+    "gres:gpu:2",
+    "gres:gpu",
+    "gres/gpu:x:1",
+    "gres:gpu:a:b:c",
+    "gres:gpu:nvidia_a100_1g.5gb:1",
+    "gres:gpu:-1",
+    "gres:gpu:1e9",
+    "gres:gpu:nan",
+    "gres:gpu::",
+    ",,,",
+    "%s%d%n%%",
+    "SLURM_POOL_GPU_MEM_MB=5000",
+    "SLURM_POOL_CHECKPOINT=1",
+    "SPANK_SLURM_POOL_SIGNAL=1",
+    "SLURM_POOL_GPU_MEM_MB=-5",
+    "SLURM_POOL_GPU_MEM_MB=inf",
+    "=",
+    "#!/bin/sh\n#SBATCH --signal=USR1\n",
+    "#!/bin/sh\n#SBATCH --sig\n" * 3,
 ]
 
 
@@ -199,7 +246,9 @@ def _junk(rng: random.Random, depth: int = 0) -> Any:
         return ",".join(rng.choice(FUZZ_WORDS) for _ in range(rng.randrange(1, 6)))
     if kind == 9:
         return rng.randrange(-10, 10)
-    return "gres:gpu:" + rng.choice(["", "1", "7", "x", "nvidia_a100_3g.20gb", "0"]) + rng.choice(["", ":1", ":2", ":x"])
+    return (
+        "gres:gpu:" + rng.choice(["", "1", "7", "x", "nvidia_a100_3g.20gb", "0"]) + rng.choice(["", ":1", ":2", ":x"])
+    )
 
 
 def random_job(rng: random.Random) -> dict[str, Any]:

@@ -163,8 +163,11 @@ def start_session_cluster(spec_path: str | Path, slurm: str | None = None) -> tu
     try:
         cluster.up()
     except BaseException:
-        logs = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
-                         for f in sorted((state / "log").glob("*")) if f.is_file())
+        logs = "\n".join(
+            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
+            for f in sorted((state / "log").glob("*"))
+            if f.is_file()
+        )
         cluster.down()
         raise RuntimeError(f"local cluster failed to start; logs:\n{logs}") from None
     return ClusterHandle(cluster), state

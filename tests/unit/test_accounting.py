@@ -74,13 +74,14 @@ class FakeSacctmgr:
             self.users.setdefault(args[2], f.get("DefaultAccount", f["Account"]))
             self.assoc[(f["Account"], args[2])] = {}
         elif verb == "modify":
-            where = kv(args[args.index("where") + 1: args.index("set")])
-            sets = kv(args[args.index("set") + 1:])
+            where = kv(args[args.index("where") + 1 : args.index("set")])
+            sets = kv(args[args.index("set") + 1 :])
             if entity == "qos":
                 for f in ("GrpTRES", "MaxTRESPU", "MaxTRES"):
                     for kv in (x for x in sets.get(f, "").split(",") if x):
-                        assert kv.split("=")[0] in {f"{t}/{n}" if n else t for t, n in self.tres}, \
+                        assert kv.split("=")[0] in {f"{t}/{n}" if n else t for t, n in self.tres}, (
                             f"sacctmgr: error: Invalid TRES {kv}"
+                        )
                 self.qos[where["name"]].update(sets)
             elif entity == "account" and "cluster" in where:
                 self.assoc[(where["name"], "")].update(sets)

@@ -31,12 +31,13 @@ from slurm_pool.versions import SlurmVersion
 EXAMPLE_SPEC = str(Path(__file__).resolve().parents[2] / "examples" / "pool.yaml")
 NODES = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
 OWNER = {"a-gpu1": "a-owner", "a-gpu2": "a-owner", "b-gpu1": "b-owner", "c-gpu1": "c-owner"}
-NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)   # a Wednesday, 02:00
+NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)  # a Wednesday, 02:00
 NOON = datetime(2026, 1, 7, 12, 0, tzinfo=timezone.utc)
 CONFIG = Bridge(timezone="UTC", reclaim_wait=5, placeholder_start_timeout=5)
 
 
 # -- fakes -------------------------------------------------------------------------
+
 
 @dataclass
 class FakeSlurm:
@@ -66,17 +67,34 @@ class FakeSlurm:
         out = []
         for n in NODES:
             flags = ["DRAIN"] if n in self.drains else []
-            out.append({"name": n, "state": "allocated" if self._on(n) else "idle", "state_flags": flags,
-                        "reason": self.drains.get(n, ""),
-                        "partitions": [OWNER[n], "shared", "scavenger", "k8s-lend"]})
+            out.append(
+                {
+                    "name": n,
+                    "state": "allocated" if self._on(n) else "idle",
+                    "state_flags": flags,
+                    "reason": self.drains.get(n, ""),
+                    "partitions": [OWNER[n], "shared", "scavenger", "k8s-lend"],
+                }
+            )
         return out
 
     def add(self, state: str, partition: str, node: str = "", comment: str = "", **raw: Any) -> int:
         self.next_id += 1
-        self.jobs.append({"job_id": self.next_id, "job_state": state, "partition": partition,
-                          "nodes": node if state != "PENDING" else "", "comment": comment,
-                          "restart_cnt": 0, "required_nodes": "", "excluded_nodes": "",
-                          "state_reason": "None", "name": "job", **raw})
+        self.jobs.append(
+            {
+                "job_id": self.next_id,
+                "job_state": state,
+                "partition": partition,
+                "nodes": node if state != "PENDING" else "",
+                "comment": comment,
+                "restart_cnt": 0,
+                "required_nodes": "",
+                "excluded_nodes": "",
+                "state_reason": "None",
+                "name": "job",
+                **raw,
+            }
+        )
         return self.next_id
 
     def _sbatch(self, argv: tuple[str, ...], script: str | None) -> Result:
@@ -104,19 +122,26 @@ class FakeSlurm:
 
 
 def node_manifest(name: str, gpus: int = 2) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {}, "annotations": {}, "resourceVersion": "1"},
-            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}
+    return {
+        "metadata": {"name": name, "labels": {}, "annotations": {}, "resourceVersion": "1"},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+    }
 
 
 def pod_manifest(name: str, node: str, ns: str = "serve", **meta: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, **meta}, "spec": {"nodeName": node},
-            "status": {"phase": "Running"}}
+    return {
+        "metadata": {"name": name, "namespace": ns, **meta},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
 
 
 def isvc(name: str, replicas: int, gpus: int = 1) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "serve"},
-            "spec": {"predictor": {"minReplicas": replicas,
-                                   "model": {"resources": {"limits": {"nvidia.com/gpu": gpus}}}}}}
+    return {
+        "metadata": {"name": name, "namespace": "serve"},
+        "spec": {"predictor": {"minReplicas": replicas, "model": {"resources": {"limits": {"nvidia.com/gpu": gpus}}}}},
+    }
 
 
 def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -199,8 +224,11 @@ class FakeK8s:
 
     def lent(self, name: str) -> bool:
         n = self.nodes[name]
-        return (n["metadata"].get("labels", {}).get(LENT_LABEL) == "true" and not n["spec"].get("unschedulable")
-                and not any(t["key"] == RECLAIM_TAINT for t in n["spec"].get("taints") or []))
+        return (
+            n["metadata"].get("labels", {}).get(LENT_LABEL) == "true"
+            and not n["spec"].get("unschedulable")
+            and not any(t["key"] == RECLAIM_TAINT for t in n["spec"].get("taints") or [])
+        )
 
     def fenced(self, name: str) -> bool:
         n = self.nodes[name]
@@ -229,8 +257,11 @@ class World:
         return plan(observe(self.side, self.k8s, self.config), self.config, now, **kw)
 
     def placeholders(self, state: str = "RUNNING") -> dict[str, int]:
-        return {j["nodes"]: j["job_id"] for j in self.slurm.jobs
-                if j["comment"].startswith("slurm-pool:lend") and j["job_state"] == state}
+        return {
+            j["nodes"]: j["job_id"]
+            for j in self.slurm.jobs
+            if j["comment"].startswith("slurm-pool:lend") and j["job_state"] == state
+        }
 
     def settle(self) -> None:
         """Fence everything (no demand) so scenarios start from the steady state."""
@@ -247,6 +278,7 @@ def world(demand_gpus: int = 0, **config: Any) -> World:
 
 # -- spec ------------------------------------------------------------------------------
 
+
 def test_bridge_defaults_match_the_example_pool():
     from slurm_pool.spec import load_spec
 
@@ -254,26 +286,30 @@ def test_bridge_defaults_match_the_example_pool():
     assert check_bridge(spec) == []
     assert check_bridge(spec, Bridge(account="proja")) == [
         "bridge.account: project 'proja' may not use tier 'k8s-lend'",
-        "bridge.user: 'slurmpool' is not a user of project 'proja'"]
+        "bridge.user: 'slurmpool' is not a user of project 'proja'",
+    ]
     with pytest.raises(ValueError, match="time of day"):
         OffPeakWindow(start="25:00", end="07:00")
     with pytest.raises(ValueError, match="time zone"):
         Bridge(timezone="Mars/Olympus")
 
 
-@pytest.mark.parametrize("window, when, inside", [
-    (("19:00", "07:00", None), datetime(2026, 1, 7, 23, 30), True),
-    (("19:00", "07:00", None), datetime(2026, 1, 7, 6, 59), True),
-    (("19:00", "07:00", None), datetime(2026, 1, 7, 7, 0), False),
-    (("19:00", "07:00", None), datetime(2026, 1, 7, 12, 0), False),
-    # Friday's night window runs into Saturday morning, and no further.
-    (("19:00", "07:00", ["fri"]), datetime(2026, 1, 10, 3, 0), True),     # Sat 03:00
-    (("19:00", "07:00", ["fri"]), datetime(2026, 1, 11, 3, 0), False),    # Sun 03:00
-    (("19:00", "07:00", ["fri"]), datetime(2026, 1, 9, 3, 0), False),     # Fri 03:00
-    (("00:00", "24:00", ["sat", "sun"]), datetime(2026, 1, 11, 15, 0), True),
-    (("00:00", "24:00", ["sat", "sun"]), datetime(2026, 1, 12, 15, 0), False),
-    (("09:00", "17:00", None), datetime(2026, 1, 7, 9, 0), True),
-])
+@pytest.mark.parametrize(
+    "window, when, inside",
+    [
+        (("19:00", "07:00", None), datetime(2026, 1, 7, 23, 30), True),
+        (("19:00", "07:00", None), datetime(2026, 1, 7, 6, 59), True),
+        (("19:00", "07:00", None), datetime(2026, 1, 7, 7, 0), False),
+        (("19:00", "07:00", None), datetime(2026, 1, 7, 12, 0), False),
+        # Friday's night window runs into Saturday morning, and no further.
+        (("19:00", "07:00", ["fri"]), datetime(2026, 1, 10, 3, 0), True),  # Sat 03:00
+        (("19:00", "07:00", ["fri"]), datetime(2026, 1, 11, 3, 0), False),  # Sun 03:00
+        (("19:00", "07:00", ["fri"]), datetime(2026, 1, 9, 3, 0), False),  # Fri 03:00
+        (("00:00", "24:00", ["sat", "sun"]), datetime(2026, 1, 11, 15, 0), True),
+        (("00:00", "24:00", ["sat", "sun"]), datetime(2026, 1, 12, 15, 0), False),
+        (("09:00", "17:00", None), datetime(2026, 1, 7, 9, 0), True),
+    ],
+)
 def test_off_peak_windows(window, when, inside):
     start, end, days = window
     w = OffPeakWindow(start=start, end=end, **({"days": days} if days else {}))
@@ -282,8 +318,8 @@ def test_off_peak_windows(window, when, inside):
 
 def test_off_peak_uses_the_configured_time_zone():
     cfg = Bridge(timezone="Asia/Tokyo", off_peak=[OffPeakWindow(start="19:00", end="07:00")])
-    assert off_peak(cfg, datetime(2026, 1, 7, 13, 0, tzinfo=timezone.utc))      # 22:00 in Tokyo
-    assert not off_peak(cfg, datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc))   # 11:00 in Tokyo
+    assert off_peak(cfg, datetime(2026, 1, 7, 13, 0, tzinfo=timezone.utc))  # 22:00 in Tokyo
+    assert not off_peak(cfg, datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc))  # 11:00 in Tokyo
 
 
 def test_isvc_gpu_demand():
@@ -292,12 +328,20 @@ def test_isvc_gpu_demand():
     assert isvc_gpus(status, "nvidia.com/gpu") == 4
     cpu_only = {"spec": {"predictor": {"minReplicas": 2, "maxReplicas": 5}}}
     assert isvc_gpus(cpu_only, "nvidia.com/gpu") == 0
-    ranged = {"spec": {"predictor": {"minReplicas": 1, "maxReplicas": 3,
-                                     "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}}
+    ranged = {
+        "spec": {
+            "predictor": {
+                "minReplicas": 1,
+                "maxReplicas": 3,
+                "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            }
+        }
+    }
     assert isvc_gpus(ranged, "nvidia.com/gpu") == 3
 
 
 # -- planner, table-driven -----------------------------------------------------------------
+
 
 def _lent_world(node: str = "a-gpu1", demand: int = 2, **config: Any) -> tuple[World, int]:
     """A world where ``node`` is lent (placeholder running, node open) and holds predictor pods."""
@@ -319,43 +363,97 @@ def kinds(p, node: str) -> list[str]:
 CASES = {
     # name: (demand GPUs, world changes, now, config, expected intents, reason fragment per node)
     "demand lends the first idle node": (
-        2, None, NIGHT, {}, {"a-gpu1": "lend", "a-gpu2": "slurm", "b-gpu1": "slurm", "c-gpu1": "slurm"}, {}),
-    "no demand lends nothing": (
-        0, None, NIGHT, {}, {"a-gpu1": "slurm"}, {"a-gpu1": "demand is met"}),
-    "three GPUs need two nodes": (
-        3, None, NIGHT, {}, {"a-gpu1": "lend", "a-gpu2": "lend", "b-gpu1": "slurm"}, {}),
-    "cap on lent nodes": (
-        8, None, NIGHT, {"max_lent_nodes": 1}, {"a-gpu1": "lend", "a-gpu2": "slurm"}, {}),
+        2,
+        None,
+        NIGHT,
+        {},
+        {"a-gpu1": "lend", "a-gpu2": "slurm", "b-gpu1": "slurm", "c-gpu1": "slurm"},
+        {},
+    ),
+    "no demand lends nothing": (0, None, NIGHT, {}, {"a-gpu1": "slurm"}, {"a-gpu1": "demand is met"}),
+    "three GPUs need two nodes": (3, None, NIGHT, {}, {"a-gpu1": "lend", "a-gpu2": "lend", "b-gpu1": "slurm"}, {}),
+    "cap on lent nodes": (8, None, NIGHT, {"max_lent_nodes": 1}, {"a-gpu1": "lend", "a-gpu2": "slurm"}, {}),
     "human drain is never lent": (
-        2, lambda w: w.slurm.drains.update({"a-gpu1": "disk swap, ask bob"}), NIGHT, {},
-        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "by a person (disk swap, ask bob)"}),
+        2,
+        lambda w: w.slurm.drains.update({"a-gpu1": "disk swap, ask bob"}),
+        NIGHT,
+        {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"},
+        {"a-gpu1": "by a person (disk swap, ask bob)"},
+    ),
     "slurm-pool's own drain is not lent either": (
-        2, lambda w: w.slurm.drains.update({"a-gpu1": "slurm-pool: mig repartition"}), NIGHT, {},
-        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "slurm: DRAIN (slurm-pool: mig"}),
+        2,
+        lambda w: w.slurm.drains.update({"a-gpu1": "slurm-pool: mig repartition"}),
+        NIGHT,
+        {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"},
+        {"a-gpu1": "slurm: DRAIN (slurm-pool: mig"},
+    ),
     "busy node is not lent": (
-        2, lambda w: w.slurm.add("RUNNING", "shared", "a-gpu1"), NIGHT, {},
-        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "on the node"}),
+        2,
+        lambda w: w.slurm.add("RUNNING", "shared", "a-gpu1"),
+        NIGHT,
+        {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"},
+        {"a-gpu1": "on the node"},
+    ),
     "pending job pinned to a node keeps it": (
-        2, lambda w: w.slurm.add("PENDING", "a-owner", required_nodes="a-gpu1", state_reason="Resources"), NIGHT, {},
-        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "could run here"}),
+        2,
+        lambda w: w.slurm.add("PENDING", "a-owner", required_nodes="a-gpu1", state_reason="Resources"),
+        NIGHT,
+        {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"},
+        {"a-gpu1": "could run here"},
+    ),
     "pending job in a partition of all nodes keeps them all": (
-        2, lambda w: w.slurm.add("PENDING", "shared", state_reason="Priority"), NIGHT, {},
-        {"a-gpu1": "slurm", "a-gpu2": "slurm", "b-gpu1": "slurm", "c-gpu1": "slurm"}, {}),
+        2,
+        lambda w: w.slurm.add("PENDING", "shared", state_reason="Priority"),
+        NIGHT,
+        {},
+        {"a-gpu1": "slurm", "a-gpu2": "slurm", "b-gpu1": "slurm", "c-gpu1": "slurm"},
+        {},
+    ),
     "held pending job does not count": (
-        2, lambda w: w.slurm.add("PENDING", "shared", state_reason="JobHeldUser"), NIGHT, {},
-        {"a-gpu1": "lend"}, {}),
+        2,
+        lambda w: w.slurm.add("PENDING", "shared", state_reason="JobHeldUser"),
+        NIGHT,
+        {},
+        {"a-gpu1": "lend"},
+        {},
+    ),
     "pending job excluding the node does not count": (
-        2, lambda w: w.slurm.add("PENDING", "a-owner", excluded_nodes="a-gpu1", state_reason="Resources"), NIGHT, {},
-        {"a-gpu1": "lend", "a-gpu2": "slurm"}, {}),
+        2,
+        lambda w: w.slurm.add("PENDING", "a-owner", excluded_nodes="a-gpu1", state_reason="Resources"),
+        NIGHT,
+        {},
+        {"a-gpu1": "lend", "a-gpu2": "slurm"},
+        {},
+    ),
     "outside off-peak nothing is lent": (
-        2, None, NOON, {}, {"a-gpu1": "slurm"}, {"a-gpu1": "outside the off-peak windows"}),
+        2,
+        None,
+        NOON,
+        {},
+        {"a-gpu1": "slurm"},
+        {"a-gpu1": "outside the off-peak windows"},
+    ),
     "demand may lend outside off-peak when configured": (
-        2, None, NOON, {"lend_outside_off_peak": True}, {"a-gpu1": "lend"}, {}),
-    "disabled bridge lends nothing": (
-        2, None, NIGHT, {"enabled": False}, {"a-gpu1": "slurm"}, {"a-gpu1": "disabled"}),
+        2,
+        None,
+        NOON,
+        {"lend_outside_off_peak": True},
+        {"a-gpu1": "lend"},
+        {},
+    ),
+    "disabled bridge lends nothing": (2, None, NIGHT, {"enabled": False}, {"a-gpu1": "slurm"}, {"a-gpu1": "disabled"}),
     "kubernetes cordon by someone else is respected": (
-        2, lambda w: w.k8s.nodes["a-gpu1"]["spec"].update(unschedulable=True, taints=[]), NIGHT, {},
-        {"a-gpu1": "slurm", "a-gpu2": "lend"}, {"a-gpu1": "cordoned by someone else"}),
+        2,
+        lambda w: w.k8s.nodes["a-gpu1"]["spec"].update(unschedulable=True, taints=[]),
+        NIGHT,
+        {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"},
+        {"a-gpu1": "cordoned by someone else"},
+    ),
 }
 
 
@@ -379,18 +477,31 @@ RECLAIMS = {
     # name: (change to a world with a-gpu1 lent, now, config, reason fragment)
     "owner job preempted the placeholder": (
         lambda w, job: (w.slurm.preempt(job), w.slurm.add("RUNNING", "a-owner", "a-gpu1")),
-        NIGHT, {}, "placeholder not running"),
-    "requeued placeholder": (
-        lambda w, job: w.slurm.preempt(job, requeue=True), NIGHT, {}, "preempted and requeued"),
+        NIGHT,
+        {},
+        "placeholder not running",
+    ),
+    "requeued placeholder": (lambda w, job: w.slurm.preempt(job, requeue=True), NIGHT, {}, "preempted and requeued"),
     "pending owner job": (
         lambda w, job: w.slurm.add("PENDING", "a-owner", required_nodes="a-gpu1", state_reason="Resources"),
-        NIGHT, {}, "could run here"),
+        NIGHT,
+        {},
+        "could run here",
+    ),
     "off-peak is over": (lambda w, job: None, NOON, {}, "outside the off-peak windows"),
     "inference demand dropped": (lambda w, job: w.k8s.isvcs.clear(), NIGHT, {}, "demand dropped"),
     "a person drained the lent node": (
-        lambda w, job: w.slurm.drains.update({"a-gpu1": "bad fan"}), NIGHT, {}, "by a person (bad fan)"),
+        lambda w, job: w.slurm.drains.update({"a-gpu1": "bad fan"}),
+        NIGHT,
+        {},
+        "by a person (bad fan)",
+    ),
     "placeholder cancelled by an admin": (
-        lambda w, job: w.slurm._scancel(("scancel", str(job)), None), NIGHT, {}, "placeholder not running"),
+        lambda w, job: w.slurm._scancel(("scancel", str(job)), None),
+        NIGHT,
+        {},
+        "placeholder not running",
+    ),
 }
 
 
@@ -406,8 +517,9 @@ def test_reclaim_table(name):
     steps = kinds(p, "a-gpu1")
     assert steps[:3] == ["fence", "evict", "wait-empty"]
     assert steps[-1] == "release"
-    assert ("cancel" in steps) == bool(w.slurm.jobs and any(
-        j["job_id"] == job and j["job_state"] in ("RUNNING", "PENDING") for j in w.slurm.jobs))
+    assert ("cancel" in steps) == bool(
+        w.slurm.jobs and any(j["job_id"] == job and j["job_state"] in ("RUNNING", "PENDING") for j in w.slurm.jobs)
+    )
     # Carried out, the node is back with Slurm: fenced, empty, unlabelled, no placeholder.
     report = w.run(now)
     assert report.ok, report.text()
@@ -428,13 +540,16 @@ def test_surplus_reclaim_prefers_the_emptier_node():
     assert intents(p)["a-gpu1"] == "reclaim" and intents(p)["a-gpu2"] == "lent"
 
 
-@pytest.mark.parametrize("demand, change, now", [
-    (2, None, NIGHT),
-    (5, None, NIGHT),
-    (2, lambda w: w.slurm.drains.update({"a-gpu1": "maintenance"}), NIGHT),
-    (2, lambda w: w.k8s.pods.append(pod_manifest("stray", "b-gpu1")), NIGHT),
-    (0, None, NOON),
-])
+@pytest.mark.parametrize(
+    "demand, change, now",
+    [
+        (2, None, NIGHT),
+        (5, None, NIGHT),
+        (2, lambda w: w.slurm.drains.update({"a-gpu1": "maintenance"}), NIGHT),
+        (2, lambda w: w.k8s.pods.append(pod_manifest("stray", "b-gpu1")), NIGHT),
+        (0, None, NOON),
+    ],
+)
 def test_idempotent(demand, change, now):
     """Carrying the plan out and planning again yields no steps; a second run changes nothing."""
     w = World()
@@ -482,8 +597,16 @@ def test_placeholder_command_line():
     w = World()
     argv = w.side.placeholder_argv("b-gpu1")
     assert argv[:3] == ["sbatch", "--parsable", "--uid=slurmpool"]
-    for opt in ("--partition=k8s-lend", "--qos=k8s-lend", "--account=k8s-bridge", "--nodelist=b-gpu1",
-                "--exclusive", "--mem=0", "--comment=slurm-pool:lend node=b-gpu1", "--signal=B:TERM@60"):
+    for opt in (
+        "--partition=k8s-lend",
+        "--qos=k8s-lend",
+        "--account=k8s-bridge",
+        "--nodelist=b-gpu1",
+        "--exclusive",
+        "--mem=0",
+        "--comment=slurm-pool:lend node=b-gpu1",
+        "--signal=B:TERM@60",
+    ):
         assert opt in argv
     assert "--no-requeue" not in argv  # 22.05: it would make Slurm wait out GraceTime
 
@@ -495,6 +618,7 @@ def test_placeholder_does_not_come_back_on_24_05_and_later():
 
 
 # -- executor fault injection ---------------------------------------------------------------
+
 
 def test_pdb_blocked_eviction_is_reported_retried_and_not_forced():
     w, job = _lent_world()
@@ -524,11 +648,11 @@ def test_pdb_blocked_eviction_is_reported_retried_and_not_forced():
 def test_force_after_deletes_pods_stuck_past_the_deadline():
     w, job = _lent_world()
     w.k8s.guarded.add("serve/llm-0")
-    assert not w.run(NOON, force_after=600).ok           # reclaim begins, 429
+    assert not w.run(NOON, force_after=600).ok  # reclaim begins, 429
     since = w.k8s.node("a-gpu1")["metadata"]["annotations"][RECLAIM_SINCE]
     assert datetime.fromisoformat(since) == NOON
     soon = NOON.replace(minute=5)
-    assert not w.run(soon, force_after=600).ok and w.k8s.deletions == []   # 5 min < 10 min
+    assert not w.run(soon, force_after=600).ok and w.k8s.deletions == []  # 5 min < 10 min
     late = NOON.replace(minute=11)
     p = w.plan(late, force_after=600)
     assert p.node("a-gpu1").steps[0].kind == "evict" and p.node("a-gpu1").steps[0].force
@@ -556,8 +680,12 @@ def test_one_failing_eviction_does_not_stop_the_others():
 
 def test_slurm_failure_for_one_node_does_not_stop_another():
     w = world(4)
-    w.runner.respond(["sbatch"], lambda a, i: Result(a, 1, "", "sbatch: error: Batch job submission failed")
-                     if "--nodelist=a-gpu1" in a else None)
+    w.runner.respond(
+        ["sbatch"],
+        lambda a, i: (
+            Result(a, 1, "", "sbatch: error: Batch job submission failed") if "--nodelist=a-gpu1" in a else None
+        ),
+    )
     report = w.run()
     assert report.exit_code == 1
     failed = [(r.node, r.kind) for r in report.failed]
@@ -568,8 +696,10 @@ def test_slurm_failure_for_one_node_does_not_stop_another():
 
 def test_placeholder_that_does_not_start_is_reported_and_left_for_the_next_run():
     w = world(2)
-    w.runner.respond(["sbatch"], lambda a, i: (w.slurm._sbatch(a, i), w.slurm.jobs[-1].update(
-        job_state="PENDING", state_reason="Priority"))[0])
+    w.runner.respond(
+        ["sbatch"],
+        lambda a, i: (w.slurm._sbatch(a, i), w.slurm.jobs[-1].update(job_state="PENDING", state_reason="Priority"))[0],
+    )
     report = w.run()
     wait = next(r for r in report.results if r.kind == "wait-running")
     assert not wait.ok and "PENDING (Priority)" in wait.detail
@@ -646,6 +776,7 @@ def test_snapshot_reads_slurm_json():
 
 # -- command line ------------------------------------------------------------------------------
 
+
 def test_now_option_is_wall_clock_in_the_bridge_time_zone():
     from slurm_pool.bridge.cli import parse_now
 
@@ -655,11 +786,14 @@ def test_now_option_is_wall_clock_in_the_bridge_time_zone():
     assert parse_now("2026-01-07T02:00:00Z", Bridge()) == NIGHT
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["--now", "yesterday"], 2, "not an ISO 8601 time"),
-    (["--kubeconfig", "/nonexistent/kubeconfig"], 1, "cannot reach Kubernetes"),
-    (["--force-after", "-5"], 2, "--force-after"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["--now", "yesterday"], 2, "not an ISO 8601 time"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], 1, "cannot reach Kubernetes"),
+        (["--force-after", "-5"], 2, "--force-after"),
+    ],
+)
 def test_rebalance_command_rejects_bad_input(args, code, message):
     from click.testing import CliRunner
 

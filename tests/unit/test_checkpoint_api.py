@@ -32,8 +32,15 @@ def test_load_falls_back_past_a_damaged_newest(tmp_path):
 def test_default_directory_and_restart_count(tmp_path):
     conf = tmp_path / "node.conf"
     conf.write_text(f"checkpoint_base_dir = {tmp_path / 'base'}\n")
-    ck = api.Checkpointer(install=False, env={"SLURM_JOB_ID": "77", "SLURM_JOB_USER": "carol",
-                                              "SLURM_RESTART_COUNT": "3", "SLURM_POOL_NODE_CONF": str(conf)})
+    ck = api.Checkpointer(
+        install=False,
+        env={
+            "SLURM_JOB_ID": "77",
+            "SLURM_JOB_USER": "carol",
+            "SLURM_RESTART_COUNT": "3",
+            "SLURM_POOL_NODE_CONF": str(conf),
+        },
+    )
     assert ck.directory == str(tmp_path / "base" / "carol" / "77") and ck.restart_count == 3
     assert api.restart_count({"SLURM_RESTART_COUNT": "2"}) == 2 and api.restart_count({}) == 0
 

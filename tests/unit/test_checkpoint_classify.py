@@ -20,9 +20,18 @@ NOW = 1_764_700_000.0
 
 def job_json_2205(**over):
     """``scontrol --json show job`` as Slurm 22.05 (openapi v0.0.38) prints it."""
-    j = {"job_id": 42, "job_state": "RUNNING", "state_reason": "None", "start_time": int(NOW - 600),
-         "end_time": int(NOW - 600 + 3600), "preempt_time": 0, "time_limit": 60, "restart_cnt": 1,
-         "comment": "my run", "requeue": True}
+    j = {
+        "job_id": 42,
+        "job_state": "RUNNING",
+        "state_reason": "None",
+        "start_time": int(NOW - 600),
+        "end_time": int(NOW - 600 + 3600),
+        "preempt_time": 0,
+        "time_limit": 60,
+        "restart_cnt": 1,
+        "comment": "my run",
+        "requeue": True,
+    }
     j.update(over)
     return json.dumps({"meta": {"plugin": {"type": "openapi/v0.0.38"}}, "errors": [], "jobs": [j]})
 
@@ -33,17 +42,35 @@ def num(v, infinite=False):
 
 def job_json_2311(**over):
     """The later layout: lists for states, set/infinite/number objects for numbers."""
-    j = {"job_id": 42, "job_state": ["RUNNING"], "state_reason": "None", "start_time": num(int(NOW - 600)),
-         "end_time": num(int(NOW - 600 + 3600)), "preempt_time": num(0), "time_limit": num(60),
-         "restart_cnt": 1, "comment": "my run", "requeue": True}
+    j = {
+        "job_id": 42,
+        "job_state": ["RUNNING"],
+        "state_reason": "None",
+        "start_time": num(int(NOW - 600)),
+        "end_time": num(int(NOW - 600 + 3600)),
+        "preempt_time": num(0),
+        "time_limit": num(60),
+        "restart_cnt": 1,
+        "comment": "my run",
+        "requeue": True,
+    }
     j.update(over)
     return json.dumps({"jobs": [j]})
 
 
 def info(**over) -> JobRecord:
-    base = dict(job_id=42, state=job_state("RUNNING"), reason="None", start_time=NOW - 600,
-                end_time=NOW + 3000, preempt_time=None, time_limit=3600.0, restart_count=0, comment="",
-                requeue=True)
+    base = dict(
+        job_id=42,
+        state=job_state("RUNNING"),
+        reason="None",
+        start_time=NOW - 600,
+        end_time=NOW + 3000,
+        preempt_time=None,
+        time_limit=3600.0,
+        restart_count=0,
+        comment="",
+        requeue=True,
+    )
     base.update(over)
     return JobRecord(**base)
 
@@ -89,8 +116,17 @@ def test_parse_text_fallback():
     assert parse_job_text(TEXT, "7") is None
 
 
-@pytest.mark.parametrize("v,want", [("1-00:00:00", 86400), ("02:03:04", 7384), ("05:00", 300),
-                                    ("UNLIMITED", None), ("Partition_Limit", None), ("", None)])
+@pytest.mark.parametrize(
+    "v,want",
+    [
+        ("1-00:00:00", 86400),
+        ("02:03:04", 7384),
+        ("05:00", 300),
+        ("UNLIMITED", None),
+        ("Partition_Limit", None),
+        ("", None),
+    ],
+)
 def test_parse_duration(v, want):
     assert parse_duration(v) == want
 
@@ -98,7 +134,12 @@ def test_parse_duration(v, want):
 CASES = [
     # (name, job info or None, signal, expected reason)
     ("preempt_time set, SIGTERM", info(preempt_time=NOW - 1, end_time=NOW + 19), "TERM", PREEMPT),
-    ("preempt_time set, user signal (send_user_signal)", info(preempt_time=NOW - 1, end_time=NOW + 19), "USR1", PREEMPT),
+    (
+        "preempt_time set, user signal (send_user_signal)",
+        info(preempt_time=NOW - 1, end_time=NOW + 19),
+        "USR1",
+        PREEMPT,
+    ),
     ("end time pulled in without preempt_time", info(end_time=NOW + 20), "TERM", PREEMPT),
     ("state PREEMPTED", info(state=job_state(["PREEMPTED"])), "TERM", PREEMPT),
     ("warning near the limit", info(start_time=NOW - 3540, end_time=NOW + 60), "USR1", TIMEOUT),
@@ -130,12 +171,15 @@ def test_deadline():
     assert slurmjob.deadline(TIMEOUT, None, NOW, 30) == NOW + 30
 
 
-@pytest.mark.parametrize("comment,count,new", [
-    (None, None, "slurm-pool:self-requeues=1"),
-    ("", 0, "slurm-pool:self-requeues=1"),
-    ("resnet run slurm-pool:self-requeues=3", 3, "resnet run slurm-pool:self-requeues=4"),
-    ("$(touch /tmp/x); rm -rf ~", 0, "$(touch /tmp/x); rm -rf ~ slurm-pool:self-requeues=1"),
-])
+@pytest.mark.parametrize(
+    "comment,count,new",
+    [
+        (None, None, "slurm-pool:self-requeues=1"),
+        ("", 0, "slurm-pool:self-requeues=1"),
+        ("resnet run slurm-pool:self-requeues=3", 3, "resnet run slurm-pool:self-requeues=4"),
+        ("$(touch /tmp/x); rm -rf ~", 0, "$(touch /tmp/x); rm -rf ~ slurm-pool:self-requeues=1"),
+    ],
+)
 def test_self_requeue_token(comment, count, new):
     assert slurmjob.self_requeues(comment) == count
     assert slurmjob.with_self_requeues(comment, (count or 0) + 1) == new
@@ -181,8 +225,7 @@ def _ck(tmp_path, runner, **env):
 
 def test_checkpointer_asks_slurm_once_and_caches(tmp_path):
     r = RecordingRunner()
-    r.on(["scontrol", "--json", "show", "job", "42"],
-         job_json_2205(preempt_time=int(NOW), end_time=int(NOW + 20)))
+    r.on(["scontrol", "--json", "show", "job", "42"], job_json_2205(preempt_time=int(NOW), end_time=int(NOW + 20)))
     ck = _ck(tmp_path, r)
     assert not ck.requested and ck.reason is None and r.calls == []
     ck.request(signal.SIGUSR1)  # send_user_signal: preemption arrives as USR1
@@ -208,8 +251,11 @@ def test_checkpointer_prefers_the_wrappers_request(tmp_path):
 
     r = RecordingRunner()
     ck = _ck(tmp_path, r, SLURM_POOL_RUN="42.1")
-    control.write(ck.directory, control.REQUEST, {"id": "r1", "run": "42.1", "reason": TIMEOUT,
-                                                  "evidence": "wrapper", "time": NOW, "deadline": NOW + 100})
+    control.write(
+        ck.directory,
+        control.REQUEST,
+        {"id": "r1", "run": "42.1", "reason": TIMEOUT, "evidence": "wrapper", "time": NOW, "deadline": NOW + 100},
+    )
     ck.request(signal.SIGUSR1)
     assert ck.reason == TIMEOUT and ck.time_left == pytest.approx(100) and r.calls == []
     ck.save(7, b"s")
@@ -235,8 +281,9 @@ def test_real_signals_are_recorded_and_chained(tmp_path):
     seen = []
     old = signal.signal(signal.SIGUSR1, lambda n, f: seen.append(n))
     try:
-        ck = Checkpointer(str(tmp_path / "ck"), env={"SLURM_POOL_NODE_CONF": str(tmp_path / "x")},
-                          runner=RecordingRunner())
+        ck = Checkpointer(
+            str(tmp_path / "ck"), env={"SLURM_POOL_NODE_CONF": str(tmp_path / "x")}, runner=RecordingRunner()
+        )
         try:
             signal.raise_signal(signal.SIGUSR1)
             deadline = time.time() + 5

@@ -17,13 +17,16 @@ DAY = 86400.0
 NOW = 1_800_000_000.0
 
 
-@pytest.mark.parametrize("job,queued,age_days,keep,remove,why", [
-    ("10", {"10"}, 30, 7, False, "job still in the queue"),
-    ("11", set(), 30, 7, True, "job gone, last written 30.0 days ago"),
-    ("12", set(), 2, 7, False, "last written 2.0 days ago (keep 7)"),
-    ("13", set(), 0, 0, True, "job gone, last written 0.0 days ago"),
-    ("14", {"99"}, 8, 7.5, True, "job gone, last written 8.0 days ago"),
-])
+@pytest.mark.parametrize(
+    "job,queued,age_days,keep,remove,why",
+    [
+        ("10", {"10"}, 30, 7, False, "job still in the queue"),
+        ("11", set(), 30, 7, True, "job gone, last written 30.0 days ago"),
+        ("12", set(), 2, 7, False, "last written 2.0 days ago (keep 7)"),
+        ("13", set(), 0, 0, True, "job gone, last written 0.0 days ago"),
+        ("14", {"99"}, 8, 7.5, True, "job gone, last written 8.0 days ago"),
+    ],
+)
 def test_plan(job, queued, age_days, keep, remove, why):
     (d,) = prune.plan([prune.Entry("alice", job, NOW - age_days * DAY)], queued, NOW, keep)
     assert (d.remove, d.why) == (remove, why)
@@ -87,8 +90,13 @@ def _squeue(tmp_path: Path, jobs: list[dict] | None) -> dict[str, str]:
 
 
 def _cli(env, *args):
-    return subprocess.run([sys.executable, "-m", "slurm_pool", "checkpoints", "prune", *args],
-                          env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_pool", "checkpoints", "prune", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_command_removes_only_gone_and_old_jobs(base, tmp_path):

@@ -58,18 +58,37 @@ class Job:
         fake.write_text(f"#!{sys.executable}\n" + FAKE_SCONTROL)
         fake.chmod(0o755)
         now = time.time()
-        self.write_state(job={"job_id": 42, "job_state": "RUNNING", "state_reason": "None",
-                              "start_time": int(now - elapsed), "end_time": int(now - elapsed + limit_min * 60),
-                              "preempt_time": 0, "time_limit": limit_min, "restart_cnt": 0,
-                              "comment": comment, "requeue": True})
+        self.write_state(
+            job={
+                "job_id": 42,
+                "job_state": "RUNNING",
+                "state_reason": "None",
+                "start_time": int(now - elapsed),
+                "end_time": int(now - elapsed + limit_min * 60),
+                "preempt_time": 0,
+                "time_limit": limit_min,
+                "restart_cnt": 0,
+                "comment": comment,
+                "requeue": True,
+            }
+        )
         self.env = dict(os.environ)
         for k in list(self.env):
             if k.startswith(("SLURM_", "SPANK_")):
                 del self.env[k]
-        self.env.update({"SLURM_JOB_ID": "42", "SLURM_RESTART_COUNT": "0", "SLURM_JOB_USER": "alice",
-                         "SLURM_POOL_SCONTROL": str(fake), "SLURM_POOL_NODE_CONF": str(tmp / "absent.conf"),
-                         "SLURM_POOL_KILL_WAIT": "2", "FAKE_SCONTROL_STATE": str(self.state),
-                         "FAKE_SCONTROL_LOG": str(self.log), "PYTHONUNBUFFERED": "1"})
+        self.env.update(
+            {
+                "SLURM_JOB_ID": "42",
+                "SLURM_RESTART_COUNT": "0",
+                "SLURM_JOB_USER": "alice",
+                "SLURM_POOL_SCONTROL": str(fake),
+                "SLURM_POOL_NODE_CONF": str(tmp / "absent.conf"),
+                "SLURM_POOL_KILL_WAIT": "2",
+                "FAKE_SCONTROL_STATE": str(self.state),
+                "FAKE_SCONTROL_LOG": str(self.log),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         self.env.update(env)
         self.proc: subprocess.Popen | None = None
         self.out: list[str] = []
@@ -86,13 +105,23 @@ class Job:
 
     def start(self, *cmd, preexec=None):
         argv = [sys.executable, "-m", "slurm_pool", "run", "--checkpoint-dir", str(self.ckdir), "--", *cmd]
-        self.proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     cwd=str(self.tmp), preexec_fn=preexec)
+        self.proc = subprocess.Popen(
+            argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(self.tmp), preexec_fn=preexec
+        )
         return self
 
     def train(self, steps=100000, every=100000, step_time=0.01, **kw):
-        return self.start(sys.executable, str(TRAIN), "--steps", str(steps), "--every", str(every),
-                          "--step-time", str(step_time), **kw)
+        return self.start(
+            sys.executable,
+            str(TRAIN),
+            "--steps",
+            str(steps),
+            "--every",
+            str(every),
+            "--step-time",
+            str(step_time),
+            **kw,
+        )
 
     def wait_line(self, prefix: str, timeout: float = 60) -> str:
         assert self.proc is not None and self.proc.stdout is not None
@@ -140,11 +169,14 @@ def child(tmp: Path, body: str) -> list[str]:
     return [sys.executable, str(p)]
 
 
-@pytest.mark.parametrize("body,want", [
-    ("import sys; sys.exit(0)", 0),
-    ("import sys; sys.exit(3)", 3),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9),
-])
+@pytest.mark.parametrize(
+    "body,want",
+    [
+        ("import sys; sys.exit(0)", 0),
+        ("import sys; sys.exit(3)", 3),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9),
+    ],
+)
 def test_exit_status_of_the_child_passes_through(tmp_path, body, want):
     job = Job(tmp_path).start(*child(tmp_path, body))
     assert job.finish() == want
@@ -230,13 +262,21 @@ def test_time_limit_warning_self_requeues_and_counts_in_the_comment(tmp_path):
     assert job.finish() == control.EXIT_REQUEUE, job.err
     calls = job.calls()
     assert ["update", "JobId=42", "Comment=my run slurm-pool:self-requeues=1"] in calls
-    assert calls.index(["update", "JobId=42", "Comment=my run slurm-pool:self-requeues=1"]) < calls.index(["requeue", "42"])
+    assert calls.index(["update", "JobId=42", "Comment=my run slurm-pool:self-requeues=1"]) < calls.index(
+        ["requeue", "42"]
+    )
     assert job.outcome()["reason"] == "timeout" and job.outcome()["self_requeues"] == 1
 
 
 def test_self_requeue_budget_is_enforced(tmp_path):
-    job = Job(tmp_path, limit_min=60, elapsed=3600 - 100, comment="slurm-pool:self-requeues=2",
-              SLURM_POOL_MAX_SELF_REQUEUES="2", SLURM_POOL_WARN_SECONDS="80").train()
+    job = Job(
+        tmp_path,
+        limit_min=60,
+        elapsed=3600 - 100,
+        comment="slurm-pool:self-requeues=2",
+        SLURM_POOL_MAX_SELF_REQUEUES="2",
+        SLURM_POOL_WARN_SECONDS="80",
+    ).train()
     job.wait_line("train_sim: start")
     job.signal(signal.SIGUSR1)
     assert job.finish() == control.EXIT_REQUEUE_LIMIT, job.err
@@ -297,7 +337,9 @@ def test_sigterm_ignored_by_the_parent_still_works(tmp_path):
 
 
 def test_other_signals_are_forwarded(tmp_path):
-    cmd = child(tmp_path, """
+    cmd = child(
+        tmp_path,
+        """
         import signal, sys, time
         got = []
         for s in (signal.SIGHUP, signal.SIGCONT, signal.SIGUSR2):
@@ -306,7 +348,8 @@ def test_other_signals_are_forwarded(tmp_path):
         while "SIGUSR2" not in got:
             time.sleep(0.01)
         print("got " + ",".join(got), flush=True)
-    """)
+    """,
+    )
     job = Job(tmp_path).start(*cmd)
     job.wait_line("ready")
     for s in (signal.SIGHUP, signal.SIGCONT):
@@ -331,8 +374,14 @@ def test_srun_follower_never_talks_to_slurm(tmp_path):
 
 def test_hostile_comment_travels_as_one_argv_element(tmp_path):
     bad = f"$(touch {tmp_path}/pwned-a); rm -rf ~ `touch {tmp_path}/pwned-b`"
-    job = Job(tmp_path, limit_min=60, elapsed=3600 - 100, comment=bad, SLURM_POOL_WARN_SECONDS="80",
-              SLURM_JOB_NAME=f"$(touch {tmp_path}/pwned-c)").train()
+    job = Job(
+        tmp_path,
+        limit_min=60,
+        elapsed=3600 - 100,
+        comment=bad,
+        SLURM_POOL_WARN_SECONDS="80",
+        SLURM_JOB_NAME=f"$(touch {tmp_path}/pwned-c)",
+    ).train()
     job.wait_line("train_sim: start")
     job.signal(signal.SIGUSR1)
     assert job.finish() == control.EXIT_REQUEUE, job.err
@@ -342,16 +391,39 @@ def test_hostile_comment_travels_as_one_argv_element(tmp_path):
 
 def test_click_free_entry_point(tmp_path):
     job = Job(tmp_path)
-    cmd = child(tmp_path, "import os, sys; sys.exit(0 if os.environ['SLURM_POOL_CHECKPOINT_DIR'].endswith('ck2') else 9)")
-    res = subprocess.run([sys.executable, "-m", "slurm_pool.checkpoint", "--checkpoint-dir", str(tmp_path / "ck2"),
-                          "--warn-seconds=30", "--", *cmd], env=job.env, capture_output=True, timeout=60)
+    cmd = child(
+        tmp_path, "import os, sys; sys.exit(0 if os.environ['SLURM_POOL_CHECKPOINT_DIR'].endswith('ck2') else 9)"
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slurm_pool.checkpoint",
+            "--checkpoint-dir",
+            str(tmp_path / "ck2"),
+            "--warn-seconds=30",
+            "--",
+            *cmd,
+        ],
+        env=job.env,
+        capture_output=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
 
 
-@pytest.mark.parametrize("argv,ok", [
-    (["--", "true"], True), (["true", "--x"], True), (["--poll", "5", "--", "a", "b"], True),
-    (["--warn-seconds", "x", "--", "true"], False), (["--bogus", "--", "true"], False), (["--"], False), ([], False),
-])
+@pytest.mark.parametrize(
+    "argv,ok",
+    [
+        (["--", "true"], True),
+        (["true", "--x"], True),
+        (["--poll", "5", "--", "a", "b"], True),
+        (["--warn-seconds", "x", "--", "true"], False),
+        (["--bogus", "--", "true"], False),
+        (["--"], False),
+        ([], False),
+    ],
+)
 def test_click_free_entry_point_arguments(argv, ok):
     from slurm_pool.checkpoint.__main__ import parse
 

@@ -29,8 +29,7 @@ def test_roundtrip_and_latest(tmp_path):
     d = str(tmp_path)
     assert store.latest(d) is None
     store.write(d, 10, {"state": b"ten"})
-    info = store.write(d, 20, {"state": b"twenty", "extra.bin": lambda fh: fh.write(b"x" * 5000)},
-                       meta={"why": "test"})
+    info = store.write(d, 20, {"state": b"twenty", "extra.bin": lambda fh: fh.write(b"x" * 5000)}, meta={"why": "test"})
     assert info.step == 20 and info.meta == {"why": "test"}
     got = store.latest(d)
     assert got is not None and got.step == 20
@@ -73,7 +72,7 @@ def _drop_manifest(path):
 
 
 def _garbage_manifest(path):
-    open(os.path.join(path, store.MANIFEST), "wb").write(b"{\"format\": \"slurm-pool-chec")
+    open(os.path.join(path, store.MANIFEST), "wb").write(b'{"format": "slurm-pool-chec')
 
 
 def _wrong_step(path):

@@ -32,7 +32,16 @@ EXAMPLE = ROOT / "examples" / "pool.yaml"
 GOLDEN = ROOT / "tests" / "golden" / "render" / "22.05" / "job_submit.data.lua"  # shared with test_render
 
 OK, ERROR = 0, -1
-E_PARTITION, E_ACCESS, E_ACCOUNT, E_LIMIT, E_BAD_TIME, E_QOS, E_GRES, E_NO_TIME = 2000, 2002, 2045, 2050, 2051, 2066, 2072, 8000
+E_PARTITION, E_ACCESS, E_ACCOUNT, E_LIMIT, E_BAD_TIME, E_QOS, E_GRES, E_NO_TIME = (
+    2000,
+    2002,
+    2045,
+    2050,
+    2051,
+    2066,
+    2072,
+    8000,
+)
 CODES = {OK, ERROR, E_PARTITION, E_ACCESS, E_ACCOUNT, E_LIMIT, E_BAD_TIME, E_QOS, E_GRES, E_NO_TIME}
 
 # A second spec: a CPU-only partition, GPU limits, a project without a
@@ -128,38 +137,139 @@ ROUTING = [
     ("project default tier", dict(account="proja"), OK, dict(partition="a-owner", qos="guaranteed"), []),
     ("other project's owner partition", dict(account="projb"), OK, dict(partition="b-owner", qos="guaranteed"), []),
     ("first tier when no default fits", dict(account="k8s-bridge"), OK, dict(partition="k8s-lend", qos="k8s-lend"), []),
-    ("qos routes to its partition", dict(account="proja", qos="shared", time_limit=60), OK, dict(partition="shared", qos="shared"), []),
-    ("partition sets qos", dict(account="proja", partition="scavenger", **CKPT), OK, dict(partition="scavenger", qos="scavenger"), []),
-    ("both, consistent", dict(account="proja", partition="a-owner", qos="guaranteed"), OK, dict(partition="a-owner", qos="guaranteed"), []),
-    ("same-tier partition list", dict(account="projc", partition="c-owner,c-owner"), OK, dict(partition="c-owner,c-owner", qos="guaranteed"), []),
-    ("tier not allowed", dict(account="proja", qos="k8s-lend"), E_ACCESS, dict(partition=None, qos="k8s-lend"),
-     ["slurm-pool: account 'proja' may not use tier 'k8s-lend'. " + TIERS_A]),
-    ("partition of a tier not allowed", dict(account="proja", partition="k8s-lend"), E_ACCESS, dict(qos=None),
-     ["account 'proja' may not use tier 'k8s-lend'", TIERS_A]),
-    ("someone else's owner partition", dict(account="proja", partition="b-owner"), E_ACCESS, dict(qos=None),
-     ["slurm-pool: account 'proja' may not use partition 'b-owner'. " + TIERS_A]),
-    ("partition and qos disagree", dict(account="proja", partition="a-owner", qos="shared"), E_QOS, {},
-     ["slurm-pool: partition 'a-owner' belongs to tier 'guaranteed', not to the requested QOS 'shared'. " + TIERS_A]),
-    ("unknown qos", dict(account="proja", qos="normal"), E_QOS, {},
-     ["slurm-pool: QOS 'normal' is not a tier of this pool. " + TIERS_A]),
-    ("unknown partition", dict(account="proja", partition="debug"), E_PARTITION, {},
-     ["slurm-pool: partition 'debug' does not exist. " + TIERS_A]),
-    ("partitions of two tiers", dict(account="proja", partition="shared,scavenger"), E_PARTITION, {},
-     ["slurm-pool: partitions 'shared' (tier shared) and 'scavenger' (tier scavenger) belong to different tiers; "
-      "submit to one tier at a time. " + TIERS_A]),
+    (
+        "qos routes to its partition",
+        dict(account="proja", qos="shared", time_limit=60),
+        OK,
+        dict(partition="shared", qos="shared"),
+        [],
+    ),
+    (
+        "partition sets qos",
+        dict(account="proja", partition="scavenger", **CKPT),
+        OK,
+        dict(partition="scavenger", qos="scavenger"),
+        [],
+    ),
+    (
+        "both, consistent",
+        dict(account="proja", partition="a-owner", qos="guaranteed"),
+        OK,
+        dict(partition="a-owner", qos="guaranteed"),
+        [],
+    ),
+    (
+        "same-tier partition list",
+        dict(account="projc", partition="c-owner,c-owner"),
+        OK,
+        dict(partition="c-owner,c-owner", qos="guaranteed"),
+        [],
+    ),
+    (
+        "tier not allowed",
+        dict(account="proja", qos="k8s-lend"),
+        E_ACCESS,
+        dict(partition=None, qos="k8s-lend"),
+        ["slurm-pool: account 'proja' may not use tier 'k8s-lend'. " + TIERS_A],
+    ),
+    (
+        "partition of a tier not allowed",
+        dict(account="proja", partition="k8s-lend"),
+        E_ACCESS,
+        dict(qos=None),
+        ["account 'proja' may not use tier 'k8s-lend'", TIERS_A],
+    ),
+    (
+        "someone else's owner partition",
+        dict(account="proja", partition="b-owner"),
+        E_ACCESS,
+        dict(qos=None),
+        ["slurm-pool: account 'proja' may not use partition 'b-owner'. " + TIERS_A],
+    ),
+    (
+        "partition and qos disagree",
+        dict(account="proja", partition="a-owner", qos="shared"),
+        E_QOS,
+        {},
+        ["slurm-pool: partition 'a-owner' belongs to tier 'guaranteed', not to the requested QOS 'shared'. " + TIERS_A],
+    ),
+    (
+        "unknown qos",
+        dict(account="proja", qos="normal"),
+        E_QOS,
+        {},
+        ["slurm-pool: QOS 'normal' is not a tier of this pool. " + TIERS_A],
+    ),
+    (
+        "unknown partition",
+        dict(account="proja", partition="debug"),
+        E_PARTITION,
+        {},
+        ["slurm-pool: partition 'debug' does not exist. " + TIERS_A],
+    ),
+    (
+        "partitions of two tiers",
+        dict(account="proja", partition="shared,scavenger"),
+        E_PARTITION,
+        {},
+        [
+            "slurm-pool: partitions 'shared' (tier shared) and 'scavenger' (tier scavenger) belong to different tiers; "
+            "submit to one tier at a time. " + TIERS_A
+        ],
+    ),
     ("no account: user's project", dict(user_name="alice"), OK, dict(account="proja", partition="a-owner"), []),
-    ("no account: accounting default first", dict(user_name="alice", default_account="projb"), OK,
-     dict(account="projb", partition="b-owner"), []),
-    ("no account: default outside the pool", dict(user_name="alice", default_account="legacy"), OK, dict(account="proja"), []),
-    ("no account, unknown user", dict(user_name="eve"), E_ACCOUNT, dict(account=None),
-     ["slurm-pool: cannot tell which project this job belongs to: submit with --account=PROJECT "
-      "(projects: proja, projb, projc, k8s-bridge)."]),
-    ("account outside the pool", dict(account="physics"), E_ACCOUNT, {},
-     ["slurm-pool: account 'physics' is not a project of this pool. Projects: proja, projb, projc, k8s-bridge."]),
-    ("root outside the pool passes", dict(user_id=0, user_name="root"), OK, dict(account=None, partition=None, qos=None), []),
-    ("root inside the pool is policed", dict(user_id=0, account="proja", qos="k8s-lend"), E_ACCESS, {}, ["may not use tier 'k8s-lend'"]),
-    ("user input is clipped and made printable", dict(account="proja", qos="x\n" + "y" * 200), E_QOS, {},
-     ["QOS 'x?" + "y" * 59 + "...' is not a tier"]),
+    (
+        "no account: accounting default first",
+        dict(user_name="alice", default_account="projb"),
+        OK,
+        dict(account="projb", partition="b-owner"),
+        [],
+    ),
+    (
+        "no account: default outside the pool",
+        dict(user_name="alice", default_account="legacy"),
+        OK,
+        dict(account="proja"),
+        [],
+    ),
+    (
+        "no account, unknown user",
+        dict(user_name="eve"),
+        E_ACCOUNT,
+        dict(account=None),
+        [
+            "slurm-pool: cannot tell which project this job belongs to: submit with --account=PROJECT "
+            "(projects: proja, projb, projc, k8s-bridge)."
+        ],
+    ),
+    (
+        "account outside the pool",
+        dict(account="physics"),
+        E_ACCOUNT,
+        {},
+        ["slurm-pool: account 'physics' is not a project of this pool. Projects: proja, projb, projc, k8s-bridge."],
+    ),
+    (
+        "root outside the pool passes",
+        dict(user_id=0, user_name="root"),
+        OK,
+        dict(account=None, partition=None, qos=None),
+        [],
+    ),
+    (
+        "root inside the pool is policed",
+        dict(user_id=0, account="proja", qos="k8s-lend"),
+        E_ACCESS,
+        {},
+        ["may not use tier 'k8s-lend'"],
+    ),
+    (
+        "user input is clipped and made printable",
+        dict(account="proja", qos="x\n" + "y" * 200),
+        E_QOS,
+        {},
+        ["QOS 'x?" + "y" * 59 + "...' is not a tier"],
+    ),
 ]
 
 
@@ -183,18 +293,48 @@ V2411 = SlurmVersion(24, 11)
 
 MULTI_QOS = [
     # (case, job fields, rc, fields expected after the call, message fragments) on Slurm 24.11+
-    ("two tiers route to both partitions", dict(account="proja", qos="guaranteed,shared", time_limit=60, **CKPT), OK,
-     dict(partition="a-owner,shared", qos="guaranteed,shared", requeue=1), []),
-    ("a listed partition per tier", dict(account="proja", qos="guaranteed,shared", partition="a-owner,shared",
-                                         time_limit=60), OK, dict(partition="a-owner,shared"), []),
-    ("every tier's rules apply", dict(account="proja", qos="guaranteed,shared", **CKPT), E_NO_TIME, {},
-     ["tier 'shared' requires a time limit"]),
-    ("a tier the account may not use", dict(account="proja", qos="shared,k8s-lend", time_limit=60), E_ACCESS, {},
-     ["account 'proja' may not use tier 'k8s-lend'"]),
-    ("a partition of no listed tier", dict(account="proja", qos="guaranteed,shared", partition="scavenger"), E_QOS, {},
-     ["partition 'scavenger' belongs to tier 'scavenger', which is not among the requested QOS 'guaranteed,shared'"]),
-    ("an unknown QOS in the list", dict(account="proja", qos="shared,normal", time_limit=60), E_QOS, {},
-     ["QOS 'normal' is not a tier of this pool"]),
+    (
+        "two tiers route to both partitions",
+        dict(account="proja", qos="guaranteed,shared", time_limit=60, **CKPT),
+        OK,
+        dict(partition="a-owner,shared", qos="guaranteed,shared", requeue=1),
+        [],
+    ),
+    (
+        "a listed partition per tier",
+        dict(account="proja", qos="guaranteed,shared", partition="a-owner,shared", time_limit=60),
+        OK,
+        dict(partition="a-owner,shared"),
+        [],
+    ),
+    (
+        "every tier's rules apply",
+        dict(account="proja", qos="guaranteed,shared", **CKPT),
+        E_NO_TIME,
+        {},
+        ["tier 'shared' requires a time limit"],
+    ),
+    (
+        "a tier the account may not use",
+        dict(account="proja", qos="shared,k8s-lend", time_limit=60),
+        E_ACCESS,
+        {},
+        ["account 'proja' may not use tier 'k8s-lend'"],
+    ),
+    (
+        "a partition of no listed tier",
+        dict(account="proja", qos="guaranteed,shared", partition="scavenger"),
+        E_QOS,
+        {},
+        ["partition 'scavenger' belongs to tier 'scavenger', which is not among the requested QOS 'guaranteed,shared'"],
+    ),
+    (
+        "an unknown QOS in the list",
+        dict(account="proja", qos="shared,normal", time_limit=60),
+        E_QOS,
+        {},
+        ["QOS 'normal' is not a tier of this pool"],
+    ),
 ]
 
 
@@ -204,8 +344,9 @@ def policy_2411(example: PoolSpec, lua_version: str) -> LuaPolicy:
 
 
 @pytest.mark.parametrize("case,fields,rc,after,fragments", MULTI_QOS, ids=[c[0] for c in MULTI_QOS])
-def test_several_qos_from_24_11(policy_2411: LuaPolicy, case: str, fields: dict, rc: int, after: dict,
-                                fragments: list[str]) -> None:
+def test_several_qos_from_24_11(
+    policy_2411: LuaPolicy, case: str, fields: dict, rc: int, after: dict, fragments: list[str]
+) -> None:
     check(policy_2411.submit(unset_job(**fields)), rc, after, fragments)
 
 
@@ -216,8 +357,9 @@ def test_several_qos_before_24_11_is_explained(policy: LuaPolicy) -> None:
 
 def test_numbers_read_the_same_on_every_lua(policy: LuaPolicy) -> None:
     # Lua 5.3+ prints the float 80.0 as "80.0"; Slurm passes numbers as floats
-    out = policy.submit(unset_job(account="proja", qos="shared", time_limit=60.0, tres_per_job="gres:gpu:5", **CKPT),
-                        submit_uid=1000.0)
+    out = policy.submit(
+        unset_job(account="proja", qos="shared", time_limit=60.0, tres_per_job="gres:gpu:5", **CKPT), submit_uid=1000.0
+    )
     assert out.rc == E_LIMIT
     assert "allows at most 4 GPU(s) per job; this job asks for 5." in out.message
     assert any("uid 1000:" in line for line in out.info), out.info
@@ -282,14 +424,26 @@ def test_unknown_gpu_type(policy: LuaPolicy, example: PoolSpec) -> None:
     out = policy.submit(unset_job(account="projc", tres_per_node="gres:gpu:v100:1"))
     t = build_tables(example, V2205)
     listing = ", ".join(f"{g.name} ({'MIG, ' if g.mig else ''}{g.mem_mb // 1024} GB)" for g in t.gpu_types)
-    check(out, E_GRES, {"partition": None}, [f"slurm-pool: GPU type 'v100' does not exist in this pool. Available types: {listing}."])
+    check(
+        out,
+        E_GRES,
+        {"partition": None},
+        [f"slurm-pool: GPU type 'v100' does not exist in this pool. Available types: {listing}."],
+    )
 
 
 def test_gpu_type_missing_in_partition(policy: LuaPolicy, example: PoolSpec) -> None:
     n = gpu_names(example)
     out = policy.submit(unset_job(account="proja", tres_per_job=f"gres:gpu:{n['1g.5gb']}:1"))
-    check(out, E_GRES, {}, [f"slurm-pool: GPU type '{n['1g.5gb']}' is not available in partition 'a-owner' (tier guaranteed). "
-                            f"Types there: {n['a80']} (80 GB)."])
+    check(
+        out,
+        E_GRES,
+        {},
+        [
+            f"slurm-pool: GPU type '{n['1g.5gb']}' is not available in partition 'a-owner' (tier guaranteed). "
+            f"Types there: {n['a80']} (80 GB)."
+        ],
+    )
 
 
 def test_later_gres_spelling_is_understood(policy: LuaPolicy) -> None:
@@ -299,8 +453,13 @@ def test_later_gres_spelling_is_understood(policy: LuaPolicy) -> None:
 
 def test_known_types_pass(policy: LuaPolicy, example: PoolSpec) -> None:
     n = gpu_names(example)
-    for field, value in [("tres_per_node", f"gres:gpu:{n['a40']}:2"), ("tres_per_job", f"gres:gpu:{n['3g.20gb']}:1"),
-                         ("tres_per_node", "gres:gpu"), ("tres_per_node", "gres:gpu:2"), ("tres_per_node", "gres:shard:1")]:
+    for field, value in [
+        ("tres_per_node", f"gres:gpu:{n['a40']}:2"),
+        ("tres_per_job", f"gres:gpu:{n['3g.20gb']}:1"),
+        ("tres_per_node", "gres:gpu"),
+        ("tres_per_node", "gres:gpu:2"),
+        ("tres_per_node", "gres:shard:1"),
+    ]:
         out = policy.submit(unset_job(account="projc", **{field: value}))
         assert out.rc == OK, (value, out.message)
         assert out.job[field] == value
@@ -339,18 +498,55 @@ def test_within_gpu_limit(small: LuaPolicy) -> None:
 
 RIGHT_SIZE = [
     # (case, job fields, field, value after, MIG name in the message or None)
-    ("smallest that fits", dict(tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=5120")), "tres_per_node", "1g.5gb"),
+    (
+        "smallest that fits",
+        dict(tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=5120")),
+        "tres_per_node",
+        "1g.5gb",
+    ),
     ("next size up", dict(tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=6000")), "tres_per_node", "2g.10gb"),
-    ("SPANK_ prefix", dict(tres_per_job="gres:gpu:1", **env("SPANK_SLURM_POOL_GPU_MEM_MB=20480")), "tres_per_job", "3g.20gb"),
-    ("typed whole GPU of a MIG model", dict(tres_per_node="gres:gpu:<a40>:1", **env("SLURM_POOL_GPU_MEM_MB=1024")),
-     "tres_per_node", "1g.5gb"),
-    ("other entries kept", dict(tres_per_node="gres:shard:1,gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=100")),
-     "tres_per_node", "1g.5gb"),
-    ("too big for any slice", dict(tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=30000")), "tres_per_node", None),
-    ("two GPUs stay whole", dict(tres_per_node="gres:gpu:2", **env("SLURM_POOL_GPU_MEM_MB=1000")), "tres_per_node", None),
-    ("two nodes stay whole", dict(tres_per_node="gres:gpu:1", min_nodes=2, **env("SLURM_POOL_GPU_MEM_MB=1000")),
-     "tres_per_node", None),
-    ("already MIG", dict(tres_per_node="gres:gpu:<3g.20gb>:1", **env("SLURM_POOL_GPU_MEM_MB=1000")), "tres_per_node", None),
+    (
+        "SPANK_ prefix",
+        dict(tres_per_job="gres:gpu:1", **env("SPANK_SLURM_POOL_GPU_MEM_MB=20480")),
+        "tres_per_job",
+        "3g.20gb",
+    ),
+    (
+        "typed whole GPU of a MIG model",
+        dict(tres_per_node="gres:gpu:<a40>:1", **env("SLURM_POOL_GPU_MEM_MB=1024")),
+        "tres_per_node",
+        "1g.5gb",
+    ),
+    (
+        "other entries kept",
+        dict(tres_per_node="gres:shard:1,gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=100")),
+        "tres_per_node",
+        "1g.5gb",
+    ),
+    (
+        "too big for any slice",
+        dict(tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=30000")),
+        "tres_per_node",
+        None,
+    ),
+    (
+        "two GPUs stay whole",
+        dict(tres_per_node="gres:gpu:2", **env("SLURM_POOL_GPU_MEM_MB=1000")),
+        "tres_per_node",
+        None,
+    ),
+    (
+        "two nodes stay whole",
+        dict(tres_per_node="gres:gpu:1", min_nodes=2, **env("SLURM_POOL_GPU_MEM_MB=1000")),
+        "tres_per_node",
+        None,
+    ),
+    (
+        "already MIG",
+        dict(tres_per_node="gres:gpu:<3g.20gb>:1", **env("SLURM_POOL_GPU_MEM_MB=1000")),
+        "tres_per_node",
+        None,
+    ),
     ("no --gpu-mem", dict(tres_per_node="gres:gpu:1"), "tres_per_node", None),
     ("garbage --gpu-mem", dict(tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=lots")), "tres_per_node", None),
     ("zero --gpu-mem", dict(tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=0")), "tres_per_node", None),
@@ -358,7 +554,9 @@ RIGHT_SIZE = [
 
 
 @pytest.mark.parametrize("case,fields,field,mig", RIGHT_SIZE, ids=[c[0] for c in RIGHT_SIZE])
-def test_right_sizing(policy: LuaPolicy, example: PoolSpec, case: str, fields: dict, field: str, mig: str | None) -> None:
+def test_right_sizing(
+    policy: LuaPolicy, example: PoolSpec, case: str, fields: dict, field: str, mig: str | None
+) -> None:
     n = gpu_names(example)
     fields = {k: _subst(v, n) if isinstance(v, str) else v for k, v in fields.items()}
     out = policy.submit(unset_job(account="projc", **fields))
@@ -367,11 +565,17 @@ def test_right_sizing(policy: LuaPolicy, example: PoolSpec, case: str, fields: d
         assert out.job[field] == fields[field]
         assert not out.user
         return
-    expected = fields[field].replace("gres:gpu:1", f"gres:gpu:{n[mig]}:1").replace(f"gres:gpu:{n['a40']}:1", f"gres:gpu:{n[mig]}:1")
+    expected = (
+        fields[field]
+        .replace("gres:gpu:1", f"gres:gpu:{n[mig]}:1")
+        .replace(f"gres:gpu:{n['a40']}:1", f"gres:gpu:{n[mig]}:1")
+    )
     assert out.job[field] == expected
     size = mig.split(".")[1].replace("gb", " GB")
-    assert out.user == [f"slurm-pool: --gpu-mem={_need(fields)}M fits a MIG slice, so this job gets one {n[mig]} ({size}) "
-                        "instead of a whole GPU. To keep a whole GPU, submit without --gpu-mem."]
+    assert out.user == [
+        f"slurm-pool: --gpu-mem={_need(fields)}M fits a MIG slice, so this job gets one {n[mig]} ({size}) "
+        "instead of a whole GPU. To keep a whole GPU, submit without --gpu-mem."
+    ]
 
 
 def _subst(text: str, names: dict[str, str]) -> str:
@@ -392,25 +596,39 @@ def test_right_sizing_needs_the_type_in_the_partition(policy: LuaPolicy) -> None
 
 def test_right_sizing_of_a_typed_gpu_stays_on_its_model(policy: LuaPolicy, example: PoolSpec) -> None:
     n = gpu_names(example)
-    out = policy.submit(unset_job(account="projc", qos="shared", time_limit=10, tres_per_node=f"gres:gpu:{n['a80']}:1",
-                                  **env("SLURM_POOL_GPU_MEM_MB=1000", "SLURM_POOL_CHECKPOINT=1")))
+    out = policy.submit(
+        unset_job(
+            account="projc",
+            qos="shared",
+            time_limit=10,
+            tres_per_node=f"gres:gpu:{n['a80']}:1",
+            **env("SLURM_POOL_GPU_MEM_MB=1000", "SLURM_POOL_CHECKPOINT=1"),
+        )
+    )
     assert (out.rc, out.job["tres_per_node"]) == (OK, f"gres:gpu:{n['a80']}:1")
 
 
 def test_right_sizing_can_be_switched_off(example: PoolSpec, runtime) -> None:
     spec = example.model_copy(update={"policy": example.policy.model_copy(update={"right_size_mig": False})})
     out = runtime(render_job_submit(spec, V2205)).submit(
-        unset_job(account="projc", tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=1000")))
+        unset_job(account="projc", tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=1000"))
+    )
     assert (out.rc, out.job["tres_per_node"]) == (OK, "gres:gpu:1")
 
 
 def test_right_sizing_picks_the_type_present_in_every_partition(small: LuaPolicy) -> None:
-    out = small.submit(unset_job(account="guests", partition="gpu-open", tres_per_node="gres:gpu:1",
-                                 **env("SLURM_POOL_GPU_MEM_MB=512")))
+    out = small.submit(
+        unset_job(
+            account="guests", partition="gpu-open", tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=512")
+        )
+    )
     assert out.rc == OK and out.job["tres_per_node"].endswith("_1g.5gb:1")
     # 2g.10gb sits on GPU 0 only, but the 3g.20gb slices are on both GPUs: sizes follow memory
-    out = small.submit(unset_job(account="guests", partition="gpu-open", tres_per_node="gres:gpu:1",
-                                 **env("SLURM_POOL_GPU_MEM_MB=12000")))
+    out = small.submit(
+        unset_job(
+            account="guests", partition="gpu-open", tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=12000")
+        )
+    )
     assert out.rc == OK and out.job["tres_per_node"].endswith("_3g.20gb:1")
 
 
@@ -421,21 +639,39 @@ def test_right_sizing_picks_the_type_present_in_every_partition(small: LuaPolicy
 
 def test_time_limit_required(policy: LuaPolicy) -> None:
     out = policy.submit(unset_job(account="proja", qos="shared", **CKPT))
-    check(out, E_NO_TIME, {"partition": None}, [
-        "slurm-pool: tier 'shared' requires a time limit: submit with --time=[days-]hours:minutes:seconds "
-        "(partition 'shared' allows at most 2-00:00:00)."])
+    check(
+        out,
+        E_NO_TIME,
+        {"partition": None},
+        [
+            "slurm-pool: tier 'shared' requires a time limit: submit with --time=[days-]hours:minutes:seconds "
+            "(partition 'shared' allows at most 2-00:00:00)."
+        ],
+    )
 
 
 @pytest.mark.parametrize("limit", [INFINITE, 0])
 def test_time_limit_must_be_finite(policy: LuaPolicy, limit: int) -> None:
     out = policy.submit(unset_job(account="proja", qos="shared", time_limit=limit, **CKPT))
-    check(out, E_BAD_TIME, {}, ["slurm-pool: tier 'shared' requires a finite time limit, not UNLIMITED: use "
-                                "--time=[days-]hours:minutes:seconds (partition 'shared' allows at most 2-00:00:00)."])
+    check(
+        out,
+        E_BAD_TIME,
+        {},
+        [
+            "slurm-pool: tier 'shared' requires a finite time limit, not UNLIMITED: use "
+            "--time=[days-]hours:minutes:seconds (partition 'shared' allows at most 2-00:00:00)."
+        ],
+    )
 
 
 def test_time_limit_message_without_partition_maximum(small: LuaPolicy) -> None:
     out = small.submit(unset_job(account="team", qos="low"))
-    check(out, E_NO_TIME, {}, ["slurm-pool: tier 'low' requires a time limit: submit with --time=[days-]hours:minutes:seconds."])
+    check(
+        out,
+        E_NO_TIME,
+        {},
+        ["slurm-pool: tier 'low' requires a time limit: submit with --time=[days-]hours:minutes:seconds."],
+    )
 
 
 def test_time_limit_not_required_elsewhere(policy: LuaPolicy) -> None:
@@ -455,21 +691,45 @@ SCRIPT_SIGNAL = "#!/bin/bash\n#SBATCH --time=10\n\n#SBATCH --signal=B:USR1@60\ns
 
 CHECKPOINT = [
     # (case, job fields, rc, requeue after, messages)
-    ("reject: nothing declared", dict(), E_ACCESS, NO_VAL16,
-     ["slurm-pool: tier 'scavenger' is preemptible: its jobs must be requeueable and checkpoint their work, and it "
-      "declares no checkpointing" + REJECT_TAIL]),
-    ("reject: --no-requeue", dict(requeue=0, **CKPT), E_ACCESS, 0,
-     ["slurm-pool: tier 'scavenger' is preemptible: its jobs must be requeueable and checkpoint their work, and its "
-      "requeue is turned off (--no-requeue)" + REJECT_TAIL]),
-    ("reject: both", dict(requeue=0), E_ACCESS, 0,
-     ["and its requeue is turned off (--no-requeue) and it declares no checkpointing. "]),
+    (
+        "reject: nothing declared",
+        dict(),
+        E_ACCESS,
+        NO_VAL16,
+        [
+            "slurm-pool: tier 'scavenger' is preemptible: its jobs must be requeueable and checkpoint their work, and it "
+            "declares no checkpointing" + REJECT_TAIL
+        ],
+    ),
+    (
+        "reject: --no-requeue",
+        dict(requeue=0, **CKPT),
+        E_ACCESS,
+        0,
+        [
+            "slurm-pool: tier 'scavenger' is preemptible: its jobs must be requeueable and checkpoint their work, and its "
+            "requeue is turned off (--no-requeue)" + REJECT_TAIL
+        ],
+    ),
+    (
+        "reject: both",
+        dict(requeue=0),
+        E_ACCESS,
+        0,
+        ["and its requeue is turned off (--no-requeue) and it declares no checkpointing. "],
+    ),
     ("--checkpoint", dict(**CKPT), OK, 1, []),
     ("--checkpoint-signal", env("SPANK_SLURM_POOL_CHECKPOINT_SIGNAL=USR2"), OK, 1, []),
     ("--signal seen by the SPANK plugin", env("SLURM_POOL_SIGNAL=1"), OK, 1, []),
     ("#SBATCH --signal", dict(script=SCRIPT_SIGNAL), OK, 1, []),
     ("#SBATCH --sig abbreviation", dict(script="#!/bin/sh\n#SBATCH --sig=USR1@30\ntrue\n"), OK, 1, []),
-    ("#SBATCH after the first command is ignored", dict(script="#!/bin/sh\ntrue\n#SBATCH --signal=USR1\n"), E_ACCESS, NO_VAL16,
-     ["declares no checkpointing"]),
+    (
+        "#SBATCH after the first command is ignored",
+        dict(script="#!/bin/sh\ntrue\n#SBATCH --signal=USR1\n"),
+        E_ACCESS,
+        NO_VAL16,
+        ["declares no checkpointing"],
+    ),
     ("plain comment is not a directive", dict(script="#!/bin/sh\n# --signal=USR1\ntrue\n"), E_ACCESS, NO_VAL16, []),
     ("--si is too short to tell", dict(script="#!/bin/sh\n#SBATCH --si=USR1\ntrue\n"), E_ACCESS, NO_VAL16, []),
     ("already requeueable", dict(requeue=1, **CKPT), OK, 1, []),
@@ -478,7 +738,9 @@ CHECKPOINT = [
 
 
 @pytest.mark.parametrize("case,fields,rc,requeue,messages", CHECKPOINT, ids=[c[0] for c in CHECKPOINT])
-def test_checkpoint_reject(policy: LuaPolicy, case: str, fields: dict, rc: int, requeue: int, messages: list[str]) -> None:
+def test_checkpoint_reject(
+    policy: LuaPolicy, case: str, fields: dict, rc: int, requeue: int, messages: list[str]
+) -> None:
     out = policy.submit(unset_job(account="proja", qos="scavenger", **fields))
     check(out, rc, {"requeue": requeue}, messages)
     if rc == OK:
@@ -526,16 +788,39 @@ REC = dict(job_id=42, account="proja", partition="a-owner", qos="guaranteed", jo
 MODIFY = [
     # (case, modify request, rc, fields set, message fragments)
     ("nothing pooled changes", dict(time_limit=NO_VAL, comment="x"), OK, dict(partition=None, qos=None), []),
-    ("into a forbidden tier", dict(qos="k8s-lend"), E_ACCESS, {}, ["account 'proja' may not use tier 'k8s-lend'. " + TIERS_A]),
+    (
+        "into a forbidden tier",
+        dict(qos="k8s-lend"),
+        E_ACCESS,
+        {},
+        ["account 'proja' may not use tier 'k8s-lend'. " + TIERS_A],
+    ),
     ("into a forbidden partition", dict(partition="b-owner"), E_ACCESS, {}, ["may not use partition 'b-owner'"]),
     ("into an unknown qos", dict(qos="premium"), E_QOS, {}, ["QOS 'premium' is not a tier"]),
     ("qos change reroutes", dict(qos="shared"), OK, dict(partition="shared", qos="shared", requeue=1), []),
     ("partition change sets qos", dict(partition="shared"), OK, dict(partition="shared", qos="shared", requeue=1), []),
-    ("into a checkpoint tier without checkpointing", dict(partition="scavenger"), E_ACCESS, dict(qos=None),
-     ["tier 'scavenger' is preemptible", "it declares no checkpointing"]),
+    (
+        "into a checkpoint tier without checkpointing",
+        dict(partition="scavenger"),
+        E_ACCESS,
+        dict(qos=None),
+        ["tier 'scavenger' is preemptible", "it declares no checkpointing"],
+    ),
     ("same tier, nothing to set", dict(qos="guaranteed"), OK, dict(partition=None), []),
-    ("account the partition refuses", dict(account="projb"), E_ACCESS, {}, ["account 'projb' may not use partition 'a-owner'"]),
-    ("account outside the pool", dict(account="physics"), E_ACCOUNT, {}, ["account 'physics' is not a project of this pool"]),
+    (
+        "account the partition refuses",
+        dict(account="projb"),
+        E_ACCESS,
+        {},
+        ["account 'projb' may not use partition 'a-owner'"],
+    ),
+    (
+        "account outside the pool",
+        dict(account="physics"),
+        E_ACCOUNT,
+        {},
+        ["account 'physics' is not a project of this pool"],
+    ),
 ]
 
 
@@ -597,9 +882,15 @@ EXPLODING = "setmetatable({}, { __index = function(t, k) error('accessor failed:
 def test_runtime_error_rejects_by_default(policy: LuaPolicy) -> None:
     out = policy.submit(policy.lua.eval(EXPLODING))
     assert out.rc == ERROR
-    assert out.user == ["slurm-pool: the pool's job policy failed on this request, so it was rejected. "
-                        "Please contact your cluster administrators."]
-    assert len(out.error) == 1 and "internal error in slurm_job_submit" in out.error[0] and "accessor failed" in out.error[0]
+    assert out.user == [
+        "slurm-pool: the pool's job policy failed on this request, so it was rejected. "
+        "Please contact your cluster administrators."
+    ]
+    assert (
+        len(out.error) == 1
+        and "internal error in slurm_job_submit" in out.error[0]
+        and "accessor failed" in out.error[0]
+    )
 
 
 def test_runtime_error_in_modify(policy: LuaPolicy) -> None:
@@ -629,14 +920,18 @@ def test_runtime_error_accepted_when_configured(example: PoolSpec, runtime) -> N
 def test_admin_contact_is_escaped_and_quoted(runtime) -> None:
     lua = runtime(render_job_submit(small_spec(), V2205))
     out = lua.submit(lua.lua.eval(EXPLODING))
-    assert out.user == ['slurm-pool: the pool\'s job policy failed on this request, so it was rejected. '
-                        'Please contact Ops "desk"\nroom 12, 100% of the time.']
+    assert out.user == [
+        "slurm-pool: the pool's job policy failed on this request, so it was rejected. "
+        'Please contact Ops "desk"\nroom 12, 100% of the time.'
+    ]
 
 
 def test_setter_failure_is_caught(policy: LuaPolicy) -> None:
     # slurmctld's setters raise on a wrong type; a failing write is an internal error too
-    job = policy.lua.eval("setmetatable({ account = 'proja', requeue = 65534, time_limit = 4294967294 }, "
-                          "{ __newindex = function() error('setter failed') end })")
+    job = policy.lua.eval(
+        "setmetatable({ account = 'proja', requeue = 65534, time_limit = 4294967294 }, "
+        "{ __newindex = function() error('setter failed') end })"
+    )
     out = policy.submit(job)
     assert out.rc == ERROR and "setter failed" in out.error[0]
 
@@ -656,8 +951,13 @@ def test_codes_fall_back_without_eslurm_names(source: str, runtime) -> None:
 
 def test_non_numeric_return_is_an_error(source: str, runtime) -> None:
     # the guard also catches a policy function that returns something odd
-    lua = runtime(source.replace("return finish(decide_submit(job_desc)", "return tostring(finish(decide_submit(job_desc)", 1)
-                    .replace('"submission from uid " .. int_text(submit_uid))', '"submission from uid " .. int_text(submit_uid)))', 1))
+    lua = runtime(
+        source.replace(
+            "return finish(decide_submit(job_desc)", "return tostring(finish(decide_submit(job_desc)", 1
+        ).replace(
+            '"submission from uid " .. int_text(submit_uid))', '"submission from uid " .. int_text(submit_uid)))', 1
+        )
+    )
     out = lua.submit(unset_job(account="proja"))
     assert out.rc == ERROR and "instead of a return code" in out.error[0]
 
@@ -665,6 +965,7 @@ def test_non_numeric_return_is_an_error(source: str, runtime) -> None:
 # --------------------------------------------------------------------------
 # Fuzz
 # --------------------------------------------------------------------------
+
 
 def test_fuzz(source: str, runtime) -> None:
     lua = runtime(source)
@@ -712,8 +1013,13 @@ def test_static_code_carries_no_spec(example: PoolSpec) -> None:
 def test_luacheck_passes_on_the_static_code() -> None:
     luacheck = shutil.which("luacheck")
     assert luacheck, "luacheck (Debian's lua-check) is not installed; run make deps"
-    done = subprocess.run([luacheck, "--no-color", "slurm_pool/policy/job_submit.lua"], cwd=ROOT,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [luacheck, "--no-color", "slurm_pool/policy/job_submit.lua"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -729,7 +1035,9 @@ def test_rendered_file_loads_and_returns_success(policy: LuaPolicy) -> None:
 
 
 def test_no_globals_leak(policy: LuaPolicy) -> None:
-    names = set(policy.lua.eval("(function() local t = {} for k in pairs(_G) do t[#t + 1] = k end return t end)()").values())
+    names = set(
+        policy.lua.eval("(function() local t = {} for k in pairs(_G) do t[#t + 1] = k end return t end)()").values()
+    )
     assert {"slurm_job_submit", "slurm_job_modify"} <= names
     assert not names & {"POOL", "TIERS", "PARTITIONS", "PROJECTS", "submit", "resolve"}
 
@@ -738,7 +1046,9 @@ def test_no_modules_or_io(source: str, runtime) -> None:
     # the policy runs with the module system, I/O and OS access removed
     lua = runtime("require, io, os, dofile, loadfile, loadstring, print, debug, package = nil\n" + source)
     assert lua.submit(unset_job(account="projc", qos="scavenger", tres_per_node="gres:gpu:v100:1")).rc == E_GRES
-    assert lua.submit(unset_job(user_name="carol", tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=1"))).rc == OK
+    assert (
+        lua.submit(unset_job(user_name="carol", tres_per_node="gres:gpu:1", **env("SLURM_POOL_GPU_MEM_MB=1"))).rc == OK
+    )
     assert lua.submit(lua.lua.eval(EXPLODING)).rc == ERROR
     assert lua.modify({"qos": "shared", "time_limit": INFINITE}, REC).rc == E_BAD_TIME
     assert "/work/" not in source

@@ -38,11 +38,14 @@ def recorded(name: str, version: str = "22.05") -> str:
     return (DATA / version / name).read_text()
 
 
-@pytest.mark.parametrize("nodes, want", [
-    ("a-gpu[1-2],c-gpu1", ["a-gpu1", "a-gpu2", "c-gpu1"]),
-    ("b-gpu1", ["b-gpu1"]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    "nodes, want",
+    [
+        ("a-gpu[1-2],c-gpu1", ["a-gpu1", "a-gpu2", "c-gpu1"]),
+        ("b-gpu1", ["b-gpu1"]),
+        ("", []),
+    ],
+)
 def test_job_nodes(nodes, want):
     assert job_nodes(JobRecord(1, nodes=nodes)) == want
 
@@ -50,24 +53,33 @@ def test_job_nodes(nodes, want):
 Z = {"allocated": 0, "idle": 0, "drained": 0, "down": 0}
 
 
-@pytest.mark.parametrize("state, gres, used, want", [
-    (("IDLE",), "gpu:a:2", "gpu:a:0(IDX:N/A)", {"a": {**Z, "idle": 2}}),
-    (("MIXED",), "gpu:a:2", "gpu:a:1(IDX:0)", {"a": {**Z, "allocated": 1, "idle": 1}}),
-    (("ALLOCATED",), "gpu:a:2", "gpu:a:2(IDX:0-1)", {"a": {**Z, "allocated": 2}}),
-    (("MIXED", "DRAIN"), "gpu:a:2", "gpu:a:1(IDX:0)", {"a": {**Z, "allocated": 1, "drained": 1}}),
-    (("IDLE", "DRAIN"), "gpu:a:2", "gpu:a:0(IDX:N/A)", {"a": {**Z, "drained": 2}}),
-    (("DOWN",), "gpu:a:2", "", {"a": {**Z, "down": 2}}),
-    (("IDLE", "NOT_RESPONDING"), "gpu:a:2", "", {"a": {**Z, "down": 2}}),
-    (("DOWN", "DRAIN"), "gpu:a:2", "", {"a": {**Z, "drained": 2}}),
-    (("IDLE",), "gpu:a:1,gpu:b:2", "gpu:b:1(IDX:2)", {"a": {**Z, "idle": 1}, "b": {**Z, "allocated": 1, "idle": 1}}),
-    (("MIXED",), "gpu:a:1", "gpu:a:3(IDX:0-2)", {"a": {**Z, "allocated": 3}}),  # never negative
-    (("IDLE",), "", "", {}),
-])
+@pytest.mark.parametrize(
+    "state, gres, used, want",
+    [
+        (("IDLE",), "gpu:a:2", "gpu:a:0(IDX:N/A)", {"a": {**Z, "idle": 2}}),
+        (("MIXED",), "gpu:a:2", "gpu:a:1(IDX:0)", {"a": {**Z, "allocated": 1, "idle": 1}}),
+        (("ALLOCATED",), "gpu:a:2", "gpu:a:2(IDX:0-1)", {"a": {**Z, "allocated": 2}}),
+        (("MIXED", "DRAIN"), "gpu:a:2", "gpu:a:1(IDX:0)", {"a": {**Z, "allocated": 1, "drained": 1}}),
+        (("IDLE", "DRAIN"), "gpu:a:2", "gpu:a:0(IDX:N/A)", {"a": {**Z, "drained": 2}}),
+        (("DOWN",), "gpu:a:2", "", {"a": {**Z, "down": 2}}),
+        (("IDLE", "NOT_RESPONDING"), "gpu:a:2", "", {"a": {**Z, "down": 2}}),
+        (("DOWN", "DRAIN"), "gpu:a:2", "", {"a": {**Z, "drained": 2}}),
+        (
+            ("IDLE",),
+            "gpu:a:1,gpu:b:2",
+            "gpu:b:1(IDX:2)",
+            {"a": {**Z, "idle": 1}, "b": {**Z, "allocated": 1, "idle": 1}},
+        ),
+        (("MIXED",), "gpu:a:1", "gpu:a:3(IDX:0-2)", {"a": {**Z, "allocated": 3}}),  # never negative
+        (("IDLE",), "", "", {}),
+    ],
+)
 def test_node_gpu_states(state, gres, used, want):
     assert node_gpu_states(state, gres, used) == want
 
 
 # -- the collector on recorded output ------------------------------------------
+
 
 def make_registry(runner: RecordingRunner, state_dir: str | None = None) -> tuple[CollectorRegistry, PoolCollector]:
     reg = CollectorRegistry()
@@ -127,8 +139,12 @@ def test_busy_pool_gpus_and_states():
     assert v("slurm_pool_gpus", {"node": "a-gpu1", "type": A100, "state": "idle"}) == 0
     assert v("slurm_pool_gpus", {"node": "a-gpu2", "type": A100, "state": "drained"}) == 2
     assert v("slurm_pool_gpus", {"node": "b-gpu1", "type": "nvidia_h100_80gb_hbm3", "state": "allocated"}) == 2
-    mig = {"nvidia_a100_3g.20gb": (1, 0), "nvidia_a100_2g.10gb": (0, 1), "nvidia_a100_1g.5gb": (1, 1),
-           "nvidia_a100-sxm4-40gb": (0, 1)}
+    mig = {
+        "nvidia_a100_3g.20gb": (1, 0),
+        "nvidia_a100_2g.10gb": (0, 1),
+        "nvidia_a100_1g.5gb": (1, 1),
+        "nvidia_a100-sxm4-40gb": (0, 1),
+    }
     for gtype, (alloc, drained) in mig.items():
         assert v("slurm_pool_gpus", {"node": "c-gpu1", "type": gtype, "state": "allocated"}) == alloc, gtype
         assert v("slurm_pool_gpus", {"node": "c-gpu1", "type": gtype, "state": "drained"}) == drained, gtype
@@ -161,8 +177,10 @@ def test_busy_pool_drains_and_lending():
     reg, _ = make_registry(replay("lent"))
     v = reg.get_sample_value
     assert v("slurm_pool_node_drained", {"node": "a-gpu2", "owner": "human", "reason": "disk swap"}) == 1
-    assert v("slurm_pool_node_drained",
-             {"node": "c-gpu1", "owner": "slurm-pool", "reason": "slurm-pool: xid 79 on gpu 0"}) == 1
+    assert (
+        v("slurm_pool_node_drained", {"node": "c-gpu1", "owner": "slurm-pool", "reason": "slurm-pool: xid 79 on gpu 0"})
+        == 1
+    )
     assert v("slurm_pool_drained_nodes", {"owner": "human"}) == 1
     assert v("slurm_pool_drained_nodes", {"owner": "slurm-pool"}) == 1
     text = generate_latest(reg).decode()
@@ -206,10 +224,18 @@ def test_every_metric_is_prefixed_and_families_are_fresh_per_scrape():
     assert "slurm_pool_node_drained{" not in after
 
 
-@pytest.mark.parametrize("failing, source, present, absent", [
-    ("sinfo", "nodes", ["slurm_pool_jobs"], ["slurm_pool_gpus", "slurm_pool_lent_nodes"]),
-    ("squeue", "jobs", ["slurm_pool_gpus", "slurm_pool_node_drained"], ["slurm_pool_jobs", "slurm_pool_lent_nodes"]),
-])
+@pytest.mark.parametrize(
+    "failing, source, present, absent",
+    [
+        ("sinfo", "nodes", ["slurm_pool_jobs"], ["slurm_pool_gpus", "slurm_pool_lent_nodes"]),
+        (
+            "squeue",
+            "jobs",
+            ["slurm_pool_gpus", "slurm_pool_node_drained"],
+            ["slurm_pool_jobs", "slurm_pool_lent_nodes"],
+        ),
+    ],
+)
 def test_a_failing_slurm_query_is_a_metric_not_an_error(failing, source, present, absent):
     r = replay("lent")
     reg, _ = make_registry(r)
@@ -230,8 +256,9 @@ def test_a_failing_slurm_query_is_a_metric_not_an_error(failing, source, present
     assert v("slurm_pool_scrape_errors_total", {"source": source}) == 3
 
 
-@pytest.mark.parametrize("stdout", ["not json", "{\"nodes\": [{\"name\": 1, \"state\": {}}]}x", "[1, 2]",
-                                    recorded("sinfo-busy.json", "26.05")])
+@pytest.mark.parametrize(
+    "stdout", ["not json", '{"nodes": [{"name": 1, "state": {}}]}x', "[1, 2]", recorded("sinfo-busy.json", "26.05")]
+)
 def test_garbage_node_records_count_as_an_error(stdout):
     r = replay("lent")
     r.on(["sinfo", "--json"], stdout)
@@ -244,27 +271,46 @@ def test_garbage_node_records_count_as_an_error(stdout):
 
 # -- outcome records -----------------------------------------------------------
 
+
 def rec(**kw) -> str:
-    base = {"v": 1, "time": 1.0, "node": "x", "job_id": "1", "user": "alice", "reason": None, "preempted": False,
-            "checkpointed": False, "checkpoint_age_s": None}
+    base = {
+        "v": 1,
+        "time": 1.0,
+        "node": "x",
+        "job_id": "1",
+        "user": "alice",
+        "reason": None,
+        "preempted": False,
+        "checkpointed": False,
+        "checkpoint_age_s": None,
+    }
     base.update(kw)
     return json.dumps(base) + "\n"
 
 
-@pytest.mark.parametrize("line, want", [
-    (rec(), {"reason": None, "preempted": False, "checkpointed": False, "checkpoint_age_s": None}),
-    (rec(reason="preempt", preempted=True, checkpointed=True, checkpoint_age_s=12.5),
-     {"reason": "preempt", "preempted": True, "checkpointed": True, "checkpoint_age_s": 12.5}),
-    (rec(reason="bogus", preempted="yes", checkpoint_age_s=-1),
-     {"reason": None, "preempted": False, "checkpointed": False, "checkpoint_age_s": None}),
-    (rec(checkpoint_age_s=True)[:-1], {"reason": None, "preempted": False, "checkpointed": False,
-                                       "checkpoint_age_s": None}),
-    (rec(v=2), None),
-    ("[1]", None),
-    ("{not json", None),
-    (b"\xff\xfe", None),
-    ('{"v": 1, "checkpoint_age_s": ' + "9" * 70000 + "}", None),
-])
+@pytest.mark.parametrize(
+    "line, want",
+    [
+        (rec(), {"reason": None, "preempted": False, "checkpointed": False, "checkpoint_age_s": None}),
+        (
+            rec(reason="preempt", preempted=True, checkpointed=True, checkpoint_age_s=12.5),
+            {"reason": "preempt", "preempted": True, "checkpointed": True, "checkpoint_age_s": 12.5},
+        ),
+        (
+            rec(reason="bogus", preempted="yes", checkpoint_age_s=-1),
+            {"reason": None, "preempted": False, "checkpointed": False, "checkpoint_age_s": None},
+        ),
+        (
+            rec(checkpoint_age_s=True)[:-1],
+            {"reason": None, "preempted": False, "checkpointed": False, "checkpoint_age_s": None},
+        ),
+        (rec(v=2), None),
+        ("[1]", None),
+        ("{not json", None),
+        (b"\xff\xfe", None),
+        ('{"v": 1, "checkpoint_age_s": ' + "9" * 70000 + "}", None),
+    ],
+)
 def test_parse_record(line, want):
     assert parse_record(line) == want
 
@@ -279,10 +325,13 @@ def write_outcomes(root: Path, node: str, *lines: str) -> Path:
 
 
 def test_outcome_counters_are_read_incrementally(tmp_path):
-    write_outcomes(tmp_path, "a-gpu1",
-                   rec(reason="preempt", preempted=True, checkpointed=True, checkpoint_age_s=3.0),
-                   rec(),
-                   rec(reason="timeout", checkpoint_age_s=100.0))
+    write_outcomes(
+        tmp_path,
+        "a-gpu1",
+        rec(reason="preempt", preempted=True, checkpointed=True, checkpoint_age_s=3.0),
+        rec(),
+        rec(reason="timeout", checkpoint_age_s=100.0),
+    )
     path = write_outcomes(tmp_path, "b-gpu1", rec(reason="preempt", preempted=True), "garbage\n")
     reg, coll = make_registry(replay("idle"), state_dir=str(tmp_path))
     v = reg.get_sample_value
@@ -348,12 +397,16 @@ def test_histogram_buckets_are_cumulative():
 
 # -- CLI -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value, want", [
-    ("127.0.0.1:9877", ("127.0.0.1", 9877)),
-    (":9100", ("127.0.0.1", 9100)),
-    ("[::1]:9877", ("::1", 9877)),
-    ("0.0.0.0:0", ("0.0.0.0", 0)),
-])
+
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        ("127.0.0.1:9877", ("127.0.0.1", 9877)),
+        (":9100", ("127.0.0.1", 9100)),
+        ("[::1]:9877", ("::1", 9877)),
+        ("0.0.0.0:0", ("0.0.0.0", 0)),
+    ],
+)
 def test_parse_listen(value, want):
     assert metrics_cli.parse_listen(value) == want
 

@@ -247,7 +247,10 @@ def test_nvidia_smi_backend_create_failure_raises() -> None:
 def test_apply_with_nvidia_smi_backend_and_failing_device() -> None:
     """End to end through the Runner: the GPU refuses, the node stays drained."""
     runner = _runner()
-    runner.respond(["ssh", "n1", "nvidia-smi", "mig", "-i", "0", "-cgi"], lambda argv, _in: Result(argv, 2, "", "In use by another client"))
+    runner.respond(
+        ["ssh", "n1", "nvidia-smi", "mig", "-i", "0", "-cgi"],
+        lambda argv, _in: Result(argv, 2, "", "In use by another client"),
+    )
     backend = NvidiaSmiBackend(runner, "H100-80GB", remote=lambda n: ["ssh", n])
     p = plan("H100-80GB", [Gpu("n1", 0, ("4g.40gb", "3g.40gb")), Gpu("n1", 1, None, busy=True)], {"1g.10gb": 7})
     nodes = FakeNodes()

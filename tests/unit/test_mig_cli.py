@@ -50,7 +50,18 @@ def test_check_rejects_with_exit_2(model: str, layout: str, needle: str) -> None
 
 def test_plan_json_is_an_apply_plan(tmp_path: Path) -> None:
     out_file = tmp_path / "plan.json"
-    code, out = run("plan", "--model", "A100-40GB", "--gpus", "3", "--demand", "1g.5gb=9,3g.20gb=1", "--json", "--out", str(out_file))
+    code, out = run(
+        "plan",
+        "--model",
+        "A100-40GB",
+        "--gpus",
+        "3",
+        "--demand",
+        "1g.5gb=9,3g.20gb=1",
+        "--json",
+        "--out",
+        str(out_file),
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc == json.loads(out_file.read_text())
@@ -77,7 +88,18 @@ def test_plan_reports_unmet_demand() -> None:
 
 
 def test_plan_from_sacct_and_needs() -> None:
-    code, out = run("plan", "--model", "A100-40GB", "--gpus", "2", "--sacct", str(DATA / "sacct_a100.json"), "--needs", str(DATA / "needs.csv"), "--json")
+    code, out = run(
+        "plan",
+        "--model",
+        "A100-40GB",
+        "--gpus",
+        "2",
+        "--sacct",
+        str(DATA / "sacct_a100.json"),
+        "--needs",
+        str(DATA / "needs.csv"),
+        "--json",
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["demand"] == {"1g.5gb": 8, "3g.20gb": 2, "2g.10gb": 1, "1g.10gb": 2}
@@ -94,8 +116,14 @@ def test_plan_from_sacct_and_needs() -> None:
         (["--model", "B100", "--gpus", "2", "--demand", "1g.5gb=1"], "unknown GPU model 'B100'"),
         (["--spec", SPEC, "--demand", "1g.5gb=1"], "pass --model"),
         (["--spec", SPEC, "--model", "A100-40GB", "--busy", "zz:0", "--demand", "1g.5gb=1"], "--busy names zz:0"),
-        (["--spec", SPEC, "--model", "A100-40GB", "--busy", "c-gpu1", "--demand", "1g.5gb=1"], "bad --busy entry 'c-gpu1'"),
-        (["--spec", "/nonexistent/pool.yaml", "--model", "A30", "--demand", "1g.6gb=1"], "cannot read /nonexistent/pool.yaml"),
+        (
+            ["--spec", SPEC, "--model", "A100-40GB", "--busy", "c-gpu1", "--demand", "1g.5gb=1"],
+            "bad --busy entry 'c-gpu1'",
+        ),
+        (
+            ["--spec", "/nonexistent/pool.yaml", "--model", "A30", "--demand", "1g.6gb=1"],
+            "cannot read /nonexistent/pool.yaml",
+        ),
         (["--spec", SPEC, "--model", "A30", "--demand", "1g.6gb=1"], "the spec has no A30 GPUs"),
         (["--model", "A100-40GB", "--gpus", "1", "--needs", "/nonexistent.csv"], "cannot read '/nonexistent.csv'"),
     ],

@@ -51,11 +51,14 @@ def test_memory_naming_matches_observed_names(nvml: str, slices: int, mib: int, 
 # From 23.02.6 (CHANGELOG/slurm-23.02.md: "Fix some mig profile names in slurm not
 # matching nvidia mig profiles"), gpu_nvml.c _handle_mig takes the NVML MIG device name
 # ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), underscorified, from strstr("mig_") + 3.
-@pytest.mark.parametrize("nvml,profile,expected", [
-    ("NVIDIA A100-SXM4-80GB", "3g.40gb", "nvidia_a100_3g.40gb"),
-    ("NVIDIA H100 80GB HBM3", "1g.10gb", "nvidia_h100_80gb_hbm3_1g.10gb"),
-    ("NVIDIA H200", "1g.18gb", "nvidia_h200_1g.18gb"),
-])
+@pytest.mark.parametrize(
+    "nvml,profile,expected",
+    [
+        ("NVIDIA A100-SXM4-80GB", "3g.40gb", "nvidia_a100_3g.40gb"),
+        ("NVIDIA H100 80GB HBM3", "1g.10gb", "nvidia_h100_80gb_hbm3_1g.10gb"),
+        ("NVIDIA H200", "1g.18gb", "nvidia_h200_1g.18gb"),
+    ],
+)
 def test_profile_naming_follows_the_nvml_device_name(nvml: str, profile: str, expected: str) -> None:
     assert mig_type_by_profile(nvml, profile) == expected
 
@@ -144,7 +147,10 @@ def test_gres_conf_explicit() -> None:
 def test_slurm_gres_string() -> None:
     layouts = [("3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"), None, ()]
     gres = slurm_gres("A100-40GB", layouts, OLD)
-    assert gres == "gpu:nvidia_a100-sxm4-40gb:1,gpu:nvidia_a100_1g.5gb:2,gpu:nvidia_a100_2g.10gb:1,gpu:nvidia_a100_3g.20gb:1"
+    assert (
+        gres
+        == "gpu:nvidia_a100-sxm4-40gb:1,gpu:nvidia_a100_1g.5gb:2,gpu:nvidia_a100_2g.10gb:1,gpu:nvidia_a100_3g.20gb:1"
+    )
     assert slurm_gres("A100-80GB", [("3g.40gb", "3g.40gb")], NEW) == "gpu:nvidia_a100_3g.40gb:2"
     assert slurm_gres("A100-80GB", [("3g.40gb", "3g.40gb")], OLD) == "gpu:nvidia_a100_3g.39gb:2"
 

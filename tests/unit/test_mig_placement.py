@@ -42,7 +42,15 @@ PROFILES = {
     "A30": {"1g.6gb": 4, "1g.6gb+me": 1, "2g.12gb": 2, "2g.12gb+me": 1, "4g.24gb": 1},
     "H100-80GB": {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1},
     "H100-94GB": {"1g.12gb": 7, "1g.12gb+me": 1, "1g.24gb": 4, "2g.24gb": 3, "3g.47gb": 2, "4g.47gb": 1, "7g.94gb": 1},
-    "H200-141GB": {"1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1},
+    "H200-141GB": {
+        "1g.18gb": 7,
+        "1g.18gb+me": 1,
+        "1g.35gb": 4,
+        "2g.35gb": 3,
+        "3g.71gb": 2,
+        "4g.71gb": 1,
+        "7g.141gb": 1,
+    },
     "B200": {"1g.23gb": 7, "1g.23gb+me": 1, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "4g.90gb": 1, "7g.180gb": 1},
 }
 
@@ -71,21 +79,41 @@ def test_placements_match_lgipp(model: str) -> None:
 # Layouts NVIDIA documents as valid (guide figures, mig-parted example configs).
 VALID = {
     "A100-40GB": [
-        "7g.40gb", "4g.20gb,3g.20gb", "4g.20gb,2g.10gb,1g.5gb", "4g.20gb,1g.5gb,1g.5gb,1g.5gb",
-        "3g.20gb,3g.20gb", "3g.20gb,2g.10gb,2g.10gb", "3g.20gb,2g.10gb,1g.5gb,1g.5gb",
-        "3g.20gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb", "2g.10gb,2g.10gb,2g.10gb,1g.5gb",
-        "2g.10gb,2g.10gb,1g.5gb,1g.5gb,1g.5gb", "2g.10gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb",
-        "1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb", "1g.10gb,1g.10gb,1g.10gb,1g.10gb",
-        "1g.5gb+me,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb", "3g.20gb,2g.10gb,1g.10gb",
+        "7g.40gb",
+        "4g.20gb,3g.20gb",
+        "4g.20gb,2g.10gb,1g.5gb",
+        "4g.20gb,1g.5gb,1g.5gb,1g.5gb",
+        "3g.20gb,3g.20gb",
+        "3g.20gb,2g.10gb,2g.10gb",
+        "3g.20gb,2g.10gb,1g.5gb,1g.5gb",
+        "3g.20gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb",
+        "2g.10gb,2g.10gb,2g.10gb,1g.5gb",
+        "2g.10gb,2g.10gb,1g.5gb,1g.5gb,1g.5gb",
+        "2g.10gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb",
+        "1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb",
+        "1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+        "1g.5gb+me,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb",
+        "3g.20gb,2g.10gb,1g.10gb",
         "1g.5gb,1g.5gb,2g.10gb,3g.20gb",  # mig-parted all-balanced
         "",
     ],
     "H100-80GB": [
-        "7g.80gb", "4g.40gb,3g.40gb", "3g.40gb,2g.20gb,1g.10gb,1g.10gb", "1g.20gb,1g.20gb,1g.20gb,1g.20gb",
-        "2g.20gb,2g.20gb,2g.20gb,1g.10gb", "3g.40gb,1g.20gb,1g.10gb,1g.10gb", "1g.10gb+me,3g.40gb,2g.20gb,1g.10gb",
+        "7g.80gb",
+        "4g.40gb,3g.40gb",
+        "3g.40gb,2g.20gb,1g.10gb,1g.10gb",
+        "1g.20gb,1g.20gb,1g.20gb,1g.20gb",
+        "2g.20gb,2g.20gb,2g.20gb,1g.10gb",
+        "3g.40gb,1g.20gb,1g.10gb,1g.10gb",
+        "1g.10gb+me,3g.40gb,2g.20gb,1g.10gb",
     ],
-    "A30": ["4g.24gb", "2g.12gb,2g.12gb", "2g.12gb,1g.6gb,1g.6gb", "1g.6gb,1g.6gb,1g.6gb,1g.6gb",
-            "2g.12gb+me,1g.6gb,1g.6gb", "1g.6gb+me,1g.6gb,1g.6gb,1g.6gb"],
+    "A30": [
+        "4g.24gb",
+        "2g.12gb,2g.12gb",
+        "2g.12gb,1g.6gb,1g.6gb",
+        "1g.6gb,1g.6gb,1g.6gb,1g.6gb",
+        "2g.12gb+me,1g.6gb,1g.6gb",
+        "1g.6gb+me,1g.6gb,1g.6gb,1g.6gb",
+    ],
     "B200": ["3g.90gb,2g.45gb,1g.23gb,1g.23gb", "7g.180gb"],
 }
 
@@ -156,7 +184,9 @@ def test_checker_and_search_agree_on_every_multiset() -> None:
         for k in range(0, 5):
             for combo in combinations_with_replacement(names, k):
                 starts = [geo.profiles[n].starts for n in combo]
-                brute = any(placement_problem(model, list(zip(combo, s))) is None for s in product(*starts))
+                brute = any(
+                    placement_problem(model, list(zip(combo, s, strict=False))) is None for s in product(*starts)
+                )
                 assert brute == (layout_problem(model, combo) is None), combo
                 assert brute == (canonical(geo, combo) in valid), combo
 

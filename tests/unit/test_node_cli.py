@@ -39,29 +39,59 @@ def setup_node(tmp: Path, snapshot: str, **values: str) -> tuple[Path, dict[str,
     fake = bindir / "scontrol"
     fake.write_text(f"#!{sys.executable}\n" + FAKE_SCONTROL)
     fake.chmod(0o755)
-    (bindir / "node.json").write_text(json.dumps({"nodes": [
-        {"name": "n1", "state": "idle", "state_flags": [], "reason": "", "gres": "gpu:a100:2"}]}))
-    (bindir / "job.json").write_text(json.dumps({"jobs": [
-        {"job_id": 42, "job_state": "COMPLETING", "comment": f"$(touch {tmp}/pwned-comment)", "restart_cnt": 0,
-         "start_time": 1, "end_time": 2, "preempt_time": 0, "time_limit": 60}]}))
+    (bindir / "node.json").write_text(
+        json.dumps({"nodes": [{"name": "n1", "state": "idle", "state_flags": [], "reason": "", "gres": "gpu:a100:2"}]})
+    )
+    (bindir / "job.json").write_text(
+        json.dumps(
+            {
+                "jobs": [
+                    {
+                        "job_id": 42,
+                        "job_state": "COMPLETING",
+                        "comment": f"$(touch {tmp}/pwned-comment)",
+                        "restart_cnt": 0,
+                        "start_time": 1,
+                        "end_time": 2,
+                        "preempt_time": 0,
+                        "time_limit": 60,
+                    }
+                ]
+            }
+        )
+    )
     snap = tmp / "snap.json"
     shutil.copyfile(DATA / snapshot, snap)
     snap.chmod(0o644)
     conf = tmp / "node.conf"
-    vals = {"state_dir": str(tmp / "state"), "checkpoint_base_dir": str(tmp / "ckpt"), "gpus": f"replay:{snap}",
-            "scontrol": str(fake), "log": "stderr", **values}
+    vals = {
+        "state_dir": str(tmp / "state"),
+        "checkpoint_base_dir": str(tmp / "ckpt"),
+        "gpus": f"replay:{snap}",
+        "scontrol": str(fake),
+        "log": "stderr",
+        **values,
+    }
     conf.write_text("".join(f"{k} = {v}\n" for k, v in vals.items()))
     conf.chmod(0o644)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42",
-           "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "65534", "SLURM_JOB_GID": "65534",
-           "SLURM_JOB_GPUS": "0", "FAKE_LOG": str(tmp / "scontrol.log")}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "SLURMD_NODENAME": "n1",
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_UID": "65534",
+        "SLURM_JOB_GID": "65534",
+        "SLURM_JOB_GPUS": "0",
+        "FAKE_LOG": str(tmp / "scontrol.log"),
+    }
     return conf, env
 
 
 def hook(name: str, conf: Path, env: dict[str, str], *extra: str, click: bool = False) -> subprocess.CompletedProcess:
     mod = ["-m", "slurm_pool", name] if click else ["-I", "-m", "slurm_pool.node", name]
-    return subprocess.run([sys.executable, *mod, "--config", str(conf), *extra], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, *mod, "--config", str(conf), *extra], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def scontrol_calls(tmp: Path) -> list[list[str]]:
@@ -69,12 +99,19 @@ def scontrol_calls(tmp: Path) -> list[list[str]]:
     return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
 
 
-HOSTILE = ["$(touch {t}/pwned-a)", "; touch {t}/pwned-b", "`touch {t}/pwned-c`", "x' || touch {t}/pwned-d '",
-           "; rm -rf ~"]
+HOSTILE = [
+    "$(touch {t}/pwned-a)",
+    "; touch {t}/pwned-b",
+    "`touch {t}/pwned-c`",
+    "x' || touch {t}/pwned-d '",
+    "; rm -rf ~",
+]
 
 
-@pytest.mark.parametrize("field", ["SLURM_JOB_NAME", "SLURM_JOB_COMMENT", "SLURM_JOB_WORK_DIR",
-                                   "SPANK_SLURM_POOL_CHECKPOINT_DIR", "SLURM_JOB_USER"])
+@pytest.mark.parametrize(
+    "field",
+    ["SLURM_JOB_NAME", "SLURM_JOB_COMMENT", "SLURM_JOB_WORK_DIR", "SPANK_SLURM_POOL_CHECKPOINT_DIR", "SLURM_JOB_USER"],
+)
 def test_hostile_job_strings_do_nothing(tmp_path, field):
     conf, env = setup_node(tmp_path, "ecc_failure.json")
     for value in HOSTILE:
@@ -85,7 +122,11 @@ def test_hostile_job_strings_do_nothing(tmp_path, field):
     calls = scontrol_calls(tmp_path)
     assert calls and all(isinstance(c, list) and all(isinstance(a, str) for a in c) for c in calls)
     for c in calls:
-        assert c[:3] in (["--json", "show", "node"], ["--json", "show", "job"], ["update", "NodeName=n1", "State=DRAIN"])
+        assert c[:3] in (
+            ["--json", "show", "node"],
+            ["--json", "show", "job"],
+            ["update", "NodeName=n1", "State=DRAIN"],
+        )
         if c[0] == "update":
             assert c[3].startswith("Reason=slurm-pool: ecc: GPU 1") and len(c) == 4
 
@@ -108,12 +149,15 @@ def test_healthcheck_ack_flag(tmp_path):
     assert hook("healthcheck", conf, env, "--ack-xids").returncode == 0
 
 
-@pytest.mark.parametrize("damage,hook_name,rc", [
-    (lambda p: p.chmod(0o666), "prolog", 0),
-    (lambda p: p.chmod(0o666), "healthcheck", 1),
-    (lambda p: os.chown(p, 65534, 65534), "prolog", 0),
-    (lambda p: p.write_text("gpus = replay:/x\nbogus_key = 1\n"), "healthcheck", 1),
-])
+@pytest.mark.parametrize(
+    "damage,hook_name,rc",
+    [
+        (lambda p: p.chmod(0o666), "prolog", 0),
+        (lambda p: p.chmod(0o666), "healthcheck", 1),
+        (lambda p: os.chown(p, 65534, 65534), "prolog", 0),
+        (lambda p: p.write_text("gpus = replay:/x\nbogus_key = 1\n"), "healthcheck", 1),
+    ],
+)
 def test_unsafe_or_broken_node_conf(tmp_path, damage, hook_name, rc):
     if os.geteuid() != 0 and "chown" in repr(damage.__code__.co_names):
         pytest.skip("needs root")
@@ -156,8 +200,9 @@ def test_render_node_conf_from_the_example_spec(tmp_path):
     assert vals["checkpoint_signal"] == "USR1" and vals["warn_seconds"] == "60"
     assert vals["checkpoint_base_dir"] == spec.checkpoint.base_dir
     hook_text = config.render_hook("prolog", "/usr/bin/python3", "/etc/slurm-pool/node.conf")
-    assert hook_text == ("#!/bin/sh\nexec /usr/bin/python3 -I -m slurm_pool.node prolog "
-                         "--config /etc/slurm-pool/node.conf\n")
+    assert hook_text == (
+        "#!/bin/sh\nexec /usr/bin/python3 -I -m slurm_pool.node prolog --config /etc/slurm-pool/node.conf\n"
+    )
     with pytest.raises(ValueError):
         config.render_hook("taskprolog", "/usr/bin/python3")
 
@@ -174,16 +219,32 @@ def test_rendered_hook_scripts_run(tmp_path, snapshot, rc):
     assert (tmp_path / "state" / "n1" / "outcomes.jsonl").exists()
 
 
-HEAVY = ("pydantic", "jinja2", "click", "yaml", "scipy", "prometheus_client", "ClusterShell", "pynvml",
-         "slurm_pool.spec", "slurm_pool.cli", "slurm_pool.render")
+HEAVY = (
+    "pydantic",
+    "jinja2",
+    "click",
+    "yaml",
+    "scipy",
+    "prometheus_client",
+    "ClusterShell",
+    "pynvml",
+    "slurm_pool.spec",
+    "slurm_pool.cli",
+    "slurm_pool.render",
+)
 
 
 @pytest.mark.parametrize("name", ["prolog", "epilog"])
 def test_hook_import_graph_is_small(tmp_path, name):
     conf, env = setup_node(tmp_path, "h100x8_healthy.json")
     env["SLURM_JOB_GPUS"] = "0"
-    res = subprocess.run([sys.executable, "-X", "importtime", "-I", "-m", "slurm_pool.node", name,
-                          "--config", str(conf)], env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-I", "-m", "slurm_pool.node", name, "--config", str(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     mods = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
     ours = {m for m in mods if m.startswith("slurm_pool")}
@@ -194,11 +255,17 @@ def test_hook_import_graph_is_small(tmp_path, name):
         assert "slurm_pool.adapters.runner" not in mods and "inspect" not in mods
 
 
-@pytest.mark.parametrize("argv,want", [
-    (["prolog"], ("prolog", None, None, False)),
-    (["healthcheck", "--config", "/x", "--node=n2", "--ack-xids"], ("healthcheck", "/x", "n2", True)),
-    (["epilog", "--ack-xids"], None), (["reboot"], None), (["prolog", "--config"], None), ([], None),
-])
+@pytest.mark.parametrize(
+    "argv,want",
+    [
+        (["prolog"], ("prolog", None, None, False)),
+        (["healthcheck", "--config", "/x", "--node=n2", "--ack-xids"], ("healthcheck", "/x", "n2", True)),
+        (["epilog", "--ack-xids"], None),
+        (["reboot"], None),
+        (["prolog", "--config"], None),
+        ([], None),
+    ],
+)
 def test_fast_entry_point_arguments(argv, want):
     from slurm_pool.node.__main__ import parse
 

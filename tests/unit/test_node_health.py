@@ -31,23 +31,38 @@ TABLE = [
     ("h100x8_healthy.json", None, (), None),
     ("a100_mig.json", 5, (), None),
     ("a100_mig.json", 2, {0}, "slurm-pool: gpu-count: NVML sees 5 GPUs, the node's GRES has 2"),
-    ("ecc_failure.json", 2, (),
-     "slurm-pool: ecc: GPU 1 (00000000:4B:00.0) has 2 uncorrected volatile ECC errors; "
-     "xid: GPU 1 reported critical XID 48"),
-    ("row_remap_pending.json", 8, (),
-     "slurm-pool: row-remap: GPU 5 (00000000:AB:00.0) has row remapping pending (reset the GPU)"),
-    ("retired_pages_pending.json", 4, (),
-     "slurm-pool: retired-pages: GPU 2 (00000000:88:00.0) has page retirement pending (reset the GPU)"),
+    (
+        "ecc_failure.json",
+        2,
+        (),
+        "slurm-pool: ecc: GPU 1 (00000000:4B:00.0) has 2 uncorrected volatile ECC errors; "
+        "xid: GPU 1 reported critical XID 48",
+    ),
+    (
+        "row_remap_pending.json",
+        8,
+        (),
+        "slurm-pool: row-remap: GPU 5 (00000000:AB:00.0) has row remapping pending (reset the GPU)",
+    ),
+    (
+        "retired_pages_pending.json",
+        4,
+        (),
+        "slurm-pool: retired-pages: GPU 2 (00000000:88:00.0) has page retirement pending (reset the GPU)",
+    ),
     ("xid_critical.json", 8, (), "slurm-pool: xid: GPU 3 reported critical XID 79"),
     ("xid_app_only.json", 8, (), None),
     ("gpu_missing.json", 8, (), "slurm-pool: gpu-count: NVML sees 7 GPUs, the node's GRES has 8"),
-    ("gpu_missing.json", None, {6},
-     "slurm-pool: gpu-count: GPU 6 of the job not visible to NVML"),
-    ("nvml_error.json", 8, (),
-     "slurm-pool: nvml: cannot read the GPUs: NVMLError_DriverNotLoaded: Driver Not Loaded"),
+    ("gpu_missing.json", None, {6}, "slurm-pool: gpu-count: GPU 6 of the job not visible to NVML"),
+    ("nvml_error.json", 8, (), "slurm-pool: nvml: cannot read the GPUs: NVMLError_DriverNotLoaded: Driver Not Loaded"),
     ("nvml_error.json", 0, (), None),  # a CPU node
     ("nvml_error.json", None, (), None),  # unknown node, no GPU job
-    ("nvml_error.json", None, {0}, "slurm-pool: nvml: cannot read the GPUs: NVMLError_DriverNotLoaded: Driver Not Loaded"),
+    (
+        "nvml_error.json",
+        None,
+        {0},
+        "slurm-pool: nvml: cannot read the GPUs: NVMLError_DriverNotLoaded: Driver Not Loaded",
+    ),
 ]
 
 
@@ -94,17 +109,35 @@ def test_app_xid_list_matches_the_k8s_device_plugin():
     assert APP_XIDS == (13, 31, 43, 45, 68, 109)
 
 
-@pytest.mark.parametrize("gres,n", [
-    ("gpu:h100:8(S:0-1)", 8), ("gpu:8", 8), ("gpu", 1), ("(null)", 0), ("", 0), (None, 0),
-    ("gpu:a100_3g.20gb:1,gpu:a100_2g.10gb:1,gpu:a100_1g.5gb:2,gpu:a100:1", 5),
-    ("gpu:a100:2,shard:8,mps:100", 2), ("gpus:3", 0),
-])
+@pytest.mark.parametrize(
+    "gres,n",
+    [
+        ("gpu:h100:8(S:0-1)", 8),
+        ("gpu:8", 8),
+        ("gpu", 1),
+        ("(null)", 0),
+        ("", 0),
+        (None, 0),
+        ("gpu:a100_3g.20gb:1,gpu:a100_2g.10gb:1,gpu:a100_1g.5gb:2,gpu:a100:1", 5),
+        ("gpu:a100:2,shard:8,mps:100", 2),
+        ("gpus:3", 0),
+    ],
+)
 def test_gres_gpu_count(gres, n):
     assert health.gres_gpu_count(gres) == n
 
 
-@pytest.mark.parametrize("value,ids", [("0,2", {0, 2}), ("0-3", {0, 1, 2, 3}), ("", set()), (None, set()),
-                                       ("GPU-5a3e-..,MIG-11", set()), ("1,x,3-2", {1})])
+@pytest.mark.parametrize(
+    "value,ids",
+    [
+        ("0,2", {0, 2}),
+        ("0-3", {0, 1, 2, 3}),
+        ("", set()),
+        (None, set()),
+        ("GPU-5a3e-..,MIG-11", set()),
+        ("1,x,3-2", {1}),
+    ],
+)
 def test_job_gpu_ids(value, ids):
     assert health.job_gpu_ids(value) == ids
 
@@ -116,12 +149,23 @@ def test_affects_job():
     assert health.affects_job(Failure("gpu-count", None, "x"), {0}, s)
 
 
-NODE_2205 = json.dumps({"nodes": [
-    {"name": "b-gpu1", "state": "idle", "state_flags": ["DRAIN"], "reason": "slurm-pool: ecc: old",
-     "gres": "gpu:h100:8"},
-    {"name": "b-gpu2", "state": "mixed", "state_flags": [], "reason": "", "gres": "gpu:h100:8"}]})
-NODE_LATER = json.dumps({"nodes": [{"name": "b-gpu1", "state": ["IDLE", "DRAIN"], "reason": "rma ticket 7",
-                                    "gres": "gpu:h100:8(S:0-1)"}]})
+NODE_2205 = json.dumps(
+    {
+        "nodes": [
+            {
+                "name": "b-gpu1",
+                "state": "idle",
+                "state_flags": ["DRAIN"],
+                "reason": "slurm-pool: ecc: old",
+                "gres": "gpu:h100:8",
+            },
+            {"name": "b-gpu2", "state": "mixed", "state_flags": [], "reason": "", "gres": "gpu:h100:8"},
+        ]
+    }
+)
+NODE_LATER = json.dumps(
+    {"nodes": [{"name": "b-gpu1", "state": ["IDLE", "DRAIN"], "reason": "rma ticket 7", "gres": "gpu:h100:8(S:0-1)"}]}
+)
 NODE_TEXT = """NodeName=b-gpu1 Arch=x86_64 CoresPerSocket=4
    Gres=gpu:h100:8(S:0-1)
    State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A

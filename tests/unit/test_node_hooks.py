@@ -23,9 +23,19 @@ UID = GID = 65534
 
 
 def node_json(flags=("IDLE",), reason="", gres="gpu:h100:8(S:0-1)", name=NODE):
-    return json.dumps({"nodes": [{"name": name, "state": [f for f in flags if f != "DRAIN"][:1] or ["IDLE"],
-                                  "state_flags": [f for f in flags if f == "DRAIN"], "reason": reason,
-                                  "gres": gres}]})
+    return json.dumps(
+        {
+            "nodes": [
+                {
+                    "name": name,
+                    "state": [f for f in flags if f != "DRAIN"][:1] or ["IDLE"],
+                    "state_flags": [f for f in flags if f == "DRAIN"],
+                    "reason": reason,
+                    "gres": gres,
+                }
+            ]
+        }
+    )
 
 
 class Node:
@@ -35,12 +45,24 @@ class Node:
         self.tmp = tmp
         self.snapfile = tmp / "snapshot.json"
         self.use(snapshot)
-        self.values = {"state_dir": str(tmp / "state"), "checkpoint_base_dir": str(tmp / "ckpt"),
-                       "gpus": f"replay:{self.snapfile}", "log": "none", **values}
+        self.values = {
+            "state_dir": str(tmp / "state"),
+            "checkpoint_base_dir": str(tmp / "ckpt"),
+            "gpus": f"replay:{self.snapfile}",
+            "log": "none",
+            **values,
+        }
         self.runner = RecordingRunner()
-        self.env = {"SLURMD_NODENAME": NODE, "SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice",
-                    "SLURM_JOB_UID": str(UID), "SLURM_JOB_GID": str(GID), "SLURM_JOB_GPUS": "0,1",
-                    "SLURM_JOB_NAME": "$(touch /tmp/x)", "SLURM_JOB_COMMENT": "; rm -rf ~"}
+        self.env = {
+            "SLURMD_NODENAME": NODE,
+            "SLURM_JOB_ID": "42",
+            "SLURM_JOB_USER": "alice",
+            "SLURM_JOB_UID": str(UID),
+            "SLURM_JOB_GID": str(GID),
+            "SLURM_JOB_GPUS": "0,1",
+            "SLURM_JOB_NAME": "$(touch /tmp/x)",
+            "SLURM_JOB_COMMENT": "; rm -rf ~",
+        }
 
     def use(self, snapshot: str) -> None:
         shutil.copyfile(DATA / snapshot, self.snapfile)
@@ -51,8 +73,9 @@ class Node:
 
     def hooks(self, **env) -> Hooks:
         self.log = Log("none", "test")
-        return Hooks(config.NodeConfig(self.values), {**self.env, **env}, runner=self.runner,
-                     clock=lambda: NOW, log=self.log)
+        return Hooks(
+            config.NodeConfig(self.values), {**self.env, **env}, runner=self.runner, clock=lambda: NOW, log=self.log
+        )
 
     def updates(self) -> list[tuple[str, ...]]:
         return [c for c in self.runner.calls if c[1:2] == ("update",)]
@@ -61,8 +84,10 @@ class Node:
         return json.loads((self.tmp / "state" / NODE / "health.json").read_text())
 
 
-ECC_REASON = ("slurm-pool: ecc: GPU 1 (00000000:4B:00.0) has 2 uncorrected volatile ECC errors; "
-              "xid: GPU 1 reported critical XID 48")
+ECC_REASON = (
+    "slurm-pool: ecc: GPU 1 (00000000:4B:00.0) has 2 uncorrected volatile ECC errors; "
+    "xid: GPU 1 reported critical XID 48"
+)
 
 
 def test_prolog_healthy_costs_no_slurm_call_and_prepares_the_dir(tmp_path):
@@ -103,7 +128,14 @@ def test_prolog_fail_job_scope_on_the_bad_gpu(tmp_path):
 HEALTHCHECK_TABLE = [
     # name, snapshot, node flags, node reason, expected scontrol update (None: no update), exit
     ("healthy, idle", "h100x8_healthy.json", ("IDLE",), "", None, 0),
-    ("healthy, our drain cleared", "h100x8_healthy.json", ("IDLE", "DRAIN"), "slurm-pool: ecc: old", "State=UNDRAIN", 0),
+    (
+        "healthy, our drain cleared",
+        "h100x8_healthy.json",
+        ("IDLE", "DRAIN"),
+        "slurm-pool: ecc: old",
+        "State=UNDRAIN",
+        0,
+    ),
     ("healthy, human drain survives", "h100x8_healthy.json", ("IDLE", "DRAIN"), "bios update", None, 0),
     ("remap pending drains", "row_remap_pending.json", ("MIXED",), "", "State=DRAIN", 1),
     ("xid 79 drains", "xid_critical.json", ("IDLE",), "", "State=DRAIN", 1),
@@ -113,7 +145,9 @@ HEALTHCHECK_TABLE = [
 ]
 
 
-@pytest.mark.parametrize("name,snapshot,flags,reason,update,rc", HEALTHCHECK_TABLE, ids=[t[0] for t in HEALTHCHECK_TABLE])
+@pytest.mark.parametrize(
+    "name,snapshot,flags,reason,update,rc", HEALTHCHECK_TABLE, ids=[t[0] for t in HEALTHCHECK_TABLE]
+)
 def test_healthcheck(tmp_path, name, snapshot, flags, reason, update, rc):
     n = Node(tmp_path, snapshot)
     n.slurm_says(flags=flags, reason=reason)
@@ -140,7 +174,7 @@ def test_sticky_xid_until_acknowledged(tmp_path):
     n = Node(tmp_path, "xid_critical.json")
     n.slurm_says()
     assert n.hooks().healthcheck() == 1
-    drain_reason = n.updates()[0][4][len("Reason="):]
+    drain_reason = n.updates()[0][4][len("Reason=") :]
     n.use("h100x8_healthy.json")
     n.runner = RecordingRunner()
     n.slurm_says(flags=("IDLE", "DRAIN"), reason=drain_reason)
@@ -175,9 +209,18 @@ def test_gpus_none_skips_checks(tmp_path):
 
 
 def _job_json(**over):
-    j = {"job_id": 42, "job_state": ["COMPLETING", "REQUEUED"], "state_reason": "None",
-         "start_time": int(NOW - 300), "end_time": int(NOW + 10), "preempt_time": int(NOW - 10),
-         "time_limit": 60, "restart_cnt": 2, "comment": "$(touch /tmp/pwned)", "requeue": True}
+    j = {
+        "job_id": 42,
+        "job_state": ["COMPLETING", "REQUEUED"],
+        "state_reason": "None",
+        "start_time": int(NOW - 300),
+        "end_time": int(NOW + 10),
+        "preempt_time": int(NOW - 10),
+        "time_limit": 60,
+        "restart_cnt": 2,
+        "comment": "$(touch /tmp/pwned)",
+        "requeue": True,
+    }
     j.update(over)
     return json.dumps({"jobs": [j]})
 
@@ -189,9 +232,21 @@ def test_epilog_records_a_preemption(tmp_path):
     assert n.hooks().prolog() == 0
     info = store.write(str(d), 380, {"state": b"s"})
     os.utime(os.path.join(info.path, store.MANIFEST), (NOW - 25, NOW - 25))  # 15 s before PreemptTime
-    control.write(str(d), control.OUTCOME, {"job_id": "42", "restart_count": 1, "reason": "preempt",
-                                            "checkpointed": False, "requeued": True, "exit_code": 85,
-                                            "self_requeues": "lots", "signal_time": NOW - 9, "time": NOW})
+    control.write(
+        str(d),
+        control.OUTCOME,
+        {
+            "job_id": "42",
+            "restart_count": 1,
+            "reason": "preempt",
+            "checkpointed": False,
+            "requeued": True,
+            "exit_code": 85,
+            "self_requeues": "lots",
+            "signal_time": NOW - 9,
+            "time": NOW,
+        },
+    )
     assert n.hooks().epilog() == 0
     lines = (tmp_path / "state" / NODE / "outcomes.jsonl").read_text().splitlines()
     rec = json.loads(lines[-1])
@@ -206,12 +261,14 @@ def test_epilog_records_a_preemption(tmp_path):
 
 def test_epilog_ignores_an_outcome_from_an_earlier_run(tmp_path):
     n = Node(tmp_path, "h100x8_healthy.json")
-    n.runner.on(["scontrol", "--json", "show", "job", "42"],
-                _job_json(job_state=["COMPLETED"], preempt_time=0, restart_cnt=3))
+    n.runner.on(
+        ["scontrol", "--json", "show", "job", "42"], _job_json(job_state=["COMPLETED"], preempt_time=0, restart_cnt=3)
+    )
     d = tmp_path / "ckpt" / "alice" / "42"
     n.hooks().prolog()
-    control.write(str(d), control.OUTCOME, {"job_id": "42", "restart_count": 2, "reason": "preempt",
-                                            "time": NOW - 3600})
+    control.write(
+        str(d), control.OUTCOME, {"job_id": "42", "restart_count": 2, "reason": "preempt", "time": NOW - 3600}
+    )
     n.hooks().epilog()
     rec = json.loads((tmp_path / "state" / NODE / "outcomes.jsonl").read_text().splitlines()[-1])
     assert rec["preempted"] is False and rec["reason"] is None and rec["sources"] == ["slurm"]
@@ -222,10 +279,26 @@ def test_outcome_run_matching_without_a_prolog_note(wrapper_restart, slurm_resta
     from slurm_pool.adapters.records import JobRecord, job_state
     from slurm_pool.node import outcome
 
-    info = JobRecord(42, state=job_state("COMPLETED"), reason="None", start_time=NOW - 100, end_time=NOW,
-                     time_limit=3600.0, restart_count=slurm_restart, comment="", requeue=True)
-    rec = outcome.build(job_id="42", user="alice", node=NODE, now=NOW, info=info, newest=None,
-                        wrapper={"job_id": "42", "restart_count": wrapper_restart, "reason": "timeout"})
+    info = JobRecord(
+        42,
+        state=job_state("COMPLETED"),
+        reason="None",
+        start_time=NOW - 100,
+        end_time=NOW,
+        time_limit=3600.0,
+        restart_count=slurm_restart,
+        comment="",
+        requeue=True,
+    )
+    rec = outcome.build(
+        job_id="42",
+        user="alice",
+        node=NODE,
+        now=NOW,
+        info=info,
+        newest=None,
+        wrapper={"job_id": "42", "restart_count": wrapper_restart, "reason": "timeout"},
+    )
     assert (rec["reason"] == "timeout") is accepted
 
 
@@ -245,6 +318,7 @@ def test_epilog_without_valid_identity_still_exits_0(tmp_path):
 
 
 # -- the checkpoint directory, as root ------------------------------------------
+
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
 def test_planted_symlink_is_not_followed(tmp_path):
@@ -268,11 +342,14 @@ def test_someone_elses_dir_is_refused(tmp_path):
         jobdir.prepare(str(base), str(base / "alice" / "42"), "alice", UID, GID)
 
 
-@pytest.mark.parametrize("chosen,what", [
-    ("{base}/alice/exp1/run7", "created"),
-    ("/scratch/alice/ck", "left to the job"),
-    ("{base}/bob/42", "left to the job"),
-])
+@pytest.mark.parametrize(
+    "chosen,what",
+    [
+        ("{base}/alice/exp1/run7", "created"),
+        ("/scratch/alice/ck", "left to the job"),
+        ("{base}/bob/42", "left to the job"),
+    ],
+)
 def test_spank_directory(tmp_path, chosen, what):
     base = str(tmp_path / "ckpt")
     path = chosen.format(base=base)
@@ -289,12 +366,15 @@ def test_unsafe_paths_are_refused(tmp_path, path):
         jobdir.prepare(str(tmp_path), path, "alice", UID, GID)
 
 
-@pytest.mark.parametrize("env,field", [
-    ({"SLURM_JOB_ID": "42; rm -rf ~", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1"}, "SLURM_JOB_ID"),
-    ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "../root", "SLURM_JOB_UID": "1"}, "SLURM_JOB_USER"),
-    ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "$(id)", "SLURM_JOB_UID": "1"}, "SLURM_JOB_USER"),
-    ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "x"}, "SLURM_JOB_UID"),
-])
+@pytest.mark.parametrize(
+    "env,field",
+    [
+        ({"SLURM_JOB_ID": "42; rm -rf ~", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1"}, "SLURM_JOB_ID"),
+        ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "../root", "SLURM_JOB_UID": "1"}, "SLURM_JOB_USER"),
+        ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "$(id)", "SLURM_JOB_UID": "1"}, "SLURM_JOB_USER"),
+        ({"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "x"}, "SLURM_JOB_UID"),
+    ],
+)
 def test_job_identity_is_validated(env, field):
     with pytest.raises(jobdir.JobDirError, match=field):
         jobdir.job_identity(env)

@@ -27,11 +27,18 @@ def _bus(pci: str) -> types.SimpleNamespace:
 def fake_pynvml(snap: dict) -> types.SimpleNamespace:
     """A pynvml look-alike that serves one recorded snapshot."""
     gpus = {g["index"]: g for g in snap["gpus"]}
-    m = types.SimpleNamespace(NVMLError=FakeError, NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
-                              NVML_MEMORY_ERROR_TYPE_CORRECTED=0, NVML_VOLATILE_ECC=0, NVML_AGGREGATE_ECC=1,
-                              NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS=0,
-                              NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR=1, NVML_FEATURE_ENABLED=1,
-                              NVML_GPU_INSTANCE_PROFILE_COUNT=0x12, calls=[])
+    m = types.SimpleNamespace(
+        NVMLError=FakeError,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
+        NVML_VOLATILE_ECC=0,
+        NVML_AGGREGATE_ECC=1,
+        NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS=0,
+        NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR=1,
+        NVML_FEATURE_ENABLED=1,
+        NVML_GPU_INSTANCE_PROFILE_COUNT=0x12,
+        calls=[],
+    )
     arch = {v: k for k, v in nvml._ARCH.items()}
 
     def need(v):
@@ -63,8 +70,13 @@ def fake_pynvml(snap: dict) -> types.SimpleNamespace:
         if p >= len(ids):
             raise FakeError("Not Supported")
         gi = next(x for x in gpus[h]["gpu_instances"] if x["profile_id"] == ids[p])
-        return types.SimpleNamespace(id=gi["profile_id"], sliceCount=gi["gi_slices"], memorySizeMB=gi["memory_mib"],
-                                     instanceCount=7, name=f"MIG {gi['profile']}".encode())
+        return types.SimpleNamespace(
+            id=gi["profile_id"],
+            sliceCount=gi["gi_slices"],
+            memorySizeMB=gi["memory_mib"],
+            instanceCount=7,
+            name=f"MIG {gi['profile']}".encode(),
+        )
 
     def mig_handle(h, i):
         devs = gpus[h]["mig_devices"]
@@ -81,10 +93,11 @@ def fake_pynvml(snap: dict) -> types.SimpleNamespace:
     m.nvmlDeviceGetCount = lambda: len(gpus)
     m.nvmlDeviceGetHandleByIndex = lambda i: i
     m.nvmlDeviceGetName = lambda h: gpus[h]["name"].encode()
-    m.nvmlDeviceGetUUID = lambda h: (gpus[h]["uuid"] if isinstance(h, int) else mig_field("uuid")(h))
+    m.nvmlDeviceGetUUID = lambda h: gpus[h]["uuid"] if isinstance(h, int) else mig_field("uuid")(h)
     m.nvmlDeviceGetPciInfo = lambda h: _bus(gpus[h]["pci_bus_id"])
     m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(
-        total=(gpus[h]["memory_mib"] if isinstance(h, int) else mig_field("memory_mib")(h)) * 2**20)
+        total=(gpus[h]["memory_mib"] if isinstance(h, int) else mig_field("memory_mib")(h)) * 2**20
+    )
     m.nvmlDeviceGetArchitecture = lambda h: arch[gpus[h]["architecture"]]
     m.nvmlDeviceGetMinorNumber = lambda h: gpus[h]["minor"]
     m.nvmlDeviceGetEccMode = lambda h: [int(gpus[h]["ecc"]["enabled"]), int(gpus[h]["ecc"]["enabled"])]
@@ -95,7 +108,8 @@ def fake_pynvml(snap: dict) -> types.SimpleNamespace:
     m.nvmlDeviceGetMigMode = mig_mode
     m.nvmlDeviceGetGpuInstanceProfileInfo = profile_info
     m.nvmlGpuInstanceGetInfo = lambda gi: types.SimpleNamespace(
-        id=gi["gi_id"], profileId=gi["profile_id"], placement=types.SimpleNamespace(start=gi["start"], size=gi["size"]))
+        id=gi["gi_id"], profileId=gi["profile_id"], placement=types.SimpleNamespace(start=gi["start"], size=gi["size"])
+    )
     m.nvmlDeviceGetMaxMigDeviceCount = lambda h: 7
     m.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
     m.nvmlDeviceGetGpuInstanceId = mig_field("gi_id")
@@ -122,12 +136,20 @@ def source_for(snap: dict, tmp_path: Path) -> nvml.NvmlSource:
     (tmp_path / "mig-minors").write_text("config 1\nmonitor 2\n" + "\n".join(minors) + "\n")
     (tmp_path / "boot_id").write_text(snap["boot_id"] + "\n")
     kmsg = tmp_path / "kmsg"
-    kmsg.write_text("".join(
-        f"6,{e['seq'] - 1},{e['time_us'] - 5},-;unrelated line\n"
-        f"3,{e['seq']},{e['time_us']},-;{e['text']}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:00.0\n"
-        for e in snap["xid_events"]))
-    return nvml.NvmlSource(lib, kmsg=str(kmsg), mig_minors=str(tmp_path / "mig-minors"),
-                           boot_id=str(tmp_path / "boot_id"), host=snap["host"])
+    kmsg.write_text(
+        "".join(
+            f"6,{e['seq'] - 1},{e['time_us'] - 5},-;unrelated line\n"
+            f"3,{e['seq']},{e['time_us']},-;{e['text']}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:00.0\n"
+            for e in snap["xid_events"]
+        )
+    )
+    return nvml.NvmlSource(
+        lib,
+        kmsg=str(kmsg),
+        mig_minors=str(tmp_path / "mig-minors"),
+        boot_id=str(tmp_path / "boot_id"),
+        host=snap["host"],
+    )
 
 
 @pytest.mark.parametrize("name", [n for n in SNAPSHOTS if n != "nvml_error.json"])
@@ -180,12 +202,16 @@ def test_replay_requires_a_private_file(tmp_path):
         nvml.ReplaySource(str(link)).snapshot()
 
 
-@pytest.mark.parametrize("text,problem", [
-    ("[]", "JSON object"), ('{"schema": "x", "version": 1, "gpus": []}', "schema"),
-    ('{"schema": "slurm-pool/gpu-snapshot", "version": 2, "gpus": []}', "version"),
-    ('{"schema": "slurm-pool/gpu-snapshot", "version": 1, "gpus": [{}]}', "index"),
-    ("{not json", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("[]", "JSON object"),
+        ('{"schema": "x", "version": 1, "gpus": []}', "schema"),
+        ('{"schema": "slurm-pool/gpu-snapshot", "version": 2, "gpus": []}', "version"),
+        ('{"schema": "slurm-pool/gpu-snapshot", "version": 1, "gpus": [{}]}', "index"),
+        ("{not json", "not JSON"),
+    ],
+)
 def test_replay_rejects_malformed_snapshots(tmp_path, text, problem):
     p = tmp_path / "s.json"
     p.write_text(text)
@@ -193,13 +219,16 @@ def test_replay_rejects_malformed_snapshots(tmp_path, text, problem):
         nvml.ReplaySource(str(p)).snapshot()
 
 
-@pytest.mark.parametrize("line,want", [
-    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.", ("0000:3b:00", 79)),
-    ("NVRM: Xid (PCI:0000:B1:00): 48, An uncorrectable double bit error", ("0000:b1:00", 48)),
-    ("NVRM: Xid (PCI:00000000:18:00.0): 94, pid=7, Contained ECC error", ("0000:18:00", 94)),
-    ("NVRM: GPU at PCI:0000:3b:00: GPU-abc", None),
-    ("usb 1-1: new device", None),
-])
+@pytest.mark.parametrize(
+    "line,want",
+    [
+        ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.", ("0000:3b:00", 79)),
+        ("NVRM: Xid (PCI:0000:B1:00): 48, An uncorrectable double bit error", ("0000:b1:00", 48)),
+        ("NVRM: Xid (PCI:00000000:18:00.0): 94, pid=7, Contained ECC error", ("0000:18:00", 94)),
+        ("NVRM: GPU at PCI:0000:3b:00: GPU-abc", None),
+        ("usb 1-1: new device", None),
+    ],
+)
 def test_parse_xid(line, want):
     assert nvml.parse_xid(line) == want
 
@@ -211,22 +240,31 @@ def test_kmsg_records_and_pci_keys():
 
 
 def test_mig_minors():
-    got = nvml.parse_mig_minors("config 1\nmonitor 2\ngpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\ngpu1/gi7/access 201\n")
+    got = nvml.parse_mig_minors(
+        "config 1\nmonitor 2\ngpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\ngpu1/gi7/access 201\n"
+    )
     assert got == {(0, 2, None): 21, (0, 2, 0): 22, (1, 7, None): 201}
 
 
-@pytest.mark.parametrize("raw,slices,mib,want", [
-    (b"MIG 3g.20gb", 3, 19968, "3g.20gb"), ("MIG 1g.10gb+me", 1, 9856, "1g.10gb+me"),
-    (None, 2, 9856, "2g.10gb"), (b"", 7, 40192, "7g.39gb"),
-])
+@pytest.mark.parametrize(
+    "raw,slices,mib,want",
+    [
+        (b"MIG 3g.20gb", 3, 19968, "3g.20gb"),
+        ("MIG 1g.10gb+me", 1, 9856, "1g.10gb+me"),
+        (None, 2, 9856, "2g.10gb"),
+        (b"", 7, 40192, "7g.39gb"),
+    ],
+)
 def test_profile_names(raw, slices, mib, want):
     assert nvml.profile_name(raw, slices, mib) == want
 
 
 def test_read_kmsg_on_a_dump_and_on_the_real_device(tmp_path):
     dump = tmp_path / "kmsg"
-    dump.write_text("6,1,10,-;hello\n3,2,20,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
-                    " SUBSYSTEM=pci\n3,3,30,-;NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception")
+    dump.write_text(
+        "6,1,10,-;hello\n3,2,20,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+        " SUBSYSTEM=pci\n3,3,30,-;NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception"
+    )
     assert [r[0] for r in nvml.read_kmsg(str(dump))] == [2, 3]
     assert nvml.read_kmsg(str(tmp_path / "absent")) is None
     real = nvml.read_kmsg()

@@ -14,9 +14,15 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "nvml"
 SNAPSHOTS = sorted(p.name for p in DATA.glob("*.json"))
 
 EXPECTED = {  # file: (GPU count, GRES units)
-    "h100x8_healthy.json": (8, 8), "a100_mig.json": (2, 5), "ecc_failure.json": (2, 2),
-    "row_remap_pending.json": (8, 8), "xid_critical.json": (8, 8), "xid_app_only.json": (8, 8),
-    "gpu_missing.json": (7, 7), "retired_pages_pending.json": (4, 4), "nvml_error.json": (0, 0),
+    "h100x8_healthy.json": (8, 8),
+    "a100_mig.json": (2, 5),
+    "ecc_failure.json": (2, 2),
+    "row_remap_pending.json": (8, 8),
+    "xid_critical.json": (8, 8),
+    "xid_app_only.json": (8, 8),
+    "gpu_missing.json": (7, 7),
+    "retired_pages_pending.json": (4, 4),
+    "nvml_error.json": (0, 0),
 }
 
 
@@ -39,7 +45,11 @@ def test_mig_snapshot_carries_the_inventory():
     g0 = snap["gpus"][0]
     assert g0["mig_enabled"] and not snap["gpus"][1]["mig_enabled"]
     assert sorted((d["profile"], d["start"], d["size"]) for d in g0["mig_devices"]) == [
-        ("1g.5gb", 2, 1), ("1g.5gb", 3, 1), ("2g.10gb", 0, 2), ("3g.20gb", 4, 4)]
+        ("1g.5gb", 2, 1),
+        ("1g.5gb", 3, 1),
+        ("2g.10gb", 0, 2),
+        ("3g.20gb", 4, 4),
+    ]
     for d in g0["mig_devices"]:  # capability minors as the driver numbers them (GPU minor 0)
         assert d["gi_access_minor"] == 3 + 9 * d["gi_id"] and d["ci_access_minor"] == d["gi_access_minor"] + 1
 

@@ -97,9 +97,11 @@ def test_custom_templates_dir(tmp_path, spec):
 
 
 def test_emulated_site_names_every_device(spec):
-    site = Site(emulated_devices=True, dev_dir="/x/dev", node_ports={"a-gpu1": 1, "a-gpu2": 2, "b-gpu1": 3, "c-gpu1": 4})
+    site = Site(
+        emulated_devices=True, dev_dir="/x/dev", node_ports={"a-gpu1": 1, "a-gpu2": 2, "b-gpu1": 3, "c-gpu1": 4}
+    )
     gres = render_all(spec, site, SlurmVersion(22, 5))["gres.conf"]
     assert "AutoDetect=off" in gres
-    lines = [l for l in gres.splitlines() if l.startswith("NodeName=c-gpu1")]
+    lines = [ln for ln in gres.splitlines() if ln.startswith("NodeName=c-gpu1")]
     assert len(lines) == 5  # 4 MIG instances on GPU 0 and one whole GPU 1
-    assert any("File=/x/dev/c-gpu1/nvidia0-mig3" in l for l in lines)
+    assert any("File=/x/dev/c-gpu1/nvidia0-mig3" in ln for ln in lines)

@@ -81,16 +81,24 @@ def test_a_borrower_spanning_two_owners_is_preempted_by_either():
 
 
 def test_only_the_needed_borrowers_are_signalled():
-    jobs = [borrower("x1", 0, 1000, 1), borrower("x2", 0, 1000, 1), borrower("x3", 0, 1000, 1),
-            owner("a1", "a", 100, 50, 2)]
+    jobs = [
+        borrower("x1", 0, 1000, 1),
+        borrower("x2", 0, 1000, 1),
+        borrower("x3", 0, 1000, 1),
+        owner("a1", "a", 100, 50, 2),
+    ]
     r = simulate({"a": 3}, jobs, POOL, window=5000)
     assert r.preemptions == 2 and r.owner_waits == [60]
 
 
 def test_surplus_freed_gpus_return_to_idle():
     # two 2-GPU borrowers hold all four GPUs; the owner needs 3: both are signalled, 1 GPU is left over
-    jobs = [borrower("x1", 0, 1000, 2), borrower("x2", 0, 1000, 2), owner("a1", "a", 100, 500, 3),
-            owner("a2", "a", 100, 500, 1)]
+    jobs = [
+        borrower("x1", 0, 1000, 2),
+        borrower("x2", 0, 1000, 2),
+        owner("a1", "a", 100, 500, 3),
+        owner("a2", "a", 100, 500, 1),
+    ]
     r = simulate({"a": 4}, jobs, POOL, window=5000)
     assert r.preemptions == 2
     assert sorted(r.owner_waits) == [60, 60]  # a2 takes the surplus GPU once the victims are gone
@@ -99,8 +107,12 @@ def test_surplus_freed_gpus_return_to_idle():
 def test_gpus_of_a_borrower_already_leaving_count_for_the_next_owner():
     # x2 spans a and b; a's owner signals it, and b's owner, arriving at the same time,
     # uses x2's GPU on b (free at the end of that grace window) plus x1's: one grace, not two
-    jobs = [borrower("x1", 0, 1000, 1), borrower("x2", 0, 1000, 2),
-            owner("a0", "a", 2, 10, 1), owner("b0", "b", 2, 10, 2)]
+    jobs = [
+        borrower("x1", 0, 1000, 1),
+        borrower("x2", 0, 1000, 2),
+        owner("a0", "a", 2, 10, 1),
+        owner("b0", "b", 2, 10, 2),
+    ]
     r = simulate({"a": 1, "b": 2}, jobs, POOL, window=5000)
     assert r.preemptions == 2 and r.owner_waits == [60, 60]
 
@@ -113,13 +125,16 @@ def test_owners_beyond_their_share_borrow_and_can_be_preempted():
     assert sorted(r.owner_waits) == [0, 0, 60]
 
 
-@pytest.mark.parametrize("capacity,jobs,window,message", [
-    ({"a": 1}, [owner("z1", "z", 0, 1, 1)], 10, "project 'z' owns no servers"),
-    ({"a": 1}, [owner("a1", "a", 0, 1, 2)], 10, "gpus 2 outside 1..1"),
-    ({"a": 1}, [owner("a1", "a", 0, 0, 1)], 10, "work 0"),
-    ({"a": -1}, [], 10, "negative GPU counts"),
-    ({"a": 1}, [], 0, "window: 0 is not positive"),
-])
+@pytest.mark.parametrize(
+    "capacity,jobs,window,message",
+    [
+        ({"a": 1}, [owner("z1", "z", 0, 1, 1)], 10, "project 'z' owns no servers"),
+        ({"a": 1}, [owner("a1", "a", 0, 1, 2)], 10, "gpus 2 outside 1..1"),
+        ({"a": 1}, [owner("a1", "a", 0, 0, 1)], 10, "work 0"),
+        ({"a": -1}, [], 10, "negative GPU counts"),
+        ({"a": 1}, [], 0, "window: 0 is not positive"),
+    ],
+)
 def test_bad_input_is_named(capacity, jobs, window, message):
     with pytest.raises(ValueError, match=message):
         simulate(capacity, jobs, POOL, window=window)
@@ -134,13 +149,16 @@ def test_backlog_fills_idle_gpus_only_while_the_window_lasts():
 
 @st.composite
 def workloads(draw):
-    caps = {p: draw(st.integers(1, 4)) for p in ("a", "b", "c")[:draw(st.integers(1, 3))]}
+    caps = {p: draw(st.integers(1, 4)) for p in ("a", "b", "c")[: draw(st.integers(1, 3))]}
     jobs = []
     for p, cap in caps.items():  # one owner job per project: it always fits its share
         jobs.append(owner(f"{p}0", p, draw(st.integers(0, 500)), draw(st.integers(1, 300)), draw(st.integers(1, cap))))
     for i in range(draw(st.integers(0, 8))):
-        jobs.append(borrower(f"x{i}", draw(st.integers(0, 500)), draw(st.integers(1, 400)),
-                             draw(st.integers(1, sum(caps.values())))))
+        jobs.append(
+            borrower(
+                f"x{i}", draw(st.integers(0, 500)), draw(st.integers(1, 400)), draw(st.integers(1, sum(caps.values())))
+            )
+        )
     return caps, jobs
 
 
@@ -172,19 +190,21 @@ def test_quantile_is_nearest_rank():
 
 # -- traces ------------------------------------------------------------------
 
-GAVEL = ("Transformer\tcd x\t-step\t1\t95121\t0.000000\t1\n"
-         "Recommendation\tcd y\t-n\t1\t10000\t6.5\t4\n")
+GAVEL = "Transformer\tcd x\t-step\t1\t95121\t0.000000\t1\nRecommendation\tcd y\t-n\t1\t10000\t6.5\t4\n"
 
 
 def test_vc_trace_rows():
     assert workload.parse_vc_trace(GAVEL) == [workload.Arrival(0.0, 1), workload.Arrival(6.5, 4)]
 
 
-@pytest.mark.parametrize("text,message", [
-    ("a\tb\tc\n", "vc:1: expected 7 tab-separated columns, got 3"),
-    ("a\tb\tc\td\te\tsoon\t1\n", "vc:1: arrival 'soon'"),
-    ("a\tb\tc\td\te\t1\t0\n", "vc:1: arrival 1.0 must be >= 0 and gpus 0 >= 1"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("a\tb\tc\n", "vc:1: expected 7 tab-separated columns, got 3"),
+        ("a\tb\tc\td\te\tsoon\t1\n", "vc:1: arrival 'soon'"),
+        ("a\tb\tc\td\te\t1\t0\n", "vc:1: arrival 1.0 must be >= 0 and gpus 0 >= 1"),
+    ],
+)
 def test_vc_trace_errors_name_the_line(text, message):
     with pytest.raises(workload.TraceError, match=message):
         workload.parse_vc_trace(text, "vc")
@@ -195,10 +215,13 @@ def test_arrivals_csv_round_trip():
     assert workload.parse_arrivals_csv(workload.arrivals_csv(rows)) == rows
 
 
-@pytest.mark.parametrize("text,message", [
-    ("vc,arrival\nx,1\n", "columns"),
-    ("vc,arrival_seconds,num_gpus\nx,1,many\n", "arrivals:2: "),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("vc,arrival\nx,1\n", "columns"),
+        ("vc,arrival_seconds,num_gpus\nx,1,many\n", "arrivals:2: "),
+    ],
+)
 def test_arrivals_csv_errors(text, message):
     with pytest.raises(workload.TraceError, match=message):
         workload.parse_arrivals_csv(text)
@@ -232,6 +255,7 @@ def test_jobs_and_server_sizing():
 
 # -- lending to the inference tier -------------------------------------------
 
+
 def _always(_t: float) -> bool:
     return True
 
@@ -240,17 +264,24 @@ def _always(_t: float) -> bool:
 LEND_CASES = [
     ("two idle nodes lent all hour", [(0, 16)], _always, None, 16 * 3600, 2, 0),
     ("Slurm takes one back at 1000 s", [(0, 16), (1000, 8)], _always, None, 16 * 1000 + 8 * 2600, 2, 1),
-    ("a node freed at 1000 s waits for the next cron tick", [(0, 8), (1000, 16)], _always, None,
-     8 * 1200 + 16 * 2400, 2, 0),
-    ("the window closes at 1800 s: given back, not reclaimed", [(0, 16)], lambda t: t < 1800, None,
-     16 * 1800, 2, 0),
+    (
+        "a node freed at 1000 s waits for the next cron tick",
+        [(0, 8), (1000, 16)],
+        _always,
+        None,
+        8 * 1200 + 16 * 2400,
+        2,
+        0,
+    ),
+    ("the window closes at 1800 s: given back, not reclaimed", [(0, 16)], lambda t: t < 1800, None, 16 * 1800, 2, 0),
     ("max_lent_nodes 1", [(0, 16)], _always, 1, 8 * 3600, 1, 0),
     ("7 idle GPUs are not a node", [(0, 7)], _always, None, 0, 0, 0),
 ]
 
 
-@pytest.mark.parametrize("timeline,allowed,max_nodes,lent,lends,reclaims",
-                         [c[1:] for c in LEND_CASES], ids=[c[0] for c in LEND_CASES])
+@pytest.mark.parametrize(
+    "timeline,allowed,max_nodes,lent,lends,reclaims", [c[1:] for c in LEND_CASES], ids=[c[0] for c in LEND_CASES]
+)
 def test_lending(timeline, allowed, max_nodes, lent, lends, reclaims):
     rep = replay_lending(timeline, window=3600, node_gpus=8, period=600, allowed=allowed, max_nodes=max_nodes)
     assert (rep.lent_gpu_seconds, rep.lends, rep.reclaims) == (lent, lends, reclaims)

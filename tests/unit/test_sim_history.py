@@ -51,27 +51,34 @@ def _newer(data):
 def test_newer_number_objects(recorded):
     old = history.jobs_from_sacct(recorded, {"proja": 4})
     new = history.jobs_from_sacct(_newer(recorded), {"proja": 4})
-    assert [(j.project, j.gpus, j.work, j.arrival) for j in old.jobs] == \
-           [(j.project, j.gpus, j.work, j.arrival) for j in new.jobs]
+    assert [(j.project, j.gpus, j.work, j.arrival) for j in old.jobs] == [
+        (j.project, j.gpus, j.work, j.arrival) for j in new.jobs
+    ]
     # accounts without servers in the spec are borrowers
     assert [j.project for j in new.jobs] == ["proja", None, None]
 
 
 def _job(job_id, account, submit, start, end, gres):
-    return {"job_id": job_id, "account": account,
-            "time": {"submission": submit, "start": start, "end": end},
-            "tres": {"allocated": [{"type": "gres", "name": n, "count": c} for n, c in gres]}}
+    return {
+        "job_id": job_id,
+        "account": account,
+        "time": {"submission": submit, "start": start, "end": end},
+        "tres": {"allocated": [{"type": "gres", "name": n, "count": c} for n, c in gres]},
+    }
 
 
-@pytest.mark.parametrize("job,skipped,gpus", [
-    (_job(1, "a", 10, 0, 0, [("gpu", 1)]), "never ran or still running", None),
-    (_job(1, "a", 10, 20, 20, [("gpu", 1)]), "ran 0 s", None),
-    (_job(1, "a", 10, 20, 30, []), "no GPU", None),
-    (_job(1, "a", 10, 20, 30, [("gpu", 9)]), "more GPUs than the project owns", None),
-    (_job(1, "x", 10, 20, 30, [("gpu", 99)]), "more GPUs than the pool has", None),
-    (_job(1, "a", 10, 20, 30, [("gpu:nvidia_a100_3g.20gb", 1), ("gpu:nvidia_a100_1g.5gb", 2)]), None, 3),
-    (_job(1, "a", 10, 20, 30, [("gpu", 2), ("gpu:nvidia_a100-sxm4-80gb", 2)]), None, 2),
-])
+@pytest.mark.parametrize(
+    "job,skipped,gpus",
+    [
+        (_job(1, "a", 10, 0, 0, [("gpu", 1)]), "never ran or still running", None),
+        (_job(1, "a", 10, 20, 20, [("gpu", 1)]), "ran 0 s", None),
+        (_job(1, "a", 10, 20, 30, []), "no GPU", None),
+        (_job(1, "a", 10, 20, 30, [("gpu", 9)]), "more GPUs than the project owns", None),
+        (_job(1, "x", 10, 20, 30, [("gpu", 99)]), "more GPUs than the pool has", None),
+        (_job(1, "a", 10, 20, 30, [("gpu:nvidia_a100_3g.20gb", 1), ("gpu:nvidia_a100_1g.5gb", 2)]), None, 3),
+        (_job(1, "a", 10, 20, 30, [("gpu", 2), ("gpu:nvidia_a100-sxm4-80gb", 2)]), None, 2),
+    ],
+)
 def test_which_jobs_count(job, skipped, gpus):
     keep = _job(2, "a", 5, 6, 7, [("gpu", 1)])
     hist = history.jobs_from_sacct({"jobs": [keep, job]}, {"a": 4, "b": 4})
@@ -81,13 +88,16 @@ def test_which_jobs_count(job, skipped, gpus):
         assert hist.jobs[1].gpus == gpus
 
 
-@pytest.mark.parametrize("data,message", [
-    ([], "not sacct --json output"),
-    ({"jobs": {}}, "not sacct --json output"),
-    ({"jobs": [1]}, r"jobs\[0\] is not an object"),
-    ({"jobs": []}, "no GPU job that ran"),
-    ({"jobs": [_job(1, "a", 1, 2, 3, [])]}, r"no GPU job that ran \({'no GPU': 1}\)"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        ([], "not sacct --json output"),
+        ({"jobs": {}}, "not sacct --json output"),
+        ({"jobs": [1]}, r"jobs\[0\] is not an object"),
+        ({"jobs": []}, "no GPU job that ran"),
+        ({"jobs": [_job(1, "a", 1, 2, 3, [])]}, r"no GPU job that ran \({'no GPU': 1}\)"),
+    ],
+)
 def test_bad_exports(data, message):
     with pytest.raises(history.HistoryError, match=message):
         history.jobs_from_sacct(data, {"a": 4}, name="x.json")
@@ -118,16 +128,23 @@ def test_cli_table_and_json():
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["grace_seconds"] == 5 and out["owner_jobs"] == 3 and out["capacity"]["proja"] == 4
-    assert [r["policy"] for r in out["results"]] == ["dedicated", "pool-no-preemption",
-                                                     "pool-checkpoint-on-preempt", "pool-periodic-checkpoints"]
+    assert [r["policy"] for r in out["results"]] == [
+        "dedicated",
+        "pool-no-preemption",
+        "pool-checkpoint-on-preempt",
+        "pool-periodic-checkpoints",
+    ]
     assert out["results"][0]["utilization_vs_dedicated"] == 1.0
 
 
-@pytest.mark.parametrize("content,message", [
-    ("{", "not JSON"),
-    ('{"meta": {}}', "no 'jobs' list"),
-    ('{"jobs": []}', "no GPU job that ran"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("{", "not JSON"),
+        ('{"meta": {}}', "no 'jobs' list"),
+        ('{"jobs": []}', "no GPU job that ran"),
+    ],
+)
 def test_cli_bad_input(tmp_path, content, message):
     f = tmp_path / "x.json"
     f.write_text(content)
@@ -143,7 +160,8 @@ def test_cli_missing_file(tmp_path):
 
 def test_cli_spec_without_owners(tmp_path):
     spec = tmp_path / "p.yaml"
-    spec.write_text(SPEC.read_text().replace("    owns: [a]\n", "").replace("    owns: [b]\n", "")
-                    .replace("    owns: [c]\n", ""))
+    spec.write_text(
+        SPEC.read_text().replace("    owns: [a]\n", "").replace("    owns: [b]\n", "").replace("    owns: [c]\n", "")
+    )
     res = _cli("--spec", str(spec), "--sacct", str(SACCT))
     assert res.exit_code == 1 and "no project owns a node group" in res.output, res.output

@@ -58,92 +58,119 @@ def jobs_of(version: str, name: str):
 
 # -- GRES and TRES strings ------------------------------------------------------
 
-@pytest.mark.parametrize("text, want", [
-    ("", []),
-    ("a,b", ["a", "b"]),
-    ("gpu:a100:2(IDX:0,2),gpu:h100:1(IDX:1)", ["gpu:a100:2(IDX:0,2)", "gpu:h100:1(IDX:1)"]),
-    ("gpu:x:1(S:0-1) , mps:100", ["gpu:x:1(S:0-1)", "mps:100"]),
-    ("a,,b,", ["a", "b"]),
-])
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("", []),
+        ("a,b", ["a", "b"]),
+        ("gpu:a100:2(IDX:0,2),gpu:h100:1(IDX:1)", ["gpu:a100:2(IDX:0,2)", "gpu:h100:1(IDX:1)"]),
+        ("gpu:x:1(S:0-1) , mps:100", ["gpu:x:1(S:0-1)", "mps:100"]),
+        ("a,,b,", ["a", "b"]),
+    ],
+)
 def test_split_top(text, want):
     assert split_top(text) == want
 
 
-@pytest.mark.parametrize("detail, want", [
-    ("IDX:0", (0,)),
-    ("IDX:0-1", (0, 1)),
-    ("IDX:0,2-3", (0, 2, 3)),
-    ("IDX:N/A", ()),
-    ("S:0-1", None),
-    ("S:0|IDX:1", (1,)),
-    ("IDX:x", None),
-])
+@pytest.mark.parametrize(
+    "detail, want",
+    [
+        ("IDX:0", (0,)),
+        ("IDX:0-1", (0, 1)),
+        ("IDX:0,2-3", (0, 2, 3)),
+        ("IDX:N/A", ()),
+        ("S:0-1", None),
+        ("S:0|IDX:1", (1,)),
+        ("IDX:x", None),
+    ],
+)
 def test_parse_indexes(detail, want):
     assert parse_indexes(detail) == want
 
 
-@pytest.mark.parametrize("text, want", [
-    (None, []),
-    ("", []),
-    ("(null)", []),
-    ("N/A", []),
-    (f"gpu:{A100}:2", [GresItem("gpu", A100, 2)]),
-    (f"gpu:{A100}:1(IDX:0)", [GresItem("gpu", A100, 1, (0,))]),
-    (f"gpu:{A100}:2(IDX:0-1)", [GresItem("gpu", A100, 2, (0, 1))]),
-    ("gpu:nvidia_a100_2g.10gb:0(IDX:N/A)", [GresItem("gpu", "nvidia_a100_2g.10gb", 0, ())]),
-    ("gpu:4", [GresItem("gpu", "", 4)]),
-    ("gpu", [GresItem("gpu", "", 1)]),
-    ("gpu:a100", [GresItem("gpu", "a100", 1)]),
-    ("gpu:a100:2(S:0-1)", [GresItem("gpu", "a100", 2, None)]),
-    ("gpu:a100:no_consume:2", [GresItem("gpu", "a100", 2)]),
-    ("gpu:a100:2(IDX:0,3),mps:200", [GresItem("gpu", "a100", 2, (0, 3)), GresItem("mps", "", 200)]),
-    ("gpu:a100:x:y", []),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (None, []),
+        ("", []),
+        ("(null)", []),
+        ("N/A", []),
+        (f"gpu:{A100}:2", [GresItem("gpu", A100, 2)]),
+        (f"gpu:{A100}:1(IDX:0)", [GresItem("gpu", A100, 1, (0,))]),
+        (f"gpu:{A100}:2(IDX:0-1)", [GresItem("gpu", A100, 2, (0, 1))]),
+        ("gpu:nvidia_a100_2g.10gb:0(IDX:N/A)", [GresItem("gpu", "nvidia_a100_2g.10gb", 0, ())]),
+        ("gpu:4", [GresItem("gpu", "", 4)]),
+        ("gpu", [GresItem("gpu", "", 1)]),
+        ("gpu:a100", [GresItem("gpu", "a100", 1)]),
+        ("gpu:a100:2(S:0-1)", [GresItem("gpu", "a100", 2, None)]),
+        ("gpu:a100:no_consume:2", [GresItem("gpu", "a100", 2)]),
+        ("gpu:a100:2(IDX:0,3),mps:200", [GresItem("gpu", "a100", 2, (0, 3)), GresItem("mps", "", 200)]),
+        ("gpu:a100:x:y", []),
+    ],
+)
 def test_parse_gres(text, want):
     assert parse_gres(text) == want
 
 
-@pytest.mark.parametrize("text, want", [
-    ("gpu:nvidia_a100_3g.20gb:1,gpu:nvidia_a100_2g.10gb:1,gpu:nvidia_a100_1g.5gb:2,gpu:nvidia_a100-sxm4-40gb:1",
-     {"nvidia_a100_3g.20gb": 1, "nvidia_a100_2g.10gb": 1, "nvidia_a100_1g.5gb": 2, "nvidia_a100-sxm4-40gb": 1}),
-    ("gpu:nvidia_a100_3g.20gb:1(IDX:0),gpu:nvidia_a100_2g.10gb:0(IDX:N/A),gpu:nvidia_a100_1g.5gb:1(IDX:2)",
-     {"nvidia_a100_3g.20gb": 1, "nvidia_a100_2g.10gb": 0, "nvidia_a100_1g.5gb": 1}),
-    ("gpu:a:1,gpu:a:2,shard:a:8", {"a": 3}),
-    ("mps:100", {}),
-    ("gpu:2", {"": 2}),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (
+            "gpu:nvidia_a100_3g.20gb:1,gpu:nvidia_a100_2g.10gb:1,gpu:nvidia_a100_1g.5gb:2,gpu:nvidia_a100-sxm4-40gb:1",
+            {"nvidia_a100_3g.20gb": 1, "nvidia_a100_2g.10gb": 1, "nvidia_a100_1g.5gb": 2, "nvidia_a100-sxm4-40gb": 1},
+        ),
+        (
+            "gpu:nvidia_a100_3g.20gb:1(IDX:0),gpu:nvidia_a100_2g.10gb:0(IDX:N/A),gpu:nvidia_a100_1g.5gb:1(IDX:2)",
+            {"nvidia_a100_3g.20gb": 1, "nvidia_a100_2g.10gb": 0, "nvidia_a100_1g.5gb": 1},
+        ),
+        ("gpu:a:1,gpu:a:2,shard:a:8", {"a": 3}),
+        ("mps:100", {}),
+        ("gpu:2", {"": 2}),
+    ],
+)
 def test_gpu_counts(text, want):
     assert gpu_counts(text) == want
 
 
-@pytest.mark.parametrize("text, want", [
-    ("cpu=1,mem=1G,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2",
-     {"cpu": 1, "node": 1, "billing": 1, "gres/gpu": 2, "gres/gpu:a100": 2}),
-    ("", {}),
-    (None, {}),
-    ("junk,=3,x=", {}),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (
+            "cpu=1,mem=1G,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2",
+            {"cpu": 1, "node": 1, "billing": 1, "gres/gpu": 2, "gres/gpu:a100": 2},
+        ),
+        ("", {}),
+        (None, {}),
+        ("junk,=3,x=", {}),
+    ],
+)
 def test_parse_tres(text, want):
     assert parse_tres(text) == want
 
 
-
-
-@pytest.mark.parametrize("text, want", [
-    ("cpu=2,gres/gpu=3,gres/gpu:a100=3", 3),
-    ("cpu=2,gres/gpu:a100=1,gres/gpu:h100=2", 3),
-    ("cpu=2", 0),
-    ("", 0),
-    (None, 0),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("cpu=2,gres/gpu=3,gres/gpu:a100=3", 3),
+        ("cpu=2,gres/gpu:a100=1,gres/gpu:h100=2", 3),
+        ("cpu=2", 0),
+        ("", 0),
+        (None, 0),
+    ],
+)
 def test_tres_gpus(text, want):
     assert tres_gpus(text) == want
 
 
 def test_tres_gpu_types_and_sacct_lists():
     assert tres_gpu_types("cpu=1,gres/gpu=2,gres/gpu:a100=1,gres/gpu:h100=1") == {"a100": 1, "h100": 1}
-    items = [{"type": "cpu", "name": None, "count": 4}, {"type": "gres", "name": "gpu", "count": 2},
-             {"type": "gres", "name": "gpu:a100", "count": 2}, {"type": "gres", "name": "gpu", "count": None}]
+    items = [
+        {"type": "cpu", "name": None, "count": 4},
+        {"type": "gres", "name": "gpu", "count": 2},
+        {"type": "gres", "name": "gpu:a100", "count": 2},
+        {"type": "gres", "name": "gpu", "count": None},
+    ]
     assert tres_list_gpus(items) == (2, {"a100": 2})
     assert tres_list_gpus([{"type": "gres", "name": "gpu:x", "count": {"set": True, "number": 3}}]) == (3, {"x": 3})
     assert tres_list_gpus(["junk", {"type": "gres"}]) == (0, {})
@@ -151,28 +178,35 @@ def test_tres_gpu_types_and_sacct_lists():
 
 # -- states ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value, flags, base, want_flags", [
-    ("idle", ["DRAIN"], "IDLE", {"DRAIN"}),            # 22.05 sinfo --json
-    (["IDLE", "DRAIN"], None, "IDLE", {"DRAIN"}),      # 23.02+
-    (["DRAIN", "IDLE"], None, "IDLE", {"DRAIN"}),      # the base is found, wherever it is
-    ("MIXED+DRAIN", None, "MIXED", {"DRAIN"}),         # scontrol show node text
-    ("down", ["NOT_RESPONDING", "DRAIN"], "DOWN", {"NOT_RESPONDING", "DRAIN"}),
-    (None, None, "", set()),
-])
+
+@pytest.mark.parametrize(
+    "value, flags, base, want_flags",
+    [
+        ("idle", ["DRAIN"], "IDLE", {"DRAIN"}),  # 22.05 sinfo --json
+        (["IDLE", "DRAIN"], None, "IDLE", {"DRAIN"}),  # 23.02+
+        (["DRAIN", "IDLE"], None, "IDLE", {"DRAIN"}),  # the base is found, wherever it is
+        ("MIXED+DRAIN", None, "MIXED", {"DRAIN"}),  # scontrol show node text
+        ("down", ["NOT_RESPONDING", "DRAIN"], "DOWN", {"NOT_RESPONDING", "DRAIN"}),
+        (None, None, "", set()),
+    ],
+)
 def test_node_states(value, flags, base, want_flags):
     st = node_state(value, flags)
     assert (st.base, set(st.flags)) == (base, want_flags)
 
 
-@pytest.mark.parametrize("value, base, flags, on_node, waiting", [
-    ("RUNNING", "RUNNING", set(), True, False),                        # 22.05 squeue --json
-    ("COMPLETING", "COMPLETING", set(), True, False),                  # 22.05 prints the flag alone
-    (["COMPLETED", "COMPLETING"], "COMPLETED", {"COMPLETING"}, True, False),
-    (["PENDING", "REQUEUED"], "PENDING", {"REQUEUED"}, False, True),   # 23.02+ keeps the flags
-    ("REQUEUED", "REQUEUED", set(), False, True),
-    (["RUNNING", "CONFIGURING"], "RUNNING", {"CONFIGURING"}, True, False),
-    (["PREEMPTED"], "PREEMPTED", set(), False, False),
-])
+@pytest.mark.parametrize(
+    "value, base, flags, on_node, waiting",
+    [
+        ("RUNNING", "RUNNING", set(), True, False),  # 22.05 squeue --json
+        ("COMPLETING", "COMPLETING", set(), True, False),  # 22.05 prints the flag alone
+        (["COMPLETED", "COMPLETING"], "COMPLETED", {"COMPLETING"}, True, False),
+        (["PENDING", "REQUEUED"], "PENDING", {"REQUEUED"}, False, True),  # 23.02+ keeps the flags
+        ("REQUEUED", "REQUEUED", set(), False, True),
+        (["RUNNING", "CONFIGURING"], "RUNNING", {"CONFIGURING"}, True, False),
+        (["PREEMPTED"], "PREEMPTED", set(), False, False),
+    ],
+)
 def test_job_states_keep_their_flags(value, base, flags, on_node, waiting):
     rec = JobRecord(1, state=job_state(value))
     assert (rec.state.base, set(rec.state.flags)) == (base, flags)
@@ -187,10 +221,15 @@ def test_state_reads_like_words():
 
 # -- node records on both ends --------------------------------------------------------
 
-@pytest.mark.parametrize("version, command", [
-    ("22.05", ["sinfo", "--json"]), ("23.02", ["scontrol", "show", "nodes", "--json"]),
-    ("26.05", ["scontrol", "show", "nodes", "--json"]),
-])
+
+@pytest.mark.parametrize(
+    "version, command",
+    [
+        ("22.05", ["sinfo", "--json"]),
+        ("23.02", ["scontrol", "show", "nodes", "--json"]),
+        ("26.05", ["scontrol", "show", "nodes", "--json"]),
+    ],
+)
 def test_node_command_per_version(version, command):
     assert node_command(SlurmVersion.parse(version)) == command
 
@@ -218,8 +257,10 @@ def test_grouped_sinfo_of_23_02_on_is_refused_not_read_as_empty():
 
 
 def test_node_text_fallback():
-    text = ("NodeName=a-gpu2 Arch=x86_64 CoresPerSocket=1\n   Gres=gpu:a100:2\n   State=IDLE+DRAIN ThreadsPerCore=1\n"
-            "   Partitions=a-owner,shared\n   Reason=slurm-pool: ecc: GPU 1 [root@2026-01-01T00:00:00]\n")
+    text = (
+        "NodeName=a-gpu2 Arch=x86_64 CoresPerSocket=1\n   Gres=gpu:a100:2\n   State=IDLE+DRAIN ThreadsPerCore=1\n"
+        "   Partitions=a-owner,shared\n   Reason=slurm-pool: ecc: GPU 1 [root@2026-01-01T00:00:00]\n"
+    )
     rec = parse_node_text(text, "a-gpu2")
     assert rec is not None and rec.drained and rec.ours and rec.reason == "slurm-pool: ecc: GPU 1"
     assert rec.partitions == ("a-owner", "shared") and rec.gres == "gpu:a100:2"
@@ -227,6 +268,7 @@ def test_node_text_fallback():
 
 
 # -- job records on both ends ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_jobs_of_the_busy_scene(version):
@@ -267,8 +309,10 @@ def test_scontrol_job_json_of_23_02_on():
 
 
 def test_job_text_fallback():
-    text = ("JobId=7 JobName=x\n   JobState=PENDING Reason=BeginTime Dependency=(null)\n   Requeue=1 Restarts=2\n"
-            "   TimeLimit=1-00:00:00 StartTime=2026-01-07T12:00:00 EndTime=Unknown PreemptTime=None\n")
+    text = (
+        "JobId=7 JobName=x\n   JobState=PENDING Reason=BeginTime Dependency=(null)\n   Requeue=1 Restarts=2\n"
+        "   TimeLimit=1-00:00:00 StartTime=2026-01-07T12:00:00 EndTime=Unknown PreemptTime=None\n"
+    )
     rec = parse_job_text(text, 7)
     assert rec is not None and rec.requeued and rec.restart_count == 2 and rec.time_limit == 86400
     assert rec.requeue is True and rec.comment is None and rec.end_time is None
@@ -276,15 +320,22 @@ def test_job_text_fallback():
 
 
 def test_a_job_name_cannot_forge_its_text_record():
-    text = ("JobId=7 JobName=x JobState=PREEMPTED Restarts=7 Requeue=0\n"
-            "   UserId=alice(1001) GroupId=alice(1001)\n   JobState=RUNNING Reason=None\n   Requeue=1 Restarts=0\n"
-            "   Comment=y JobState=PREEMPTED\n   Command=/bin/x Restarts=9\n")
+    text = (
+        "JobId=7 JobName=x JobState=PREEMPTED Restarts=7 Requeue=0\n"
+        "   UserId=alice(1001) GroupId=alice(1001)\n   JobState=RUNNING Reason=None\n   Requeue=1 Restarts=0\n"
+        "   Comment=y JobState=PREEMPTED\n   Command=/bin/x Restarts=9\n"
+    )
     rec = parse_job_text(text, 7)
     assert rec is not None and rec.state.base == "RUNNING" and rec.restart_count == 0 and rec.requeue is True
 
 
-@pytest.mark.parametrize("doc", ['{"jobs": [{"job_id": {"set": true, "number": 9}, "comment": {"job": "c"}}]}',
-                                 '{"jobs": [{"job_id": 9, "comment": "c"}]}'])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        '{"jobs": [{"job_id": {"set": true, "number": 9}, "comment": {"job": "c"}}]}',
+        '{"jobs": [{"job_id": 9, "comment": "c"}]}',
+    ],
+)
 def test_job_numbers_and_comments_of_either_shape(doc):
     (rec,) = parse_jobs(doc)
     assert (rec.job_id, rec.comment) == (9, "c")

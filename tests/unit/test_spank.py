@@ -42,7 +42,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def make(out: Path, *targets: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["make", "-C", str(SPANK), f"OUT={out}", *targets], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["make", "-C", str(SPANK), f"OUT={out}", *targets], capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +64,16 @@ def asan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def render_plugstack(plugin: Path, required: bool, base_dir: str = "/var/lib/slurm-pool/checkpoints") -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "conf_templates")), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(ROOT / "conf_templates")),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     return env.get_template("plugstack.conf.j2").render(
-        spank_plugin_path=str(plugin), spank_required=required, checkpoint_base_dir=base_dir)
+        spank_plugin_path=str(plugin), spank_required=required, checkpoint_base_dir=base_dir
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +85,22 @@ def slurm_conf(build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     conf.write_text(
         "ClusterName=spanktest\nSlurmctldHost=localhost\nSlurmctldPort=1\nAuthType=auth/none\nCredType=cred/none\n"
         f"MessageTimeout=1\nPlugStackConfig={d / 'plugstack.conf'}\n"
-        "NodeName=n1 CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=n1 Default=YES\n")
+        "NodeName=n1 CPUs=1 State=UNKNOWN\nPartitionName=p Nodes=n1 Default=YES\n"
+    )
     return conf
 
 
-def client(conf: Path, *args: str, prog: str = "sbatch", wrapper: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def client(
+    conf: Path, *args: str, prog: str = "sbatch", wrapper: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     cmd = [*wrapper, prog, *args]
     if prog == "sbatch":
         cmd += ["--wrap", "true"]
     else:
         cmd += ["true"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(SLURM_CONF=str(conf)),
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=clean_env(SLURM_CONF=str(conf)), stdin=subprocess.DEVNULL
+    )
 
 
 # --------------------------------------------------------------------------
@@ -104,8 +116,15 @@ def test_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     so = tmp_path / "slurm_pool_spank.so"
     assert so.exists()
     exported = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True).stdout
-    for sym in ("slurm_spank_init", "slurm_spank_init_post_opt", "slurm_spank_user_init", "plugin_name", "plugin_type",
-                "plugin_version", "spank_plugin_version"):
+    for sym in (
+        "slurm_spank_init",
+        "slurm_spank_init_post_opt",
+        "slurm_spank_user_init",
+        "plugin_name",
+        "plugin_type",
+        "plugin_version",
+        "spank_plugin_version",
+    ):
         assert f" {sym}\n" in exported, sym
     assert "pool_parse_mem" not in exported  # helpers stay private to the plugin
 
@@ -113,19 +132,28 @@ def test_builds_with_warnings_as_errors(tmp_path: Path) -> None:
 def test_plugstack_template() -> None:
     text = render_plugstack(Path("/opt/pool/slurm_pool_spank.so"), False)
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert lines == ["optional /opt/pool/slurm_pool_spank.so base_dir=/var/lib/slurm-pool/checkpoints signal=USR1 warn_seconds=120"]
+    assert lines == [
+        "optional /opt/pool/slurm_pool_spank.so base_dir=/var/lib/slurm-pool/checkpoints signal=USR1 warn_seconds=120"
+    ]
     assert render_plugstack(Path("/p.so"), True).splitlines()[-1].startswith("required /p.so ")
 
 
 def test_plugstack_template_with_spec() -> None:
     from slurm_pool.spec import load_spec
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "conf_templates")), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(ROOT / "conf_templates")),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     spec = load_spec(ROOT / "examples" / "pool.yaml")
     text = env.get_template("plugstack.conf.j2").render(spec=spec, spank_plugin_path="/p.so", spank_required=False)
-    assert text.splitlines()[-1] == (f"optional /p.so base_dir={spec.checkpoint.base_dir} signal={spec.checkpoint.signal} "
-                                     f"warn_seconds={spec.checkpoint.warn_seconds}")
+    assert text.splitlines()[-1] == (
+        f"optional /p.so base_dir={spec.checkpoint.base_dir} signal={spec.checkpoint.signal} "
+        f"warn_seconds={spec.checkpoint.warn_seconds}"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -140,9 +168,15 @@ BAD = [
     ("--gpu-mem=17T", "--gpu-mem: '17T' is too large (at most 16T)"),
     ("--gpu-mem=1.5.5G", "has an unknown unit"),
     ("--gpu-mem=-1G", "is not a size"),
-    ("--checkpoint-signal=KILL", "--checkpoint-signal: SIGKILL cannot be caught, so a job cannot checkpoint on it (use e.g. USR1)"),
+    (
+        "--checkpoint-signal=KILL",
+        "--checkpoint-signal: SIGKILL cannot be caught, so a job cannot checkpoint on it (use e.g. USR1)",
+    ),
     ("--checkpoint-signal=SIGSTOP", "SIGSTOP cannot be caught"),
-    ("--checkpoint-signal=FOO", "--checkpoint-signal: 'FOO' is not a signal a job can catch (use e.g. USR1, USR2, TERM, INT or HUP)"),
+    (
+        "--checkpoint-signal=FOO",
+        "--checkpoint-signal: 'FOO' is not a signal a job can catch (use e.g. USR1, USR2, TERM, INT or HUP)",
+    ),
     ("--checkpoint-signal=9", "is not a signal a job can catch"),
     ("--checkpoint=../up", "--checkpoint: '../up' contains a '.' or '..' component"),
     ("--checkpoint=a/./b", "contains a '.' or '..' component"),
@@ -150,9 +184,20 @@ BAD = [
     ("--checkpoint=a\tb", "--checkpoint: 'a?b' contains control characters"),
     ("--checkpoint=" + "d" * 600, "is longer than 512 characters"),
 ]
-GOOD = ["--gpu-mem=10G", "--gpu-mem=10240M", "--gpu-mem=10GB", "--gpu-mem=10GiB", "--gpu-mem=1.5g", "--gpu-mem=512",
-        "--checkpoint", "--checkpoint=ckpt/run1", "--checkpoint=/scratch/me/ck", "--checkpoint-signal=SIGUSR2",
-        "--checkpoint-signal=usr1", "--checkpoint-signal=10"]
+GOOD = [
+    "--gpu-mem=10G",
+    "--gpu-mem=10240M",
+    "--gpu-mem=10GB",
+    "--gpu-mem=10GiB",
+    "--gpu-mem=1.5g",
+    "--gpu-mem=512",
+    "--checkpoint",
+    "--checkpoint=ckpt/run1",
+    "--checkpoint=/scratch/me/ck",
+    "--checkpoint-signal=SIGUSR2",
+    "--checkpoint-signal=usr1",
+    "--checkpoint-signal=10",
+]
 
 
 @pytest.mark.parametrize("arg,message", BAD, ids=[b[0][:30] for b in BAD])
@@ -181,8 +226,9 @@ def test_srun_and_salloc_refuse_bad_values(slurm_conf: Path, prog: str) -> None:
 
 
 def test_options_are_in_help(slurm_conf: Path) -> None:
-    res = subprocess.run(["sbatch", "--help"], capture_output=True, text=True, timeout=60,
-                         env=clean_env(SLURM_CONF=str(slurm_conf)))
+    res = subprocess.run(
+        ["sbatch", "--help"], capture_output=True, text=True, timeout=60, env=clean_env(SLURM_CONF=str(slurm_conf))
+    )
     for opt in ("--checkpoint=[DIR]", "--checkpoint-signal=SIG", "--gpu-mem=SIZE"):
         assert opt in res.stdout, opt
 
@@ -199,7 +245,9 @@ def test_fuzzed_values_never_crash_sbatch(slurm_conf: Path) -> None:
 
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="no valgrind")
-@pytest.mark.parametrize("args", [["--gpu-mem=bogus"], ["--gpu-mem=10G", "--checkpoint=ck", "--checkpoint-signal=USR2", "--signal=USR1"]])
+@pytest.mark.parametrize(
+    "args", [["--gpu-mem=bogus"], ["--gpu-mem=10G", "--checkpoint=ck", "--checkpoint-signal=USR2", "--signal=USR1"]]
+)
 def test_valgrind_sbatch(slurm_conf: Path, args: list[str]) -> None:
     res = client(slurm_conf, *args, wrapper=("valgrind", "-q", "--error-exitcode=99"))
     assert res.returncode != 99, res.stderr
@@ -211,8 +259,14 @@ def test_valgrind_sbatch(slurm_conf: Path, args: list[str]) -> None:
 # --------------------------------------------------------------------------
 
 
-def host(build: Path, context: str, *args: str, env: dict[str, str] | None = None,
-         plugin: Path | None = None, host_bin: Path | None = None) -> subprocess.CompletedProcess[str]:
+def host(
+    build: Path,
+    context: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    plugin: Path | None = None,
+    host_bin: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     cmd = [str(host_bin or build / "pool_host"), str(plugin or build / "slurm_pool_spank.so"), "run", context, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(**(env or {})))
 
@@ -223,11 +277,16 @@ def variables(out: str, kind: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("context", ["allocator", "local"])
 def test_client_context_sets_job_control_env(build: Path, context: str) -> None:
-    res = host(build, context, "--opt", "checkpoint=ck/a", "--opt", "checkpoint-signal=sigusr2", "--opt", "gpu-mem=1.5G")
+    res = host(
+        build, context, "--opt", "checkpoint=ck/a", "--opt", "checkpoint-signal=sigusr2", "--opt", "gpu-mem=1.5G"
+    )
     assert res.returncode == 0, res.stderr
     assert variables(res.stdout, "control") == {
-        "SLURM_POOL_CHECKPOINT": "1", "SLURM_POOL_CHECKPOINT_DIR": "ck/a",
-        "SLURM_POOL_CHECKPOINT_SIGNAL": "USR2", "SLURM_POOL_GPU_MEM_MB": "1536"}
+        "SLURM_POOL_CHECKPOINT": "1",
+        "SLURM_POOL_CHECKPOINT_DIR": "ck/a",
+        "SLURM_POOL_CHECKPOINT_SIGNAL": "USR2",
+        "SLURM_POOL_GPU_MEM_MB": "1536",
+    }
 
 
 def test_client_defaults(build: Path) -> None:
@@ -259,8 +318,20 @@ def test_client_notices_signal(build: Path, extra: list[str], env: dict[str, str
 
 
 def test_bad_plugin_arguments_fall_back(build: Path) -> None:
-    res = host(build, "allocator", "--arg", "base_dir=relative", "--arg", "signal=KILL", "--arg", "warn_seconds=x",
-               "--arg", "colour=blue", "--opt", "checkpoint")
+    res = host(
+        build,
+        "allocator",
+        "--arg",
+        "base_dir=relative",
+        "--arg",
+        "signal=KILL",
+        "--arg",
+        "warn_seconds=x",
+        "--arg",
+        "colour=blue",
+        "--opt",
+        "checkpoint",
+    )
     assert res.returncode == 0
     assert "plugstack.conf: base_dir='relative': not an absolute path; using the default" in res.stderr
     assert "plugstack.conf: signal: SIGKILL cannot be caught" in res.stderr
@@ -274,10 +345,25 @@ def test_refused_option_in_host(build: Path) -> None:
     assert res.returncode == 2 and "error: slurm-pool: --gpu-mem: 'none' is not a size" in res.stderr
 
 
-def remote(build: Path, base: Path, *args: str, job: int = 77, uid: int = 1000, gid: int = 1000,
-           **kw: object) -> subprocess.CompletedProcess[str]:
-    return host(build, "remote", "--arg", f"base_dir={base}", "--arg", "warn_seconds=45", "--uid", str(uid),
-                "--gid", str(gid), "--job", str(job), *args, **kw)  # type: ignore[arg-type]
+def remote(
+    build: Path, base: Path, *args: str, job: int = 77, uid: int = 1000, gid: int = 1000, **kw: object
+) -> subprocess.CompletedProcess[str]:
+    return host(
+        build,
+        "remote",
+        "--arg",
+        f"base_dir={base}",
+        "--arg",
+        "warn_seconds=45",
+        "--uid",
+        str(uid),
+        "--gid",
+        str(gid),
+        "--job",
+        str(job),
+        *args,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def user_name(uid: int) -> str:
@@ -297,8 +383,13 @@ def test_remote_creates_the_job_directory(build: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     target = base / user_name(uid) / "77"
     assert variables(res.stdout, "setenv") == {
-        "SLURM_POOL_CHECKPOINT": "1", "SLURM_POOL_CHECKPOINT_DIR": str(target), "SLURM_POOL_CHECKPOINT_SIGNAL": "USR1",
-        "SLURM_POOL_CHECKPOINT_SIGNUM": "10", "SLURM_POOL_CHECKPOINT_WARN_SECONDS": "45", "SLURM_POOL_GPU_MEM_MB": "20480"}
+        "SLURM_POOL_CHECKPOINT": "1",
+        "SLURM_POOL_CHECKPOINT_DIR": str(target),
+        "SLURM_POOL_CHECKPOINT_SIGNAL": "USR1",
+        "SLURM_POOL_CHECKPOINT_SIGNUM": "10",
+        "SLURM_POOL_CHECKPOINT_WARN_SECONDS": "45",
+        "SLURM_POOL_GPU_MEM_MB": "20480",
+    }
     for d in (target, target.parent):
         st = d.stat()
         assert stat.S_IMODE(st.st_mode) == 0o700 and (st.st_uid, st.st_gid) == (uid, gid)
@@ -309,8 +400,16 @@ def test_remote_creates_the_job_directory(build: Path, tmp_path: Path) -> None:
 
 def test_remote_relative_directory(build: Path, tmp_path: Path) -> None:
     uid = os.getuid()
-    res = remote(build, tmp_path / "b", "--opt", "checkpoint=runs//exp1/", "--opt", "checkpoint-signal=USR2", uid=uid,
-                 gid=os.getgid())
+    res = remote(
+        build,
+        tmp_path / "b",
+        "--opt",
+        "checkpoint=runs//exp1/",
+        "--opt",
+        "checkpoint-signal=USR2",
+        uid=uid,
+        gid=os.getgid(),
+    )
     assert res.returncode == 0, res.stderr
     env = variables(res.stdout, "setenv")
     assert env["SLURM_POOL_CHECKPOINT_DIR"] == str(tmp_path / "b" / user_name(uid) / "runs" / "exp1")
@@ -323,7 +422,9 @@ def test_remote_option_without_value(build: Path, tmp_path: Path, given: str) ->
     # slurmstepd (and srun inside the job) get a bare --checkpoint as "" or "(null)"
     res = remote(build, tmp_path / "b", "--opt", given, uid=os.getuid(), gid=os.getgid(), job=5)
     assert res.returncode == 0, res.stderr
-    assert variables(res.stdout, "setenv")["SLURM_POOL_CHECKPOINT_DIR"] == str(tmp_path / "b" / user_name(os.getuid()) / "5")
+    assert variables(res.stdout, "setenv")["SLURM_POOL_CHECKPOINT_DIR"] == str(
+        tmp_path / "b" / user_name(os.getuid()) / "5"
+    )
     res = host(build, "local", "--opt", given)
     assert res.returncode == 0 and "SLURM_POOL_CHECKPOINT_DIR" not in res.stdout
 
@@ -401,11 +502,37 @@ def test_remote_absolute_directory_is_made_with_the_users_rights(build: Path, op
 
 def test_asan_contexts(asan: Path, tmp_path: Path) -> None:
     runs = [
-        ("allocator", ["--opt", "checkpoint=a/b", "--opt", "gpu-mem=2.25G", "--opt", "checkpoint-signal=10",
-                       "--extra", "--signal=USR1"], 0),
+        (
+            "allocator",
+            [
+                "--opt",
+                "checkpoint=a/b",
+                "--opt",
+                "gpu-mem=2.25G",
+                "--opt",
+                "checkpoint-signal=10",
+                "--extra",
+                "--signal=USR1",
+            ],
+            0,
+        ),
         ("local", ["--opt", "gpu-mem=x"], 2),
-        ("remote", ["--arg", f"base_dir={tmp_path}/b", "--uid", str(os.getuid()), "--gid", str(os.getgid()),
-                    "--opt", "checkpoint=deep/er/dir", "--opt", "gpu-mem=1T"], 0),
+        (
+            "remote",
+            [
+                "--arg",
+                f"base_dir={tmp_path}/b",
+                "--uid",
+                str(os.getuid()),
+                "--gid",
+                str(os.getgid()),
+                "--opt",
+                "checkpoint=deep/er/dir",
+                "--opt",
+                "gpu-mem=1T",
+            ],
+            0,
+        ),
         ("remote", ["--arg", f"base_dir={tmp_path}/b", "--opt", "checkpoint=/proc/nope/x"], 4),
         ("allocator", ["--arg", "base_dir=" + "x" * 5000, "--arg", "signal=" + "U" * 100, "--opt", "checkpoint"], 0),
     ]
@@ -416,7 +543,19 @@ def test_asan_contexts(asan: Path, tmp_path: Path) -> None:
 
 
 def test_asan_fuzz(asan: Path, tmp_path: Path) -> None:
-    res = subprocess.run([str(asan / "pool_host"), str(asan / "slurm_pool_spank.so"), "fuzz", "20000", "20240501",
-                          str(tmp_path / "base")], capture_output=True, text=True, timeout=300, env=clean_env(**SAN_ENV))
+    res = subprocess.run(
+        [
+            str(asan / "pool_host"),
+            str(asan / "slurm_pool_spank.so"),
+            "fuzz",
+            "20000",
+            "20240501",
+            str(tmp_path / "base"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(**SAN_ENV),
+    )
     assert "Sanitizer" not in res.stderr and "runtime error" not in res.stderr, res.stderr[-4000:]
     assert res.returncode == 0, res.stderr[-4000:]

@@ -29,6 +29,7 @@ def _set(path, value):
         for p in path[:-1]:
             cur = cur[p]
         cur[path[-1]] = value
+
     return f
 
 
@@ -37,11 +38,31 @@ CASES = [
     ("unknown-key", mutate(_set(["cluster", "nmae"], "x")), "cluster.nmae", "unknown key"),
     ("unknown-nested-key", mutate(_set(["partitions", 2, "gracetime"], 5)), "partitions[2].gracetime", "unknown key"),
     ("bad-hostlist", mutate(_set(["node_groups", 0, "hosts"], "a-gpu[1-")), "node_groups[0].hosts", "hostlist"),
-    ("unknown-gpu-model", mutate(_set(["node_groups", 0, "gpus", "model"], "V100-16GB")), "node_groups[0].gpus.model", "V100-16GB"),
-    ("mig-invalid-layout", mutate(_set(["node_groups", 2, "gpus", "mig", 0], ["4g.20gb", "4g.20gb"])), "node_groups[2].gpus.mig[0]", "4g.20gb"),
-    ("mig-unknown-profile", mutate(_set(["node_groups", 2, "gpus", "mig", 0], ["1g.10gb", "9g.99gb"])), "node_groups[2].gpus.mig[0]", "9g.99gb"),
+    (
+        "unknown-gpu-model",
+        mutate(_set(["node_groups", 0, "gpus", "model"], "V100-16GB")),
+        "node_groups[0].gpus.model",
+        "V100-16GB",
+    ),
+    (
+        "mig-invalid-layout",
+        mutate(_set(["node_groups", 2, "gpus", "mig", 0], ["4g.20gb", "4g.20gb"])),
+        "node_groups[2].gpus.mig[0]",
+        "4g.20gb",
+    ),
+    (
+        "mig-unknown-profile",
+        mutate(_set(["node_groups", 2, "gpus", "mig", 0], ["1g.10gb", "9g.99gb"])),
+        "node_groups[2].gpus.mig[0]",
+        "9g.99gb",
+    ),
     ("mig-count-mismatch", mutate(_set(["node_groups", 2, "gpus", "mig"], [None])), "node_groups[2].gpus.mig", "count"),
-    ("partition-unknown-node", mutate(_set(["partitions", 0, "nodes"], ["z-gpu9"])), "partitions[0].nodes[0]", "z-gpu9"),
+    (
+        "partition-unknown-node",
+        mutate(_set(["partitions", 0, "nodes"], ["z-gpu9"])),
+        "partitions[0].nodes[0]",
+        "z-gpu9",
+    ),
     ("partition-unknown-tier", mutate(_set(["partitions", 1, "tier"], "gold")), "partitions[1].tier", "gold"),
     ("preemption-cycle", mutate(_set(["tiers", 3, "preempt"], ["guaranteed"])), "tiers", "cycle"),
     ("negative-grace", mutate(_set(["partitions", 2, "grace_time"], -5)), "partitions[2].grace_time", "-5 is negative"),
@@ -54,14 +75,29 @@ CASES = [
     ("string-version", mutate(_set(["version"], "1")), "version", "'1'"),
     ("wrong-type", mutate(_set(["node_groups", 0, "cpus"], "four")), "node_groups[0].cpus", "four"),
     ("bad-time", mutate(_set(["partitions", 3, "max_time"], "two days")), "partitions[3].max_time", "two days"),
-    ("project-unknown-tier", mutate(_set(["projects", 0, "tiers"], ["guaranteed", "platinum"])), "projects[0].tiers[1]", "platinum"),
-    ("preempted-tier-mode-off", mutate(_set(["tiers", 2, "preempt_mode"], "off")), "tiers[2].preempt_mode", "scavenger"),
+    (
+        "project-unknown-tier",
+        mutate(_set(["projects", 0, "tiers"], ["guaranteed", "platinum"])),
+        "projects[0].tiers[1]",
+        "platinum",
+    ),
+    (
+        "preempted-tier-mode-off",
+        mutate(_set(["tiers", 2, "preempt_mode"], "off")),
+        "tiers[2].preempt_mode",
+        "scavenger",
+    ),
     ("bad-tres", mutate(_set(["tiers", 1, "max_tres_per_user"], {"gpus": 4})), "tiers[1].max_tres_per_user", "gpus"),
     ("not-a-mapping", "- 1\n- 2\n", "", "mapping"),
     ("missing-section", mutate(lambda d: d.pop("tiers")), "tiers", "required"),
     ("bridge-unknown-account", mutate(_set(["bridge", "account"], "nobody")), "bridge.account", "nobody"),
     ("bridge-unknown-key", mutate(_set(["bridge", "lend_everything"], True)), "bridge.lend_everything", "unknown key"),
-    ("mig-on-whole-only-count", mutate(_set(["node_groups", 0, "gpus", "count"], -2)), "node_groups[0].gpus.count", "negative"),
+    (
+        "mig-on-whole-only-count",
+        mutate(_set(["node_groups", 0, "gpus", "count"], -2)),
+        "node_groups[0].gpus.count",
+        "negative",
+    ),
 ]
 
 

@@ -30,10 +30,13 @@ def test_other_errors_propagate():
         wait_for(lambda: {}["k"], 5, "x", interval=0, ignore=(OSError,))
 
 
-@pytest.mark.parametrize("answer,message", [
-    (False, "timed out after 0.05s waiting for the thing$"),
-    ([], r"timed out after 0.05s waiting for the thing \(last: \[\]\)$"),
-])
+@pytest.mark.parametrize(
+    "answer,message",
+    [
+        (False, "timed out after 0.05s waiting for the thing$"),
+        ([], r"timed out after 0.05s waiting for the thing \(last: \[\]\)$"),
+    ],
+)
 def test_timeout_names_what_and_the_last_answer(answer, message):
     with pytest.raises(TimeoutError, match=message):
         wait_for(lambda: answer, 0.05, "the thing", interval=0.01)
