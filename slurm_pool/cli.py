@@ -20,7 +20,7 @@ COMMANDS: dict[str, str] = {
     "apply": "slurm_pool.conf_cli:apply",
     "doctor": "slurm_pool.conf_cli:doctor",
     "cluster": "slurm_pool.localcluster.cli:cluster",
-    "mig": "slurm_pool.mig.cli:mig",
+    "mig": "slurm_pool.mig_cli:mig",
     "run": "slurm_pool.checkpoint.cli:run",
     "prolog": "slurm_pool.node.cli:prolog",
     "epilog": "slurm_pool.node.cli:epilog",
