@@ -19,6 +19,7 @@ directory named like a job id is left alone.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from slurm_pool.node.jobdir import NAME_RE
 
 #: Directories looked at below a job directory to date it (a bound on a user-built tree).
 MAX_ENTRIES = 100_000
+#: A job id as Slurm writes it: ASCII digits only (``str.isdigit`` also takes "²", which ``int`` refuses).
+JOB_ID_RE = re.compile(r"[0-9]{1,20}\Z")
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class Decision:
 def plan(entries: Iterable[Entry], queued: set[str], now: float, keep_days: float) -> list[Decision]:
     """What to do with each directory (pure)."""
     out = []
-    for e in sorted(entries, key=lambda e: (e.user, int(e.job_id))):
+    for e in sorted(entries, key=lambda e: (e.user, len(e.job_id), e.job_id)):
         age = (now - e.newest) / 86400.0
         if e.job_id in queued:
             out.append(Decision(e, False, "job still in the queue"))
@@ -70,24 +73,30 @@ def _newest(fd: int) -> float:
     """Newest mtime of the directory behind ``fd`` and everything below it (no links followed)."""
     newest = os.fstat(fd).st_mtime
     stack, seen = [os.dup(fd)], 0
-    while stack:
-        d = stack.pop()
-        try:
-            for name in os.listdir(d):
-                seen += 1
-                if seen > MAX_ENTRIES:
-                    return newest
-                try:
-                    st = os.stat(name, dir_fd=d, follow_symlinks=False)
-                except OSError:
-                    continue
-                newest = max(newest, st.st_mtime)
-                if stat.S_ISDIR(st.st_mode):
+    try:
+        while stack:
+            d = stack.pop()
+            try:
+                for name in os.listdir(d):
+                    seen += 1
+                    if seen > MAX_ENTRIES:
+                        return newest
                     try:
-                        stack.append(os.open(name, _DIR, dir_fd=d))
+                        st = os.stat(name, dir_fd=d, follow_symlinks=False)
                     except OSError:
-                        pass
-        finally:
+                        continue
+                    newest = max(newest, st.st_mtime)
+                    if stat.S_ISDIR(st.st_mode):
+                        try:
+                            stack.append(os.open(name, _DIR, dir_fd=d))
+                        except OSError:
+                            pass
+            except OSError:
+                continue  # an unreadable directory dates nothing; the walk goes on
+            finally:
+                os.close(d)
+    finally:
+        for d in stack:  # returned early: the queued descriptors are closed too
             os.close(d)
     return newest
 
@@ -108,8 +117,12 @@ def scan(base: str) -> list[Entry]:
             except OSError:
                 continue
             try:
-                for job in os.listdir(ufd):
-                    if not job.isdigit():
+                jobs = os.listdir(ufd)
+            except OSError:
+                jobs = []
+            try:
+                for job in jobs:  # one bad entry is skipped; it never stops the scan
+                    if not JOB_ID_RE.match(job):
                         continue
                     try:
                         jfd = os.open(job, _DIR, dir_fd=ufd)
@@ -117,6 +130,8 @@ def scan(base: str) -> list[Entry]:
                         continue
                     try:
                         out.append(Entry(user, job, _newest(jfd)))
+                    except OSError:
+                        continue
                     finally:
                         os.close(jfd)
             finally:

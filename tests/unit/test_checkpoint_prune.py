@@ -126,3 +126,35 @@ def test_no_queue_no_removal(base, tmp_path):
     assert res.returncode == 1
     assert "cannot read the queue, nothing removed" in res.stderr
     assert (base / "alice" / "101").is_dir() and (base / "bob" / "103").is_dir()
+
+
+@pytest.mark.parametrize("name", ["²", "١٢", "12²", "0x10", " 12", "12\n", "1" * 21])
+def test_a_job_dir_name_that_is_not_ascii_digits_is_skipped_and_the_rest_is_pruned(base, tmp_path, name):
+    # Issue 11, defect 1: "²" passes str.isdigit() but not int(); one user's directory stopped prune for all.
+    odd = base / "alice" / name
+    odd.mkdir()
+    _old(odd, 30)
+    assert {e.rel for e in prune.scan(str(base))} == {"alice/101", "alice/102", "bob/103"}
+    res = _cli(_squeue(tmp_path, []), "--base", str(base))
+    assert res.returncode == 0, res.stderr
+    assert not (base / "alice" / "101").exists() and odd.is_dir()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_dating_a_big_tree_leaks_no_descriptor(tmp_path, monkeypatch):
+    # Issue 11, defect 1: an early return (MAX_ENTRIES) left the queued directory descriptors open.
+    job = tmp_path / "job"
+    for i in range(40):
+        (job / f"d{i}" / "sub").mkdir(parents=True)
+    monkeypatch.setattr(prune, "MAX_ENTRIES", 10)
+    before = _open_fds()
+    fd = os.open(job, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(20):
+            prune._newest(fd)
+    finally:
+        os.close(fd)
+    assert _open_fds() == before
