@@ -237,11 +237,22 @@ def clean_temporaries(directory: str, *, max_age: float = 86400.0) -> None:
 
 
 def prune(directory: str, keep: int) -> None:
-    """Keep the newest ``keep`` committed checkpoints (``keep <= 0``: keep all)."""
+    """Keep the newest ``keep`` complete checkpoints and everything newer (``keep <= 0``: keep all).
+
+    Only intact checkpoints count towards ``keep``: a torn or damaged one never
+    pushes out a good one.  What goes is what is older than the oldest kept
+    checkpoint; with no complete checkpoint at all nothing goes.
+    """
     if keep <= 0:
         return
-    for step in steps(directory)[:-keep]:
-        _remove_tree(directory, ckpt_name(step))
+    committed = steps(directory)
+    complete = [s for s in committed if read_manifest(os.path.join(directory, ckpt_name(s))) is not None]
+    if not complete:
+        return
+    oldest_kept = complete[-keep:][0]
+    for step in committed:
+        if step < oldest_kept:
+            _remove_tree(directory, ckpt_name(step))
 
 
 def write(

@@ -143,6 +143,28 @@ def test_retention_keeps_newest(tmp_path):
     assert store.steps(d) == [40, 50, 60, 70]
 
 
+@pytest.mark.parametrize("damage", [_corrupt_manifest, _truncate_file, _drop_manifest, _garbage_manifest, _wrong_step])
+def test_retention_never_counts_torn_checkpoints(tmp_path, damage):
+    # Issue 11, defect 5: keep=2 with two torn higher-numbered steps deleted the resume point and the new save.
+    d = str(tmp_path)
+    store.write(d, 10, {"state": b"old"}, keep=0)
+    store.write(d, 20, {"state": b"resume point"}, keep=0)
+    for step in (80, 90):
+        damage(store.write(d, step, {"state": b"torn" * 10}, keep=0).path)
+    new = store.write(d, 30, {"state": b"new save"}, keep=2)
+    assert store.load(new) == b"new save"
+    assert {20, 30} <= set(store.steps(d)) and 10 not in store.steps(d)
+    assert [c.step for c in store.list_checkpoints(d)] == [30, 20]
+
+
+def test_retention_without_a_complete_checkpoint_removes_nothing(tmp_path):
+    d = str(tmp_path)
+    for step in (1, 2, 3):
+        _drop_manifest(store.write(d, step, {"state": b"x"}, keep=0).path)
+    store.prune(d, 1)
+    assert store.steps(d) == [1, 2, 3]
+
+
 @pytest.mark.parametrize("name", ["../x", ".hidden", "MANIFEST.json", "a/b", ""])
 def test_bad_file_names_rejected(tmp_path, name):
     with pytest.raises(ValueError):
