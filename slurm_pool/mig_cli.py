@@ -17,6 +17,7 @@ import yaml
 
 from slurm_pool.conf_cli import slurm_version_option, target_version
 from slurm_pool.errors import InputError
+from slurm_pool.mig.catalogue import canonical_model, known_models
 from slurm_pool.mig.profiles import GEOMETRIES
 from slurm_pool.versions import SlurmVersion
 
@@ -26,9 +27,10 @@ class MigInputError(InputError):
 
 
 def _model(model: str) -> str:
-    if model not in GEOMETRIES:
-        raise MigInputError(f"unknown GPU model {model!r} (known: {', '.join(GEOMETRIES)})")
-    return model
+    name = canonical_model(model)
+    if name is None or name not in GEOMETRIES:
+        raise MigInputError(f"unknown MIG-capable GPU model {model!r} (known: {known_models(GEOMETRIES)})")
+    return name
 
 
 @click.group()
@@ -47,7 +49,7 @@ def check(model: str, layout: str) -> None:
     """
     from slurm_pool.mig.placement import find_placement, layout_problem, placement_problem
 
-    _model(model)
+    model = _model(model)
     items = [p.strip() for p in layout.split(",") if p.strip()]
     explicit = [i for i in items if "@" in i]
     if explicit and len(explicit) != len(items):
@@ -105,6 +107,8 @@ def _gpus_from_spec(path: str, model: str | None, busy: set[tuple[str, int]]) ->
     except OSError as exc:
         raise MigInputError(f"cannot read spec {path!r}: {exc}") from None
     models = sorted({g.gpus.model for g in spec.node_groups if g.gpus and g.gpus.model in GEOMETRIES})
+    if model is not None:
+        model = _model(model)
     if model is None:
         if len(models) != 1:
             raise MigInputError(f"pass --model (MIG-capable models in the spec: {', '.join(models) or 'none'})")
@@ -171,14 +175,14 @@ def plan(
     else:
         if model is None:
             raise MigInputError("--model is required with --gpus")
-        _model(model)
+        model = _model(model)
         gpus = gpus_from_count(count or 0)
         names = {(g.node, g.index) for g in gpus}
         for n, i in sorted(busy_set - names):
             raise MigInputError(f"--busy names {n}:{i}, but --gpus GPUs are gpu:0..gpu:{max((count or 0) - 1, 0)}")
         gpus = [type(g)(g.node, g.index, g.current, (g.node, g.index) in busy_set) for g in gpus]
     assert model is not None
-    _model(model)
+    model = _model(model)
     notes: list[str] = []
     try:
         parts = []

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from slurm_pool.versions import SlurmVersion
 
@@ -129,6 +130,56 @@ GPU_MODELS: dict[str, GpuModel] = {
         _gpu("B200", 180, "NVIDIA B200"),
     )
 }
+
+
+#: Other names the models go by (NVIDIA's product names); what NVML and
+#: nvidia-smi print (``NVIDIA A100-SXM4-80GB``) is accepted from ``nvml_name``.
+MODEL_ALIASES: dict[str, str] = {
+    "A30-24GB": "A30",
+    "A100-SXM4-40GB": "A100-40GB",
+    "A100-SXM4-80GB": "A100-80GB",
+    "H100-SXM5-80GB": "H100-80GB",
+    "H100-NVL": "H100-94GB",
+    "H200": "H200-141GB",
+    "H200-SXM-141GB": "H200-141GB",
+    "B200-180GB": "B200",
+}
+
+
+def _model_key(name: str) -> str:
+    key = " ".join(name.split()).lower()
+    return key.removeprefix("nvidia ").replace(" ", "-")
+
+
+def _model_index() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for m in GPU_MODELS.values():
+        out[_model_key(m.name)] = m.name
+        if m.nvml_name:
+            out.setdefault(_model_key(m.nvml_name), m.name)
+    for alias, name in MODEL_ALIASES.items():
+        out.setdefault(_model_key(alias), name)
+    return out
+
+
+_MODEL_INDEX = _model_index()
+
+
+def canonical_model(name: str) -> str | None:
+    """The catalogue name of a GPU model given by its name, an alias or its NVML name (any case); None if unknown."""
+    if not isinstance(name, str):
+        return None
+    return _MODEL_INDEX.get(_model_key(name))
+
+
+def known_models(names: Iterable[str] | None = None) -> str:
+    """The known models for an error message: ``A30 (also A30-24GB, NVIDIA A30), ...``."""
+    out = []
+    for name in names if names is not None else GPU_MODELS:
+        m = GPU_MODELS[name]
+        also = [a for a, n in MODEL_ALIASES.items() if n == name] + ([m.nvml_name] if m.nvml_name else [])
+        out.append(f"{name} (also {', '.join(also)})" if also else name)
+    return "; ".join(out)
 
 
 def _split(profile: str) -> tuple[int, int]:

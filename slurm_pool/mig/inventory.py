@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_type, mig_type_by_memory
+from slurm_pool.mig.catalogue import GPU_MODELS, canonical_model, mig_gres_type, mig_type_by_memory
 from slurm_pool.mig.emit import MigDevice
 from slurm_pool.mig.placement import Layout, canonical
 from slurm_pool.mig.profiles import geometry
@@ -49,11 +49,7 @@ def _get(obj: Any, *names: str, default: Any = None) -> Any:
 
 def model_for_nvml_name(name: str) -> str | None:
     """Catalogue model whose NVML name is ``name`` (case and ``NVIDIA`` prefix ignored)."""
-    key = name.lower().removeprefix("nvidia ").strip()
-    for m in GPU_MODELS.values():
-        if m.nvml_name.lower().removeprefix("nvidia ").strip() == key:
-            return m.name
-    return None
+    return canonical_model(name)
 
 
 def _profile(model: str, dev: Any) -> str:

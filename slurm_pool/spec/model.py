@@ -12,6 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
+from slurm_pool.mig.catalogue import canonical_model
 from slurm_pool.spec.base import NAME_RE, USER_RE, Strict
 from slurm_pool.spec.bridge import Bridge
 
@@ -36,6 +37,12 @@ class Gpus(Strict):
     model: str
     count: int = Field(ge=0, le=64)
     mig: Optional[list[Optional[list[str]]]] = None
+
+    @field_validator("model")
+    @classmethod
+    def _canonical_model(cls, v: str) -> str:
+        # An alias or the name nvidia-smi prints becomes the catalogue name; an unknown one is reported by the rules.
+        return canonical_model(v) or v
 
 
 class NodeGroup(Strict):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator, Protocol, Sequence
 
 from slurm_pool.errors import Issue
-from slurm_pool.mig.catalogue import GPU_MODELS
+from slurm_pool.mig.catalogue import GPU_MODELS, known_models
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import PoolSpec
 
@@ -138,7 +138,7 @@ def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
     base = f"node_groups[{gi}].gpus"
     model = GPU_MODELS.get(gpus.model)
     if model is None:
-        yield Issue(f"{base}.model", f"unknown GPU model {gpus.model!r} (known: {', '.join(GPU_MODELS)})")
+        yield Issue(f"{base}.model", f"unknown GPU model {gpus.model!r} (known: {known_models()})")
         return
     if gpus.mig is None:
         return

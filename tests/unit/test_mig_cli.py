@@ -38,7 +38,7 @@ def test_check_valid_prints_placement() -> None:
         ("A100-40GB", "3g.20gb@2", "start position: 3g.20gb starts only at 0, 4"),
         ("A100-40GB", "3g.20gb@0,2g.10gb@2", "overlap"),
         ("A100-40GB", "3g.40gb", "unknown profile '3g.40gb'"),
-        ("V100", "1g.5gb", "unknown GPU model 'V100'"),
+        ("V100", "1g.5gb", "unknown MIG-capable GPU model 'V100'"),
         ("A100-40GB", "3g.20gb@x", "bad start 'x'"),
         ("A100-40GB", "3g.20gb@0,1g.5gb", "for every item"),
     ],
@@ -113,7 +113,7 @@ def test_plan_from_sacct_and_needs() -> None:
         (["--model", "A100-40GB", "--gpus", "2", "--demand", "1g.5gb"], "bad demand entry '1g.5gb'"),
         (["--model", "A100-40GB", "--gpus", "2"], "give the demand"),
         (["--model", "A100-40GB", "--demand", "1g.5gb=1"], "exactly one of --gpus N and --spec"),
-        (["--model", "B100", "--gpus", "2", "--demand", "1g.5gb=1"], "unknown GPU model 'B100'"),
+        (["--model", "B100", "--gpus", "2", "--demand", "1g.5gb=1"], "unknown MIG-capable GPU model 'B100'"),
         (["--spec", SPEC, "--demand", "1g.5gb=1"], "pass --model"),
         (["--spec", SPEC, "--model", "A100-40GB", "--busy", "zz:0", "--demand", "1g.5gb=1"], "--busy names zz:0"),
         (
