@@ -55,7 +55,7 @@ def parse_spec(data: Any) -> PoolSpec:
     if not isinstance(data, dict):
         raise SpecError([Issue("", f"the spec must be a mapping, not {type(data).__name__}")])
     version = data.get("version")
-    if version not in SUPPORTED_VERSIONS:
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:  # `true` equals 1 in Python
         raise SpecError(
             [
                 Issue(
@@ -74,10 +74,25 @@ def parse_spec(data: Any) -> PoolSpec:
     return spec
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (not "the last wins")."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_spec_text(text: str, source: str = "<spec>") -> PoolSpec:
     """Parse YAML text and validate it."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

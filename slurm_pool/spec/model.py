@@ -8,7 +8,7 @@ has no cycle, MIG layouts fit their GPU) live in :mod:`slurm_pool.spec.rules`.
 from __future__ import annotations
 
 import re
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, field_validator
 
@@ -25,6 +25,15 @@ PreemptMode = Literal["off", "cancel", "requeue", "suspend"]
 class Cluster(Strict):
     name: str = Field(pattern=NAME_RE)
     control_host: str = "localhost"
+
+
+#: Bounds that keep rendered numbers sane (Slurm's own fields are 16/32/64-bit).
+MAX_CPUS = 65535
+MAX_MEMORY_MB = 2**40
+MAX_WARN_SECONDS = 86400
+FEATURE_RE = r"^[A-Za-z0-9_.+-]{1,64}$"
+#: Signals sbatch --signal can send that a job may catch (not KILL or STOP).
+CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "URG", "ALRM", "QUIT", "XCPU")
 
 
 class Gpus(Strict):
@@ -48,10 +57,11 @@ class Gpus(Strict):
 class NodeGroup(Strict):
     name: str = Field(pattern=NAME_RE)
     hosts: str = Field(min_length=1)
-    cpus: int = Field(ge=1)
-    memory_mb: int = Field(ge=1)
+    cpus: int = Field(ge=1, le=MAX_CPUS)
+    memory_mb: int = Field(ge=1, le=MAX_MEMORY_MB)
     gpus: Optional[Gpus] = None
-    features: list[str] = []
+    # Written into slurm.conf's Features=: a word, never a separator or a newline.
+    features: list[Annotated[str, Field(pattern=FEATURE_RE)]] = []
 
 
 class TierPolicy(Strict):
@@ -154,8 +164,27 @@ class Checkpoint(Strict):
 
     base_dir: str = "/var/lib/slurm-pool/checkpoints"
     signal: str = Field(default="USR1", pattern=r"^(SIG)?[A-Z0-9]+$")
-    warn_seconds: int = Field(default=120, ge=0)
-    max_self_requeues: int = Field(default=5, ge=0)
+    warn_seconds: int = Field(default=120, ge=0, le=MAX_WARN_SECONDS)
+    max_self_requeues: int = Field(default=5, ge=0, le=1000)
+
+    @field_validator("base_dir")
+    @classmethod
+    def _absolute_plain_path(cls, v: str) -> str:
+        if not v.startswith("/") or any(part in (".", "..") for part in v.split("/")):
+            raise ValueError(f"{v!r} must be an absolute path without '.' or '..' components")
+        if not v.isascii() or not v.isprintable() or any(ch.isspace() for ch in v):
+            raise ValueError(f"{v!r} must be printable ASCII without spaces")
+        return v
+
+    @field_validator("signal")
+    @classmethod
+    def _catchable_signal(cls, v: str) -> str:
+        name = v.removeprefix("SIG")
+        if name not in CHECKPOINT_SIGNALS:
+            raise ValueError(
+                f"{v!r} is not a signal a job can catch to checkpoint (one of {', '.join(CHECKPOINT_SIGNALS)})"
+            )
+        return v
 
 
 class Health(Strict):

@@ -98,6 +98,25 @@ CASES = [
         "node_groups[0].gpus.count",
         "negative",
     ),
+    # Issue 11, defect 4: values that reached slurm.conf or the hooks unchecked.
+    (
+        "feature-with-newline",
+        mutate(_set(["node_groups", 0, "features"], ["ok", "x\nNodeName=evil"])),
+        "node_groups[0].features[1]",
+        "does not match",
+    ),
+    ("relative-base-dir", mutate(_set(["checkpoint", "base_dir"], "ckpt/dir")), "checkpoint.base_dir", "absolute"),
+    ("dotdot-base-dir", mutate(_set(["checkpoint", "base_dir"], "/var/../etc")), "checkpoint.base_dir", "'..'"),
+    ("signal-kill", mutate(_set(["checkpoint", "signal"], "KILL")), "checkpoint.signal", "can catch"),
+    ("signal-sigstop", mutate(_set(["checkpoint", "signal"], "SIGSTOP")), "checkpoint.signal", "can catch"),
+    ("warn-seconds-1e20", mutate(_set(["checkpoint", "warn_seconds"], 10**20)), "checkpoint.warn_seconds", "too large"),
+    ("warn-seconds-float", mutate(_set(["checkpoint", "warn_seconds"], 1e20)), "checkpoint.warn_seconds", "integer"),
+    ("cpus-1e100", mutate(_set(["node_groups", 0, "cpus"], 1e100)), "node_groups[0].cpus", "integer"),
+    ("cpus-huge", mutate(_set(["node_groups", 0, "cpus"], 10**30)), "node_groups[0].cpus", "too large"),
+    ("non-ascii-host", mutate(_set(["node_groups", 0, "hosts"], "ä-gpu[1-2]")), "node_groups[0].hosts", "ASCII"),
+    ("huge-hostlist", mutate(_set(["node_groups", 0, "hosts"], "n[1-100000000]")), "node_groups[0].hosts", "more than"),
+    ("version-true", mutate(_set(["version"], True)), "version", "not a supported spec version"),
+    ("duplicate-key", EXAMPLE.read_text().replace("version: 1", "version: 1\nversion: 1", 1), "", "given twice"),
 ]
 
 
