@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "healthcheck": "slurm_pool.node.cli:healthcheck",
     "checkpoints": "slurm_pool.node.cli:checkpoints",
     "exporter": "slurm_pool.metrics.cli:exporter",
+    "status": "slurm_pool.metrics.status_cli:status",
+    "dashboard-png": "slurm_pool.metrics.panels:dashboard_png",
     "rebalance": "slurm_pool.bridge.cli:rebalance",
     "simulate": "slurm_pool.sim.cli:simulate",
 }

@@ -20,6 +20,7 @@ instances, each one GRES unit)::
     slurm_pool_tier_gpu_utilization_ratio{tier}     units held by the tier's (QOS's) jobs /
                                                     all units
     slurm_pool_allocated_gpus{partition,tier}       units held by running jobs
+    slurm_pool_project_allocated_gpus{project}      units held by running jobs, by project (account)
     slurm_pool_jobs{partition,tier,state}           tier is the job's QOS
     slurm_pool_node_drained{node,owner,reason}      1 per drained node; owner slurm-pool | human
     slurm_pool_drained_nodes{owner}
@@ -190,11 +191,13 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
         for part in node.partitions:
             part_total[part] += node_total[node.name]
     held: Counter[tuple[str, str]] = Counter()
+    by_project: Counter[str] = Counter()
     lent: set[str] = set()
     for job in jobs:
         if not job.on_node:
             continue
         held[(job.partition, job.qos)] += job.gpus
+        by_project[job.account] += job.gpus
         if job.partition == lend_partition and job.running:
             lent.update(job_nodes(job))
     util = GaugeMetricFamily("slurm_pool_gpu_utilization_ratio", "Allocated GPU units / all GPU units of the pool.")
@@ -225,6 +228,13 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
     )
     for key in sorted(held):
         held_fam.add_metric(list(key), float(held[key]))
+    project_fam = GaugeMetricFamily(
+        "slurm_pool_project_allocated_gpus",
+        "GPU units held by running jobs by project (the jobs' account).",
+        labels=["project"],
+    )
+    for project in sorted(by_project):
+        project_fam.add_metric([project], float(by_project[project]))
     names = {n.name for n in nodes}
     per_node = GaugeMetricFamily(
         "slurm_pool_node_lent", f"1 if the node runs a job of the {lend_partition} partition.", labels=["node"]
@@ -233,7 +243,7 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
         per_node.add_metric([name], 1.0 if name in lent else 0.0)
     count = GaugeMetricFamily("slurm_pool_lent_nodes", f"Nodes running a job of the {lend_partition} partition.")
     count.add_metric([], float(len(lent & names)))
-    return [util, by_part, by_tier, held_fam, per_node, count]
+    return [util, by_part, by_tier, held_fam, project_fam, per_node, count]
 
 
 def outcome_metrics(tally: OutcomeTally) -> list[Metric]:

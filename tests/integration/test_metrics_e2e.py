@@ -3,7 +3,10 @@
 One exporter and one Prometheus (scrape interval 1 s, loopback only) serve
 this module; both are stopped by pid at its end.  Every assertion reads
 Prometheus' HTTP query API, so the whole path -- sinfo/squeue JSON, the
-collector, the HTTP exposition, a real scrape -- is covered.
+collector, the HTTP exposition, a real scrape -- is covered.  The last test
+runs every PromQL expression of ``docs/grafana/slurm-pool.json`` against that
+Prometheus (after a preemption, a drain, lending and pending work) and draws
+each panel as a PNG from the range API (no Grafana in Debian 12 or on PyPI).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Callable
 import pytest
 
 from slurm_pool.localcluster import procs
+from slurm_pool.metrics import panels
 from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
 
@@ -265,3 +269,85 @@ def test_epilog_outcome_records_reach_prometheus(cluster, prometheus):
         f"slurm_pool_job_runs_total for {node} grows past {before}",
     )
     assert scalar(prometheus, 'slurm_pool_scrape_errors_total{source="outcomes"}') == 0
+
+
+# -- the Grafana dashboard on the same Prometheus ------------------------------------
+
+DASHBOARD = REPO / "docs" / "grafana" / "slurm-pool.json"
+PREEMPTIBLE = """#!/bin/bash
+trap '{requeue}exit 0' USR1
+sleep 300 &
+wait
+"""
+
+
+def dashboard_exprs(dashboard: dict) -> list[tuple[str, str]]:
+    """(panel title, expr with the dashboard's variables expanded) of every target."""
+    values = panels.variables(dashboard, rate_interval="1m", range_="5m")
+    return [(p["title"], panels.expand(t["expr"], values)) for p in panels.panels(dashboard) for t in p["targets"]]
+
+
+def test_every_dashboard_expr_has_data_and_every_panel_renders(cluster, prometheus, tmp_path):
+    """Allocation in two tiers and projects, a lent node, a pending (preempted) job, a drain and a
+    preemption with its epilog record: then every panel's PromQL parses and returns series, and
+    every panel is drawn as a PNG from the range API."""
+    dashboard = panels.load_dashboard(DASHBOARD)
+    exprs = dashboard_exprs(dashboard)
+    assert len(exprs) >= 10
+    requeue = "" if cluster.version.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
+    common = ["-o", "/dev/null", "-D", "/tmp"]
+    before = scalar(prometheus, "sum(slurm_pool_preemptions_total)") or 0.0
+    victim = cluster.sbatch(
+        "-p", "scavenger", "--qos=scavenger", "-A", "projb", "-w", "a-gpu1", "--gres=gpu:2", "--signal=B:USR1@30",
+        *common, user="bob", script=PREEMPTIBLE.format(requeue=requeue),
+    )  # fmt: skip
+    lend = cluster.sbatch(
+        "-p", "k8s-lend", "--qos=k8s-lend", "-A", "k8s-bridge", "-w", "b-gpu1", "--gres=gpu:1",
+        *common, user="slurmpool", script=SLEEP_JOB,
+    )  # fmt: skip
+    cluster.wait_state(victim, ["RUNNING"], timeout=30)
+    cluster.wait_state(lend, ["RUNNING"], timeout=30)
+    owner = cluster.sbatch(
+        "-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", "a-gpu1", "--gres=gpu:2",
+        *common, user="alice", script="#!/bin/bash\nsleep 120\n",
+    )  # fmt: skip
+    grace = cluster.spec.tier("scavenger").grace_time
+    cluster.wait_state(owner, ["RUNNING"], timeout=grace + 30)
+    cluster.wait_state(victim, ["PENDING", "REQUEUED"], timeout=30)  # held back by Slurm's requeue delay
+    human = "a-gpu2"
+    cluster.run(["scontrol", "update", f"NodeName={human}", "State=DRAIN", "Reason=dashboard e2e"], check=True)
+    try:
+        wait_for(
+            lambda: (scalar(prometheus, "sum(slurm_pool_preemptions_total)") or 0) > before,
+            60,
+            "the preempted run's epilog record counted in slurm_pool_preemptions_total",
+        )
+        # The same preemption in `slurm-pool status`, with its checkpoint outcome (no checkpoint was taken).
+        env = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO)}
+        res = subprocess.run(
+            [sys.executable, "-m", "slurm_pool.cli", "status", "--json", "--last", "100"],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        mine = [p for p in json.loads(res.stdout)["preemptions"] if p["job_id"] == str(victim)]
+        assert mine and mine[0]["node"] == "a-gpu1" and mine[0]["checkpointed"] is False, mine
+        assert scalar(prometheus, 'sum(slurm_pool_allocated_gpus{tier="guaranteed"})') == 2
+        assert query(prometheus, "slurm_pool_project_allocated_gpus") == {
+            (("project", "proja"),): 2.0,
+            (("project", "k8s-bridge"),): 1.0,
+        }
+        for title, expr in exprs:
+            wait_for(lambda e=expr: query(prometheus, e), 30, f"data for {expr!r} (panel {title!r})")
+
+        out = tmp_path / "panels"
+        done = panels.render_panels(dashboard, prometheus, out, range_s=90, rate_interval="1m")
+        assert [r.title for r in done] == [p["title"] for p in panels.panels(dashboard)]
+        pngs = sorted(out.glob("*.png"))
+        assert len(pngs) == len(done) == len({r.path for r in done})
+        for r in done:
+            assert r.series > 0, r
+            assert r.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and r.path.stat().st_size > 5000, r
+        if os.environ.get("SLURM_POOL_PANELS_DIR"):  # keep them for a look
+            shutil.copytree(out, os.environ["SLURM_POOL_PANELS_DIR"], dirs_exist_ok=True)
+    finally:
+        cluster.run(["scontrol", "update", f"NodeName={human}", "State=RESUME"])

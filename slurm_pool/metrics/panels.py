@@ -1,0 +1,189 @@
+"""The Grafana dashboard's panels as PNGs, drawn with matplotlib from Prometheus' query API.
+
+For a look at the dashboard (``docs/grafana/slurm-pool.json``) where no
+Grafana runs: every panel with targets becomes ``<id>-<title>.png``, one line
+per series of its range queries.  ``$__rate_interval``, ``$__interval``,
+``$__range`` and the dashboard's own variables (their current value) are
+expanded as Grafana would with fixed values.  matplotlib is a test/ops extra,
+imported only here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import click
+
+from slurm_pool.errors import InputError, PoolError
+
+_LEGEND = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_SLUG = re.compile(r"[^a-z0-9]+")
+#: Grafana units as a panel title says them.
+UNITS = {"percentunit": "ratio", "ops": "per second", "short": "", "none": ""}
+
+
+class QueryError(PoolError):
+    """Prometheus did not answer a query."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One panel drawn: its title, the PNG, and how many series it plotted."""
+
+    title: str
+    path: Path
+    series: int
+
+
+def load_dashboard(path: str | Path) -> dict[str, Any]:
+    """A dashboard JSON file (a Grafana export with ``panels``)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("panels"), list):
+        raise InputError(f"{path}: no 'panels' list; not a Grafana dashboard")
+    return data
+
+
+def panels(dashboard: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel with targets, rows' nested panels included, in order."""
+    for p in dashboard.get("panels") or []:
+        if p.get("type") == "row":
+            yield from panels({"panels": p.get("panels") or []})
+        elif p.get("targets"):
+            yield p
+
+
+def variables(dashboard: Mapping[str, Any], rate_interval: str = "1m", range_: str = "1h") -> dict[str, str]:
+    """Values for the dashboard's variables: its templating's current values and Grafana's built-ins."""
+    out = {"__rate_interval": rate_interval, "__interval": rate_interval, "__range": range_}
+    for var in (dashboard.get("templating") or {}).get("list") or []:
+        current = (var.get("current") or {}).get("value")
+        if var.get("name") and isinstance(current, str):
+            out[var["name"]] = current
+    return out
+
+
+def expand(expr: str, values: Mapping[str, str]) -> str:
+    """``$name`` and ``${name}`` replaced by ``values`` (longest names first)."""
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    return expr
+
+
+def api(prometheus_url: str, endpoint: str, params: Mapping[str, str], timeout: float = 10.0) -> Any:
+    """``data`` of one Prometheus API call; a failed or refused query is a :class:`QueryError`."""
+    url = f"{prometheus_url.rstrip('/')}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 -- the operator's Prometheus
+            body = json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        try:
+            body = json.loads(exc.read().decode())
+        except ValueError:
+            raise QueryError(f"{url}: HTTP {exc.code}") from None
+    except (OSError, ValueError) as exc:
+        raise QueryError(f"{prometheus_url}: {exc}") from None
+    if body.get("status") != "success":
+        raise QueryError(f"{params.get('query', endpoint)!r}: {body.get('errorType')}: {body.get('error')}")
+    return body["data"]
+
+
+def legend(fmt: str, labels: Mapping[str, str]) -> str:
+    """Grafana's ``{{label}}`` legend format; where that is blank, the labels themselves."""
+    text = _LEGEND.sub(lambda m: labels.get(m.group(1), ""), fmt).strip()
+    if text:
+        return text
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__") or "value"
+
+
+def _filename(panel: Mapping[str, Any]) -> str:
+    slug = _SLUG.sub("-", str(panel.get("title", "panel")).lower()).strip("-") or "panel"
+    return f"{int(panel.get('id') or 0):02d}-{slug[:60]}.png"
+
+
+def render_panels(
+    dashboard: Mapping[str, Any],
+    prometheus_url: str,
+    out_dir: str | Path,
+    *,
+    range_s: float = 3600.0,
+    end: float | None = None,
+    rate_interval: str = "1m",
+) -> list[Rendered]:
+    """Draw every panel of ``dashboard`` over the last ``range_s`` seconds into ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    end = time.time() if end is None else end
+    start = end - range_s
+    step = max(1.0, range_s / 300)
+    values = variables(dashboard, rate_interval, f"{int(range_s)}s")
+    done = []
+    for panel in panels(dashboard):
+        fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
+        n = 0
+        for target in panel["targets"]:
+            expr = expand(str(target.get("expr", "")), values)
+            data = api(
+                prometheus_url, "query_range", {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
+            )
+            for row in data.get("result", []):
+                pts = [(float(t), float(v)) for t, v in row.get("values", [])]
+                if not pts:
+                    continue
+                xs = [mdates.date2num(datetime.datetime.fromtimestamp(t)) for t, _ in pts]
+                label = legend(str(target.get("legendFormat", "")), row["metric"])
+                ax.plot(xs, [v for _, v in pts], label=label, marker=".", markersize=3, linewidth=1)
+                n += 1
+        unit = ((panel.get("fieldConfig") or {}).get("defaults") or {}).get("unit", "")
+        unit = UNITS.get(unit, unit)
+        ax.set_title(str(panel.get("title", "")) + (f" ({unit})" if unit else ""), fontsize=10)
+        ax.set_xlim(
+            mdates.date2num(datetime.datetime.fromtimestamp(start)),
+            mdates.date2num(datetime.datetime.fromtimestamp(end)),
+        )
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        if n:
+            ax.legend(fontsize=7, loc="upper left")
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        fig.tight_layout()
+        path = out / _filename(panel)
+        fig.savefig(path)
+        plt.close(fig)
+        done.append(Rendered(str(panel.get("title", "")), path, n))
+    return done
+
+
+@click.command("dashboard-png")
+@click.argument("dashboard", type=click.Path(exists=True, dir_okay=False))
+@click.option("--prometheus", "prometheus_url", required=True, help="Prometheus base URL, e.g. http://127.0.0.1:9090.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the PNGs.")
+@click.option("--range", "range_s", default=3600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds.")
+@click.option("--rate-interval", default="1m", show_default=True, help="What $__rate_interval stands for.")
+def dashboard_png(dashboard: str, prometheus_url: str, out_dir: str, range_s: float, rate_interval: str) -> None:
+    """Draw each panel of a Grafana dashboard as a PNG from Prometheus' query API (no Grafana needed)."""
+    for r in render_panels(
+        load_dashboard(dashboard), prometheus_url, out_dir, range_s=range_s, rate_interval=rate_interval
+    ):
+        click.echo(f"{r.path}\t{r.series} series\t{r.title}")
