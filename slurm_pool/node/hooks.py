@@ -301,6 +301,8 @@ class Hooks:
             self.append_outcome(rec)
         except (jobdir.JobDirError, OSError, ValueError) as exc:
             self.log(f"outcome not recorded: {exc}", error=True)
+        except Exception as exc:  # noqa: BLE001 -- whatever the job wrote, the health check below runs
+            self.log(f"outcome not recorded ({type(exc).__name__}): {exc}", error=True)
         if self.cfg.flag("epilog_health"):
             failures, _ = self.check(expected=self.expected_gpus())
             if failures:

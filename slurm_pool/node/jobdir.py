@@ -26,7 +26,7 @@ from typing import Any
 from slurm_pool.errors import PoolError
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-CKPT_RE = re.compile(r"^ckpt-(\d{12})$")
+CKPT_RE = re.compile(r"^ckpt-([0-9]{12})$")
 OUTCOME_MAX = 65536
 #: Open a directory, never through a symlink (every root-side walk uses these).
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -176,7 +176,7 @@ def read_outcome(path: str) -> dict[str, Any] | None:
             return None
         data = json.loads(os.read(ffd, OUTCOME_MAX).decode("utf-8", errors="replace"))
         return data if isinstance(data, dict) else None
-    except ValueError:
+    except (ValueError, RecursionError):  # the user wrote it: bad JSON, huge numbers or deep nesting
         return None
     finally:
         os.close(ffd)

@@ -21,18 +21,28 @@ known words are copied.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from slurm_pool.adapters.records import JobRecord
 from slurm_pool.checkpoint.slurmjob import REASONS
 
+# The wrapper's values are the user's: numbers outside these bounds are not believed.
+_MAX_NUM = 2.0**53
+
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A finite number from untrusted JSON, or None (a 400-digit integer overflows float())."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, int) and abs(v) > _MAX_NUM:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) and abs(f) <= _MAX_NUM else None
 
 
 def _int(v: Any) -> int | None:
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) <= _MAX_NUM else None
 
 
 def _preempted(info: JobRecord, run_start: float | None) -> bool:

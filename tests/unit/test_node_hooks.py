@@ -432,3 +432,38 @@ def test_config_found_beside_slurm_conf(tmp_path):
     assert config.default_path({"SLURM_CONF": str(etc / "slurm.conf")}) == str(etc / config.BESIDE_SLURM_CONF)
     assert config.load(env={"SLURM_CONF": str(etc / "slurm.conf")}).integer("warn_seconds") == 77
     assert config.default_path({"SLURM_CONF": "relative/slurm.conf"}) == config.DEFAULT_PATH
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"job_id": "42", "restart_count": 1, "time": 1' + "0" * 400 + ', "reason": "preempt"}',
+        '{"job_id": "42", "restart_count": 1, "signal_time": 1'
+        + "0" * 400
+        + ', "reason": "preempt", "exit_code": 1'
+        + "0" * 400
+        + "}",
+        '{"job_id": "42", "restart_count": 1, "signal_time": Infinity, "time": NaN, "reason": "preempt"}',
+        '{"job_id": "42", "x": ' + "[" * 20_000 + "]" * 20_000 + "}",
+        "[" * 20_000,
+    ],
+    ids=["400-digit-time", "400-digit-everything", "infinity-nan", "deep-nesting", "deep-broken"],
+)
+def test_what_the_job_wrote_never_stops_the_epilog_health_check(tmp_path, text):
+    # Issue 11, defect 2: OverflowError / RecursionError escaped the outcome parsing; no health check, no drain.
+    n = Node(tmp_path, "h100x8_healthy.json")
+    n.slurm_says()
+    n.runner.on(["scontrol", "--json", "show", "job", "42"], _job_json())
+    assert n.hooks().prolog() == 0  # prepares the job's directory, owned by the job's user
+    d = tmp_path / "ckpt" / "alice" / "42"
+    control.write(str(d), control.OUTCOME, {"job_id": "42"})
+    (d / ".slurm-pool" / "outcome.json").write_text(text)
+    n.use("xid_critical.json")  # the GPU failed during the job
+    assert n.updates() == []
+    assert n.hooks().epilog() == 0
+    assert [u[3] for u in n.updates()] == ["State=DRAIN"]  # the GPU's XID still drains the node
+    lines = (tmp_path / "state" / NODE / "outcomes.jsonl").read_text().splitlines()
+    rec = json.loads(lines[-1])  # the run is still recorded, with only the believable values
+    assert rec["job_id"] == "42" and rec["event_time"] in (None, NOW - 10)
+    for key in ("restart_count", "exit_code", "self_requeues", "checkpoint_age_s", "event_time"):
+        assert rec[key] is None or abs(rec[key]) < 2**53
