@@ -175,7 +175,7 @@ def _apply_node(
         ("write gres.conf and slurm.conf Gres", lambda: _write(model, node, nodes, backend, gres_mode, version))
     )
     steps.append(("restart slurmd", lambda: nodes.restart_slurmd(node)))
-    steps.append((f"resume {node}", lambda: nodes.resume(node)))
+    steps.append((f"resume {node}", lambda: _resume_if_ours(nodes, node, res)))
     if dry_run:
         res.status = "dry-run"
         res.actions = [label for label, _ in steps]
@@ -192,12 +192,33 @@ def _apply_node(
             res.error = f"{label}: {exc}"
             reason = f"{REASON} failed: {_short(res.error)}"
             try:
-                nodes.drain(node, reason)
-                res.actions.append(f"left drained: {reason}")
+                human = _human_drain(nodes, node)
+                if human is not None:  # an admin's reason says more than ours; it stays
+                    res.actions.append(f"left drained by someone else: {human or '(no reason)'}")
+                else:
+                    nodes.drain(node, reason)
+                    res.actions.append(f"left drained: {reason}")
             except Exception as exc2:  # noqa: BLE001
                 res.error += f"; and re-draining failed: {exc2}"
             return res
     return res
+
+
+def _human_drain(nodes: NodeControl, node: str) -> str | None:
+    """The reason of a drain someone else set on ``node`` (possibly while we waited), else None."""
+    st = nodes.status(node)
+    if st.drained and not st.reason.startswith(REASON):
+        return st.reason
+    return None
+
+
+def _resume_if_ours(nodes: NodeControl, node: str, res: NodeResult) -> None:
+    """Resume the node, unless an admin drained it meanwhile: a human's drain is never undone."""
+    human = _human_drain(nodes, node)
+    if human is not None:
+        res.actions.append(f"not resumed: drained by someone else meanwhile: {human or '(no reason)'}")
+        return
+    nodes.resume(node)
 
 
 def _short(text: str, limit: int = 120) -> str:

@@ -257,3 +257,39 @@ def test_apply_with_nvidia_smi_backend_and_failing_device() -> None:
     report = apply_plan(p, nodes, backend)
     assert not report.ok and "In use by another client" in report.results[0].error
     assert nodes.drained["n1"].startswith(REASON)
+
+
+@dataclass
+class AdminDrainsDuringWait(FakeNodes):
+    """An admin drains the node (their own reason) while apply waits for it to go idle."""
+
+    admin_reason: str = "bad fan, ticket 123"
+
+    def wait_idle(self, node: str, timeout: float) -> bool:
+        self.calls.append(("wait_idle", node))
+        self.drained[node] = self.admin_reason
+        return True
+
+
+def test_a_drain_set_by_an_admin_during_the_wait_is_never_undone() -> None:
+    # Issue 11, defect 3: the final resume cleared the admin's drain.
+    p, _, backend = _setup()
+    nodes = AdminDrainsDuringWait()
+    report = apply_plan(p, nodes, backend)
+    assert report.ok
+    for r in report.results:
+        assert ("resume", r.node) not in nodes.calls
+        assert nodes.drained[r.node] == "bad fan, ticket 123"
+        assert any(a.startswith("not resumed: drained by someone else meanwhile: bad fan") for a in r.actions)
+
+
+def test_a_failed_step_keeps_the_admins_reason() -> None:
+    # Issue 11, defect 3: on a failure our reason overwrote the admin's.
+    p, _, backend = _setup()
+    nodes = AdminDrainsDuringWait(fail={"write_gres": "disk full"})
+    report = apply_plan(p, nodes, backend)
+    assert not report.ok
+    for r in report.results:
+        assert r.status == "failed" and "disk full" in (r.error or "")
+        assert nodes.drained[r.node] == "bad fan, ticket 123"
+        assert [c for c in nodes.calls if c[0] == "drain" and c[1] == r.node] == [("drain", r.node, REASON)]
