@@ -58,7 +58,7 @@ def check(model: str, layout: str) -> None:
     if explicit:
         for item in items:
             prof, _, slot = item.partition("@")
-            if not slot.isdigit():
+            if not (slot.isascii() and slot.isdigit()):
                 raise MigInputError(f"bad start {slot!r} in {item!r} (expected a memory slot number)")
             placement.append((prof, int(slot)))
         problem = placement_problem(model, placement)
@@ -88,7 +88,7 @@ def _parse_busy(text: str) -> set[tuple[str, int]]:
     out = set()
     for item in filter(None, (s.strip() for s in text.split(","))):
         node, sep, idx = item.rpartition(":")
-        if not sep or not node or not idx.isdigit():
+        if not sep or not node or not (idx.isascii() and idx.isdigit()):
             raise MigInputError(f"bad --busy entry {item!r} (expected NODE:GPUINDEX)")
         out.add((node, int(idx)))
     return out

@@ -58,7 +58,7 @@ def parse_indexes(detail: str) -> tuple[int, ...] | None:
         out: list[int] = []
         for rng in spec.split(","):
             lo, _, hi = rng.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
+            if not (lo.isascii() and lo.isdigit()) or (hi and not (hi.isascii() and hi.isdigit())):
                 return None
             out.extend(range(int(lo), int(hi or lo) + 1))
         return tuple(out)
@@ -80,7 +80,7 @@ def parse_gres(text: str | None) -> list[GresItem]:
             count_s, gtype = "1", ""
         else:
             count_s, gtype = fields[-1], ":".join(fields[1:-1])
-        if not count_s.isdigit():
+        if not (count_s.isascii() and count_s.isdigit()):
             # ``gpu:a100`` (type, no count) means one of that type.
             if len(fields) == 2 and count_s:
                 count_s, gtype = "1", fields[1]

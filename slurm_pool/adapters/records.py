@@ -426,7 +426,7 @@ def parse_job_text(text: str, job_id: int | str) -> JobRecord | None:
         end_time=_parse_stamp(fields.get("EndTime", "")),
         preempt_time=_parse_stamp(fields.get("PreemptTime", "")),
         time_limit=parse_duration(fields.get("TimeLimit", "")),
-        restart_count=int(restarts) if restarts.isdigit() else 0,
+        restart_count=int(restarts) if restarts.isascii() and restarts.isdigit() else 0,
         comment=None,
         requeue=None if requeue is None else requeue == "1",
     )

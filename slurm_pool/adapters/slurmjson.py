@@ -30,7 +30,11 @@ def parse_duration(v: str) -> float | None:
     """Slurm's ``[days-]hours:minutes:seconds`` (None for UNLIMITED and the like)."""
     days, _, rest = v.rpartition("-")
     parts = rest.split(":")
-    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3 or (days and not days.isdigit()):
+    if (
+        not all((p.isascii() and p.isdigit()) for p in parts)
+        or not 1 <= len(parts) <= 3
+        or (days and not (days.isascii() and days.isdigit()))
+    ):
         return None
     nums = [int(p) for p in parts]
     while len(nums) < 3:
@@ -48,6 +52,6 @@ def number(value: Any) -> int | None:
         return int(value)
     if isinstance(value, (int, float)):
         return None if value >= INFINITE else int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value)
     return None

@@ -244,4 +244,4 @@ def checkpointer(**kwargs: Any) -> Checkpointer:
 def restart_count(env: Mapping[str, str] | None = None) -> int:
     """``SLURM_RESTART_COUNT``: how many times Slurm has requeued this job."""
     v = (os.environ if env is None else env).get("SLURM_RESTART_COUNT", "0")
-    return int(v) if v.isdigit() else 0
+    return int(v) if (v.isascii() and v.isdigit()) else 0

@@ -47,7 +47,7 @@ def parse_signal(value: str | int) -> int:
     v = value.strip().upper()
     v = v.split(":", 1)[1] if ":" in v else v
     v = v.split("@", 1)[0]
-    if v.isdigit():
+    if v.isascii() and v.isdigit():
         return int(v)
     name = v if v.startswith("SIG") else "SIG" + v
     try:
@@ -110,5 +110,5 @@ def resolve(
         kill_wait=float(env.get("SLURM_POOL_KILL_WAIT") or conf.integer("kill_wait")),
         scontrol=env.get("SLURM_POOL_SCONTROL") or conf.get("scontrol"),
         job_id=job_id,
-        restart_count=int(restart) if restart.isdigit() else 0,
+        restart_count=int(restart) if (restart.isascii() and restart.isdigit()) else 0,
     )

@@ -226,7 +226,7 @@ def clean_temporaries(directory: str, *, max_age: float = 86400.0) -> None:
         parts = e.name.split("-")
         stale = e.name.startswith(".trash-")
         # .tmp-ckpt-<step>-<host>-<pid>-<random>
-        if not stale and len(parts) >= 6 and parts[3] == host and parts[4].isdigit():
+        if not stale and len(parts) >= 6 and parts[3] == host and parts[4].isascii() and parts[4].isdigit():
             stale = not _pid_alive(int(parts[4]))
         try:
             stale = stale or now - e.stat(follow_symlinks=False).st_mtime > max_age

@@ -104,7 +104,7 @@ def tarball_version(path: Path) -> str:
 
 
 def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.split(r"[.-]", version) if p.isdigit())
+    return tuple(int(p) for p in re.split(r"[.-]", version) if (p.isascii() and p.isdigit()))
 
 
 def sha256_of(path: Path) -> str:

@@ -27,7 +27,7 @@ DEFAULT_LISTEN = "127.0.0.1:9877"
 def parse_listen(value: str) -> tuple[str, int]:
     """``host:port``, ``[v6]:port`` or ``:port`` (loopback) -> (host, port)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ValueError(f"{value!r} is not HOST:PORT")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

@@ -70,7 +70,7 @@ def job_gpu_ids(value: str | None) -> set[int]:
     for part in (value or "").split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
-        if lo.isdigit() and (not sep or hi.isdigit()):
+        if (lo.isascii() and lo.isdigit()) and (not sep or (hi.isascii() and hi.isdigit())):
             out.update(range(int(lo), int(hi if sep else lo) + 1))
     return out
 

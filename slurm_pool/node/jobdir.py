@@ -41,13 +41,13 @@ def job_identity(env: dict[str, str]) -> tuple[str, str, int, int]:
     job = env.get("SLURM_JOB_ID", "")
     user = env.get("SLURM_JOB_USER", "")
     uid, gid = env.get("SLURM_JOB_UID", ""), env.get("SLURM_JOB_GID", "")
-    if not job.isdigit():
+    if not (job.isascii() and job.isdigit()):
         raise JobDirError(f"SLURM_JOB_ID {job!r} is not a job id")
     if not NAME_RE.match(user) or user in (".", ".."):
         raise JobDirError(f"SLURM_JOB_USER {user!r} is not a user name")
-    if not uid.isdigit():
+    if not (uid.isascii() and uid.isdigit()):
         raise JobDirError(f"SLURM_JOB_UID {uid!r} is not a uid")
-    return job, user, int(uid), int(gid) if gid.isdigit() else -1
+    return job, user, int(uid), int(gid) if (gid.isascii() and gid.isdigit()) else -1
 
 
 def checkpoint_dir(base: str, env: dict[str, str]) -> tuple[str, bool]:

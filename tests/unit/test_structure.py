@@ -205,3 +205,15 @@ def test_no_test_code_in_the_package(module: str) -> None:
     assert bad == [], f"{module} imports test code {bad}"
     leaf = module.rsplit(".", 1)[-1]
     assert leaf not in {"testing", "harness", "conftest", "fixtures"}, f"{module} looks like a test harness"
+
+
+def test_digit_checks_are_ascii() -> None:
+    # str.isdigit() is true for "²", which int() refuses: a user's directory named so stopped
+    # `checkpoints prune` for everyone (issue 11, defect 1).  Every digit check pairs it with isascii().
+    bad = [
+        f"{path.relative_to(PKG.parent)}:{no}"
+        for path in modules().values()
+        for no, line in enumerate(path.read_text().splitlines(), 1)
+        if ".isdigit()" in line and ".isascii()" not in line
+    ]
+    assert bad == []
