@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from slurm_pool.accounting.plan import OWNER_TAG, AccountingPlan, build_plan
+from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.adapters.slurmjson import parse_duration
 from slurm_pool.spec.model import PoolSpec
@@ -285,8 +286,17 @@ def apply_accounting(
     for c in changes:
         echo(c.summary)
     if not dry_run:
-        for c in changes:
-            slurm.sacctmgr(*c.argv)
+        for done, c in enumerate(changes):
+            try:
+                slurm.sacctmgr(*c.argv)
+            except CommandError:
+                echo(f"accounting: {done} of {len(changes)} change(s) applied; this one failed: {c.summary}")
+                for rest in changes[done + 1 :]:
+                    echo(f"  not applied: {rest.summary}")
+                echo(
+                    "accounting: run `slurm-pool apply accounting` again once the cause is fixed; it resumes from here"
+                )
+                raise
         echo(f"accounting: applied {len(changes)} change(s)")
     else:
         echo(f"accounting: {len(changes)} change(s) (dry run, nothing applied)")

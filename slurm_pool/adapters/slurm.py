@@ -81,13 +81,28 @@ class SlurmClient:
         for line in res.stdout.splitlines():
             if not line.strip():
                 continue
-            values = line.split("|")
+            values = split_parsable(line, fields)
             rows.append({f: (values[i] if i < len(values) else "") for i, f in enumerate(fields)})
         return rows
 
     def sacctmgr(self, *args: str) -> None:
         """One non-interactive sacctmgr change."""
         self.runner.run(["sacctmgr", "-i", *args])
+
+
+#: sacctmgr fields that hold free text, where a "|" of -P's separator may sit.
+FREE_TEXT_FIELDS = ("Description", "Descr", "Org", "Organization")
+
+
+def split_parsable(line: str, fields: Sequence[str]) -> list[str]:
+    """A ``sacctmgr -P`` line split on "|"; surplus pieces go back into the one free-text field."""
+    values = line.split("|")
+    surplus = len(values) - len(fields)
+    free = [i for i, f in enumerate(fields) if f in FREE_TEXT_FIELDS]
+    if surplus > 0 and len(free) == 1:
+        i = free[0]
+        values = [*values[:i], "|".join(values[i : i + surplus + 1]), *values[i + surplus + 1 :]]
+    return values
 
 
 def installed_version(runner: Runner | None = None) -> SlurmVersion | None:

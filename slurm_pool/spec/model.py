@@ -32,6 +32,8 @@ MAX_CPUS = 65535
 MAX_MEMORY_MB = 2**40
 MAX_WARN_SECONDS = 86400
 FEATURE_RE = r"^[A-Za-z0-9_.+-]{1,64}$"
+#: sacctmgr -P separates fields with "|"; a description is one printable line without it.
+DESCRIPTION_RE = r"^[^|\x00-\x1f\x7f'\"]*$"
 #: Signals sbatch --signal can send that a job may catch (not KILL or STOP).
 CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "URG", "ALRM", "QUIT", "XCPU")
 
@@ -76,7 +78,7 @@ class Tier(Strict):
     """A pool tier: one Slurm QOS, used by one or more partitions."""
 
     name: str = Field(pattern=NAME_RE)
-    description: str = ""
+    description: str = Field(default="", max_length=120, pattern=DESCRIPTION_RE)
     priority: int = Field(ge=0)
     preempt: list[str] = []
     preempt_mode: PreemptMode = "off"
@@ -121,7 +123,7 @@ class Project(Strict):
     """A project: one Slurm account, its users, owned nodes and allowed tiers."""
 
     name: str = Field(pattern=NAME_RE)
-    description: str = ""
+    description: str = Field(default="", max_length=120, pattern=DESCRIPTION_RE)
     users: list[str] = []
     owns: list[str] = []
     tiers: list[str] = Field(min_length=1)

@@ -9,7 +9,7 @@ import pytest
 from slurm_pool.accounting.apply import apply_accounting, diff
 from slurm_pool.accounting.plan import build_plan
 from slurm_pool.adapters.runner import CommandError, RecordingRunner, Result
-from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.adapters.slurm import SlurmClient, split_parsable
 from slurm_pool.spec import load_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
@@ -193,4 +193,45 @@ def test_limits_on_unregistered_tres_wait_for_slurmctld():
     fake.register_gres()
     again = apply_accounting(spec, slurm, echo=lambda _m: None)
     assert [c.summary for c in again] == ["~ qos shared: MaxTRESPU: - -> gres/gpu=4, MaxTRES: - -> gres/gpu=4"]
+    assert apply_accounting(spec, slurm, echo=lambda _m: None) == []
+
+
+def test_a_failure_partway_says_what_went_in_and_the_rerun_finishes(world):
+    # Issue 11, defect 8: a failure partway through did not say which changes went in.
+    _fake, runner, slurm = world
+    runner.fail(["sacctmgr", "-i", "add", "account"], stderr="sacctmgr: error: Problem adding")
+    lines: list[str] = []
+    with pytest.raises(CommandError, match="Problem adding"):
+        apply_accounting(load_spec(EXAMPLE), slurm, echo=lines.append)
+    failed = next(i for i, line in enumerate(lines) if " change(s) applied; this one failed: + account" in line)
+    assert lines[failed].startswith("accounting: ") and lines[failed + 1].startswith("  not applied: ")
+    assert lines[-1].startswith("accounting: run `slurm-pool apply accounting` again")
+    runner.respond(["sacctmgr"], _fake)  # the cause is fixed: sacctmgr answers again
+    assert apply_accounting(load_spec(EXAMPLE), slurm, echo=lambda _m: None)
+    assert apply_accounting(load_spec(EXAMPLE), slurm, echo=lambda _m: None) == []
+
+
+@pytest.mark.parametrize(
+    "line,fields,want",
+    [
+        ("a|b|c", ["Name", "Description", "Priority"], ["a", "b", "c"]),
+        ("a|x|y|c", ["Name", "Description", "Priority"], ["a", "x|y", "c"]),
+        ("a|x|y|z|c", ["Name", "Description", "Priority"], ["a", "x|y|z", "c"]),
+        ("a|b", ["Name", "Description", "Priority"], ["a", "b"]),
+        ("a|x|y", ["Account", "User"], ["a", "x", "y"]),  # no free-text field: left as it is
+    ],
+)
+def test_a_bar_in_a_description_stays_in_its_field(line, fields, want):
+    # Issue 11, defect 8: sacctmgr -P splits on "|"; a human's description with one shifted every column.
+    assert split_parsable(line, fields) == want
+
+
+def test_a_bar_a_human_put_in_a_description_does_not_break_the_next_apply(world):
+    fake, _runner, slurm = world
+    spec = load_spec(EXAMPLE)
+    apply_accounting(spec, slurm, echo=lambda _m: None)
+    fake.qos["shared"]["Description"] = "gpu | cpu"  # edited by hand with sacctmgr
+    changes = apply_accounting(spec, slurm, echo=lambda _m: None)
+    assert [c.summary.split(":")[0] for c in changes] == ["~ qos shared"]
+    assert "Description: gpu | cpu -> " in changes[0].summary
     assert apply_accounting(spec, slurm, echo=lambda _m: None) == []

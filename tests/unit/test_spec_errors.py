@@ -116,6 +116,13 @@ CASES = [
     ("non-ascii-host", mutate(_set(["node_groups", 0, "hosts"], "ä-gpu[1-2]")), "node_groups[0].hosts", "ASCII"),
     ("huge-hostlist", mutate(_set(["node_groups", 0, "hosts"], "n[1-100000000]")), "node_groups[0].hosts", "more than"),
     ("version-true", mutate(_set(["version"], True)), "version", "not a supported spec version"),
+    ("bar-in-description", mutate(_set(["tiers", 0, "description"], "gpu | cpu")), "tiers[0].description", "match"),
+    (
+        "newline-in-description",
+        mutate(_set(["projects", 0, "description"], "a\nb")),
+        "projects[0].description",
+        "match",
+    ),
     ("duplicate-key", EXAMPLE.read_text().replace("version: 1", "version: 1\nversion: 1", 1), "", "given twice"),
 ]
 
