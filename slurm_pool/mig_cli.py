@@ -19,6 +19,7 @@ from slurm_pool.conf_cli import slurm_version_option, target_version
 from slurm_pool.errors import InputError
 from slurm_pool.mig.catalogue import canonical_model, known_models
 from slurm_pool.mig.profiles import GEOMETRIES
+from slurm_pool.textio import read_json, read_text
 from slurm_pool.versions import SlurmVersion
 
 
@@ -131,10 +132,16 @@ def _gpus_from_spec(path: str, model: str | None, busy: set[tuple[str, int]]) ->
 
 
 def _read(path: str) -> str:
+    return read_text(path)  # InputError (exit 2) naming the file
+
+
+def _load_plan(plan_path: str) -> Any:
+    from slurm_pool.mig.planner import PlanError, plan_from_dict
+
     try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise MigInputError(f"cannot read {path!r}: {exc}") from None
+        return plan_from_dict(read_json(plan_path))
+    except PlanError as exc:
+        raise MigInputError(f"{plan_path}: {exc}") from None
 
 
 @mig.command()
@@ -294,12 +301,8 @@ def apply(
     """Drain the affected nodes, repartition, rewrite GRES, restart slurmd, resume."""
     from slurm_pool.mig.apply import apply_plan
     from slurm_pool.mig.emit import nvidia_smi_commands
-    from slurm_pool.mig.planner import PlanError, plan_from_dict
 
-    try:
-        result = plan_from_dict(json.loads(_read(plan_path)))
-    except (PlanError, json.JSONDecodeError) as exc:
-        raise MigInputError(f"{plan_path}: {exc}") from None
+    result = _load_plan(plan_path)
     if controls is None:
         if not dry_run:
             raise MigInputError("no node control configured: pass --controls MODULE:FACTORY (or --dry-run)")
@@ -340,12 +343,7 @@ def apply(
 @slurm_version_option
 def emit_cmd(plan_path: str, what: str, slurm_version: str | None) -> None:
     """Print one output of a plan: mig-parted YAML, nvidia-smi commands or slurm.conf Gres."""
-    from slurm_pool.mig.planner import PlanError, plan_from_dict
-
-    try:
-        result = plan_from_dict(json.loads(_read(plan_path)))
-    except (PlanError, json.JSONDecodeError) as exc:
-        raise MigInputError(f"{plan_path}: {exc}") from None
+    result = _load_plan(plan_path)
     out = _outputs(result, target_version(slurm_version))
     if what == "mig-parted":
         click.echo(yaml.safe_dump(out["mig_parted"], sort_keys=False), nl=False)

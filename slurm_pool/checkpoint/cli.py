@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from slurm_pool.clitypes import Finite
+
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option(
@@ -30,7 +32,7 @@ import click
 @click.option(
     "--poll",
     "poll_seconds",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=0.0,
     show_default=True,
     help="Also ask Slurm every N seconds whether the job is being preempted (0: only on signals).",

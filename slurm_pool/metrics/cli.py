@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import click
 
 from slurm_pool import nodeconf
+from slurm_pool.clitypes import Finite
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
 
 DEFAULT_LISTEN = "127.0.0.1:9877"
@@ -76,7 +77,11 @@ def build_registry(
     help="Partition whose running jobs mean a node is lent out.",
 )
 @click.option(
-    "--slurm-timeout", default=10.0, show_default=True, type=float, help="Seconds one sinfo/squeue call may take."
+    "--slurm-timeout",
+    default=10.0,
+    show_default=True,
+    type=Finite(min=0.001),
+    help="Seconds one sinfo/squeue call may take.",
 )
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 def exporter(listen: str, state_dir: str | None, lend_partition: str, slurm_timeout: float, once: bool) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping
 
 import click
 
+from slurm_pool.clitypes import Finite
 from slurm_pool.errors import InputError, PoolError
 
 _LEGEND = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -179,7 +180,7 @@ def render_panels(
 @click.argument("dashboard", type=click.Path(exists=True, dir_okay=False))
 @click.option("--prometheus", "prometheus_url", required=True, help="Prometheus base URL, e.g. http://127.0.0.1:9090.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the PNGs.")
-@click.option("--range", "range_s", default=3600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds.")
+@click.option("--range", "range_s", default=3600.0, show_default=True, type=Finite(min=1), help="Seconds.")
 @click.option("--rate-interval", default="1m", show_default=True, help="What $__rate_interval stands for.")
 def dashboard_png(dashboard: str, prometheus_url: str, out_dir: str, range_s: float, rate_interval: str) -> None:
     """Draw each panel of a Grafana dashboard as a PNG from Prometheus' query API (no Grafana needed)."""

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import click
 
+from slurm_pool.clitypes import Finite
 from slurm_pool.metrics.outcomes import FILE_NAME, NODE_RE
 from slurm_pool.metrics.status import DEFAULT_LAST, build, preemption, tables
 
@@ -71,7 +72,9 @@ def tail_preemptions(state_dir: str, tail: int = TAIL_BYTES) -> Iterator[dict[st
     help="Directory with <node>/outcomes.jsonl [node.conf's state_dir]; '' lists no preemptions.",
 )
 @click.option("--last", default=DEFAULT_LAST, show_default=True, type=click.IntRange(0), help="Preemptions listed.")
-@click.option("--slurm-timeout", default=20.0, show_default=True, type=float, help="Seconds one Slurm query may take.")
+@click.option(
+    "--slurm-timeout", default=20.0, show_default=True, type=Finite(min=0.001), help="Seconds one Slurm query may take."
+)
 def status(as_json: bool, spec_path: str | None, state_dir: str | None, last: int, slurm_timeout: float) -> None:
     """Show GPUs by state, tier and project, pending demand, lent nodes and the last preemptions."""
     from slurm_pool.adapters.runner import SubprocessRunner

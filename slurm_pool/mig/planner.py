@@ -23,6 +23,7 @@ with the earlier optima fixed as constraints.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -33,6 +34,11 @@ import numpy as np
 from slurm_pool.errors import InputError
 from slurm_pool.mig.placement import Layout, canonical, layout_problem, valid_layouts
 from slurm_pool.mig.profiles import GEOMETRIES, geometry
+
+#: Bounds on a plan read from a file: GPU indexes per node (as the spec's gpus.count) and demand counts.
+MAX_GPU_INDEX = 64
+MAX_DEMAND = 100_000
+_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class PlanError(InputError):
@@ -113,27 +119,50 @@ class Plan:
 def plan_from_dict(data: Mapping[str, object]) -> Plan:
     """Read a plan written by :meth:`Plan.to_dict`; PlanError when malformed."""
     try:
-        model = str(data["model"])
-        rows = list(data["gpus"])  # type: ignore[call-overload]
+        if not isinstance(data, Mapping):
+            raise PlanError(f"a plan is a JSON object, not {type(data).__name__}")
+        model = data["model"]
+        if not isinstance(model, str) or model not in GEOMETRIES:
+            raise PlanError(f"model: {model!r} is not a MIG-capable GPU model (known: {', '.join(GEOMETRIES)})")
+        rows = data["gpus"]
+        if not isinstance(rows, list):
+            raise PlanError("gpus: not a list")
         geo = geometry(model)
         gpus, layouts = [], []
+        seen: set[tuple[str, int]] = set()
         for i, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise PlanError(f"gpus[{i}]: not an object")
+            node, index, busy = row["node"], row["index"], row.get("busy", False)
+            if not isinstance(node, str) or not _NODE_RE.match(node):
+                raise PlanError(f"gpus[{i}].node: {node!r} is not a node name")
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_GPU_INDEX:
+                raise PlanError(f"gpus[{i}].index: {index!r} is not a GPU index (0 to {MAX_GPU_INDEX - 1})")
+            if (node, index) in seen:
+                raise PlanError(f"gpus[{i}]: {node}:{index} is listed twice")
+            seen.add((node, index))
+            if not isinstance(busy, bool):
+                raise PlanError(f"gpus[{i}].busy: {busy!r} is not true or false")
             cur, lay = row["current"], row["layout"]
             for label, value in (("current", cur), ("layout", lay)):
+                if value is not None and (not isinstance(value, list) or not all(isinstance(p, str) for p in value)):
+                    raise PlanError(f"gpus[{i}].{label}: not a list of profile names or null")
                 if value is not None:
                     bad = layout_problem(model, value)
                     if bad:
                         raise PlanError(f"gpus[{i}].{label}: {','.join(value)} is not a valid {model} layout: {bad}")
-            gpus.append(
-                Gpu(
-                    str(row["node"]),
-                    int(row["index"]),
-                    None if cur is None else canonical(geo, cur),
-                    bool(row.get("busy", False)),
-                )
-            )
+            gpus.append(Gpu(node, index, None if cur is None else canonical(geo, cur), busy))
             layouts.append(None if lay is None else canonical(geo, lay))
-        demand = {str(k): int(v) for k, v in dict(data.get("demand", {})).items()}  # type: ignore[call-overload]
+        raw_demand = data.get("demand", {})
+        if not isinstance(raw_demand, Mapping):
+            raise PlanError("demand: not an object")
+        demand: dict[str, int] = {}
+        for k, v in raw_demand.items():
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DEMAND:
+                raise PlanError(f"demand.{k}: {v!r} is not a count (0 to {MAX_DEMAND})")
+            if geo.profile(str(k)) is None:
+                raise PlanError(f"demand.{k}: unknown profile for {model}")
+            demand[str(k)] = v
     except PlanError:
         raise
     except (KeyError, TypeError, ValueError) as exc:

@@ -12,6 +12,8 @@ import sys
 
 import click
 
+from slurm_pool.clitypes import Finite
+
 _config = click.option(
     "--config",
     "config_path",
@@ -63,7 +65,7 @@ def checkpoints() -> None:
 @click.option("--base", default=None, metavar="DIR", help="checkpoint_base_dir (default: from node.conf).")
 @click.option(
     "--keep-days",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=7.0,
     show_default=True,
     help="Keep a gone job's directory until nothing in it changed for this long.",

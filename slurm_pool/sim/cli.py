@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from slurm_pool.errors import InputError
+from slurm_pool.clitypes import Finite
 from slurm_pool.sim.engine import Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
+from slurm_pool.textio import read_json
 
 
 def summary(r: Result, base: Result) -> dict[str, Any]:
@@ -47,20 +46,20 @@ def default_grace(spec: Any) -> int:
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=None,
     help="GraceTime in seconds (default: the spec's longest requeue-tier grace_time).",
 )
 @click.option(
     "--checkpoint-interval",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=1800.0,
     show_default=True,
     help="Periodic checkpoint interval, seconds.",
 )
 @click.option(
     "--restart-overhead",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=120.0,
     show_default=True,
     help="Seconds a resumed job spends loading its checkpoint.",
@@ -82,14 +81,7 @@ def simulate(
     capacity = history.owned_gpus(spec)
     if not capacity:
         raise click.ClickException(f"{spec_path}: no project owns a node group with GPUs (projects[].owns)")
-    try:
-        text = sys.stdin.read() if sacct_path == "-" else Path(sacct_path).read_text()
-        data = json.loads(text)
-        hist = history.jobs_from_sacct(data, capacity, name=sacct_path)
-    except OSError as exc:
-        raise InputError(f"{sacct_path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{sacct_path}: not JSON: {exc}") from None
+    hist = history.jobs_from_sacct(read_json(sacct_path), capacity, name=sacct_path)
     grace = float(default_grace(spec)) if grace is None else grace
     results = [
         (label, replay(capacity, hist.jobs, pol, hist.window))

@@ -125,7 +125,7 @@ def test_plan_from_sacct_and_needs() -> None:
             "cannot read /nonexistent/pool.yaml",
         ),
         (["--spec", SPEC, "--model", "A30", "--demand", "1g.6gb=1"], "the spec has no A30 GPUs"),
-        (["--model", "A100-40GB", "--gpus", "1", "--needs", "/nonexistent.csv"], "cannot read '/nonexistent.csv'"),
+        (["--model", "A100-40GB", "--gpus", "1", "--needs", "/nonexistent.csv"], "/nonexistent.csv: No such file"),
     ],
 )
 def test_plan_bad_input_exit_2(args: list[str], needle: str) -> None:
@@ -185,3 +185,52 @@ def _fake_controls_module(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = types.ModuleType("tests_unit_mig_fakes")
     mod.make_controls = make_controls  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "tests_unit_mig_fakes", mod)
+
+
+def _plan_doc() -> dict:
+    code, out = run("plan", "--spec", SPEC, "--model", "A100-40GB", "--demand", "1g.5gb=4", "--json")
+    assert code == 0, out
+    return json.loads(out)
+
+
+def _with(edit):
+    doc = _plan_doc()
+    edit(doc)
+    return json.dumps(doc)
+
+
+BAD_PLANS = [
+    (
+        "infinity-index",
+        lambda: _with(lambda d: d["gpus"][0].update(index=10**400)).replace("1" + "0" * 400, "Infinity"),
+        "Infinity is not a JSON number",
+    ),
+    ("negative-index", lambda: _with(lambda d: d["gpus"][0].update(index=-3)), "gpus[0].index: -3"),
+    ("huge-index", lambda: _with(lambda d: d["gpus"][0].update(index=10**12)), "is not a GPU index"),
+    ("bool-index", lambda: _with(lambda d: d["gpus"][0].update(index=True)), "is not a GPU index"),
+    ("duplicate-row", lambda: _with(lambda d: d["gpus"].append(d["gpus"][0])), "is listed twice"),
+    ("negative-demand", lambda: _with(lambda d: d.update(demand={"1g.5gb": -1})), "demand.1g.5gb: -1"),
+    ("unknown-demand", lambda: _with(lambda d: d.update(demand={"9g.99gb": 1})), "unknown profile"),
+    ("unknown-model", lambda: _with(lambda d: d.update(model="V100")), "model: 'V100'"),
+    ("node-with-space", lambda: _with(lambda d: d["gpus"][0].update(node="a b")), "is not a node name"),
+    ("layout-not-list", lambda: _with(lambda d: d["gpus"][0].update(layout="1g.5gb")), "not a list of profile names"),
+    ("not-an-object", lambda: "[1, 2]", "a plan is a JSON object"),
+    ("deep", lambda: "[" * 20_000 + "]" * 20_000, "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize("text_fn,needle", [(f, n) for _, f, n in BAD_PLANS], ids=[c for c, _, _ in BAD_PLANS])
+@pytest.mark.parametrize("command", [["apply", "--dry-run"], ["emit", "commands"]])
+def test_bad_plan_files_exit_2_with_the_field_named(tmp_path, text_fn, needle, command):
+    # Issue 11, defect 11: tracebacks on an Infinity index or deep files; bad rows accepted.
+    f = tmp_path / "plan.json"
+    f.write_text(text_fn())
+    code, out = run(*command, "--plan", str(f))
+    assert code == 2 and needle in out and "Traceback" not in out, out
+
+
+def test_a_plan_file_that_is_not_utf8_exits_2(tmp_path):
+    f = tmp_path / "plan.json"
+    f.write_bytes(b'{"version": 1, "x": "\xff\xfe"}')
+    code, out = run("apply", "--dry-run", "--plan", str(f))
+    assert code == 2 and "not UTF-8" in out, out

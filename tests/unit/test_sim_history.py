@@ -165,3 +165,21 @@ def test_cli_spec_without_owners(tmp_path):
     )
     res = _cli("--spec", str(spec), "--sacct", str(SACCT))
     assert res.exit_code == 1 and "no project owns a node group" in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    "option,value", [("--grace", "nan"), ("--grace", "inf"), ("--grace", "-1"), ("--checkpoint-interval", "nan")]
+)
+def test_cli_non_finite_numbers_exit_2(tmp_path, option, value):
+    # Issue 11, defect 11: --grace nan was accepted.
+    f = tmp_path / "x.json"
+    f.write_text('{"jobs": []}')
+    res = _cli("--spec", str(SPEC), "--sacct", str(f), option, value)
+    assert res.exit_code == 2 and option in res.output and "Traceback" not in res.output, res.output
+
+
+def test_cli_sacct_file_not_utf8_exits_2(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_bytes(b'{"jobs": "\xff"}')
+    res = _cli("--spec", str(SPEC), "--sacct", str(f))
+    assert res.exit_code == 2 and "not UTF-8" in res.output, res.output
