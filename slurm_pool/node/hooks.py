@@ -281,7 +281,7 @@ class Hooks:
 
         env = self.env
         try:
-            job, user, _uid, _gid = jobdir.job_identity(env)
+            job, user, uid, _gid = jobdir.job_identity(env)
             path, _ = jobdir.checkpoint_dir(self.cfg.get("checkpoint_base_dir"), env)
             info = None
             if self.cfg.flag("epilog_query"):
@@ -294,8 +294,8 @@ class Hooks:
                 node=self.node,
                 now=self.clock(),
                 info=info,
-                wrapper=jobdir.read_outcome(path),
-                newest=jobdir.newest_checkpoint(path),
+                wrapper=jobdir.read_outcome(path, uid),
+                newest=jobdir.newest_checkpoint(path, uid),
                 run_start=self._take_run_start(job),
             )
             self.append_outcome(rec)

@@ -125,34 +125,56 @@ def prepare(base: str, path: str, user: str, uid: int, gid: int) -> str:
     return "created"
 
 
-def _open_dir(path: str) -> int | None:
+def _open_dir(path: str, uid: int | None = None) -> int | None:
+    """An ``O_NOFOLLOW`` descriptor of ``path``; None if unsafe, or not owned by ``uid`` when given.
+
+    Root reads only what the job's user owns: a checkpoint directory pointed at
+    someone else's private directory is not read for them.
+    """
     try:
         parts = _components(path)
         root = os.open("/", DIR_FLAGS)
         try:
-            return _open_under(root, parts)
+            fd = _open_under(root, parts)
         finally:
             os.close(root)
     except (OSError, JobDirError):
         return None
+    if uid is not None:
+        try:
+            owner = os.fstat(fd).st_uid
+        except OSError:
+            owner = -1
+        if owner != uid:
+            os.close(fd)
+            return None
+    return fd
 
 
-def newest_checkpoint(path: str) -> tuple[int, float] | None:
+def newest_checkpoint(path: str, uid: int | None = None) -> tuple[int, float] | None:
     """``(step, mtime of its manifest)`` of the newest committed checkpoint.
 
     Only ``lstat``-style reads through ``O_NOFOLLOW`` descriptors: root never
-    opens a file the user could have swapped for a FIFO or a link.
+    opens a file the user could have swapped for a FIFO or a link, and a
+    ``ckpt-N`` that is a symlink is not followed.  With ``uid``, ``path`` must
+    be that user's.
     """
-    fd = _open_dir(path)
+    fd = _open_dir(path, uid)
     if fd is None:
         return None
     try:
         steps = sorted((int(m.group(1)), e) for e in os.listdir(fd) if (m := CKPT_RE.match(e)))
         for step, name in reversed(steps):
             try:
-                st = os.stat(f"{name}/MANIFEST.json", dir_fd=fd, follow_symlinks=False)
+                cfd = os.open(name, DIR_FLAGS, dir_fd=fd)  # ELOOP on a symlinked ckpt-N
             except OSError:
                 continue
+            try:
+                st = os.stat("MANIFEST.json", dir_fd=cfd, follow_symlinks=False)
+            except OSError:
+                continue
+            finally:
+                os.close(cfd)
             if stat.S_ISREG(st.st_mode):
                 return step, st.st_mtime
         return None
@@ -160,9 +182,14 @@ def newest_checkpoint(path: str) -> tuple[int, float] | None:
         os.close(fd)
 
 
-def read_outcome(path: str) -> dict[str, Any] | None:
-    """``.slurm-pool/outcome.json`` as written by ``slurm-pool run`` (untrusted data)."""
-    fd = _open_dir(os.path.join(path, ".slurm-pool"))
+def read_outcome(path: str, uid: int | None = None) -> dict[str, Any] | None:
+    """``.slurm-pool/outcome.json`` as written by ``slurm-pool run`` (untrusted data; ``uid``'s only)."""
+    if uid is not None:  # the checkpoint directory itself must be the user's, not only its control dir
+        top = _open_dir(path, uid)
+        if top is None:
+            return None
+        os.close(top)
+    fd = _open_dir(os.path.join(path, ".slurm-pool"), uid)
     if fd is None:
         return None
     try:

@@ -225,6 +225,12 @@ def _job_json(**over):
     return json.dumps({"jobs": [j]})
 
 
+def _written_by_the_user(job_dir: Path) -> None:
+    """What the job wrote is the job user's (the tests run as root)."""
+    for p in [job_dir / ".slurm-pool", *(job_dir / ".slurm-pool").iterdir()]:
+        os.chown(p, UID, GID, follow_symlinks=False)
+
+
 def test_epilog_records_a_preemption(tmp_path):
     n = Node(tmp_path, "h100x8_healthy.json")
     n.runner.on(["scontrol", "--json", "show", "job", "42"], _job_json())
@@ -247,6 +253,7 @@ def test_epilog_records_a_preemption(tmp_path):
             "time": NOW,
         },
     )
+    _written_by_the_user(d)
     assert n.hooks().epilog() == 0
     lines = (tmp_path / "state" / NODE / "outcomes.jsonl").read_text().splitlines()
     rec = json.loads(lines[-1])
@@ -405,6 +412,24 @@ def test_root_side_reads_refuse_fifos_links_and_big_files(tmp_path):
     assert jobdir.newest_checkpoint(str(link)) is None
 
 
+def test_root_reads_only_what_the_jobs_user_owns(tmp_path):
+    # Issue 11, defect 10: a checkpoint directory pointed at another user's private directory had
+    # its newest step and time copied into the world-readable outcomes.jsonl.
+    other = tmp_path / "someone-else"
+    store.write(str(other), 7, {"state": b"private"})
+    control.write(str(other), control.OUTCOME, {"job_id": "42", "reason": "preempt"})
+    os.chown(other, 4242, 4242)
+    assert jobdir.newest_checkpoint(str(other), UID) is None
+    assert jobdir.read_outcome(str(other), UID) is None
+    assert jobdir.newest_checkpoint(str(other), 4242)[0] == 7  # its owner's job may read it
+    # a ckpt-N that is a symlink is not followed, even to a complete checkpoint
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    os.chown(mine, UID, GID)
+    (mine / "ckpt-000000000009").symlink_to(other / "ckpt-000000000007")
+    assert jobdir.newest_checkpoint(str(mine), UID) is None
+
+
 def test_gpus_auto_skips_a_machine_without_nvml_but_nvml_is_strict(tmp_path):
     class NoLibrary:
         def snapshot(self):
@@ -458,6 +483,7 @@ def test_what_the_job_wrote_never_stops_the_epilog_health_check(tmp_path, text):
     d = tmp_path / "ckpt" / "alice" / "42"
     control.write(str(d), control.OUTCOME, {"job_id": "42"})
     (d / ".slurm-pool" / "outcome.json").write_text(text)
+    _written_by_the_user(d)
     n.use("xid_critical.json")  # the GPU failed during the job
     assert n.updates() == []
     assert n.hooks().epilog() == 0
