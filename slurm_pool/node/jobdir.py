@@ -51,12 +51,23 @@ def job_identity(env: dict[str, str]) -> tuple[str, str, int, int]:
 
 
 def checkpoint_dir(base: str, env: dict[str, str]) -> tuple[str, bool]:
-    """``(path, user_chosen)``: the SPANK option's directory or the default."""
-    chosen = env.get("SPANK_SLURM_POOL_CHECKPOINT_DIR", "").strip()
-    if chosen:
-        return chosen, True
+    """``(path, user_chosen)``: the SPANK option's directory or the default.
+
+    Resolved exactly as the SPANK plugin resolves it for the job
+    (``pool_checkpoint_path`` in ``spank/pool_opts.c``): an absolute DIR as
+    given, a relative one under ``<base>/<user>/``, repeated and trailing
+    ``/`` dropped, nothing stripped (the plugin keeps spaces, so this does).
+    """
+    chosen = env.get("SPANK_SLURM_POOL_CHECKPOINT_DIR", "")
+    if chosen.startswith("/"):
+        return "/" + "/".join(_components(chosen)), True
     job, user, _, _ = job_identity(env)
-    return os.path.join(base, user, job), False
+    if not chosen:
+        return "/" + "/".join(_components(base) + [user, job]), False
+    rel = [p for p in chosen.split("/") if p]
+    if not rel or any(p in (".", "..") for p in rel):
+        raise JobDirError(f"{chosen!r} names no directory or contains . or ..")
+    return "/" + "/".join(_components(base) + [user, *rel]), True
 
 
 def _components(path: str) -> list[str]:

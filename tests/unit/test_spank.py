@@ -559,3 +559,25 @@ def test_asan_fuzz(asan: Path, tmp_path: Path) -> None:
     )
     assert "Sanitizer" not in res.stderr and "runtime error" not in res.stderr, res.stderr[-4000:]
     assert res.returncode == 0, res.stderr[-4000:]
+
+
+@pytest.mark.parametrize("given", ["runs/exp1", "runs//exp1/", " spaced ", "a b/c ", "/abs//dir/", "/abs/x"])
+def test_the_hooks_resolve_the_directory_as_the_plugin_does(build: Path, tmp_path: Path, given: str) -> None:
+    # Issue 11, defect 6: the plugin resolved a relative --checkpoint=DIR for the job but the prolog and
+    # epilog got the raw value (and stripped spaces the plugin keeps), so outcome tracking looked elsewhere.
+    from slurm_pool.node import jobdir
+
+    uid = os.getuid()
+    if given.startswith("/"):
+        given = str(tmp_path) + given
+    res = remote(build, tmp_path / "b", "--opt", f"checkpoint={given}", uid=uid, gid=os.getgid(), job=91)
+    assert res.returncode == 0, res.stderr
+    plugin = variables(res.stdout, "setenv")["SLURM_POOL_CHECKPOINT_DIR"]
+    env = {
+        "SLURM_JOB_ID": "91",
+        "SLURM_JOB_USER": user_name(uid),
+        "SLURM_JOB_UID": str(uid),
+        "SLURM_JOB_GID": str(os.getgid()),
+        "SPANK_SLURM_POOL_CHECKPOINT_DIR": given,  # what the prolog and epilog see
+    }
+    assert jobdir.checkpoint_dir(str(tmp_path / "b"), env) == (plugin, True)
