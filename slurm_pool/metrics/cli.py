@@ -20,7 +20,7 @@ import click
 
 from slurm_pool import nodeconf
 from slurm_pool.clitypes import Finite
-from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
+from slurm_pool.metrics.collector import DEFAULT_DEADLINE, DEFAULT_LEND_PARTITION
 
 DEFAULT_LISTEN = "127.0.0.1:9877"
 
@@ -49,6 +49,7 @@ def build_registry(
     state_dir: str | None = None,
     lend_partition: str = DEFAULT_LEND_PARTITION,
     process_metrics: bool = True,
+    deadline: float = DEFAULT_DEADLINE,
 ) -> Any:
     """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics)."""
     from prometheus_client import CollectorRegistry, ProcessCollector
@@ -57,7 +58,11 @@ def build_registry(
     from slurm_pool.metrics.collector import PoolCollector
 
     registry = CollectorRegistry()
-    registry.register(PoolCollector(SlurmClient(runner), state_dir=state_dir or None, lend_partition=lend_partition))
+    registry.register(
+        PoolCollector(
+            SlurmClient(runner), state_dir=state_dir or None, lend_partition=lend_partition, deadline=deadline
+        )
+    )
     if process_metrics:
         ProcessCollector(registry=registry)
     return registry
@@ -83,8 +88,17 @@ def build_registry(
     type=Finite(min=0.001),
     help="Seconds one sinfo/squeue call may take.",
 )
+@click.option(
+    "--scrape-deadline",
+    default=DEFAULT_DEADLINE,
+    show_default=True,
+    type=Finite(min=0.001),
+    help="Seconds a scrape waits for Slurm before answering slurm_pool_up 0 (keep it below Prometheus' scrape_timeout).",
+)
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
-def exporter(listen: str, state_dir: str | None, lend_partition: str, slurm_timeout: float, once: bool) -> None:
+def exporter(
+    listen: str, state_dir: str | None, lend_partition: str, slurm_timeout: float, scrape_deadline: float, once: bool
+) -> None:
     """Serve Prometheus metrics of the pool (GPUs, jobs, drains, lending, preemptions)."""
     from prometheus_client import generate_latest, start_http_server
 
@@ -97,7 +111,10 @@ def exporter(listen: str, state_dir: str | None, lend_partition: str, slurm_time
     if state_dir is None:
         state_dir = default_state_dir()
     registry = build_registry(
-        SubprocessRunner(default_timeout=slurm_timeout), state_dir=state_dir, lend_partition=lend_partition
+        SubprocessRunner(default_timeout=slurm_timeout),
+        state_dir=state_dir,
+        lend_partition=lend_partition,
+        deadline=scrape_deadline,
     )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)

@@ -10,7 +10,7 @@ Metrics (all gauges unless ``_total``; GPU "units" are whole GPUs or MIG
 instances, each one GRES unit)::
 
     slurm_pool_up                                   both Slurm queries worked
-    slurm_pool_scrape_errors_total{source}          nodes | jobs | outcomes
+    slurm_pool_scrape_errors_total{source}          nodes | jobs | outcomes | deadline
     slurm_pool_scrape_duration_seconds
     slurm_pool_gpus{node,type,state}                allocated | idle | drained | down
     slurm_pool_gpu_utilization_ratio                allocated / all units, pool-wide
@@ -39,6 +39,9 @@ import logging
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -52,7 +55,9 @@ log = logging.getLogger(__name__)
 
 GPU_STATES = ("allocated", "idle", "drained", "down")
 DRAIN_OWNERS = ("slurm-pool", "human")
-SOURCES = ("nodes", "jobs", "outcomes")
+SOURCES = ("nodes", "jobs", "outcomes", "deadline")
+#: Seconds a scrape waits for Slurm: below Prometheus' default scrape_timeout of 10 s.
+DEFAULT_DEADLINE = 8.0
 DEFAULT_LEND_PARTITION = "k8s-lend"
 MAX_REASON = 120
 
@@ -68,62 +73,126 @@ def drain_owner(node: NodeRecord) -> str:
     return "slurm-pool" if node.ours else "human"
 
 
+@dataclass
+class _Reading:
+    """One read of Slurm (and the epilog records) shared by the scrapes waiting on it."""
+
+    nodes: list[NodeRecord] | None = None
+    jobs: list[JobRecord] | None = None
+    outcomes: list[Metric] | None = None  # built in the reader, which alone touches the tally
+    failed: Counter[str] = field(default_factory=Counter)
+
+
 class PoolCollector:
-    """A custom collector: register it with a ``CollectorRegistry``."""
+    """A custom collector: register it with a ``CollectorRegistry``.
+
+    A scrape waits at most ``deadline`` seconds for Slurm (below Prometheus'
+    default 10 s scrape timeout), then answers with ``slurm_pool_up 0``.
+    Scrapes that arrive while a read is in flight wait on that same read
+    instead of starting one each, so a hung Slurm never stacks queries.
+    """
 
     def __init__(
-        self, slurm: SlurmClient, *, state_dir: str | None = None, lend_partition: str = DEFAULT_LEND_PARTITION
+        self,
+        slurm: SlurmClient,
+        *,
+        state_dir: str | None = None,
+        lend_partition: str = DEFAULT_LEND_PARTITION,
+        deadline: float = DEFAULT_DEADLINE,
     ):
         self.slurm = slurm
         self.lend_partition = lend_partition
+        self.deadline = deadline
         self.outcomes = OutcomeTally(state_dir) if state_dir else None
         self.errors: Counter[str] = Counter({s: 0 for s in SOURCES})
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _inflight and errors
+        self._inflight: Future[_Reading] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurm-pool-read")
 
     def describe(self) -> list[Metric]:
         """Nothing up front: registering must not query Slurm."""
         return []
 
     def collect(self) -> Iterator[Metric]:
-        """Query Slurm once and yield every family (scrapes are serialised)."""
-        with self._lock:
-            metrics = self._collect()
-        yield from metrics
+        """Every family of one scrape; never raises, whatever Slurm printed."""
+        yield from self._collect()
 
     # -- one scrape ------------------------------------------------------
-    def _query(self, source: str, fn: Callable[[], T]) -> T | None:
-        """``fn()``, or None after counting and logging its failure."""
+    def _read(self) -> _Reading:
+        """Query Slurm once (runs in the reader thread)."""
+        out = _Reading()
+        for source, fn in (("nodes", self.slurm.nodes), ("jobs", self.slurm.jobs)):
+            try:
+                setattr(out, source, fn())
+            except Exception as exc:  # noqa: BLE001 -- any failure becomes a metric
+                out.failed[source] += 1
+                log.warning("%s failed: %s", source, exc)
+        if self.outcomes is not None:
+            try:
+                out.failed["outcomes"] += self.outcomes.refresh()
+                out.outcomes = outcome_metrics(self.outcomes)
+            except Exception as exc:  # noqa: BLE001
+                out.failed["outcomes"] += 1
+                log.warning("outcomes failed: %s", exc)
+        return out
+
+    def _shared_read(self) -> Future[_Reading]:
+        with self._lock:
+            fresh = self._inflight is None or self._inflight.done()
+            if fresh:
+                self._inflight = self._pool.submit(self._read)
+            fut = self._inflight
+        assert fut is not None
+        if fresh:  # outside the lock: a read already done runs the callback right here
+            fut.add_done_callback(self._count)
+        return fut
+
+    def _count(self, fut: Future[_Reading]) -> None:
+        """Count a finished read's failures once, however many scrapes shared it."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        with self._lock:
+            self.errors.update(fut.result().failed)
+
+    def _build(self, source: str, fn: Callable[[], list[Metric]]) -> list[Metric] | None:
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 -- any failure becomes a metric
-            self.errors[source] += 1
-            log.warning("%s failed: %s", source, exc)
+        except Exception as exc:  # noqa: BLE001 -- unexpected values in well-formed output
+            with self._lock:
+                self.errors[source] += 1
+            log.warning("building the %s metrics failed: %s", source, exc)
             return None
 
     def _collect(self) -> list[Metric]:
         start = time.monotonic()
-        nodes = self._query("nodes", self.slurm.nodes)
-        jobs = self._query("jobs", self.slurm.jobs)
-        if self.outcomes is not None:
-            failed = self._query("outcomes", self.outcomes.refresh)
-            if failed:
-                self.errors["outcomes"] += failed
+        fut = self._shared_read()
+        try:
+            reading = fut.result(timeout=self.deadline)
+        except FutureTimeout:
+            with self._lock:
+                self.errors["deadline"] += 1
+            log.warning("Slurm did not answer within the %.1f s scrape deadline", self.deadline)
+            reading = _Reading()
+        nodes, jobs = reading.nodes, reading.jobs
         out: list[Metric] = []
-        if nodes is not None:
-            out.extend(node_metrics(nodes))
-        if jobs is not None:
-            out.extend(job_metrics(jobs))
+        built_nodes = self._build("nodes", lambda: node_metrics(nodes)) if nodes is not None else None
+        built_jobs = self._build("jobs", lambda: job_metrics(jobs)) if jobs is not None else None
+        built_pool = None
         if nodes is not None and jobs is not None:
-            out.extend(pool_metrics(nodes, jobs, self.lend_partition))
-        if self.outcomes is not None:
-            out.extend(outcome_metrics(self.outcomes))
+            built_pool = self._build("nodes", lambda: pool_metrics(nodes, jobs, self.lend_partition))
+        for built in (built_nodes, built_jobs, built_pool):
+            out.extend(built or [])
+        out.extend(reading.outcomes or [])
+        healthy = built_nodes is not None and built_jobs is not None and built_pool is not None
         up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")
-        up.add_metric([], 1.0 if nodes is not None and jobs is not None else 0.0)
+        up.add_metric([], 1.0 if healthy else 0.0)
         errors = CounterMetricFamily(
             "slurm_pool_scrape_errors", "Failed queries while scraping, by source.", labels=["source"]
         )
+        with self._lock:
+            counts = dict(self.errors)
         for source in SOURCES:
-            errors.add_metric([source], float(self.errors[source]))
+            errors.add_metric([source], float(counts.get(source, 0)))
         duration = GaugeMetricFamily("slurm_pool_scrape_duration_seconds", "Time the last scrape took.")
         duration.add_metric([], time.monotonic() - start)
         return [up, errors, duration, *out]

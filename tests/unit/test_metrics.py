@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
 from slurm_pool.adapters.records import JobRecord
-from slurm_pool.adapters.runner import RecordingRunner
+from slurm_pool.adapters.runner import RecordingRunner, Result
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics import cli as metrics_cli
 from slurm_pool.metrics.collector import PoolCollector
@@ -442,3 +443,78 @@ def test_state_dir_follows_node_conf_beside_slurm_conf(tmp_path):
     assert metrics_cli.default_state_dir(env) == f"{tmp_path}/state"
     conf.write_text("nonsense = 1\n")
     assert metrics_cli.default_state_dir(env) == "/var/lib/slurm-pool/state"
+
+
+def _mutated(version: str, edit) -> RecordingRunner:
+    r = RecordingRunner()
+    r.on(["sinfo", "--version"], f"slurm {version}.0\n")
+    doc = json.loads(recorded("nodes-busy.json", version))
+    edit(doc["nodes"][0])
+    r.on(NODE_COMMAND[version], json.dumps(doc))
+    r.on(["squeue", "--json"], recorded("squeue-busy.json", version))
+    return r
+
+
+ODD_VALUES = [
+    ("numeric-reason", lambda n: n.update(reason=5)),
+    ("null-name", lambda n: n.update(name=None)),
+    ("gres-inf", lambda n: n.update(gres="gpu:nvidia_a100-sxm4-80gb:inf")),
+    ("gres-used-inf", lambda n: n.update(gres_used="gpu:nvidia_a100-sxm4-80gb:inf(IDX:0)")),
+    ("state-number", lambda n: n.update(state=7)),
+    ("partitions-string", lambda n: n.update(partitions="a-owner")),
+    ("gres-list", lambda n: n.update(gres=["gpu:2"])),
+]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("edit", [e for _, e in ODD_VALUES], ids=[i for i, _ in ODD_VALUES])
+def test_well_formed_output_with_odd_values_never_fails_the_scrape(version, edit):
+    # Issue 11, defect 7: an unexpected type escaped the collector and the scrape had no slurm_pool_up.
+    reg, _ = make_registry(_mutated(version, edit))
+    text = generate_latest(reg).decode()
+    assert "slurm_pool_up " in text
+    assert reg.get_sample_value("slurm_pool_up") in (0.0, 1.0)
+
+
+class HungSlurm:
+    """A Slurm whose node query blocks until released; counts the queries that reached it."""
+
+    def __init__(self, version: str = "22.05"):
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.calls = 0
+        self.version = version
+
+    def __call__(self, argv, _input):
+        self.calls += 1
+        self.entered.set()
+        self.release.wait()
+        return Result(tuple(argv), 0, recorded("nodes-busy.json", self.version))
+
+
+def test_a_hung_slurm_gives_up_0_within_the_deadline_and_scrapes_share_one_read():
+    # Issue 11, defect 7: no whole-scrape deadline, and scrapes queued behind one lock.
+    hung = HungSlurm()
+    r = RecordingRunner()
+    r.on(["sinfo", "--version"], "slurm 22.05.0\n")
+    r.respond(NODE_COMMAND["22.05"], hung)
+    r.on(["squeue", "--json"], recorded("squeue-busy.json"))
+    coll = PoolCollector(SlurmClient(r), deadline=0.05)
+    reg = CollectorRegistry()
+    reg.register(coll)
+    try:
+        outs: list[str] = []
+        threads = [threading.Thread(target=lambda: outs.append(generate_latest(reg).decode())) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(outs) == 3 and all("slurm_pool_up 0.0" in o for o in outs)
+        assert hung.entered.wait(30) and hung.calls == 1  # three scrapes, one query in flight
+        assert reg.get_sample_value("slurm_pool_scrape_errors_total", {"source": "deadline"}) >= 3
+    finally:
+        hung.release.set()
+    # Once Slurm answers, the next scrape that finds the read done starts a fresh one and is healthy.
+    coll.deadline = 30.0
+    coll._inflight.result(timeout=30)
+    assert reg.get_sample_value("slurm_pool_up") == 1.0
