@@ -24,7 +24,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus
 from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, parse_duration, states
@@ -182,9 +182,18 @@ class RecordError(InputError):
     """Output that is not what the command prints."""
 
 
+T = TypeVar("T")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")  # Slurm never prints NaN or Infinity
+
+
 def _document(text: str, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(text or "{}")
+        data = json.loads(text or "{}", parse_constant=_no_constant)
+    except RecursionError:
+        raise RecordError(f"{what}: not JSON (nested too deeply)") from None
     except ValueError as exc:
         raise RecordError(f"{what}: not JSON ({exc})") from None
     if not isinstance(data, dict):
@@ -210,13 +219,24 @@ def parse_nodes(text: str, what: str = "node records") -> list[NodeRecord]:
                 "node records come from scontrol show nodes --json"
             )
         raise RecordError(f"{what}: no 'nodes' list")
+    nodes = data.get("nodes") or []
+    if not isinstance(nodes, list):
+        raise RecordError(f"{what}: 'nodes' is not a list")
     out: dict[str, NodeRecord] = {}
-    for n in data.get("nodes") or []:
+    for i, n in enumerate(nodes):
         if isinstance(n, dict):
-            rec = node_record(n)
+            rec = _convert(node_record, n, f"{what}: nodes[{i}]")
             if rec.name:
                 out.setdefault(rec.name, rec)
     return list(out.values())
+
+
+def _convert(fn: Callable[[Mapping[str, Any]], T], raw: Mapping[str, Any], where: str) -> T:
+    """One record, or RecordError naming it: well-formed JSON can still hold a value of the wrong type."""
+    try:
+        return fn(raw)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise RecordError(f"{where}: unexpected value ({exc})") from None
 
 
 def parse_node_text(text: str, name: str) -> NodeRecord | None:
@@ -387,7 +407,12 @@ def parse_jobs(text: str, what: str = "job records") -> list[JobRecord]:
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
         raise RecordError(f"{what}: no 'jobs' list")
-    return [job_record(j) for j in jobs if isinstance(j, dict)]
+    return job_records(jobs, what)
+
+
+def job_records(jobs: Iterable[Any], what: str = "job records") -> list[JobRecord]:
+    """Job records from a parsed ``jobs`` list; RecordError naming a job with a value of the wrong type."""
+    return [_convert(job_record, j, f"{what}: jobs[{i}]") for i, j in enumerate(jobs) if isinstance(j, dict)]
 
 
 def _parse_stamp(v: str) -> float | None:

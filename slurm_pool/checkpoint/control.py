@@ -56,7 +56,7 @@ def read(checkpoint_dir: str, name: str) -> dict[str, Any] | None:
     try:
         with open(path(checkpoint_dir, name), "rb") as fh:
             data = json.loads(fh.read(65536))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

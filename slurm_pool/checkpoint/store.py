@@ -125,7 +125,7 @@ def read_manifest(path: str) -> CheckpointInfo | None:
         for name, rec in files.items():
             if not _NAME_RE.match(name) or os.stat(os.path.join(path, name)).st_size != rec["size"]:
                 return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return CheckpointInfo(body["step"], path, float(body.get("time", 0.0)), files, body.get("meta") or {})
 

@@ -135,7 +135,7 @@ def parse_record(line: bytes | str) -> dict[str, Any] | None:
         return None
     try:
         rec = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(rec, dict) or rec.get("v") != 1:
         return None

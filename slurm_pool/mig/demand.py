@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
-from slurm_pool.adapters.records import job_record
+from slurm_pool.adapters.records import RecordError, job_records
+from slurm_pool.errors import InputError
 from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_types
 from slurm_pool.mig.planner import PlanError, demand_from_needs
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.textio import parse_json
 
 _TAIL_RE = re.compile(r"(\d+)g\.(\d+)gb(\+me)?$")
 
@@ -51,8 +52,11 @@ def parse_needs(text: str) -> list[tuple[float, float, int]]:
     text = text.strip()
     rows: list[dict[str, Any]]
     if text.startswith("[") or text.startswith("{"):
-        data = json.loads(text)
-        rows = data if isinstance(data, list) else data.get("needs", [])
+        try:
+            data = parse_json(text, "needs")
+        except InputError as exc:
+            raise PlanError(str(exc)) from None
+        rows = data if isinstance(data, list) else data.get("needs", []) if isinstance(data, dict) else []
     else:
         rows = list(csv.DictReader(io.StringIO(text)))
     out = []
@@ -79,15 +83,21 @@ def demand_from_sacct(model: str, text: str) -> tuple[dict[str, int], dict[str, 
     instances of each profile in use at once; otherwise the total requested.
     """
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"sacct JSON: {exc}") from None
+        data = parse_json(text, "sacct JSON")
+    except InputError as exc:
+        raise PlanError(str(exc)) from None
     jobs = data.get("jobs", []) if isinstance(data, dict) else data
+    if not isinstance(jobs, list):
+        raise PlanError("sacct JSON: no 'jobs' list")
+    try:
+        records = job_records(jobs, "sacct JSON")
+    except RecordError as exc:
+        raise PlanError(str(exc)) from None
     events: dict[str, list[tuple[float, int]]] = defaultdict(list)
     totals: Counter[str] = Counter()
     other: Counter[str] = Counter()
     timed = True
-    for job in (job_record(j) for j in jobs if isinstance(j, dict)):
+    for job in records:
         start, end = job.start_time, job.end_time
         for gtype, n in job.gpu_types.items():
             prof = profile_for_gres_type(model, gtype)

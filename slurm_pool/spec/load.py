@@ -93,6 +93,10 @@ def load_spec_text(text: str, source: str = "<spec>") -> PoolSpec:
     """Parse YAML text and validate it."""
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader
+    except RecursionError:
+        raise SpecError([Issue("", f"{source}: YAML nested too deeply")]) from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise SpecError([Issue("", f"{source}: {exc}")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -104,7 +108,9 @@ def load_spec(path: str | Path) -> PoolSpec:
     """Read and validate a spec file."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8")
     except OSError as exc:
         raise SpecError([Issue("", f"cannot read {p}: {exc.strerror}")]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError([Issue("", f"{p}: not UTF-8 text (byte {exc.start})")]) from None
     return load_spec_text(text, str(p))

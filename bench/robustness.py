@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Malformed input against every CLI that reads a file or option, and every parser of outside data.
+
+For each target, ``--per-target`` inputs are made from a real document (the
+example spec, a real plan, JSON recorded from each Slurm) with one to three
+values swapped for odd ones, plus fixed hard cases (not UTF-8, deep nesting,
+huge numbers, NaN, duplicate keys, empty files).  An input is *handled
+cleanly* when:
+
+* a CLI exits 0, or exits 1 or 2 with an ``error:`` line, prints no
+  traceback, finishes within ``--timeout`` seconds, and (``render``) writes
+  nothing when it fails;
+* a parser returns, or raises its own documented error type.
+
+Anything else is a *failure*.  Writes docs/robustness.md (the table and the
+command) and exits 1 on any failure.
+
+    python3 bench/robustness.py [--per-target 200] [--seed 1] [--out docs/robustness.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from slurm_pool.adapters.records import RecordError, parse_jobs, parse_nodes  # noqa: E402
+from slurm_pool.cli import cli  # noqa: E402
+from slurm_pool.errors import InputError  # noqa: E402
+from slurm_pool.mig.planner import Gpu, plan, plan_from_dict  # noqa: E402
+from slurm_pool.node import outcome  # noqa: E402
+from slurm_pool.nodeconf import ConfigError  # noqa: E402
+from slurm_pool.nodeconf import parse as parse_node_conf  # noqa: E402
+from slurm_pool.spec import parse_spec  # noqa: E402
+from slurm_pool.textio import parse_json  # noqa: E402
+
+EXAMPLE_PATH = REPO / "examples" / "pool.yaml"
+EXAMPLE = yaml.safe_load(EXAMPLE_PATH.read_text())
+DATA = REPO / "tests" / "data" / "slurm"
+ODD = [
+    None, True, False, 0, -1, 10**400, 1e308, float("nan"), float("inf"), "", " ", "\n", "a\nNodeName=x",
+    "x=y", "é", "\x00", "|", ",", "[1-100000000]", "-1", "Infinity", [], {}, [[[]]], {"a": {"b": None}},
+]  # fmt: skip
+HARD_TEXTS: list[bytes] = [
+    b"",
+    b"\xff\xfe\x00garbage",
+    b"[" * 20_000 + b"]" * 20_000,
+    b"{" * 5_000,
+    b'{"a": 1' + b"0" * 5000 + b"}",
+    b'{"version": NaN}',
+    b"version: 1\nversion: 1\n",
+    b"- - - - - - - - - -\n" * 50,
+    b"&a [*a, *a]\n",
+    b"!!python/object:os.system ['true']\n",
+]
+
+
+def _paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out.extend(_paths(v, (*prefix, k)))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out.extend(_paths(v, (*prefix, i)))
+    return out
+
+
+def mutate(rng: random.Random, doc: Any) -> Any:
+    """``doc`` with one to three values replaced by odd ones (or keys dropped)."""
+    out = copy.deepcopy(doc)
+    for _ in range(rng.randint(1, 3)):
+        path = rng.choice(_paths(out))
+        if not path:
+            return rng.choice(ODD)
+        parent = out
+        for p in path[:-1]:
+            parent = parent[p]
+        if isinstance(parent, dict) and rng.random() < 0.3:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = copy.deepcopy(rng.choice(ODD))
+    return out
+
+
+def _dump(doc: Any, as_yaml: bool) -> bytes:
+    try:
+        text = yaml.safe_dump(doc, sort_keys=False) if as_yaml else json.dumps(doc)
+    except (ValueError, OverflowError, yaml.YAMLError):
+        text = repr(doc)
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+@dataclass
+class Tally:
+    tried: int = 0
+    clean: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def _in_time(fn: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 -- classified by the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return False, None
+    if "error" in box:
+        raise box["error"]
+    return True, box.get("value")
+
+
+def check_cli(tally: Tally, argv: list[str], timeout: float, out_dir: Path | None = None) -> None:
+    tally.tried += 1
+    what = " ".join(argv)[:160]
+    try:
+        done, res = _in_time(lambda: CliRunner().invoke(cli, argv), timeout)
+    except BaseException as exc:  # noqa: BLE001
+        tally.failures.append(f"{what}: raised {type(exc).__name__}")
+        return
+    if not done:
+        tally.failures.append(f"{what}: no answer within {timeout:g} s")
+        return
+    out = res.output
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        tally.failures.append(f"{what}: {type(res.exception).__name__}: {res.exception}"[:300])
+    elif "Traceback" in out:
+        tally.failures.append(f"{what}: printed a traceback")
+    elif res.exit_code not in (0, 1, 2):
+        tally.failures.append(f"{what}: exit {res.exit_code}")
+    elif res.exit_code and "rror" not in out:
+        tally.failures.append(f"{what}: exit {res.exit_code} without an error message")
+    elif res.exit_code and out_dir is not None and out_dir.exists() and any(out_dir.iterdir()):
+        tally.failures.append(f"{what}: failed but wrote files")
+    else:
+        tally.clean += 1
+
+
+def check_parser(tally: Tally, name: str, fn: Callable[[], Any], allowed: tuple[type[BaseException], ...]) -> None:
+    tally.tried += 1
+    try:
+        done, _ = _in_time(fn, 20.0)
+    except allowed:
+        tally.clean += 1
+        return
+    except BaseException as exc:  # noqa: BLE001
+        tally.failures.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
+        return
+    if done:
+        tally.clean += 1
+    else:
+        tally.failures.append(f"{name}: no answer within 20 s")
+
+
+def _plan_doc() -> dict[str, Any]:
+    gpus = [Gpu("n1", 0, ()), Gpu("n1", 1, ("7g.40gb",), busy=True), Gpu("n2", 0, None)]
+    return plan("A100-40GB", gpus, {"3g.20gb": 1, "1g.5gb": 2}).to_dict()
+
+
+def run(per_target: int, seed: int, timeout: float) -> dict[str, Tally]:
+    """Every target's tally; the inputs live in a temporary directory removed afterwards."""
+    work = Path(tempfile.mkdtemp(prefix="slurm-pool-robustness-"))
+    try:
+        return _run(work, per_target, seed, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(work: Path, per_target: int, seed: int, timeout: float) -> dict[str, Tally]:
+    rng = random.Random(seed)
+    results: dict[str, Tally] = {}
+    plan_doc = _plan_doc()
+    sacct = json.loads((DATA / "22.05" / "sacct.json").read_text())
+    recorded = {v: (DATA / v / "nodes-busy.json", DATA / v / "squeue-busy.json") for v in ("22.05", "26.05")}
+
+    def inputs(doc: Any, as_yaml: bool) -> list[bytes]:
+        return HARD_TEXTS + [_dump(mutate(rng, doc), as_yaml) for _ in range(per_target - len(HARD_TEXTS))]
+
+    def cli_on_files(name: str, doc: Any, as_yaml: bool, argv_for: Callable[[Path, int], list[str]]) -> None:
+        tally = results.setdefault(name, Tally())
+        for i, data in enumerate(inputs(doc, as_yaml)):
+            f = work / f"{name.replace(' ', '-')}-{i}"
+            f.write_bytes(data)
+            out = work / f"out-{name.replace(' ', '-')}-{i}"
+            check_cli(tally, argv_for(f, i), timeout, out if "render" in name else None)
+
+    cli_on_files("slurm-pool validate", EXAMPLE, True, lambda f, _i: ["validate", str(f)])
+    cli_on_files(
+        "slurm-pool render",
+        EXAMPLE,
+        True,
+        lambda f, i: ["render", str(f), "-o", str(work / f"out-slurm-pool-render-{i}"), "--slurm-version", "26.05"],
+    )
+    cli_on_files(
+        "slurm-pool mig apply --dry-run", plan_doc, False, lambda f, _i: ["mig", "apply", "--dry-run", "--plan", str(f)]
+    )
+    cli_on_files("slurm-pool mig emit", plan_doc, False, lambda f, _i: ["mig", "emit", "commands", "--plan", str(f)])
+    cli_on_files(
+        "slurm-pool simulate",
+        sacct,
+        False,
+        lambda f, _i: ["simulate", "--spec", str(EXAMPLE_PATH), "--sacct", str(f), "--json"],
+    )
+    cli_on_files(
+        "slurm-pool mig plan --sacct",
+        sacct,
+        False,
+        lambda f, _i: ["mig", "plan", "--gpus", "2", "--model", "A100-40GB", "--sacct", str(f)],
+    )
+
+    # Options: random words in every value position.
+    words = ["", "nan", "inf", "-1", "1e400", "0", "A100-40GB", "A30-24GB", "NVIDIA A30", "V100", "1g.5gb=-1",
+             "9g.99gb=1", "1g.5gb=4", "3g.20gb@x", "4g.20gb,3g.20gb", "n1:99", "é", "a\nb", "1" * 30]  # fmt: skip
+    tally = results.setdefault("slurm-pool mig check / plan options", Tally())
+    for _ in range(per_target):
+        if rng.random() < 0.5:
+            argv = ["mig", "check", "--model", rng.choice(words), rng.choice(words)]
+        else:
+            argv = ["mig", "plan", "--gpus", rng.choice(["2", "-1", "x", "100000", "0"]), "--model", rng.choice(words)]
+            argv += ["--demand", rng.choice(words), "--busy", rng.choice(words)][: rng.choice([2, 4])]
+        check_cli(tally, argv, timeout)
+    tally = results.setdefault("slurm-pool simulate options", Tally())
+    good_sacct = work / "sacct.json"
+    good_sacct.write_text(json.dumps(sacct))
+    for _ in range(per_target // 4):
+        opt = rng.choice(["--grace", "--checkpoint-interval", "--restart-overhead"])
+        argv = ["simulate", "--spec", str(EXAMPLE_PATH), "--sacct", str(good_sacct), opt, rng.choice(words)]
+        check_cli(tally, argv, timeout)
+
+    # Parsers of outside data, in process.
+    spec_t = results.setdefault("parser: pool spec (parse_spec)", Tally())
+    for _ in range(per_target):
+        doc = mutate(rng, EXAMPLE)
+        check_parser(spec_t, "parse_spec", lambda d=doc: parse_spec(d), (InputError,))
+    for version, (nodes_f, jobs_f) in recorded.items():
+        for label, fn, path in (("nodes", parse_nodes, nodes_f), ("jobs", parse_jobs, jobs_f)):
+            t = results.setdefault(f"parser: Slurm {version} {label} JSON", Tally())
+            base = json.loads(path.read_text())
+            for data in inputs(base, False):
+                text = data.decode("utf-8", errors="replace")
+                check_parser(t, f"parse_{label}", lambda s=text, f=fn: f(s), (RecordError,))
+    plan_t = results.setdefault("parser: MIG plan (plan_from_dict)", Tally())
+    for data in inputs(plan_doc, False):
+        text = data.decode("utf-8", errors="replace")
+        check_parser(plan_t, "plan_from_dict", lambda s=text: plan_from_dict(parse_json(s, "plan")), (InputError,))
+    out_t = results.setdefault("parser: outcome.json (epilog)", Tally())
+    wrapper = {"job_id": "42", "restart_count": 1, "reason": "preempt", "signal_time": 1.8e9, "time": 1.8e9}
+
+    def build(w: Any) -> None:
+        rec = outcome.build(job_id="42", user="u", node="n", now=1.8e9, info=None, wrapper=w, newest=None)
+        json.dumps(rec, allow_nan=False)
+
+    for _ in range(per_target):
+        w = mutate(rng, wrapper)
+        check_parser(out_t, "outcome.build", lambda w=w: build(w if isinstance(w, dict) else None), ())
+    conf_t = results.setdefault("parser: node.conf", Tally())
+    for data in HARD_TEXTS + [bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 200))) for _ in range(per_target)]:
+        text = data.decode("utf-8", errors="replace")
+        check_parser(conf_t, "nodeconf.parse", lambda s=text: parse_node_conf(s), (ConfigError,))
+    return results
+
+
+def write(results: dict[str, Tally], argv: list[str], out: Path, seconds: float) -> None:
+    lines = [
+        "# Robustness: malformed input",
+        "",
+        "Every CLI that reads a file or option, and every parser of outside data, fed real documents with",
+        "values swapped for odd ones plus fixed hard cases (not UTF-8, deep nesting, huge numbers, NaN,",
+        "duplicate keys).  *Clean*: a CLI exits 0, or 1/2 with an `error:` line, no traceback, in time, and",
+        "writes nothing when it fails; a parser returns or raises its own error type.",
+        "",
+        f"Made by `python3 bench/{Path(__file__).name} {' '.join(argv)}` ({seconds:.0f} s).",
+        "",
+        "| target | inputs tried | handled cleanly | failures |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, t in results.items():
+        lines.append(f"| {name} | {t.tried} | {t.clean} | {len(t.failures)} |")
+    total = sum(t.tried for t in results.values())
+    bad = sum(len(t.failures) for t in results.values())
+    lines += [f"| **all** | **{total}** | **{total - bad}** | **{bad}** |", ""]
+    for name, t in results.items():
+        for f in t.failures[:20]:
+            lines.append(f"- {name}: `{f}`")
+    out.write_text("\n".join(lines).rstrip() + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--per-target", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=30.0, help="Seconds one CLI run may take.")
+    ap.add_argument("--out", default=str(REPO / "docs" / "robustness.md"))
+    args = ap.parse_args()
+    start = time.monotonic()
+    results = run(args.per_target, args.seed, args.timeout)
+    shown = [a for a in sys.argv[1:]]
+    write(results, shown, Path(args.out), time.monotonic() - start)
+    bad = sum(len(t.failures) for t in results.values())
+    for name, t in results.items():
+        print(f"{name}: {t.tried} tried, {t.clean} clean, {len(t.failures)} failures")
+        for f in t.failures[:5]:
+            print(f"  {f}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
