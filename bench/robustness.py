@@ -49,6 +49,7 @@ from slurm_pool.nodeconf import ConfigError  # noqa: E402
 from slurm_pool.nodeconf import parse as parse_node_conf  # noqa: E402
 from slurm_pool.spec import parse_spec  # noqa: E402
 from slurm_pool.textio import parse_json  # noqa: E402
+from tests.support.mutation import paths  # noqa: E402
 
 EXAMPLE_PATH = REPO / "examples" / "pool.yaml"
 EXAMPLE = yaml.safe_load(EXAMPLE_PATH.read_text())
@@ -71,22 +72,11 @@ HARD_TEXTS: list[bytes] = [
 ]
 
 
-def _paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
-    out = [prefix]
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out.extend(_paths(v, (*prefix, k)))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out.extend(_paths(v, (*prefix, i)))
-    return out
-
-
 def mutate(rng: random.Random, doc: Any) -> Any:
     """``doc`` with one to three values replaced by odd ones (or keys dropped)."""
     out = copy.deepcopy(doc)
     for _ in range(rng.randint(1, 3)):
-        path = rng.choice(_paths(out))
+        path = rng.choice(paths(out))
         if not path:
             return rng.choice(ODD)
         parent = out

@@ -34,6 +34,7 @@ from slurm_pool.nodeconf import ConfigError, parse
 from slurm_pool.render import Site, SlurmVersion, render_all
 from slurm_pool.spec import parse_spec
 from slurm_pool.spec.hosts import expand
+from tests.support.mutation import paths, replaced
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "pool.yaml").read_text())
@@ -61,42 +62,18 @@ VALUES = st.recursive(
 )
 
 
-def _paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every path to a value in a JSON-like document."""
-    out = [prefix]
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out.extend(_paths(v, (*prefix, k)))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out.extend(_paths(v, (*prefix, i)))
-    return out
-
-
-def _replace(doc: Any, path: tuple, value: Any) -> Any:
-    if not path:
-        return value
-    out = copy.deepcopy(doc)
-    cur = out
-    for p in path[:-1]:
-        cur = cur[p]
-    cur[path[-1]] = value
-    return out
-
-
 @st.composite
 def mutated(draw: st.DrawFn, doc: Any) -> Any:
     """``doc`` with one to three values swapped for odd ones (or a key dropped)."""
     out = doc
     for _ in range(draw(st.integers(1, 3))):
-        paths = _paths(out)
-        path = draw(st.sampled_from(paths))
+        path = draw(st.sampled_from(paths(out)))
         if path and draw(st.booleans()) and isinstance(_get(out, path[:-1]), dict):
             parent = copy.deepcopy(out)
             del _get(parent, path[:-1])[path[-1]]
             out = parent
         else:
-            out = _replace(out, path, draw(VALUES))
+            out = replaced(out, path, draw(VALUES))
     return out
 
 
