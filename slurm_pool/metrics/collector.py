@@ -49,7 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics.outcomes import OutcomeTally
-from slurm_pool.metrics.parse import job_nodes, node_gpu_states
+from slurm_pool.metrics.parse import lent_nodes, node_gpu_states
 
 log = logging.getLogger(__name__)
 
@@ -261,14 +261,11 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
             part_total[part] += node_total[node.name]
     held: Counter[tuple[str, str]] = Counter()
     by_project: Counter[str] = Counter()
-    lent: set[str] = set()
     for job in jobs:
-        if not job.on_node:
-            continue
-        held[(job.partition, job.qos)] += job.gpus
-        by_project[job.account] += job.gpus
-        if job.partition == lend_partition and job.running:
-            lent.update(job_nodes(job))
+        if job.on_node:
+            held[(job.partition, job.qos)] += job.gpus
+            by_project[job.account] += job.gpus
+    lent = lent_nodes(jobs, lend_partition)
     util = GaugeMetricFamily("slurm_pool_gpu_utilization_ratio", "Allocated GPU units / all GPU units of the pool.")
     util.add_metric([], _ratio(allocated, total))
     by_part = GaugeMetricFamily(

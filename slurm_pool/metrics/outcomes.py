@@ -17,7 +17,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from slurm_pool.checkpoint.slurmjob import REASONS
 
@@ -129,16 +129,25 @@ class OutcomeTally:
             self.ages.setdefault(reason, Histogram()).observe(age)
 
 
-def parse_record(line: bytes | str) -> dict[str, Any] | None:
-    """The fields the exporter uses from one outcome line, or None if it is not one."""
+def load_record(line: bytes | str) -> dict[str, Any] | None:
+    """One outcome line as the epilog wrote it (a version-1 object), or None if it is not one."""
     if len(line) > MAX_LINE:
         return None
     try:
         rec = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if not isinstance(rec, dict) or rec.get("v") != 1:
-        return None
+    return rec if isinstance(rec, dict) and rec.get("v") == 1 else None
+
+
+def parse_record(line: bytes | str) -> dict[str, Any] | None:
+    """The fields the exporter uses from one outcome line, or None if it is not one."""
+    rec = load_record(line)
+    return None if rec is None else record_fields(rec)
+
+
+def record_fields(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields the exporter uses from a loaded outcome record, each checked."""
     reason = rec.get("reason")
     age = rec.get("checkpoint_age_s")
     if isinstance(age, bool) or not isinstance(age, (int, float)) or not math.isfinite(age) or age < 0:

@@ -18,6 +18,11 @@ def job_nodes(job: JobRecord) -> list[str]:
     return expand_hostlist(job.nodes)
 
 
+def lent_nodes(jobs: Iterable[JobRecord], lend_partition: str) -> set[str]:
+    """Nodes running a job of the lend partition (lent to Kubernetes)."""
+    return {n for job in jobs if job.partition == lend_partition and job.running for n in job_nodes(job)}
+
+
 def expand_hostlist(text: str) -> list[str]:
     """``a-gpu[1-2],b-gpu1`` -> names (ClusterShell; no spec machinery)."""
     if not text:

@@ -30,7 +30,6 @@ The dict (``--json``; :data:`SCHEMA` is bumped when a key changes meaning)::
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -39,8 +38,8 @@ from typing import Any, Iterable, Mapping
 
 from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION, drain_owner
-from slurm_pool.metrics.outcomes import parse_record
-from slurm_pool.metrics.parse import job_nodes, node_gpu_states
+from slurm_pool.metrics.outcomes import load_record, record_fields
+from slurm_pool.metrics.parse import job_nodes, lent_nodes, node_gpu_states
 
 SCHEMA = 1
 #: Every GPU unit is in exactly one of these.
@@ -89,11 +88,13 @@ def preemption(node: str, line: bytes | str) -> dict[str, Any] | None:
 
     Only numbers, booleans and plain words are taken from the record.
     """
-    rec = parse_record(line)
-    if rec is None or not rec["preempted"]:
+    raw = load_record(line)
+    if raw is None:
         return None
-    raw = json.loads(line)
-    stamp = raw.get("event_time") if _is_time(raw.get("event_time")) else raw.get("time")
+    rec = record_fields(raw)
+    if not rec["preempted"]:
+        return None
+    stamp: Any = raw.get("event_time") if _is_time(raw.get("event_time")) else raw.get("time")
     job_id = str(raw.get("job_id", ""))
     user = raw.get("user")
     requeued = raw.get("requeued")
@@ -131,7 +132,8 @@ def build(
     nodes = sorted(nodes, key=lambda n: n.name)
     jobs = list(jobs)
     units = {n.name: node_gpu_states(n.state, n.gres, n.gres_used) for n in nodes}
-    lent = _lent_units(units, jobs, lend_partition)
+    lent_units = _lent_units(units, jobs, lend_partition)
+    lent = lent_nodes(jobs, lend_partition)
     by_type: dict[str, Counter[str]] = {}
     totals: Counter[str] = Counter({s: 0 for s in STATES})
     node_rows: list[dict[str, Any]] = []
@@ -139,7 +141,7 @@ def build(
         row: Counter[str] = Counter({s: 0 for s in STATES})
         for gtype, states in units[node.name].items():
             t = by_type.setdefault(gtype, Counter({"total": 0, **{s: 0 for s in STATES}}))
-            n_lent = lent[node.name][gtype]
+            n_lent = lent_units[node.name][gtype]
             cell = {**states, "allocated": states["allocated"] - n_lent, "lent": n_lent}
             for state in STATES:
                 row[state] += cell[state]
@@ -153,12 +155,11 @@ def build(
                 "partitions": list(node.partitions),
                 "total": sum(row.values()),
                 **{s: row[s] for s in STATES},
-                "lent_out": False,
+                "lent_out": node.name in lent,
                 "drain_owner": drain_owner(node) if node.drained else None,
                 "reason": node.reason,
             }
         )
-    lent_nodes: set[str] = set()
     tiers: Counter[str] = Counter()
     projects: Counter[str] = Counter()
     pending: dict[str, Counter[str]] = {}
@@ -167,8 +168,6 @@ def build(
         if job.on_node:
             running += 1
             if job.partition == lend_partition:
-                if job.running:
-                    lent_nodes.update(job_nodes(job))
                 continue
             tiers[job.qos] += job.gpus
             projects[job.account] += job.gpus
@@ -178,8 +177,6 @@ def build(
             p["jobs"] += 1
             p["gpus"] += job.gpus
     names = {n.name for n in nodes}
-    for row_ in node_rows:
-        row_["lent_out"] = row_["name"] in lent_nodes
     return {
         "schema": SCHEMA,
         "time": time.time() if now is None else now,
@@ -194,7 +191,7 @@ def build(
         "jobs": {"running": running, "pending": waiting},
         "pending": {tier: dict(c) for tier, c in sorted(pending.items())},
         "nodes": node_rows,
-        "lent_nodes": sorted(lent_nodes & names),
+        "lent_nodes": sorted(lent & names),
         "preemptions": recent(preemptions, last),
     }
 

@@ -58,7 +58,7 @@ class Decision:
 def plan(entries: Iterable[Entry], queued: set[str], now: float, keep_days: float) -> list[Decision]:
     """What to do with each directory (pure)."""
     out = []
-    for e in sorted(entries, key=lambda e: (e.user, len(e.job_id), e.job_id)):
+    for e in sorted(entries, key=lambda e: (e.user, int(e.job_id))):
         age = (now - e.newest) / 86400.0
         if e.job_id in queued:
             out.append(Decision(e, False, "job still in the queue"))
