@@ -19,7 +19,6 @@ Recorded output of both ends is in ``tests/data/slurm/<version>/``.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import Counter
@@ -29,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus
 from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, parse_duration, states
 from slurm_pool.errors import InputError
+from slurm_pool.textio import parse_json
 from slurm_pool.versions import SlurmVersion
 
 #: Job states a job ends up in or passes through (JOB_STATE_BASE in slurm.h).
@@ -185,17 +185,11 @@ class RecordError(InputError):
 T = TypeVar("T")
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")  # Slurm never prints NaN or Infinity
-
-
 def _document(text: str, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(text or "{}", parse_constant=_no_constant)
-    except RecursionError:
-        raise RecordError(f"{what}: not JSON (nested too deeply)") from None
-    except ValueError as exc:
-        raise RecordError(f"{what}: not JSON ({exc})") from None
+        data = parse_json(text or "{}", what)  # no NaN or Infinity: Slurm never prints them
+    except InputError as exc:
+        raise RecordError(str(exc)) from None
     if not isinstance(data, dict):
         raise RecordError(f"{what}: not a JSON object")
     return data

@@ -151,15 +151,17 @@ def _open_dir(path: str, uid: int | None = None) -> int | None:
             os.close(root)
     except (OSError, JobDirError):
         return None
-    if uid is not None:
-        try:
-            owner = os.fstat(fd).st_uid
-        except OSError:
-            owner = -1
-        if owner != uid:
-            os.close(fd)
-            return None
+    if uid is not None and not _owned_by(fd, uid):
+        os.close(fd)
+        return None
     return fd
+
+
+def _owned_by(fd: int, uid: int) -> bool:
+    try:
+        return os.fstat(fd).st_uid == uid
+    except OSError:
+        return False
 
 
 def newest_checkpoint(path: str, uid: int | None = None) -> tuple[int, float] | None:
@@ -195,13 +197,17 @@ def newest_checkpoint(path: str, uid: int | None = None) -> tuple[int, float] | 
 
 def read_outcome(path: str, uid: int | None = None) -> dict[str, Any] | None:
     """``.slurm-pool/outcome.json`` as written by ``slurm-pool run`` (untrusted data; ``uid``'s only)."""
-    if uid is not None:  # the checkpoint directory itself must be the user's, not only its control dir
-        top = _open_dir(path, uid)
-        if top is None:
-            return None
+    top = _open_dir(path, uid)  # the checkpoint directory itself must be the user's, not only its control dir
+    if top is None:
+        return None
+    try:
+        fd = os.open(".slurm-pool", DIR_FLAGS, dir_fd=top)
+    except OSError:
+        return None
+    finally:
         os.close(top)
-    fd = _open_dir(os.path.join(path, ".slurm-pool"), uid)
-    if fd is None:
+    if uid is not None and not _owned_by(fd, uid):
+        os.close(fd)
         return None
     try:
         ffd = os.open("outcome.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
