@@ -2,10 +2,10 @@
 
     .venv/bin/python docs/architecture_graph.py [OUT.png]
 
-The graph is the one ``tests/unit/test_structure.py`` checks: every run-time
-import of every module (lazy imports inside functions included, ``if
-TYPE_CHECKING:`` blocks left out), read with :mod:`ast`.  A subpackage that
-holds both pure-core modules (the test's ``CORE``) and modules that talk to
+The graph is the one ``tests/unit/test_structure.py`` checks, read by
+``tests/support/imports.py``: every run-time import of every module (lazy
+imports inside functions included, ``if TYPE_CHECKING:`` blocks left out).
+A subpackage that holds both pure-core modules (``CORE``) and modules that talk to
 the outside is drawn as two boxes.  An arrow A -> B means A imports B; an
 arrow that a longer path already implies is left out.  Dotted red arrows are
 not imports: they show which box talks to which outside system.
@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
-from tests.unit.test_structure import CORE, component, imports_of, modules  # noqa: E402
+from tests.support.imports import CORE, component, imports_of, modules  # noqa: E402
 
 #: Modules started by slurmctld/slurmd/cron or a user: the command line and its glue.
 ENTRY = {"__main__", "cli", "conf_cli", "mig_cli", "doctor"}

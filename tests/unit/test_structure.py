@@ -1,37 +1,16 @@
 """The package's shape: imports between subpackages go one way, the core is pure, and no test code ships.
 
-Walks every module of ``slurm_pool`` with :mod:`ast` -- imports inside
-functions included, ``if TYPE_CHECKING:`` blocks left out -- so a cycle
-hidden in a lazy import fails here too.
+Walks every module of ``slurm_pool`` with :mod:`ast` (:mod:`tests.support.imports`) -- imports
+inside functions included, ``if TYPE_CHECKING:`` blocks left out -- so a cycle hidden in a lazy
+import fails here too.
 """
 
 from __future__ import annotations
 
-import ast
-from functools import cache
-from pathlib import Path
-
 import pytest
 
-PKG = Path(__file__).resolve().parents[2] / "slurm_pool"
+from tests.support.imports import CORE, PKG, closure, component_graph, cycles, imports_of, modules
 
-# The pure core: spec, planners and renderers.  They import nothing that runs
-# a command or talks to Slurm, Kubernetes or NVML (brief, anchor 1).
-CORE = (
-    "slurm_pool.errors",
-    "slurm_pool.versions",
-    "slurm_pool.spec",
-    "slurm_pool.render",
-    "slurm_pool.policy",
-    "slurm_pool.accounting.plan",
-    "slurm_pool.mig.catalogue",
-    "slurm_pool.mig.profiles",
-    "slurm_pool.mig.placement",
-    "slurm_pool.mig.planner",
-    "slurm_pool.mig.emit",
-    "slurm_pool.sim.engine",
-    "slurm_pool.sim.workload",
-)
 EDGE = (
     "slurm_pool.adapters",
     "slurm_pool.bridge",
@@ -47,123 +26,6 @@ EDGE = (
     "prometheus_client",
 )
 TEST_ONLY = ("tests", "pytest", "lupa", "hypothesis", "_pytest")
-
-
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(PKG.parent).with_suffix("")
-    name = ".".join(rel.parts)
-    return name.removesuffix(".__init__")
-
-
-@cache
-def modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
-
-
-def _resolve(module: str, level: int, target: str | None) -> str:
-    """The absolute name of a relative import inside ``module``."""
-    if level == 0:
-        return target or ""
-    is_pkg = modules()[module].name == "__init__.py"
-    base = module.split(".")
-    base = base if is_pkg else base[:-1]
-    base = base[: len(base) - (level - 1)]
-    return ".".join(base + ([target] if target else []))
-
-
-@cache
-def imports_of(module: str) -> frozenset[str]:
-    """Every module ``module`` imports at run time (absolute names, third-party included)."""
-    tree = ast.parse(modules()[module].read_text())
-    typing_only: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            typing_only.update(id(n) for n in ast.walk(node) if n is not node.test)
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = _resolve(module, node.level, node.module)
-            out.add(base)
-            # `from pkg import mod` imports the submodule pkg.mod when there is one.
-            out.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules())
-    return frozenset(out)
-
-
-def _ours(name: str) -> list[str]:
-    """The package modules that importing ``name`` executes: its parents' __init__ and itself."""
-    parts = name.split(".")
-    return [m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if m in modules()]
-
-
-@cache
-def closure(module: str) -> frozenset[str]:
-    """Everything importing ``module`` can import, transitively (third-party names included)."""
-    seen: set[str] = set()
-    todo = [module]
-    while todo:
-        m = todo.pop()
-        for name in imports_of(m):
-            if name in seen:
-                continue
-            seen.add(name)
-            todo.extend(o for o in _ours(name) if o not in seen or o == name)
-    return frozenset(seen)
-
-
-def component(module: str) -> str:
-    """The subpackage (or top-level module) a module belongs to: ``slurm_pool.mig.planner`` -> ``mig``."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
-
-
-def component_graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {component(m): set() for m in modules()}
-    for m in modules():
-        for name in imports_of(m):
-            if name == "slurm_pool" or name.startswith("slurm_pool."):
-                a, b = component(m), component(name)
-                if a != b and name != "slurm_pool":
-                    graph[a].add(b)
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one member (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                found.append(sorted(group))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
 
 
 @pytest.mark.parametrize(
