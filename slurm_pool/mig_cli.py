@@ -131,10 +131,6 @@ def _gpus_from_spec(path: str, model: str | None, busy: set[tuple[str, int]]) ->
     return model, gpus
 
 
-def _read(path: str) -> str:
-    return read_text(path)  # InputError (exit 2) naming the file
-
-
 def _load_plan(plan_path: str) -> Any:
     from slurm_pool.mig.planner import PlanError, plan_from_dict
 
@@ -196,12 +192,12 @@ def plan(
         if demand_text:
             parts.append(parse_demand(model, demand_text))
         if needs_path:
-            d, too_big = dem.demand_from_needs_text(model, _read(needs_path))
+            d, too_big = dem.demand_from_needs_text(model, read_text(needs_path))
             parts.append(d)
             if too_big:
                 notes.append(f"{too_big} job(s) in {needs_path} need more than a whole {model}; not planned")
         if sacct_path:
-            d, other = dem.demand_from_sacct(model, _read(sacct_path))
+            d, other = dem.demand_from_sacct(model, read_text(sacct_path))
             parts.append(d)
             if other:
                 notes.append("not MIG requests (ignored): " + ", ".join(f"{t}={n}" for t, n in sorted(other.items())))

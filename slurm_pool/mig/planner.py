@@ -145,12 +145,13 @@ def plan_from_dict(data: Mapping[str, object]) -> Plan:
                 raise PlanError(f"gpus[{i}].busy: {busy!r} is not true or false")
             cur, lay = row["current"], row["layout"]
             for label, value in (("current", cur), ("layout", lay)):
-                if value is not None and (not isinstance(value, list) or not all(isinstance(p, str) for p in value)):
+                if value is None:
+                    continue
+                if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
                     raise PlanError(f"gpus[{i}].{label}: not a list of profile names or null")
-                if value is not None:
-                    bad = layout_problem(model, value)
-                    if bad:
-                        raise PlanError(f"gpus[{i}].{label}: {','.join(value)} is not a valid {model} layout: {bad}")
+                bad = layout_problem(model, value)
+                if bad:
+                    raise PlanError(f"gpus[{i}].{label}: {','.join(value)} is not a valid {model} layout: {bad}")
             gpus.append(Gpu(node, index, None if cur is None else canonical(geo, cur), busy))
             layouts.append(None if lay is None else canonical(geo, lay))
         raw_demand = data.get("demand", {})
