@@ -71,15 +71,12 @@ class OutcomeTally:
         """Read what was appended since the last call; return the number of read errors."""
         errors = 0
         try:
-            nodes = sorted(os.listdir(self.state_dir))
+            files = outcome_files(self.state_dir)
         except FileNotFoundError:
             return 0
         except OSError:
             return 1
-        for node in nodes:
-            if not NODE_RE.match(node):
-                continue
-            path = os.path.join(self.state_dir, node, FILE_NAME)
+        for node, path in files:
             try:
                 self._read(node, path)
             except (FileNotFoundError, NotADirectoryError):
@@ -127,6 +124,15 @@ class OutcomeTally:
         age = rec["checkpoint_age_s"]
         if age is not None and reason != "none":
             self.ages.setdefault(reason, Histogram()).observe(age)
+
+
+def outcome_files(state_dir: str) -> list[tuple[str, str]]:
+    """``(node, path)`` of every ``<state_dir>/<node>/outcomes.jsonl`` that may exist; OSError if unlistable."""
+    return [
+        (node, os.path.join(state_dir, node, FILE_NAME))
+        for node in sorted(os.listdir(state_dir))
+        if NODE_RE.match(node)
+    ]
 
 
 def load_record(line: bytes | str) -> dict[str, Any] | None:

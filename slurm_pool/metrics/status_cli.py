@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import click
 
 from slurm_pool.clitypes import Finite
-from slurm_pool.metrics.outcomes import FILE_NAME, NODE_RE
+from slurm_pool.metrics.outcomes import outcome_files
 from slurm_pool.metrics.status import DEFAULT_LAST, build, preemption, tables
 
 #: Bytes read from the end of each node's outcome file.
@@ -28,13 +28,10 @@ def tail_preemptions(state_dir: str, tail: int = TAIL_BYTES) -> Iterator[dict[st
     Files are not followed through symlinks; unreadable ones are skipped.
     """
     try:
-        names = sorted(os.listdir(state_dir))
+        files = outcome_files(state_dir)
     except OSError:
         return
-    for node in names:
-        if not NODE_RE.match(node):
-            continue
-        path = os.path.join(state_dir, node, FILE_NAME)
+    for node, path in files:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
