@@ -25,6 +25,7 @@ import click
 
 from slurm_pool.clitypes import Finite
 from slurm_pool.errors import InputError, PoolError
+from slurm_pool.textio import read_json
 
 _LEGEND = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -47,12 +48,7 @@ class Rendered:
 
 def load_dashboard(path: str | Path) -> dict[str, Any]:
     """A dashboard JSON file (a Grafana export with ``panels``)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"{path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
+    data = read_json(str(path))
     if not isinstance(data, dict) or not isinstance(data.get("panels"), list):
         raise InputError(f"{path}: no 'panels' list; not a Grafana dashboard")
     return data
