@@ -74,8 +74,6 @@ def main(argv: list[str] | None = None) -> None:
         status = cli.main(args=argv, standalone_mode=False)
         if isinstance(status, int) and status:
             sys.exit(status)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -72,6 +72,17 @@ FACTS: tuple[Fact, ...] = (
         "signalled for GraceTime was preempted'; measured on 26.05.3 and 22.05.8",
     ),
     Fact(
+        "max_batch_requeue",
+        (23, 2, 0),
+        "slurm.conf takes MaxBatchRequeue (default 5): a batch job requeued by slurmctld more times than this is "
+        "held (JobHeldAdmin, Reason=launch failure limit exceeded).  From 24.05 every GraceTime preemption "
+        "requeue counts (job_mgr.c _job_complete: batch_flag++, then _handle_requeue_limit), and nothing resets "
+        "the count while the job lives; batch_flag is a uint16_t",
+        "CHANGELOG/slurm-23.02.md 23.02.0rc1 'Add configurable job requeue limit parameter - MaxBatchRequeue'; "
+        "26.05.3 src/slurmctld/job_mgr.c _job_complete and _handle_requeue_limit, src/common/job_record.h; "
+        "measured on 26.05.3 (held on the 5th preemption)",
+    ),
+    Fact(
         "multiple_qos_per_job",
         (24, 11, 0),
         "a job may ask for several QOS (--qos=a,b)",

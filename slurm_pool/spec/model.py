@@ -149,6 +149,11 @@ class Scheduler(Strict):
     kill_wait: int = Field(default=30, ge=0)
     def_mem_per_cpu: int = Field(default=1024, ge=1)
     requeue_exit: list[int] = [85]
+    #: Slurm's MaxBatchRequeue (rendered from 23.02 on).  From 24.05 every preemption counts, for the
+    #: job's whole life, so Slurm's default of 5 holds a scavenger job on its 5th preemption.  Prolog
+    #: failures count too, but each one drains its node, so they cannot loop.  At most 65000: Slurm
+    #: keeps the count in 16 bits.
+    max_batch_requeue: int = Field(default=1000, ge=1, le=65000)
 
 
 class Policy(Strict):

@@ -68,6 +68,10 @@ def test_render_twice_byte_identical(tmp_path):
         ("22.05", "SlurmctldParameters=preempt_send_user_signal", "PreemptParameters"),
         ("23.02", "PreemptParameters=send_user_signal", "preempt_send_user_signal"),
         ("24.11", "PreemptParameters=send_user_signal", "preempt_send_user_signal"),
+        # Preemption requeues count against MaxBatchRequeue (24.05+); the key exists from 23.02.
+        ("22.05", "PreemptMode=REQUEUE", "MaxBatchRequeue"),
+        ("23.02", "MaxBatchRequeue=1000\n", "MaxBatchRequeue=5"),
+        ("26.05", "MaxBatchRequeue=1000\n", "MaxBatchRequeue=5"),
     ],
 )
 def test_version_specific_parameters(spec, version, present, absent):

@@ -116,6 +116,13 @@ CASES = [
     ("non-ascii-host", mutate(_set(["node_groups", 0, "hosts"], "ä-gpu[1-2]")), "node_groups[0].hosts", "ASCII"),
     ("huge-hostlist", mutate(_set(["node_groups", 0, "hosts"], "n[1-100000000]")), "node_groups[0].hosts", "more than"),
     ("version-true", mutate(_set(["version"], True)), "version", "not a supported spec version"),
+    ("max-batch-requeue-0", mutate(_set(["scheduler", "max_batch_requeue"], 0)), "scheduler.max_batch_requeue", "1"),
+    (
+        "max-batch-requeue-past-16-bits",
+        mutate(_set(["scheduler", "max_batch_requeue"], 70000)),
+        "scheduler.max_batch_requeue",
+        "65000",
+    ),
     ("bar-in-description", mutate(_set(["tiers", 0, "description"], "gpu | cpu")), "tiers[0].description", "match"),
     (
         "newline-in-description",
