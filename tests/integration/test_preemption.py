@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_pool.localcluster.procs import wait_for
 from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
 
@@ -22,11 +23,15 @@ SCAVENGER = """#!/bin/bash
 log={log}
 ckpt={log}.step
 step=$(cat "$ckpt" 2>/dev/null || echo 0)
+trap 'echo "signal USR1 step=$step at $(date +%s.%N)" >> "$log"; echo $step > "$ckpt"; {requeue}exit 0' USR1
 echo "start restart=${{SLURM_RESTART_COUNT:-0}} step=$step at $(date +%s.%N)" >> "$log"
-trap 'echo "signal USR1 at $(date +%s.%N)" >> "$log"; echo $step > "$ckpt"; {requeue}exit 0' USR1
-while [ $step -lt {steps} ]; do sleep 0.2; step=$((step+1)); done
+# Slow until preempted, so no holder finishes first on a loaded machine; the resumed run is quick.
+while [ $step -lt {steps} ]; do [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ] && sleep 0.2; step=$((step+1)); done
 echo "done step=$step at $(date +%s.%N)" >> "$log"
 """
+
+
+STEPS = 3000  # 600 s at 0.2 s a step before the preemption
 
 
 def self_requeue(cluster) -> str:
@@ -68,12 +73,14 @@ def test_guaranteed_job_preempts_scavenger(cluster, tmp_path):
                     "-D",
                     str(workdir),
                     user="alice",
-                    script=SCAVENGER.format(log=log, steps=200, requeue=self_requeue(cluster)),
+                    script=SCAVENGER.format(log=log, steps=STEPS, requeue=self_requeue(cluster)),
                 ),
                 log,
             )
-    for job, _ in holders.values():
+    for job, log in holders.values():
         cluster.wait_state(job, ["RUNNING"], timeout=60)
+        # RUNNING comes before the script runs: a USR1 before its trap would kill it unlogged.
+        wait_for(lambda log=log: log.is_file() and "start" in log.read_text(), 60, f"{log.name}: script started")
     free = cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout
     assert "idle" not in free, free
 
@@ -113,7 +120,9 @@ def test_guaranteed_job_preempts_scavenger(cluster, tmp_path):
     lines = victim_log.read_text().splitlines()
     starts = [ln for ln in lines if ln.startswith("start")]
     assert len(starts) == 2 and "restart=1" in starts[1], lines
-    assert lines[-1].startswith("done step=200"), lines
+    saved = sig[0].split()[2]  # step=N when the signal came
+    assert starts[1].startswith(f"start restart=1 {saved} "), lines  # resumed from that step
+    assert lines[-1].startswith(f"done step={STEPS} "), lines
     for node, (_job, log) in holders.items():  # nobody else was touched
         if node != "a-gpu1":
             assert "signal" not in log.read_text(), (node, log.read_text())
