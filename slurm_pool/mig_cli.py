@@ -351,3 +351,24 @@ def emit_cmd(plan_path: str, what: str, slurm_version: str | None) -> None:
     else:
         for node, gres in sorted(out["slurm_gres"].items()):
             click.echo(f"NodeName={node} Gres={gres}")
+
+
+@mig.command("helper")
+@click.argument("feature", required=False)
+@click.option("--node", envvar="SLURM_POOL_NODE", help="This node's Slurm name (default: the short host name).")
+@click.option("--layouts", "layouts_path", help="Layout table (default: slurm-pool-mig-layouts.json by $SLURM_CONF).")
+@click.option("--backend", help="MODULE:FACTORY returning a HelperDevice for a node (default: nvidia-smi here).")
+def helper_cmd(feature: str | None, node: str | None, layouts_path: str | None, backend: str | None) -> None:
+    """The helpers.conf Helper: no FEATURE prints the active MIG layout; FEATURE applies that layout.
+
+    Exit 0 on success; non-zero (the GPUs as they were) when the layout is
+    unknown, the GPUs are in use, or applying fails or would overrun ExecTime.
+    """
+    from slurm_pool.mig.helper import main
+
+    result = main(feature, node, layouts_path, backend)
+    for line in result.out:
+        click.echo(line)
+    for line in result.err:
+        click.echo(line, err=True)
+    sys.exit(result.code)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import stat
@@ -168,6 +169,7 @@ class LocalCluster:
             bin_dir=str(L.root / "bin"),
             spank_plugin=str(L.root / "lib" / "slurm_pool_spank.so"),
             extra_slurm_conf=("SlurmdParameters=config_overrides",),
+            reboot_program="/bin/false",  # never reboot this machine
         )
 
     def _db_password(self) -> str:
@@ -262,6 +264,7 @@ class LocalCluster:
         for name, text in files.items():
             _write(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)
         self._write_node_programs()
+        self._write_mig_helpers()
         self._install_spank_plugin()
         self._make_devices(ctx)
 
@@ -290,6 +293,25 @@ class LocalCluster:
         shutil.copyfile(build / "slurm_pool_spank.so", tmp)
         tmp.chmod(0o755)
         os.replace(tmp, lib / "slurm_pool_spank.so")
+
+    def _write_mig_helpers(self) -> None:
+        """One ``slurm-pool-mig-helper-<node>`` per node whose group names MIG layouts: the
+        slurmds share this host, and slurmd gives its Helper no node name."""
+        from slurm_pool import nodeconf
+        from slurm_pool.mig.features import helper_path
+
+        bindir = self.layout.root / "bin"
+        code = f"import sys; sys.path[:0] = {nodeconf.hook_paths()!r}; from slurm_pool.cli import main; main()"
+        for group in self.spec.node_groups:
+            if not (group.gpus and group.gpus.layouts):
+                continue
+            for node in expand(group.hosts):
+                bindir.mkdir(parents=True, exist_ok=True)
+                argv = [sys.executable, "-I", "-S", "-c", code, "mig", "helper", "--node", node]
+                argv += ["--backend", "slurm_pool.localcluster.mig:helper_device"]
+                env = f"SLURM_POOL_STATE_DIR={shlex.quote(str(self.layout.root))}"
+                text = f'#!/bin/sh\n{env} exec {" ".join(shlex.quote(a) for a in argv)} "$@"\n'
+                _write(Path(helper_path(str(bindir), node)), text, 0o755)
 
     def _write_node_programs(self) -> None:
         """The Prolog/Epilog/HealthCheckProgram scripts and the node.conf they read."""

@@ -8,6 +8,7 @@ with gres.conf and slurm.conf.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,6 +19,7 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.localcluster.cluster import LocalCluster, saved_record
 from slurm_pool.mig.apply import NodeStatus
 from slurm_pool.mig.emit import MigDevice
+from slurm_pool.mig.features import HelperDevice, other_jobs
 from slurm_pool.mig.placement import Layout, find_placement
 
 
@@ -129,3 +131,38 @@ def controls(plan: object = None) -> tuple[LocalNodeControl, EmulatedMigBackend]
         raise RuntimeError(f"{state}: no local cluster recorded there (cluster.json)")
     cluster = LocalCluster(saved["spec"], state_dir=state)
     return LocalNodeControl(cluster), EmulatedMigBackend(cluster)
+
+
+# ------------------------------------------------------- node-feature Helper
+
+
+def _device_users(dev_dir: Path) -> list[str]:
+    """Processes holding one of the node's emulated GPU or MIG device files open."""
+    files = {str(p) for p in dev_dir.glob("nvidia*")}
+    out = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            held = {os.readlink(fd_dir / fd) for fd in os.listdir(fd_dir)}
+        except OSError:
+            continue
+        if held & files:
+            out.append(f"process {fd_dir.parent.name} holds a GPU device open")
+    return out
+
+
+def helper_device(node: str) -> HelperDevice:
+    """``mig helper --backend slurm_pool.localcluster.mig:helper_device`` on the local cluster.
+
+    After a change slurmd re-registers with its old GRES: it reads gres.conf only when it
+    starts (see docs/mig.md), so on this path a job runs on the GRES it already had.
+    """
+    state = os.environ.get("SLURM_POOL_STATE_DIR")
+    if not state:
+        raise RuntimeError("set SLURM_POOL_STATE_DIR to the local cluster's state directory")
+    cluster = LocalCluster(saved_record(Path(state))["spec"], state_dir=state)
+
+    def busy(n: str) -> list[str]:
+        res = cluster.runner.run(["squeue", "-h", "-w", n, "-o", "%i %T"], check=True)
+        return other_jobs(res.stdout.splitlines()) + _device_users(cluster.layout.root / "dev" / n)
+
+    return HelperDevice(EmulatedMigBackend(cluster), busy)

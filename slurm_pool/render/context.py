@@ -10,7 +10,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from slurm_pool.mig import catalogue
+from slurm_pool.errors import Issue, SpecError
+from slurm_pool.mig import catalogue, features
 from slurm_pool.render.site import Site
 from slurm_pool.spec.hosts import expand, fold
 from slurm_pool.spec.model import NodeGroup, PoolSpec
@@ -130,7 +131,7 @@ def build_context(
                 "cpus": group.cpus,
                 "memory_mb": group.memory_mb,
                 "gres": gres,
-                "features": ",".join(group.features),
+                "features": ",".join([*group.features, *(group.gpus.layouts or {} if group.gpus else {})]),
                 "gpu_count": group.gpus.count if group.gpus else 0,
                 "gpu_type": unit_type(group, None, version) if group.gpus else None,
                 "has_mig": has_mig,
@@ -153,6 +154,7 @@ def build_context(
                 "allow_accounts": ",".join(part.allow_accounts) if part.allow_accounts else None,
             }
         )
+    helper_lines, layout_table = _mig_features(spec, site, version)
     ctld_params = []
     if not version.has("preempt_params_line"):
         ctld_params.append("preempt_send_user_signal")
@@ -167,4 +169,37 @@ def build_context(
         "accounting_tres": ",".join(["gres/gpu"] + [f"gres/gpu:{t}" for t in gres_types]),
         "slurmctld_parameters": ",".join(ctld_params),
         "dbd_host": site.slurmdbd_host or spec.cluster.control_host,
+        "mig_helper_lines": helper_lines,
+        "mig_layout_table": layout_table,
+        "mig_exec_time": features.EXEC_TIME,
     }
+
+
+def _mig_features(spec: PoolSpec, site: Site, version: SlurmVersion) -> tuple[list[str], dict[str, Any] | None]:
+    """helpers.conf Feature lines and the Helper's layout table; ([], None) when no group names layouts."""
+    with_layouts = [(gi, g) for gi, g in enumerate(spec.node_groups) if g.gpus and g.gpus.layouts]
+    if not with_layouts:
+        return [], None
+    if not version.has("rebootless_node_features"):
+        raise SpecError(
+            [
+                Issue(
+                    f"node_groups[{gi}].gpus.layouts",
+                    f"MIG layouts as node features need Slurm 24.05 or later (Flags=rebootless); this is {version}",
+                )
+                for gi, _ in with_layouts
+            ]
+        )
+    entries: list[tuple[str, list[str], str]] = []
+    table = []
+    for _, g in with_layouts:
+        assert g.gpus is not None and g.gpus.layouts is not None
+        nodes = expand(g.hosts)
+        names = list(g.gpus.layouts)
+        # Several slurmd on one host cannot tell their node from the environment: one Helper per node.
+        if site.node_ports:
+            entries.extend((n, names, features.helper_path(site.bin_dir, n)) for n in nodes)
+        else:
+            entries.append((fold(nodes), names, features.helper_path(site.bin_dir, None)))
+        table.append((nodes, g.gpus.model, g.gpus.count, g.gpus.layouts))
+    return features.helpers_conf_lines(entries), features.node_table(table)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from slurm_pool.accounting.plan import build_plan
+from slurm_pool.mig.features import LAYOUTS_FILE
 from slurm_pool.policy.lua import render_job_submit
 from slurm_pool.render.context import Layouts, build_context
 from slurm_pool.render.site import Site
@@ -40,6 +41,9 @@ def render_all(
             env, "plugstack.conf.j2", {**ctx, "spank_plugin_path": site.spank_plugin, "spank_required": False}
         ),
     }
+    if ctx["mig_layout_table"] is not None:
+        files["helpers.conf"] = render_template(env, "helpers.conf.j2", ctx)
+        files[LAYOUTS_FILE] = json.dumps(ctx["mig_layout_table"], indent=2) + "\n"
     if spec.policy.job_submit:
         files["job_submit.lua"] = render_job_submit(spec, version)
     files["accounting.json"] = json.dumps(build_plan(spec).to_json(), indent=2, sort_keys=False) + "\n"

@@ -47,6 +47,9 @@ class Site:
     jobacct_gather_type: str = "jobacct_gather/cgroup"
     bin_dir: str = "/usr/local/bin"
     spank_plugin: str = "/usr/local/lib/slurm-pool/slurm_pool_spank.so"
+    #: RebootProgram, rendered only with MIG layout features: slurmctld sends no feature change without
+    #: one, even a rebootless one, which never runs it (see slurm_pool.mig.features).
+    reboot_program: str = "/sbin/reboot"
     extra_slurm_conf: tuple[str, ...] = ()
 
     def node_dev_dir(self, node: str) -> str:

@@ -43,11 +43,30 @@ class Gpus(Strict):
 
     ``mig`` is a list with one entry per GPU index: ``null`` (MIG off, whole
     GPU) or a list of MIG profile names (MIG on; ``[]`` is an empty GPU).
+    ``layouts`` names the MIG layouts the GPUs may take, each in the shape of
+    ``mig``; every name becomes a changeable node feature (Slurm 24.05+, see
+    :mod:`slurm_pool.mig.features`) that jobs ask for with ``--constraint``.
     """
 
     model: str
     count: int = Field(ge=0, le=64)
     mig: Optional[list[Optional[list[str]]]] = None
+    layouts: Optional[dict[str, list[Optional[list[str]]]]] = None
+
+    @field_validator("layouts")
+    @classmethod
+    def _layout_names(cls, v: Optional[dict[str, list]]) -> Optional[dict[str, list]]:
+        from slurm_pool.mig.features import LAYOUT_FEATURE_RE
+
+        for name in v or {}:
+            if not re.match(LAYOUT_FEATURE_RE, name):
+                raise ValueError(
+                    f"layout name {name!r} is not a Slurm node feature name (a letter or '_', then letters, "
+                    "digits, '_' or '.'; at most 64)"
+                )
+        if v is not None and not v:
+            raise ValueError("name at least one layout, or leave layouts out")
+        return v
 
     @field_validator("model")
     @classmethod

@@ -140,6 +140,8 @@ def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
     if model is None:
         yield Issue(f"{base}.model", f"unknown GPU model {gpus.model!r} (known: {known_models()})")
         return
+    if gpus.layouts is not None:
+        yield from _check_layouts(spec, gi)
     if gpus.mig is None:
         return
     if not model.mig_capable:
@@ -158,6 +160,34 @@ def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
         problem = layout_problem(gpus.model, layout)
         if problem:
             yield Issue(f"{base}.mig[{i}]", f"{','.join(layout)} is not a valid {gpus.model} layout: {problem}")
+
+
+def _check_layouts(spec: PoolSpec, gi: int) -> Iterator[Issue]:
+    """``gpus.layouts``: a MIG-capable model, one entry per GPU, placeable, names unlike the group's features."""
+    from slurm_pool.mig.placement import layout_problem
+
+    group = spec.node_groups[gi]
+    gpus = group.gpus
+    assert gpus is not None and gpus.layouts is not None
+    base = f"node_groups[{gi}].gpus.layouts"
+    if not GPU_MODELS[gpus.model].mig_capable:
+        yield Issue(base, f"{gpus.model} does not support MIG")
+        return
+    for name, per_gpu in gpus.layouts.items():
+        if name in group.features:
+            yield Issue(f"{base}.{name}", f"{name!r} is also one of the group's features")
+        if len(per_gpu) != gpus.count:
+            yield Issue(
+                f"{base}.{name}",
+                f"has {len(per_gpu)} entries but count is {gpus.count} (one layout per GPU, null for MIG off)",
+            )
+            continue
+        for i, layout in enumerate(per_gpu):
+            problem = None if layout is None else layout_problem(gpus.model, layout)
+            if problem:
+                yield Issue(
+                    f"{base}.{name}[{i}]", f"{','.join(layout or [])} is not a valid {gpus.model} layout: {problem}"
+                )
 
 
 def _preempt_cycle(spec: PoolSpec) -> list[str] | None:

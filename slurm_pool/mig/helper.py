@@ -1,0 +1,97 @@
+"""``slurm-pool mig helper``: the node side of :mod:`slurm_pool.mig.features`.
+
+Finds the layout table and ``ExecTime`` next to slurm.conf (slurmd runs the
+Helper with ``SLURM_CONF`` set), the node's name (``--node``, else the short
+host name) and the device seam: ``--backend MODULE:FACTORY`` returning a
+:class:`~slurm_pool.mig.features.HelperDevice` for a node, else this host's
+GPUs through nvidia-smi.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from pathlib import Path
+
+from slurm_pool.mig.features import (
+    LAYOUTS_FILE,
+    SLURM_DEFAULT_EXEC_TIME,
+    USAGE,
+    HelperDevice,
+    HelperResult,
+    other_jobs,
+    parse_exec_time,
+    run_helper,
+)
+from slurm_pool.textio import read_json
+
+
+def conf_dir() -> Path:
+    """The directory of ``$SLURM_CONF`` (``/etc/slurm`` without it)."""
+    conf = os.environ.get("SLURM_CONF")
+    return Path(conf).resolve().parent if conf else Path("/etc/slurm")
+
+
+def exec_time(directory: Path) -> float:
+    """helpers.conf's ExecTime there, else Slurm's default."""
+    try:
+        return parse_exec_time((directory / "helpers.conf").read_text())
+    except OSError:
+        return SLURM_DEFAULT_EXEC_TIME
+
+
+def nvidia_smi_device(node: str, model: str) -> HelperDevice:
+    """This host's GPUs: nvidia-smi for layouts and processes, squeue for other jobs."""
+    from slurm_pool.adapters.runner import SubprocessRunner
+    from slurm_pool.mig.apply import NvidiaSmiBackend
+
+    runner = SubprocessRunner()
+
+    def busy(n: str) -> list[str]:
+        jobs = runner.run(["squeue", "-h", "-w", n, "-o", "%i %T"], check=True).stdout.splitlines()
+        apps = runner.run(
+            ["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"], check=True
+        ).stdout
+        procs = [f"GPU process {line.strip()}" for line in apps.splitlines() if line.strip()]
+        return other_jobs(jobs) + procs
+
+    return HelperDevice(NvidiaSmiBackend(runner, model), busy)
+
+
+def load_device(spec: str | None, node: str, model: str) -> HelperDevice:
+    if spec is None:
+        return nvidia_smi_device(node, model)
+    module, _, attr = spec.partition(":")
+    factory = getattr(importlib.import_module(module), attr or "helper_device")
+    return factory(node)
+
+
+def main(feature: str | None, node: str | None, layouts_path: str | None, backend: str | None) -> HelperResult:
+    """Run the Helper; never raises for bad input or a failing device (see the result)."""
+    directory = conf_dir()
+    path = Path(layouts_path) if layouts_path else directory / LAYOUTS_FILE
+    try:
+        table = read_json(str(path))
+    except Exception as exc:  # noqa: BLE001
+        return HelperResult(USAGE, err=[f"cannot read the MIG layout table {path}: {exc}"])
+    node = node or socket.gethostname().split(".")[0]
+    entry = table.get("nodes", {}).get(node) if isinstance(table, dict) else None
+    if entry is None:
+        return run_helper(feature, node, table if isinstance(table, dict) else {}, _NO_DEVICE, 0)
+    try:
+        device = load_device(backend, node, entry["model"])
+    except Exception as exc:  # noqa: BLE001
+        return HelperResult(1, err=[f"cannot load --backend {backend!r}: {exc}"])
+    return run_helper(feature, node, table, device, exec_time(directory))
+
+
+class _Nothing:
+    def layouts(self, node: str) -> dict:
+        raise RuntimeError("no device")
+
+    def apply(self, node: str, gpu: int, layout: object) -> None:
+        raise RuntimeError("no device")
+
+
+_NO_DEVICE = HelperDevice(_Nothing(), lambda _n: [])
