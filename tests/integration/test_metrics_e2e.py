@@ -331,11 +331,16 @@ def test_every_dashboard_expr_has_data_and_every_panel_renders(cluster, promethe
         assert res.returncode == 0, res.stderr
         mine = [p for p in json.loads(res.stdout)["preemptions"] if p["job_id"] == str(victim)]
         assert mine and mine[0]["node"] == "a-gpu1" and mine[0]["checkpointed"] is False, mine
-        assert scalar(prometheus, 'sum(slurm_pool_allocated_gpus{tier="guaranteed"})') == 2
-        assert query(prometheus, "slurm_pool_project_allocated_gpus") == {
-            (("project", "proja"),): 2.0,
-            (("project", "k8s-bridge"),): 1.0,
-        }
+        # The epilog record can reach a scrape before the owner's allocation does: wait for both.
+        want_projects = {(("project", "proja"),): 2.0, (("project", "k8s-bridge"),): 1.0}
+        wait_for(
+            lambda: (
+                scalar(prometheus, 'sum(slurm_pool_allocated_gpus{tier="guaranteed"})') == 2
+                and query(prometheus, "slurm_pool_project_allocated_gpus") == want_projects
+            ),
+            30,
+            f"the owner's 2 guaranteed GPUs scraped, and per project {want_projects}",
+        )
         for title, expr in exprs:
             wait_for(lambda e=expr: query(prometheus, e), 30, f"data for {expr!r} (panel {title!r})")
 
