@@ -116,9 +116,9 @@ def main() -> None:
     planned = result.score.used
     assert not any(result.unmet.values())
 
-    # Timing at scale: demand scaled to fill about --gpus GPUs.
-    k = max(1, args.gpus // max(planned, 1))
-    big = Counter({p: n * k for p, n in demand.items()})
+    # Timing at scale: demand scaled (by a real factor, not rounded to a whole one) to fill about --gpus GPUs.
+    k = args.gpus / max(planned, 1)
+    big = Counter({p: max(1, math.floor(n * k)) for p, n in demand.items()})
     big_empty, t_big = timed(lambda: plan(model, gpus_from_count(args.gpus), dict(big)))
     rng = random.Random(2023)
     lays = sorted(valid_layouts(model))
@@ -132,13 +132,28 @@ def main() -> None:
 
     mix = ", ".join(f"{p} x{demand[p]}" for p in sorted(demand, key=lambda p: geo.profiles[p].compute))
     gap = 100.0 * (planned - lower) / lower
+    lp_ceil = math.ceil(lp - 1e-9)
+    try:
+        trace_name = args.trace.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        trace_name = args.trace.name
+    source = " (Alibaba clusterdata GPU v2023, Weng et al., ATC 2023)" if args.trace.resolve() == TRACE else ""
+    if planned == lp_ceil:
+        verdict = (
+            f"The planner is optimal here: it equals the rounded-up configuration-LP bound ({lp_ceil}), "
+            "which no MIG packing can beat."
+        )
+    else:
+        verdict = (
+            f"Optimality is not shown here: the planner uses {planned - lp_ceil} GPUs more than the rounded-up "
+            f"configuration-LP bound ({lp_ceil}), which may itself be unreachable."
+        )
     lines = [
         "## MIG packing: Alibaba 2023 fractional-GPU pods on H100-80GB"
         if model == "H100-80GB"
         else f"## MIG packing on {model}",
         "",
-        f"Trace: `bench/traces/openb_pod_list_default.csv` (Alibaba clusterdata GPU v2023, Weng et al., ATC 2023), "
-        f"{len(pods)} single-GPU pods with gpu_milli < 1000.",
+        f"Trace: `{trace_name}`{source}, {len(pods)} single-GPU pods with gpu_milli < 1000.",
         f"Rule: ceil(gpu_milli / 1000 x {geo.compute_slices}) compute slices -> smallest {model} profile with that many. Demand: {mix}.",
         "",
         "| Packing | GPUs | vs lower bound |",
@@ -150,23 +165,32 @@ def main() -> None:
         f"| configuration-LP bound (any MIG packing) | {lp:.1f} | {100.0 * (lp - lower) / lower:+.1f}% |",
         f"| (d) lower bound max(ceil({slices}/7), ceil({slots}/8)) | {lower} | 0.0% |",
         "",
-        f"The planner is optimal here: it equals the rounded-up configuration-LP bound ({math.ceil(lp - 1e-9)}). "
-        f"The slice/memory bound (d) is not reachable because a GPU holds at most one 4g and one 7g instance "
-        f"({demand.get('4g.40gb', 0) if model == 'H100-80GB' else 0} pods need a 4g, {demand.get('7g.80gb', 0) if model == 'H100-80GB' else 0} a 7g), "
-        f"so the {gap:.1f}% gap to (d) is the bound's slack, not the planner's.",
+        verdict
+        + (
+            f" The slice/memory bound (d) is not reachable because a GPU holds at most one 4g and one 7g instance "
+            f"({demand.get('4g.40gb', 0)} pods need a 4g, {demand.get('7g.80gb', 0)} a 7g), "
+            f"so the {gap:.1f}% gap to (d) is the bound's slack, not the planner's."
+            if model == "H100-80GB" and planned == lp_ceil
+            else ""
+        ),
         "",
-        f"Timing ({args.gpus} GPUs, demand x{k}, same run):",
+        f"Timing ({args.gpus} GPUs, demand x{k:.2f}, same run):",
         "",
         "| Case | Planner | Greedy FFD baseline | Ratio planner/baseline |",
         "|---|---:|---:|---:|",
         f"| {args.gpus} empty GPUs, {sum(big.values())} instances | {t_big * 1000:.0f} ms | {t_ffd * 1000:.0f} ms | {t_big / t_ffd:.2f} |",
         f"| {args.gpus} GPUs, random current layouts, 20% busy | {t_mixed * 1000:.0f} ms | - | {t_mixed / t_ffd:.2f} |",
         "",
-        f"At this scale the planner uses {big_empty.score.used} GPUs, greedy FFD {ffd_used}; "
+        f"At this scale the planner uses {big_empty.score.used} GPUs ({sum(big_empty.unmet.values())} instances "
+        f"unmet), greedy FFD {ffd_used}; "
         f"with busy GPUs it changes {big_mixed.score.changed} GPUs and leaves "
         f"{sum(big_mixed.unmet.values())} instances unmet. Trace-size plan: {t_plan_trace * 1000:.0f} ms.",
         "",
-        "Command: `python3 bench/mig_pack.py`" + (f" --model {model}" if model != "H100-80GB" else ""),
+        "Command: `python3 bench/mig_pack.py"
+        + (f" --model {model}" if model != "H100-80GB" else "")
+        + (f" --trace {trace_name}" if args.trace.resolve() != TRACE else "")
+        + (f" --gpus {args.gpus}" if args.gpus != 10_000 else "")
+        + "`",
         "",
     ]
     text = "\n".join(lines)

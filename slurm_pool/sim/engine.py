@@ -139,6 +139,7 @@ class _Sim:
         self.runs: dict[str, _Run] = {}
         self.leaving: dict[str, _Run] = {}  # signalled borrowers inside their grace window
         self.state: dict[str, _State] = {}
+        self.ids: set[str] = set()
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = 0
         self.now = 0.0
@@ -290,6 +291,7 @@ class _Sim:
     def run(self, jobs: Iterable[Job], backlog: Iterator[Job] | None) -> Result:
         """Replay until the window has passed and every owner job is done."""
         for job in sorted(jobs, key=lambda j: (j.arrival, j.id)):
+            self._check_new_id(job)
             if job.project is not None and job.project not in self.cap:
                 raise ValueError(f"job {job.id}: project {job.project!r} owns no servers")
             limit = self.cap[job.project] if job.project is not None else self.res.capacity
@@ -332,10 +334,18 @@ class _Sim:
             return
         while len(self.queues[None]) < 64:
             try:
-                self.queues[None].append(next(self.backlog))
+                job = next(self.backlog)
             except StopIteration:
                 self.backlog = None
                 return
+            self._check_new_id(job)
+            self.queues[None].append(job)
+
+    def _check_new_id(self, job: Job) -> None:
+        """Job ids key the engine's state: a second job with one would corrupt the first's."""
+        if job.id in self.ids:
+            raise ValueError(f"job {job.id}: duplicate job id")
+        self.ids.add(job.id)
 
     def _handle(self, kind: str, payload: object) -> None:
         if kind == "arrive":

@@ -133,11 +133,18 @@ def test_owners_beyond_their_share_borrow_and_can_be_preempted():
         ({"a": 1}, [owner("a1", "a", 0, 0, 1)], 10, "work 0"),
         ({"a": -1}, [], 10, "negative GPU counts"),
         ({"a": 1}, [], 0, "window: 0 is not positive"),
+        ({"a": 2}, [owner("a1", "a", 0, 1, 1), owner("a1", "a", 5, 1, 1)], 10, "job a1: duplicate job id"),
     ],
 )
 def test_bad_input_is_named(capacity, jobs, window, message):
     with pytest.raises(ValueError, match=message):
         simulate(capacity, jobs, POOL, window=window)
+
+
+def test_backlog_job_reusing_an_id_is_refused():
+    backlog = iter([borrower("b1", 0, 100, 1), borrower("a1", 0, 100, 1)])
+    with pytest.raises(ValueError, match="job a1: duplicate job id"):
+        simulate({"a": 4}, [owner("a1", "a", 0, 50, 1)], POOL, window=1000, backlog=backlog)
 
 
 def test_backlog_fills_idle_gpus_only_while_the_window_lasts():
