@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from slurm_pool.adapters.records import RecordError, parse_jobs, parse_nodes  # noqa: E402
 from slurm_pool.cli import cli  # noqa: E402
 from slurm_pool.errors import InputError  # noqa: E402
+from slurm_pool.mig.features import node_table  # noqa: E402
 from slurm_pool.mig.planner import Gpu, plan, plan_from_dict  # noqa: E402
 from slurm_pool.node import outcome  # noqa: E402
 from slurm_pool.nodeconf import ConfigError  # noqa: E402
@@ -213,6 +214,13 @@ def _run(work: Path, per_target: int, seed: int, timeout: float) -> dict[str, Ta
         sacct,
         False,
         lambda f, _i: ["simulate", "--spec", str(EXAMPLE_PATH), "--sacct", str(f), "--json"],
+    )
+    layouts = node_table([(["n1"], "A100-40GB", 2, {"mig_7x1g": [["1g.5gb"] * 7, None], "mig_off": [None, None]})])
+    cli_on_files(
+        "slurm-pool mig helper --layouts",
+        layouts,
+        False,
+        lambda f, _i: ["mig", "helper", "--node", "n1", "--layouts", str(f)],
     )
     cli_on_files(
         "slurm-pool mig plan --sacct",

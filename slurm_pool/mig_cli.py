@@ -370,5 +370,5 @@ def helper_cmd(feature: str | None, node: str | None, layouts_path: str | None, 
     for line in result.out:
         click.echo(line)
     for line in result.err:
-        click.echo(line, err=True)
+        click.echo(f"error: {line}" if result.code else line, err=True)
     sys.exit(result.code)

@@ -70,6 +70,31 @@ def node_table(groups: Iterable[tuple[list[str], str, int, Mapping[str, Sequence
     return {"version": 1, "exec_time": EXEC_TIME, "nodes": nodes}
 
 
+def table_error(table: object) -> str | None:
+    """What is wrong with a layout table read from disk (None: it has :func:`node_table`'s shape)."""
+    if not isinstance(table, dict) or not isinstance(table.get("nodes"), dict):
+        return "expected an object with a 'nodes' object"
+    for node, entry in table["nodes"].items():
+        where = f"nodes.{node}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("layouts"), dict):
+            return f"{where}: expected an object with 'model' and 'layouts'"
+        model = entry.get("model")
+        try:
+            profiles = geometry(model).profiles if isinstance(model, str) else None
+        except KeyError:
+            profiles = None
+        if profiles is None:
+            return f"{where}.model: {model!r} is not a MIG-capable GPU model"
+        for name, per_gpu in entry["layouts"].items():
+            ok = isinstance(per_gpu, list) and all(
+                lay is None or (isinstance(lay, list) and all(isinstance(p, str) and p in profiles for p in lay))
+                for lay in per_gpu
+            )
+            if not ok:
+                return f"{where}.layouts.{name}: expected a list of per-GPU {model} profile lists (or null)"
+    return None
+
+
 def helper_path(bin_dir: str, node: str | None) -> str:
     """The Helper program: one per node (``node``) where slurmds share a host, else one for all."""
     return f"{bin_dir}/{HELPER_PROGRAM}" + (f"-{node}" if node else "")

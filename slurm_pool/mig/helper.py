@@ -23,6 +23,7 @@ from slurm_pool.mig.features import (
     other_jobs,
     parse_exec_time,
     run_helper,
+    table_error,
 )
 from slurm_pool.textio import read_json
 
@@ -75,10 +76,13 @@ def main(feature: str | None, node: str | None, layouts_path: str | None, backen
         table = read_json(str(path))
     except Exception as exc:  # noqa: BLE001
         return HelperResult(USAGE, err=[f"cannot read the MIG layout table {path}: {exc}"])
+    problem = table_error(table)
+    if problem:
+        return HelperResult(USAGE, err=[f"MIG layout table {path}: {problem}"])
     node = node or socket.gethostname().split(".")[0]
-    entry = table.get("nodes", {}).get(node) if isinstance(table, dict) else None
+    entry = table["nodes"].get(node)
     if entry is None:
-        return run_helper(feature, node, table if isinstance(table, dict) else {}, _NO_DEVICE, 0)
+        return run_helper(feature, node, table, _NO_DEVICE, 0)
     try:
         device = load_device(backend, node, entry["model"])
     except Exception as exc:  # noqa: BLE001

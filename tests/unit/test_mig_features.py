@@ -171,3 +171,34 @@ def test_layout_spec_errors(tmp_path, layouts, features, path, message):
         load_spec(_spec(tmp_path, layouts, features))
     text = str(exc.value)
     assert path in text and message in text, text
+
+
+@pytest.mark.parametrize(
+    "table,message",
+    [
+        ({"nodes": 5}, "expected an object with a 'nodes' object"),
+        ([1, 2], "expected an object with a 'nodes' object"),
+        ({"nodes": {"n1": []}}, "nodes.n1: expected an object with 'model' and 'layouts'"),
+        ({"nodes": {"n1": {"model": "Z", "layouts": {}}}}, "nodes.n1.model: 'Z' is not a MIG-capable GPU model"),
+        ({"nodes": {"n1": {"model": 7, "layouts": {}}}}, "nodes.n1.model: 7 is not a MIG-capable GPU model"),
+        (
+            {"nodes": {"n1": {"model": "A100-40GB", "layouts": {"m": [["9g.1gb"]]}}}},
+            "nodes.n1.layouts.m: expected a list of per-GPU A100-40GB profile lists",
+        ),
+        ({"nodes": {"n1": {"model": "A100-40GB", "layouts": {"m": "1g.5gb"}}}}, "nodes.n1.layouts.m: expected"),
+    ],
+)
+def test_malformed_layout_table_exits_2_naming_the_field(tmp_path, table, message):
+    from slurm_pool.mig.helper import main
+
+    path = tmp_path / "layouts.json"
+    path.write_text(json.dumps(table))
+    for feature in (None, "m"):
+        result = main(feature, "n1", str(path), None)
+        assert result.code == USAGE == 2 and message in result.err[0], result.err
+
+
+def test_rendered_layout_table_is_well_formed():
+    from slurm_pool.mig.features import table_error
+
+    assert table_error(json.loads(json.dumps(TABLE))) is None
