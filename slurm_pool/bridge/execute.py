@@ -117,8 +117,16 @@ class Executor:
         )
 
     def _open(self, step: Step, jobs: dict[str, int]) -> str:
+        # Re-checked here, after the waits: a placeholder preempted since then means a Slurm
+        # job may hold the node now, and opening it would give its GPUs to both sides.
+        job = step.job_ids[0] if step.job_ids else jobs.get(step.node)
+        if job is None:
+            raise StepFailed("no placeholder holds the node: not opening it")
+        state, reason = self.slurm.job_state(job)
+        if state not in PLACEHOLDER_RUNNING:
+            raise StepFailed(f"placeholder {job} is {state or 'gone'} ({reason}): not opening the node")
         update_node(self.k8s, step.node, open_patch)
-        return "uncordoned, untainted, labelled slurm-pool/lent=true"
+        return f"placeholder {job} {state}; uncordoned, untainted, labelled slurm-pool/lent=true"
 
     def _release(self, step: Step, jobs: dict[str, int]) -> str:
         update_node(self.k8s, step.node, release_patch)

@@ -287,7 +287,8 @@ def _lend(snap: Snapshot, n: str) -> NodePlan:
     elif not running:
         steps.append(Step("wait-running", n, f"placeholder {keep_id} starts", job_ids=(keep_id,)))
     if not k.open:
-        steps.append(Step("open", n, f"uncordon, untaint, label {LENT_LABEL}=true"))
+        held = (keep_id,) if keep_id is not None else ()  # else the placeholder this run submits
+        steps.append(Step("open", n, f"uncordon, untaint, label {LENT_LABEL}=true", job_ids=held))
     reason = f"inference demand {snap.demand_gpus} GPU(s), {snap.base_gpus} outside Slurm's nodes"
     intent = "lent" if not steps else "lend"
     return NodePlan(n, intent, (reason,), tuple(steps))

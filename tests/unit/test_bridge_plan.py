@@ -709,6 +709,27 @@ def test_placeholder_that_does_not_start_is_reported_and_left_for_the_next_run()
     assert kinds(p, "a-gpu1") == ["wait-running", "open"]
 
 
+def test_placeholder_preempted_after_its_wait_keeps_the_node_closed():
+    """Issue 10, race 2: the placeholder is preempted between wait-running and open."""
+    w = world(1)
+    seen: list[int] = []
+
+    def state(argv, script):
+        res = w.slurm._state(argv, script)
+        job = next(j for j in w.slurm.jobs if str(j["job_id"]) == argv[3])
+        seen.append(job["job_id"])
+        if len(seen) == 1:  # wait-running saw it RUNNING; then Slurm preempts and requeues it
+            job.update(job_state="PENDING", state_reason="BeginTime", nodes="")
+        return res
+
+    w.runner.respond(["squeue", "-h", "-j"], state)
+    report = w.run()
+    opened = next(r for r in report.results if r.kind == "open")
+    assert not opened.ok and "is PENDING (BeginTime): not opening the node" in opened.detail, opened
+    assert not w.k8s.lent("a-gpu1")
+    assert len(seen) == 2, "open re-read the placeholder after the wait"
+
+
 def test_wait_for_pods_times_out_without_giving_the_node_back():
     w, job = _lent_world()
     w.k8s.linger = 1000
