@@ -3,12 +3,13 @@
     * * * * * slurm-pool rebalance --spec /etc/slurm-pool/pool.yaml
 
 Run it as root (placeholders are submitted ``--uid`` the bridge user) or as
-that user.  Runs should not overlap; ``flock -n LOCKFILE slurm-pool
-rebalance ...`` in the crontab line keeps a slow run from meeting the next.
+that user.  Runs never overlap: a run that would change anything first takes
+the Kubernetes Lease ``bridge.lease_name`` in ``bridge.lease_namespace``, and
+a run that finds it held by another live run changes nothing and exits 1.
 
 Exit 0 when every step succeeded (or there was nothing to do), 1 when any step
 failed or was refused (a PodDisruptionBudget's 429 is retried by the next
-run), 2 for a bad spec.
+run) or another run holds the Lease, 2 for a bad spec.
 """
 
 from __future__ import annotations

@@ -50,6 +50,11 @@ class K8sAPI(Protocol):
     def list_inference_services(self) -> list[dict[str, Any]]: ...
     def evict(self, namespace: str, name: str) -> None: ...
     def delete_pod(self, namespace: str, name: str) -> None: ...
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease, or None when there is none."""
+
+    def write_lease(self, namespace: str, body: dict[str, Any]) -> None:
+        """Create (no ``resourceVersion``) or replace the Lease; 409 when it changed since it was read."""
 
 
 # -- pure patch bodies ---------------------------------------------------------------
@@ -121,6 +126,7 @@ class KubernetesAPI:
         self.config = config
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
 
     @classmethod
     def connect(cls, config: Bridge, kubeconfig: str | Path | None = None) -> "KubernetesAPI":
@@ -196,3 +202,16 @@ class KubernetesAPI:
             self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
         except NotFound:
             pass
+
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._plain(self._call(self.coordination.read_namespaced_lease, name, namespace))
+        except NotFound:
+            return None
+
+    def write_lease(self, namespace: str, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        if body["metadata"].get("resourceVersion"):
+            self._call(self.coordination.replace_namespaced_lease, name, namespace, body)
+        else:
+            self._call(self.coordination.create_namespaced_lease, namespace, body)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from slurm_pool.bridge import lease
 from slurm_pool.bridge.execute import Executor, StepResult
-from slurm_pool.bridge.k8s import K8sAPI
+from slurm_pool.bridge.k8s import K8sAPI, K8sError
 from slurm_pool.bridge.model import Snapshot, build_snapshot
 from slurm_pool.bridge.plan import Plan, plan
 from slurm_pool.bridge.slurm_side import SlurmSide
@@ -78,6 +82,34 @@ def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge) -> Snapshot:
     )
 
 
+def default_holder() -> str:
+    """This run's Lease holder identity: host, process and a random part."""
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+
+def take_lease(k8s: K8sAPI, config: Bridge, holder: str, wall: datetime) -> None:
+    """Hold the bridge's Lease for ``config.lease_seconds``; :class:`LeaseHeld` when another run has it."""
+    ns, name = config.lease_namespace, config.lease_name
+    body = lease.claim(k8s.read_lease(ns, name), name, holder, wall, config.lease_seconds)
+    try:
+        k8s.write_lease(ns, body)
+    except K8sError as exc:
+        if exc.status == 409:  # created or renewed by another run since our read
+            raise lease.LeaseHeld(f"another rebalance run took Lease {name} first; not running") from None
+        raise
+
+
+def give_back_lease(k8s: K8sAPI, config: Bridge, holder: str) -> None:
+    """Free the Lease if this run still holds it; a failure only lets it expire later."""
+    try:
+        current = k8s.read_lease(config.lease_namespace, config.lease_name)
+        body = lease.released(current, holder) if current else None
+        if body:
+            k8s.write_lease(config.lease_namespace, body)
+    except K8sError:
+        pass
+
+
 def reconcile(
     slurm: SlurmSide,
     k8s: K8sAPI,
@@ -87,13 +119,27 @@ def reconcile(
     dry_run: bool = False,
     force_after: int | None = None,
     executor: Executor | None = None,
+    holder: str | None = None,
 ) -> Report:
-    """Observe, plan and (unless ``dry_run``) carry out; errors of steps land in the report."""
+    """Observe, plan and (unless ``dry_run``) carry out; errors of steps land in the report.
+
+    A run that changes anything first takes the bridge's Lease, so runs never
+    overlap (:class:`~slurm_pool.bridge.lease.LeaseHeld` otherwise); a dry run
+    only reads.  ``now`` is the time the plan is made for; the Lease always
+    uses the clock.
+    """
     began = time.monotonic()
     now = now or datetime.now(timezone.utc)
-    the_plan = plan(observe(slurm, k8s, config), config, now, force_after=force_after)
-    report = Report(the_plan, dry_run=dry_run)
-    if not dry_run and the_plan.steps:
-        report.results = (executor or Executor(slurm, k8s, config)).run(the_plan)
+    holder = holder or default_holder()
+    if not dry_run:
+        take_lease(k8s, config, holder, datetime.now(timezone.utc))
+    try:
+        the_plan = plan(observe(slurm, k8s, config), config, now, force_after=force_after)
+        report = Report(the_plan, dry_run=dry_run)
+        if not dry_run and the_plan.steps:
+            report.results = (executor or Executor(slurm, k8s, config)).run(the_plan)
+    finally:
+        if not dry_run:
+            give_back_lease(k8s, config, holder)
     report.seconds = round(time.monotonic() - began, 2)
     return report

@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Day = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 DAYS: tuple[Day, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+#: Seconds a run may spend outside its waits (reads, patches, submissions) within its Lease.
+LEASE_MARGIN = 60
 CLOCK_RE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^24:00$")
 
 
@@ -73,6 +75,11 @@ class Bridge(Strict):
     #: Seconds one run waits for a placeholder to start and for evicted pods to go.
     placeholder_start_timeout: int = Field(default=30, ge=0)
     reclaim_wait: int = Field(default=45, ge=0)
+    #: One run at a time: the Kubernetes Lease a run holds (:mod:`slurm_pool.bridge.lease`), and for how
+    #: long; it must outlast a run's waits, so that a live run never loses it.
+    lease_namespace: str = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    lease_name: str = Field(default="slurm-pool-rebalance", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    lease_seconds: int = Field(default=300, ge=1, le=86400)
     #: Delete pods whose eviction is still refused this many seconds after the
     #: reclaim began (``None``: never force; ``--force-after`` overrides).
     force_after: Optional[int] = Field(default=None, ge=0)
@@ -130,6 +137,12 @@ def check_bridge(spec: "PoolSpec", bridge: Bridge | None = None) -> list[str]:
             problems.append(f"bridge.account: project {b.account!r} may not use tier {b.qos!r}")
         if b.user and b.user not in proj.users:
             problems.append(f"bridge.user: {b.user!r} is not a user of project {b.account!r}")
+    waits = b.placeholder_start_timeout + b.reclaim_wait + LEASE_MARGIN
+    if b.lease_seconds < waits:
+        problems.append(
+            f"bridge.lease_seconds: {b.lease_seconds} is shorter than a run can take (placeholder_start_timeout "
+            f"+ reclaim_wait + {LEASE_MARGIN} = {waits}): a slow run would lose its Lease to the next one"
+        )
     if b.max_lent_nodes == 0 and b.enabled:
         problems.append("bridge.max_lent_nodes: 0 lends nothing; set enabled: false instead")
     return problems

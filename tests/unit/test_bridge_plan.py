@@ -174,6 +174,8 @@ class FakeK8s:
     deletions: list[str] = field(default_factory=list)
     #: evicted pods linger this many list_pods() calls before they are gone
     linger: int = 0
+    #: Leases by (namespace, name), with the API server's create/replace conflict rules
+    leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(list(self.nodes.values()))
@@ -218,6 +220,20 @@ class FakeK8s:
     def delete_pod(self, namespace: str, name: str) -> None:
         self.deletions.append(f"{namespace}/{name}")
         self._remove(f"{namespace}/{name}")
+
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.leases.get((namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    def write_lease(self, namespace: str, body: dict[str, Any]) -> None:
+        key = (namespace, body["metadata"]["name"])
+        rv = body["metadata"].get("resourceVersion")
+        have = self.leases.get(key)
+        if (have is None) != (rv is None) or (have and have["metadata"]["resourceVersion"] != rv):
+            raise K8sError(409, "the object has been modified" if have else "already exists")
+        new = copy.deepcopy(body)
+        new["metadata"]["resourceVersion"] = str(int(rv or 0) + 1)
+        self.leases[key] = new
 
     def node(self, name: str) -> dict[str, Any]:
         return self.nodes[name]
@@ -823,3 +839,91 @@ def test_rebalance_command_rejects_bad_input(args, code, message):
     result = CliRunner().invoke(cli, ["rebalance", "--spec", EXAMPLE_SPEC, *args])
     assert result.exit_code == code, result.output
     assert message in result.output
+
+
+# -- one run at a time: the Lease (issue 10, overlapping runs) ----------------------------
+
+
+def _lease(w: World) -> dict[str, Any] | None:
+    return w.k8s.leases.get((w.config.lease_namespace, w.config.lease_name))
+
+
+def test_a_run_holds_the_lease_and_gives_it_back():
+    w = world(2)
+    held: list[str | None] = []
+    real_open = w.k8s.patch_node
+
+    def patch(name: str, patch: dict[str, Any]) -> None:  # what the Lease says while steps run
+        held.append(((_lease(w) or {}).get("spec") or {}).get("holderIdentity"))
+        real_open(name, patch)
+
+    w.k8s.patch_node = patch  # type: ignore[method-assign]
+    report = w.run(holder="run-1")
+    assert report.ok and report.results, report.text()
+    assert held and set(held) == {"run-1"}
+    spec = _lease(w)["spec"]
+    assert spec["holderIdentity"] is None and spec["leaseDurationSeconds"] == w.config.lease_seconds
+
+
+@pytest.mark.parametrize(
+    "holder,renewed_ago,runs",
+    [
+        ("other-run", 10, False),  # live: refused, nothing changes
+        ("other-run", 301, True),  # expired (a crashed run): taken over
+        (None, 10, True),  # given back
+    ],
+)
+def test_a_run_waits_for_nobody_but_never_overlaps(holder, renewed_ago, runs):
+    from datetime import timedelta
+
+    from slurm_pool.bridge.lease import LeaseHeld
+
+    w = world(2)
+    before = (len(w.k8s.patches), len(w.slurm.jobs))
+    when = datetime.now(timezone.utc) - timedelta(seconds=renewed_ago)
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    w.k8s.leases[(w.config.lease_namespace, w.config.lease_name)] = {
+        "metadata": {"name": w.config.lease_name, "resourceVersion": "7"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 300, "renewTime": stamp, "acquireTime": stamp},
+    }
+    if runs:
+        assert w.run(holder="run-2").ok
+        assert len(w.k8s.patches) > before[0] and _lease(w)["spec"]["holderIdentity"] is None
+    else:
+        with pytest.raises(LeaseHeld, match=r"another rebalance run \(other-run\) holds Lease slurm-pool-rebalance"):
+            w.run(holder="run-2")
+        assert (len(w.k8s.patches), len(w.slurm.jobs)) == before
+        assert _lease(w)["spec"]["holderIdentity"] == "other-run"
+
+
+def test_two_runs_racing_for_a_free_lease_one_wins():
+    """The second writer's resourceVersion is stale: 409, and it does not run."""
+    from slurm_pool.bridge.lease import LeaseHeld
+    from slurm_pool.bridge.reconcile import take_lease
+
+    w = world(2)
+    before = (len(w.k8s.patches), len(w.slurm.jobs))
+    read = w.k8s.read_lease(w.config.lease_namespace, w.config.lease_name)
+    take_lease(w.k8s, w.config, "fast", datetime.now(timezone.utc))
+    w.k8s.read_lease = lambda ns, name: read  # type: ignore[method-assign]  # the slow run read before
+    with pytest.raises(LeaseHeld, match="took Lease slurm-pool-rebalance first"):
+        w.run(holder="slow")
+    assert (len(w.k8s.patches), len(w.slurm.jobs)) == before
+
+
+def test_a_dry_run_takes_no_lease():
+    w = world(2)
+    w.k8s.leases.clear()
+    w.run(dry_run=True)
+    assert _lease(w) is None
+
+
+def test_lease_shorter_than_a_run_is_a_spec_error():
+    from slurm_pool.spec import load_spec
+
+    spec = load_spec(EXAMPLE_SPEC)
+    config = Bridge(lease_seconds=100, placeholder_start_timeout=30, reclaim_wait=45)
+    assert check_bridge(spec, config) == [
+        "bridge.lease_seconds: 100 is shorter than a run can take (placeholder_start_timeout + reclaim_wait "
+        "+ 60 = 135): a slow run would lose its Lease to the next one"
+    ]
