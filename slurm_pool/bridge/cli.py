@@ -5,11 +5,11 @@
 Run it as root (placeholders are submitted ``--uid`` the bridge user) or as
 that user.  Runs never overlap: a run that would change anything first takes
 the Kubernetes Lease ``bridge.lease_name`` in ``bridge.lease_namespace``, and
-a run that finds it held by another live run changes nothing and exits 1.
+a run that finds it held by another live run changes nothing and exits 0.
 
 Exit 0 when every step succeeded (or there was nothing to do), 1 when any step
 failed or was refused (a PodDisruptionBudget's 429 is retried by the next
-run) or another run holds the Lease, 2 for a bad spec.
+run), 2 for a bad spec.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ def rebalance(
     from slurm_pool.adapters.runner import CommandError, SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.bridge.k8s import K8sError, KubernetesAPI
+    from slurm_pool.bridge.lease import LeaseHeld
     from slurm_pool.bridge.reconcile import reconcile
     from slurm_pool.bridge.slurm_side import SlurmSide
     from slurm_pool.spec import load_spec
@@ -87,6 +88,9 @@ def rebalance(
         raise click.ClickException(f"cannot reach Kubernetes: {exc}") from None
     try:
         report = reconcile(slurm, k8s, config, now=when, dry_run=dry_run, force_after=force_after)
+    except LeaseHeld as exc:  # another run is at work: nothing wrong, nothing to do
+        click.echo(f"skipped: {exc}", err=True)
+        return
     except (CommandError, K8sError, OSError, ValueError) as exc:
         raise click.ClickException(f"cannot observe Slurm and Kubernetes: {exc}") from None
     finally:

@@ -20,7 +20,7 @@ _FMT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 class LeaseHeld(PoolError):
-    """Another run holds the Lease (exit status 1)."""
+    """Another run holds the Lease (``rebalance`` then changes nothing and exits 0)."""
 
 
 def _time(text: str | None) -> datetime | None:

@@ -261,3 +261,32 @@ def test_a_dry_run_sees_every_node(bridge, monkeypatch):
     out = json.loads(result.output)
     assert sorted(n["node"] for n in out["nodes"]) == sorted(NODES), out["nodes"]
     assert bridge.placeholders() == [], "a dry run submits nothing"
+
+
+def test_a_run_finding_another_runs_lease_changes_nothing_and_exits_0(bridge, monkeypatch):
+    """Issue 10, safe reconcile: the lock is built in (a Kubernetes Lease), and a run that cannot
+    take it exits 0 without touching Slurm or Kubernetes."""
+    from slurm_pool.bridge import lease
+    from slurm_pool.cli import cli
+
+    for key, value in bridge.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    ns, name = bridge.config.lease_namespace, bridge.config.lease_name
+    held = lease.claim(bridge.k8s.read_lease(ns, name), name, "another-run", datetime.now(timezone.utc), 300)
+    bridge.k8s.write_lease(ns, held)
+    try:
+        result = CliRunner().invoke(
+            cli,
+            ["rebalance", "--spec", str(EXAMPLE_SPEC), "--kubeconfig", str(bridge.kubeconfig),
+             "--now", "2026-01-07T02:00"],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "skipped: another rebalance run (another-run) holds Lease" in result.output, result.output
+        assert bridge.placeholders() == [] and not any(bridge.fenced(n) for n in NODES), "nothing changed"
+    finally:
+        current = bridge.k8s.read_lease(ns, name)
+        freed = lease.released(current, "another-run") if current else None
+        if freed:
+            bridge.k8s.write_lease(ns, freed)
+    assert bridge.reconcile(NIGHT).ok, "the next run takes the freed Lease"
