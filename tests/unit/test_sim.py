@@ -154,19 +154,23 @@ def test_backlog_fills_idle_gpus_only_while_the_window_lasts():
     assert r.borrower_jobs_done < 60
 
 
+def _borrowers(draw, caps: dict[str, int], most: int) -> list:
+    """Up to ``most`` borrower jobs, each of at most the pool's GPUs."""
+    return [
+        borrower(
+            f"x{i}", draw(st.integers(0, 500)), draw(st.integers(1, 400)), draw(st.integers(1, sum(caps.values())))
+        )
+        for i in range(draw(st.integers(0, most)))
+    ]
+
+
 @st.composite
 def workloads(draw):
     caps = {p: draw(st.integers(1, 4)) for p in ("a", "b", "c")[: draw(st.integers(1, 3))]}
     jobs = []
     for p, cap in caps.items():  # one owner job per project: it always fits its share
         jobs.append(owner(f"{p}0", p, draw(st.integers(0, 500)), draw(st.integers(1, 300)), draw(st.integers(1, cap))))
-    for i in range(draw(st.integers(0, 8))):
-        jobs.append(
-            borrower(
-                f"x{i}", draw(st.integers(0, 500)), draw(st.integers(1, 400)), draw(st.integers(1, sum(caps.values())))
-            )
-        )
-    return caps, jobs
+    return caps, jobs + _borrowers(draw, caps, 8)
 
 
 @settings(max_examples=150, deadline=None)
@@ -200,13 +204,7 @@ def competing_workloads(draw):
         for i in range(draw(st.integers(2, 6))):
             at = burst + draw(st.integers(0, 50)) if draw(st.booleans()) else draw(st.integers(0, 600))
             jobs.append(owner(f"{p}{i}", p, at, draw(st.integers(1, 300)), draw(st.integers(1, cap))))
-    for i in range(draw(st.integers(0, 6))):
-        jobs.append(
-            borrower(
-                f"x{i}", draw(st.integers(0, 500)), draw(st.integers(1, 400)), draw(st.integers(1, sum(caps.values())))
-            )
-        )
-    return caps, jobs
+    return caps, jobs + _borrowers(draw, caps, 6)
 
 
 @settings(max_examples=150, deadline=None)
