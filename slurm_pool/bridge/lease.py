@@ -24,15 +24,14 @@ class LeaseHeld(PoolError):
 
 
 def _time(text: str | None) -> datetime | None:
+    """A Lease time (RFC 3339, as the API server or the client writes it); UTC when it has no offset."""
     if not text:
         return None
     try:
-        return datetime.strptime(text.replace("+00:00", "Z"), _FMT).replace(tzinfo=timezone.utc)
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        try:
-            return datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            return None
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 def _stamp(t: datetime) -> str:

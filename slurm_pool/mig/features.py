@@ -67,7 +67,7 @@ def node_table(groups: Iterable[tuple[list[str], str, int, Mapping[str, Sequence
         }
         for node in hosts:
             nodes[node] = {"model": model, "gpus": count, "layouts": named}
-    return {"version": 1, "exec_time": EXEC_TIME, "nodes": nodes}
+    return {"version": 1, "nodes": nodes}
 
 
 def table_error(table: object) -> str | None:
@@ -170,6 +170,15 @@ def _label(per_gpu: Sequence[Layout | None]) -> str:
     )
 
 
+def unknown_node(table: Mapping[str, Any], node: str) -> HelperResult | None:
+    """The Helper's answer for a node the table does not list (None when it does)."""
+    nodes = table.get("nodes", {})
+    if node in nodes:
+        return None
+    known = ", ".join(sorted(nodes)) or "none"
+    return HelperResult(USAGE, err=[f"node {node!r} has no MIG layouts in the table (nodes: {known})"])
+
+
 def run_helper(
     feature: str | None,
     node: str,
@@ -185,10 +194,10 @@ def run_helper(
     as they were, and the exit status is non-zero.
     """
     start = clock()
-    entry = table.get("nodes", {}).get(node)
-    if entry is None:
-        known = ", ".join(sorted(table.get("nodes", {}))) or "none"
-        return HelperResult(USAGE, err=[f"node {node!r} has no MIG layouts in the table (nodes: {known})"])
+    unknown = unknown_node(table, node)
+    if unknown:
+        return unknown
+    entry = table["nodes"][node]
     model, named = entry["model"], entry["layouts"]
     try:
         current = device.backend.layouts(node)

@@ -24,6 +24,7 @@ from slurm_pool.mig.features import (
     parse_exec_time,
     run_helper,
     table_error,
+    unknown_node,
 )
 from slurm_pool.textio import read_json
 
@@ -80,22 +81,11 @@ def main(feature: str | None, node: str | None, layouts_path: str | None, backen
     if problem:
         return HelperResult(USAGE, err=[f"MIG layout table {path}: {problem}"])
     node = node or socket.gethostname().split(".")[0]
-    entry = table["nodes"].get(node)
-    if entry is None:
-        return run_helper(feature, node, table, _NO_DEVICE, 0)
+    unknown = unknown_node(table, node)
+    if unknown:
+        return unknown
     try:
-        device = load_device(backend, node, entry["model"])
+        device = load_device(backend, node, table["nodes"][node]["model"])
     except Exception as exc:  # noqa: BLE001
         return HelperResult(1, err=[f"cannot load --backend {backend!r}: {exc}"])
     return run_helper(feature, node, table, device, exec_time(directory))
-
-
-class _Nothing:
-    def layouts(self, node: str) -> dict:
-        raise RuntimeError("no device")
-
-    def apply(self, node: str, gpu: int, layout: object) -> None:
-        raise RuntimeError("no device")
-
-
-_NO_DEVICE = HelperDevice(_Nothing(), lambda _n: [])

@@ -152,20 +152,21 @@ def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
             f"{base}.mig",
             f"has {len(gpus.mig)} entries but count is {gpus.count} (one layout per GPU, null for MIG off)",
         )
+    yield from _placement_issues(f"{base}.mig", gpus.model, gpus.mig)
+
+
+def _placement_issues(path: str, model: str, per_gpu: list[list[str] | None]) -> Iterator[Issue]:
+    """A per-GPU list of MIG layouts (null: MIG off): each must be placeable on ``model``."""
     from slurm_pool.mig.placement import layout_problem
 
-    for i, layout in enumerate(gpus.mig):
-        if layout is None:
-            continue
-        problem = layout_problem(gpus.model, layout)
+    for i, layout in enumerate(per_gpu):
+        problem = None if layout is None else layout_problem(model, layout)
         if problem:
-            yield Issue(f"{base}.mig[{i}]", f"{','.join(layout)} is not a valid {gpus.model} layout: {problem}")
+            yield Issue(f"{path}[{i}]", f"{','.join(layout or [])} is not a valid {model} layout: {problem}")
 
 
 def _check_layouts(spec: PoolSpec, gi: int) -> Iterator[Issue]:
     """``gpus.layouts``: a MIG-capable model, one entry per GPU, placeable, names unlike the group's features."""
-    from slurm_pool.mig.placement import layout_problem
-
     group = spec.node_groups[gi]
     gpus = group.gpus
     assert gpus is not None and gpus.layouts is not None
@@ -182,12 +183,7 @@ def _check_layouts(spec: PoolSpec, gi: int) -> Iterator[Issue]:
                 f"has {len(per_gpu)} entries but count is {gpus.count} (one layout per GPU, null for MIG off)",
             )
             continue
-        for i, layout in enumerate(per_gpu):
-            problem = None if layout is None else layout_problem(gpus.model, layout)
-            if problem:
-                yield Issue(
-                    f"{base}.{name}[{i}]", f"{','.join(layout or [])} is not a valid {gpus.model} layout: {problem}"
-                )
+        yield from _placement_issues(f"{base}.{name}", gpus.model, per_gpu)
 
 
 def _preempt_cycle(spec: PoolSpec) -> list[str] | None:
