@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from slurm_pool.localcluster.cluster import LocalCluster, saved_record  # noqa: E402
 from slurm_pool.localcluster.procs import wait_for  # noqa: E402
-from tests.support.slurm_cluster import ClusterHandle  # noqa: E402
+from tests.support.slurm_cluster import ClusterHandle, self_requeue  # noqa: E402
 
 OUT = REPO / "tests" / "data" / "slurm"
 SLEEP = "#!/bin/sh\nsleep 600\n"
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     # preemption: a scavenger job with the checkpoint signal, then the owner takes its node.  It
     # leaves as `slurm-pool run` does: up to 23.11 it requeues itself (Slurm would record it
     # COMPLETED), from 24.05 Slurm requeues a job that exits after its grace signal.
-    requeue = "" if v.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
+    requeue = self_requeue(v)
     victim_script = f"#!/bin/sh\ntrap '{requeue}exit 0' USR1\nsleep 600 &\nwait\n"
     victim = sbatch(
         "--account=projb",

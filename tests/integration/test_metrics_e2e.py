@@ -28,6 +28,7 @@ from slurm_pool.localcluster import procs
 from slurm_pool.metrics import panels
 from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
+from tests.support.slurm_cluster import self_requeue
 
 pytestmark = pytest.mark.slurm
 
@@ -294,7 +295,7 @@ def test_every_dashboard_expr_has_data_and_every_panel_renders(cluster, promethe
     dashboard = panels.load_dashboard(DASHBOARD)
     exprs = dashboard_exprs(dashboard)
     assert len(exprs) >= 10
-    requeue = "" if cluster.version.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
+    requeue = self_requeue(cluster.version)
     common = ["-o", "/dev/null", "-D", "/tmp"]
     before = scalar(prometheus, "sum(slurm_pool_preemptions_total)") or 0.0
     victim = cluster.sbatch(

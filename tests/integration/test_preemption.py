@@ -16,6 +16,7 @@ import pytest
 from slurm_pool.localcluster.procs import wait_for
 from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
+from tests.support.slurm_cluster import self_requeue
 
 pytestmark = pytest.mark.slurm
 
@@ -32,13 +33,6 @@ echo "done step=$step at $(date +%s.%N)" >> "$log"
 
 
 STEPS = 3000  # 600 s at 0.2 s a step before the preemption
-
-
-def self_requeue(cluster) -> str:
-    """What the script runs before it leaves, as `slurm-pool run` does: before 24.05 a job that
-    exits in its grace time ends COMPLETED, so it requeues itself; from 24.05 slurmctld requeues
-    it, and a self-requeue as well would requeue the *next* run when it ends (seen on 26.05.3)."""
-    return "" if cluster.version.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
 
 
 def _float_after(line: str) -> float:
@@ -73,7 +67,7 @@ def test_guaranteed_job_preempts_scavenger(cluster, tmp_path):
                     "-D",
                     str(workdir),
                     user="alice",
-                    script=SCAVENGER.format(log=log, steps=STEPS, requeue=self_requeue(cluster)),
+                    script=SCAVENGER.format(log=log, steps=STEPS, requeue=self_requeue(cluster.version)),
                 ),
                 log,
             )

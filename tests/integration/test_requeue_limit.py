@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.slurm_cluster import self_requeue
+
 pytestmark = pytest.mark.slurm
 
 NODE = "a-gpu1"
@@ -30,8 +32,7 @@ def test_job_preempted_more_often_than_slurms_default_limit_is_never_held(cluste
         config = cluster.run(["scontrol", "show", "config"], check=True).stdout
         limit = next(ln.split("=", 1)[1].strip() for ln in config.splitlines() if ln.startswith("MaxBatchRequeue"))
         assert int(limit) == spec.scheduler.max_batch_requeue > ROUNDS, limit
-    # Before 24.05 a job that exits in its grace time ends COMPLETED: it requeues itself.
-    requeue = "" if cluster.version.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
+    requeue = self_requeue(cluster.version)
     victim = cluster.sbatch(
         "-p", "scavenger", "--qos=scavenger", "-A", "proja", "-w", NODE, "--gres=gpu:2",
         "--requeue", "--signal=B:USR1@30", "-o", "/dev/null", "-D", "/tmp",

@@ -43,6 +43,13 @@ def free_port_base(n_nodes: int, tries: int = 50) -> int:
 
 
 @dataclass
+def self_requeue(version: SlurmVersion) -> str:
+    """What a preempted job's trap runs before it leaves, as `slurm-pool run` does: before 24.05 a
+    job that exits in its grace time ends COMPLETED, so it requeues itself; from 24.05 slurmctld
+    requeues it, and a self-requeue as well would requeue the *next* run when it ends (seen on 26.05.3)."""
+    return "" if version.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
+
+
 class ClusterHandle:
     """A running local cluster, as tests see it."""
 
