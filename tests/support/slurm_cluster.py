@@ -42,7 +42,6 @@ def free_port_base(n_nodes: int, tries: int = 50) -> int:
     raise RuntimeError("no free block of loopback ports found")
 
 
-@dataclass
 def self_requeue(version: SlurmVersion) -> str:
     """What a preempted job's trap runs before it leaves, as `slurm-pool run` does: before 24.05 a
     job that exits in its grace time ends COMPLETED, so it requeues itself; from 24.05 slurmctld
@@ -50,6 +49,7 @@ def self_requeue(version: SlurmVersion) -> str:
     return "" if version.has("preempt_requeues_exited_job") else "scontrol requeue $SLURM_JOB_ID; "
 
 
+@dataclass
 class ClusterHandle:
     """A running local cluster, as tests see it."""
 
