@@ -8,6 +8,8 @@ APT_PACKAGES=(
   slurm-wlm slurmctld slurmd slurmdbd slurm-client slurm-wlm-basic-plugins slurm-wlm-mysql-plugin
   libslurm-dev munge mariadb-server mariadb-client lua5.1 lua-check prometheus
   python3 python3-venv python3-dev gcc make valgrind openssl procps iproute2 passwd
+  # the ssh path of `mig apply` is tested against a real sshd on a loopback port
+  openssh-server openssh-client
   # to build Slurm 26.05 from ../shared/slurm (slurm_pool.localcluster.slurmbuild.BUILD_PACKAGES)
   build-essential pkg-config libmunge-dev libmariadb-dev libjson-c-dev libyaml-dev liblua5.1-0-dev
   libhttp-parser-dev libjwt-dev

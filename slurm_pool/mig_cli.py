@@ -273,35 +273,69 @@ def _load_controls(spec: str, result: Any) -> tuple[Any, Any]:
     return factory(result)
 
 
+def _positive(name: str, value: int | None, minimum: int) -> None:
+    if value is not None and value < minimum:
+        raise MigInputError(f"{name}: {value} must be at least {minimum}")
+
+
 @mig.command()
 @click.option("--plan", "plan_path", required=True, help="Plan file from `mig plan --json`.")
 @click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
 @click.option(
     "--controls",
     envvar="SLURM_POOL_MIG_CONTROLS",
-    help="MODULE:FACTORY returning (NodeControl, MigBackend) for a plan.",
+    help="`ssh` (the nodes over ClusterShell's ssh, Slurm from here), or MODULE:FACTORY returning "
+    "(NodeControl, MigBackend) for a plan.",
 )
 @click.option("--timeout", default=3600.0, show_default=True, help="Seconds to wait for a drained node to become idle.")
 @click.option("--gres-mode", type=click.Choice(["explicit", "autodetect"]), default="explicit", show_default=True)
+@click.option("--max-drained", default=1, show_default=True, help="Nodes drained for the change at once.")
+@click.option("--max-gpus", type=int, help="Churn budget: GPUs repartitioned in this run at most (others deferred).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @slurm_version_option
+@click.option("--ssh-options", default="-o BatchMode=yes", show_default=True, help="ssh: options for ssh.")
+@click.option("--nvidia-smi", default="nvidia-smi", show_default=True, help="ssh: nvidia-smi on the nodes.")
+@click.option("--dev-dir", default="/dev", show_default=True, help="ssh: the nodes' device directory (gres.conf).")
+@click.option("--gres-conf", default="/etc/slurm/gres.conf", show_default=True, help="ssh: gres.conf on the nodes.")
+@click.option(
+    "--slurm-conf",
+    multiple=True,
+    default=["/etc/slurm/slurm.conf"],
+    show_default=True,
+    help="ssh: file(s) holding the NodeName lines, on the controller (repeat for each).",
+)
+@click.option("--controller", help="ssh: host holding --slurm-conf and running slurmctld (default: this host).")
+@click.option(
+    "--reconfigure/--restart",
+    default=None,
+    help="ssh: `scontrol reconfigure`, or restart the daemons (default: reconfigure from Slurm 23.11).",
+)
+@click.option(
+    "--restart-slurmctld", default="systemctl restart slurmctld", show_default=True, help="ssh: on the controller."
+)
+@click.option("--restart-slurmd", default="systemctl restart slurmd", show_default=True, help="ssh: on the node.")
 def apply(
     plan_path: str,
     dry_run: bool,
     controls: str | None,
     timeout: float,
     gres_mode: str,
+    max_drained: int,
+    max_gpus: int | None,
     as_json: bool,
     slurm_version: str | None,
+    **ssh: Any,
 ) -> None:
     """Drain the affected nodes, repartition, rewrite GRES, restart slurmd, resume."""
     from slurm_pool.mig.apply import apply_plan
     from slurm_pool.mig.emit import nvidia_smi_commands
 
+    _positive("--max-drained", max_drained, 1)
+    _positive("--max-gpus", max_gpus, 0)
     result = _load_plan(plan_path)
     if controls is None:
         if not dry_run:
-            raise MigInputError("no node control configured: pass --controls MODULE:FACTORY (or --dry-run)")
+            raise MigInputError("no node control configured: pass --controls ssh or MODULE:FACTORY (or --dry-run)")
         for i in result.changed():
             g = result.gpus[i]
             click.echo(f"{g.node}: GPU {g.index}: {_fmt(g.current)} -> {_fmt(result.layouts[i])}")
@@ -310,7 +344,11 @@ def apply(
         if not result.changed():
             click.echo("nothing to change")
         return
-    nodes, backend = _load_controls(controls, result)
+    version = target_version(slurm_version)
+    if controls == "ssh":
+        nodes, backend = _ssh_controls(result.model, version, ssh)
+    else:
+        nodes, backend = _load_controls(controls, result)
     report = apply_plan(
         result,
         nodes,
@@ -318,19 +356,66 @@ def apply(
         dry_run=dry_run,
         timeout=timeout,
         gres_mode=gres_mode,  # type: ignore[arg-type]
-        version=target_version(slurm_version),
+        version=version,
+        max_drained=max_drained,
+        max_gpus=max_gpus,
+        on_step=None if as_json else _progress(),
+        dev_dir=ssh["dev_dir"],
     )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        for r in report.results:
-            click.echo(f"{r.node}: {r.status}" + (f" ({r.error})" if r.error else ""))
-            for a in r.actions:
-                click.echo(f"  {a}")
-        if not report.results:
-            click.echo("nothing to change")
+        _print_report(report)
     if not report.ok:
         sys.exit(1)
+
+
+def _ssh_controls(model: str, version: SlurmVersion, opts: dict[str, Any]) -> tuple[Any, Any]:
+    from slurm_pool.mig.remote import RemoteSettings, ssh_controls
+
+    settings = RemoteSettings(
+        gres_conf=opts["gres_conf"],
+        slurm_confs=tuple(opts["slurm_conf"]),
+        controller=opts["controller"],
+        restart_slurmctld=opts["restart_slurmctld"],
+        restart_slurmd=opts["restart_slurmd"],
+        reconfigure=opts["reconfigure"],
+    )
+    return ssh_controls(model, version, settings, ssh_options=opts["ssh_options"], nvidia_smi=opts["nvidia_smi"])
+
+
+def _progress() -> Any:
+    """Each finished step, as it happens, on standard error."""
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False)
+    return lambda node, label: console.print(f"[bold]{node}[/bold]: {label}")
+
+
+def _print_report(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    for r in report.results:
+        click.echo(f"{r.node}: {r.status}" + (f" ({r.error})" if r.error else ""))
+        for a in r.actions:
+            click.echo(f"  {a}")
+    if not report.results:
+        click.echo("nothing to change")
+        return
+    table = Table("node", "status", "GPUs", "detail", title="mig apply")
+    for r in report.results:
+        table.add_row(r.node, r.status, str(r.gpus), r.error)
+    Console(stderr=True).print(table)
+    changed = [r for r in report.results if r.status == "applied"]
+    click.echo(
+        f"changed {sum(r.gpus for r in changed)} GPU(s) on {len(changed)} node(s)"
+        + "".join(
+            f"; {s}: {sum(r.status == s for r in report.results)}"
+            for s in ("deferred", "skipped", "failed")
+            if any(r.status == s for r in report.results)
+        )
+    )
 
 
 @mig.command("emit")

@@ -83,6 +83,16 @@ FACTS: tuple[Fact, ...] = (
         "measured on 26.05.3 (held on the 5th preemption)",
     ),
     Fact(
+        "reconfigure_restarts_daemons",
+        (23, 11, 0),
+        "`scontrol reconfigure` starts new slurmctld and slurmd processes, which read slurm.conf and gres.conf "
+        "afresh, so a node's changed GRES (MIG types and counts) take effect without a restart by hand; "
+        "before 23.11 a node's GRES types change only when slurmctld and that slurmd restart",
+        "26.05.3 doc/man/man1/scontrol.1 'reconfigure': 'Starting in 23.11, this command operates by creating new "
+        "processes for the daemons'; scontrol.1 'Gres=': a GPU count changes only by editing slurm.conf and "
+        "gres.conf and restarting daemons; measured on 22.05.8 (reconfigure kept the old types)",
+    ),
+    Fact(
         "multiple_qos_per_job",
         (24, 11, 0),
         "a job may ask for several QOS (--qos=a,b)",

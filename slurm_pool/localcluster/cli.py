@@ -1,4 +1,4 @@
-"""``slurm-pool cluster up|down|status|env``."""
+"""``slurm-pool cluster up|down|restart|status|env``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,24 @@ def down(spec: str | None, state_dir: str | None) -> None:
     c = _cluster(spec, state_dir)
     stopped = c.down()
     click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+@cluster.command()
+@_spec_opt
+@_state_opt
+@click.option("--node", required=True, help="The node whose slurmd restarts.")
+def restart(spec: str | None, state_dir: str | None, node: str) -> None:
+    """Restart slurmctld and one node's slurmd on the configs as they are now."""
+    from slurm_pool.localcluster.cluster import ClusterError
+
+    c = _cluster(spec, state_dir)
+    if node not in c.nodes():
+        raise click.UsageError(f"--node: {node!r} is not a node of this cluster ({', '.join(c.nodes())})")
+    try:
+        c.restart_slurmd(node)
+    except (ClusterError, TimeoutError) as exc:
+        raise click.ClickException(f"{exc} (logs: {c.layout.log})") from None
+    click.echo(f"restarted slurmctld and slurmd on {node}")
 
 
 @cluster.command()

@@ -265,6 +265,7 @@ class LocalCluster:
             _write(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)
         self._write_node_programs()
         self._write_mig_helpers()
+        self._write_nvidia_smi()
         self._install_spank_plugin()
         self._make_devices(ctx)
 
@@ -312,6 +313,26 @@ class LocalCluster:
                 env = f"SLURM_POOL_STATE_DIR={shlex.quote(str(self.layout.root))}"
                 text = f'#!/bin/sh\n{env} exec {" ".join(shlex.quote(a) for a in argv)} "$@"\n'
                 _write(Path(helper_path(str(bindir), node)), text, 0o755)
+
+    def _write_nvidia_smi(self) -> None:
+        """One emulated ``nvidia-smi-<node>`` per GPU node, for ``mig apply`` over ssh
+        (``localcluster.nvsmi``)."""
+        from slurm_pool import nodeconf
+
+        bindir = self.layout.root / "bin"
+        code = (
+            f"import sys; sys.path[:0] = {nodeconf.hook_paths()!r}; "
+            "from slurm_pool.localcluster.nvsmi import main; main()"
+        )
+        env = f"SLURM_POOL_STATE_DIR={shlex.quote(str(self.layout.root))}"
+        for group in self.spec.node_groups:
+            if not group.gpus:
+                continue
+            for node in expand(group.hosts):
+                bindir.mkdir(parents=True, exist_ok=True)
+                argv = [sys.executable, "-I", "-S", "-c", code, "--node", node]
+                text = f'#!/bin/sh\n{env} exec {" ".join(shlex.quote(a) for a in argv)} "$@"\n'
+                _write(bindir / f"nvidia-smi-{node}", text, 0o755)
 
     def _write_node_programs(self) -> None:
         """The Prolog/Epilog/HealthCheckProgram scripts and the node.conf they read."""

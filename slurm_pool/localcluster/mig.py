@@ -9,7 +9,6 @@ with gres.conf and slurm.conf.
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -17,10 +16,10 @@ from typing import Sequence
 from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.localcluster.cluster import LocalCluster, saved_record
-from slurm_pool.mig.apply import NodeStatus
 from slurm_pool.mig.emit import MigDevice
 from slurm_pool.mig.features import HelperDevice, other_jobs
 from slurm_pool.mig.placement import Layout, find_placement
+from slurm_pool.mig.remote import SlurmNodes
 
 
 def _counts(gres: str) -> Counter[str]:
@@ -40,6 +39,11 @@ class EmulatedMigBackend:
             if node in expand(g.hosts):
                 return g
         raise KeyError(f"unknown node {node!r}")
+
+    def model(self, node: str) -> str:
+        group = self._group(node)
+        assert group.gpus is not None
+        return group.gpus.model
 
     def layouts(self, node: str) -> dict[int, Layout | None]:
         stored = self.cluster.device_layouts().get(node)
@@ -72,35 +76,12 @@ class EmulatedMigBackend:
         return out
 
 
-class LocalNodeControl:
+class LocalNodeControl(SlurmNodes):
     """Drain, resume and reconfigure one node of the local cluster through Slurm."""
 
     def __init__(self, cluster: LocalCluster, poll: float = 0.5):
+        super().__init__(SlurmClient(cluster.runner), poll)
         self.cluster = cluster
-        self.slurm = SlurmClient(cluster.runner)
-        self.poll = poll
-
-    def status(self, node: str) -> NodeStatus:
-        n = self.slurm.node(node)
-        return NodeStatus(drained=n.drained, reason=n.reason)
-
-    def drain(self, node: str, reason: str) -> None:
-        self.slurm.drain(node, reason)
-
-    def resume(self, node: str) -> None:
-        if self.slurm.node(node).drained:
-            self.slurm.resume(node)
-
-    def wait_idle(self, node: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            res = self.cluster.runner.run(["squeue", "-h", "-w", node, "-o", "%i"], check=False)
-            if res.ok and not res.stdout.strip():
-                n = self.slurm.node(node)
-                if not any(s in n.state for s in ("ALLOCATED", "MIXED", "COMPLETING")):
-                    return True
-            time.sleep(self.poll)
-        return False
 
     def write_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
         """Re-render the cluster's configs from device state; check they agree with ``gres``."""

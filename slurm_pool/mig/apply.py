@@ -8,7 +8,9 @@ cluster and unit-test fakes.  Guarantees, per node:
   (a reason not starting with ``slurm-pool: mig reconfigure``) are skipped;
 * the node is drained before anything changes and resumed only after the new
   layout is verified, gres.conf/slurm.conf are written and slurmd restarted;
-* on any failure the node stays drained, its reason saying what failed;
+* on any failure the node stays drained, its reason saying what failed, and a
+  failure before gres.conf is written puts the GPUs back as they were;
+* at most ``max_drained`` nodes change at once, within a churn budget of GPUs;
 * re-running is idempotent: GPUs already in their target layout are left
   alone, and a node left drained by an earlier failed run is picked up again.
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
@@ -88,9 +92,10 @@ class ApplyError(PoolError, RuntimeError):
 @dataclass
 class NodeResult:
     node: str
-    status: Literal["applied", "unchanged", "skipped", "failed", "dry-run"]
+    status: Literal["applied", "unchanged", "skipped", "failed", "dry-run", "deferred"]
     actions: list[str] = field(default_factory=list)
     error: str = ""
+    gpus: int = 0  # GPUs this node's change repartitions
 
 
 @dataclass
@@ -120,6 +125,10 @@ def _same(model: str, a: Layout | None, b: Layout | None) -> bool:
     return canonical(geo, a) == canonical(geo, b)
 
 
+#: Called as ``on_step(node, label)`` after each step that succeeded.
+StepHook = Callable[[str, str], None]
+
+
 def apply_plan(
     plan: Plan,
     nodes: NodeControl,
@@ -129,15 +138,78 @@ def apply_plan(
     timeout: float = 3600.0,
     gres_mode: Literal["explicit", "autodetect"] = "explicit",
     version: SlurmVersion = DEFAULT_VERSION,
+    max_drained: int = 1,
+    max_gpus: int | None = None,
+    on_step: StepHook | None = None,
+    dev_dir: str = "/dev",
 ) -> ApplyReport:
-    """Apply ``plan`` node by node; never raises for a node's failure (see the report).
+    """Apply ``plan``; never raises for a node's failure (see the report).
 
     ``version`` is the nodes' Slurm: it decides the MIG GRES type names written.
+    At most ``max_drained`` nodes are drained for the change at once; at most
+    ``max_gpus`` GPUs are repartitioned in this run (the churn budget), taking
+    nodes in name order: a node that does not fit the budget left is
+    ``deferred`` and untouched.  Restarts never overlap.  ``dev_dir`` is where
+    the nodes keep their device files (``{node}``: the node's name).
     """
-    results = []
+    if max_drained < 1:
+        raise ValueError(f"max_drained must be at least 1, not {max_drained}")
+    if max_gpus is not None and max_gpus < 0:
+        raise ValueError(f"max_gpus must not be negative, not {max_gpus}")
+    serial = _Serialized(nodes)
+    hook = on_step or (lambda node, label: None)
+    todo: list[tuple[str, dict[int, Layout | None]]] = []
+    results: dict[str, NodeResult] = {}
+    budget = max_gpus
     for node, targets in sorted(_targets(plan).items()):
-        results.append(_apply_node(plan.model, node, targets, nodes, backend, dry_run, timeout, gres_mode, version))
-    return ApplyReport(results)
+        if budget is not None and len(targets) > budget:
+            results[node] = NodeResult(
+                node, "deferred", [], f"churn budget: {len(targets)} GPU(s) to change, {budget} left", len(targets)
+            )
+            continue
+        if budget is not None:
+            budget -= len(targets)
+        todo.append((node, targets))
+
+    def one(item: tuple[str, dict[int, Layout | None]]) -> NodeResult:
+        node, targets = item
+        where = dev_dir.replace("{node}", node)
+        return _apply_node(
+            plan.model, node, targets, serial, backend, dry_run, timeout, gres_mode, version, hook, where
+        )
+
+    with ThreadPoolExecutor(max_workers=max_drained) as pool:
+        for res in pool.map(one, todo):
+            results[res.node] = res
+    return ApplyReport([results[n] for n in sorted(results)])
+
+
+class _Serialized:
+    """A NodeControl whose restarts run one at a time (a restart may restart slurmctld)."""
+
+    def __init__(self, nodes: NodeControl):
+        self._nodes = nodes
+        self._lock = threading.Lock()
+
+    def status(self, node: str) -> NodeStatus:
+        return self._nodes.status(node)
+
+    def drain(self, node: str, reason: str) -> None:
+        self._nodes.drain(node, reason)
+
+    def resume(self, node: str) -> None:
+        self._nodes.resume(node)
+
+    def wait_idle(self, node: str, timeout: float) -> bool:
+        return self._nodes.wait_idle(node, timeout)
+
+    def write_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
+        with self._lock:
+            self._nodes.write_gres(node, gres_conf, gres)
+
+    def restart_slurmd(self, node: str) -> None:
+        with self._lock:
+            self._nodes.restart_slurmd(node)
 
 
 def _apply_node(
@@ -150,8 +222,10 @@ def _apply_node(
     timeout: float,
     gres_mode: str,
     version: SlurmVersion,
+    hook: StepHook,
+    dev_dir: str = "/dev",
 ) -> NodeResult:
-    res = NodeResult(node, "applied")
+    res = NodeResult(node, "applied", gpus=len(targets))
     try:
         st = nodes.status(node)
         ours = st.drained and st.reason.startswith(REASON)
@@ -163,6 +237,7 @@ def _apply_node(
     todo = {i: lay for i, lay in targets.items() if not _same(model, current.get(i, ()), lay)}
     if not todo and not ours:
         return NodeResult(node, "unchanged")
+    res.gpus = len(todo)
     steps: list[tuple[str, Callable[[], object]]] = []
     if not ours:
         steps.append((f"drain {node} reason={REASON!r}", lambda: nodes.drain(node, REASON)))
@@ -172,7 +247,10 @@ def _apply_node(
         steps.append((f"set GPU {idx} to {label}", functools.partial(backend.apply, node, idx, lay)))
     steps.append(("verify layouts", lambda: _verify(model, node, targets, backend)))
     steps.append(
-        ("write gres.conf and slurm.conf Gres", lambda: _write(model, node, nodes, backend, gres_mode, version))
+        (
+            "write gres.conf and slurm.conf Gres",
+            lambda: _write(model, node, nodes, backend, gres_mode, version, dev_dir),
+        )
     )
     steps.append(("restart slurmd", lambda: nodes.restart_slurmd(node)))
     steps.append((f"resume {node}", lambda: _resume_if_ours(nodes, node, res)))
@@ -183,13 +261,17 @@ def _apply_node(
             for cmd in nvidia_smi_commands(model, idx, lay, current.get(idx) is not None):
                 res.actions.append("  would run: " + " ".join(cmd))
         return res
-    for label, fn in steps:
+    touched = len(steps) - 3  # the steps before gres.conf is written: a failure there is rolled back
+    for n, (label, fn) in enumerate(steps):
         try:
             fn()
             res.actions.append(label)
+            hook(node, label)
         except Exception as exc:  # noqa: BLE001 - any failure leaves the node drained
             res.status = "failed"
             res.error = f"{label}: {exc}"
+            if n < touched:
+                _roll_back(model, node, todo, current, backend, res)
             reason = f"{REASON} failed: {_short(res.error)}"
             try:
                 human = _human_drain(nodes, node)
@@ -202,6 +284,31 @@ def _apply_node(
                 res.error += f"; and re-draining failed: {exc2}"
             return res
     return res
+
+
+def _roll_back(
+    model: str,
+    node: str,
+    todo: dict[int, Layout | None],
+    before: dict[int, Layout | None],
+    backend: MigBackend,
+    res: NodeResult,
+) -> None:
+    """Put every GPU the change was to touch back into the layout it had."""
+    try:
+        now = backend.layouts(node)
+    except Exception as exc:  # noqa: BLE001
+        res.error += f"; cannot read the GPUs to roll back: {exc}"
+        return
+    for idx in sorted(todo):
+        old = before.get(idx)
+        if _same(model, now.get(idx, ()), old):
+            continue
+        try:
+            backend.apply(node, idx, old)
+            res.actions.append(f"rolled back GPU {idx} to {'MIG off' if old is None else ','.join(old) or 'empty'}")
+        except Exception as exc:  # noqa: BLE001
+            res.error += f"; rolling back GPU {idx} failed: {exc}"
 
 
 def _human_drain(nodes: NodeControl, node: str) -> str | None:
@@ -240,7 +347,13 @@ def _verify(model: str, node: str, targets: dict[int, Layout | None], backend: M
 
 
 def _write(
-    model: str, node: str, nodes: NodeControl, backend: MigBackend, gres_mode: str, version: SlurmVersion
+    model: str,
+    node: str,
+    nodes: NodeControl,
+    backend: MigBackend,
+    gres_mode: str,
+    version: SlurmVersion,
+    dev_dir: str = "/dev",
 ) -> None:
     after = backend.layouts(node)
     gres = slurm_gres(model, [after[i] for i in sorted(after)], version)
@@ -249,7 +362,7 @@ def _write(
     else:
         minors = backend.mig_minors(node)
         whole = [(i, i) for i, lay in sorted(after.items()) if lay is None]
-        lines = gres_conf_explicit(node, model, backend.devices(node), version, whole, minors)
+        lines = gres_conf_explicit(node, model, backend.devices(node), version, whole, minors, dev_dir)
     nodes.write_gres(node, lines, gres)
 
 
@@ -276,8 +389,16 @@ class NvidiaSmiBackend:
     runner: Runner
     model: str
     remote: Callable[[str], list[str]] | None = None
+    #: The runner for one node (e.g. over ClusterShell), in place of ``runner``.
+    on_node: Callable[[str], Runner] | None = None
+    #: The nvidia-smi to run on the nodes; ``{node}`` is replaced by the node's name.
+    nvidia_smi: str = "nvidia-smi"
 
     def _run(self, node: str, argv: Sequence[str], check: bool = True) -> str:
+        if argv and argv[0] == "nvidia-smi":
+            argv = [self.nvidia_smi.replace("{node}", node), *argv[1:]]
+        if self.on_node is not None:
+            return self.on_node(node).run(argv, check=check).stdout
         prefix = self.remote(node) if self.remote else []
         return self.runner.run([*prefix, *argv], check=check).stdout
 

@@ -126,21 +126,25 @@ def gres_conf_explicit(
     version: SlurmVersion,
     whole_gpus: Iterable[tuple[int, int]] = (),
     minors: Mapping[str, int] | None = None,
+    dev_dir: str = "/dev",
 ) -> list[str]:
     """Explicit gres.conf lines: ``MultipleFiles`` per MIG device, ``File`` per whole GPU.
 
-    ``whole_gpus`` lists ``(index, minor)`` of GPUs with MIG off.
+    ``whole_gpus`` lists ``(index, minor)`` of GPUs with MIG off; ``dev_dir`` is where the
+    node keeps its device files.
     """
     lines = []
     rows: list[tuple[int, int, str]] = []
     for idx, minor in whole_gpus:
-        rows.append((idx, -1, f"NodeName={node} Name=gpu Type={GPU_MODELS[model].slurm_type} File=/dev/nvidia{minor}"))
+        rows.append(
+            (idx, -1, f"NodeName={node} Name=gpu Type={GPU_MODELS[model].slurm_type} File={dev_dir}/nvidia{minor}")
+        )
     for dev in devices:
         files = ",".join(
             [
-                f"/dev/nvidia{dev.minor}",
-                f"/dev/nvidia-caps/nvidia-cap{cap_minor(dev.minor, dev.gi_id, None, minors)}",
-                f"/dev/nvidia-caps/nvidia-cap{cap_minor(dev.minor, dev.gi_id, dev.ci_id, minors)}",
+                f"{dev_dir}/nvidia{dev.minor}",
+                f"{dev_dir}/nvidia-caps/nvidia-cap{cap_minor(dev.minor, dev.gi_id, None, minors)}",
+                f"{dev_dir}/nvidia-caps/nvidia-cap{cap_minor(dev.minor, dev.gi_id, dev.ci_id, minors)}",
             ]
         )
         rows.append(

@@ -28,6 +28,7 @@ CORE = (
     "slurm_pool.mig.placement",
     "slurm_pool.mig.planner",
     "slurm_pool.mig.emit",
+    "slurm_pool.mig.confedit",
     "slurm_pool.sim.engine",
     "slurm_pool.sim.workload",
 )

@@ -58,6 +58,7 @@ class FakeNodes:
 class FakeBackend:
     state: dict[str, dict[int, Layout | None]]
     fail_on: set[tuple[str, int]] = field(default_factory=set)
+    fail_once: set[tuple[str, int]] = field(default_factory=set)
     calls: list[tuple[str, int, Layout | None]] = field(default_factory=list)
     silently_wrong: bool = False
 
@@ -67,6 +68,11 @@ class FakeBackend:
     def apply(self, node: str, gpu: int, layout: Layout | None) -> None:
         self.calls.append((node, gpu, layout))
         if (node, gpu) in self.fail_on:
+            self.state[node][gpu] = ()
+            raise RuntimeError("nvidia-smi: Insufficient resources")
+        if (node, gpu) in self.fail_once:
+            self.fail_once.discard((node, gpu))
+            self.state[node][gpu] = ()  # the old instances are gone: create failed after destroy
             raise RuntimeError("nvidia-smi: Insufficient resources")
         self.state[node][gpu] = () if self.silently_wrong else layout
 
@@ -293,3 +299,109 @@ def test_a_failed_step_keeps_the_admins_reason() -> None:
         assert r.status == "failed" and "disk full" in (r.error or "")
         assert nodes.drained[r.node] == "bad fan, ticket 123"
         assert [c for c in nodes.calls if c[0] == "drain" and c[1] == r.node] == [("drain", r.node, REASON)]
+
+
+# ------------------------------------------------- roll back, budget, concurrency
+
+
+def test_a_failed_repartition_is_rolled_back_and_the_node_left_drained() -> None:
+    p, nodes, backend = _setup()
+    before = {n: dict(g) for n, g in backend.state.items()}
+    node, gpu = next((p.gpus[i].node, p.gpus[i].index) for i in p.changed() if p.gpus[i].current)
+    backend.fail_once.add((node, gpu))
+    report = apply_plan(p, nodes, backend)
+    res = next(r for r in report.results if r.node == node)
+    assert res.status == "failed" and res.error.startswith(f"set GPU {gpu}")
+    assert any(a.startswith(f"rolled back GPU {gpu}") for a in res.actions), res.actions
+    assert backend.state[node] == before[node]
+    assert nodes.drained[node].startswith(f"{REASON} failed: set GPU {gpu}")
+    assert ("write_gres", node) not in nodes.calls
+
+
+def test_a_roll_back_that_fails_says_so() -> None:
+    p, nodes, backend = _setup()
+    node, gpu = next((p.gpus[i].node, p.gpus[i].index) for i in p.changed())
+    backend.fail_on.add((node, gpu))
+    backend.state[node][gpu] = ("1g.5gb",)  # differs from the plan's current: a roll back is due
+    res = next(r for r in apply_plan(p, nodes, backend).results if r.node == node)
+    assert res.status == "failed" and f"rolling back GPU {gpu} failed" in res.error, res.error
+
+
+def test_a_failure_after_gres_is_written_is_not_rolled_back() -> None:
+    p, nodes, backend = _setup()
+    nodes.fail["restart_slurmd"] = "slurmd would not start"
+    report = apply_plan(p, nodes, backend)
+    assert not report.ok
+    assert not any("rolled back" in a for r in report.results for a in r.actions)
+
+
+@pytest.mark.parametrize(
+    ("budget", "applied"),
+    [(None, None), (0, 0), (1, 1), (100, None)],
+)
+def test_churn_budget_defers_whole_nodes(budget: int | None, applied: int | None) -> None:
+    p, nodes, backend = _setup()
+    changed = sorted({p.gpus[i].node for i in p.changed()})
+    report = apply_plan(p, nodes, backend, max_gpus=budget)
+    done = [r.node for r in report.results if r.status == "applied"]
+    deferred = [r for r in report.results if r.status == "deferred"]
+    assert len(done) == (len(changed) if applied is None else min(applied, len(changed)))
+    assert report.ok
+    for r in deferred:
+        assert "churn budget" in r.error and not any(c[1] == r.node for c in nodes.calls)
+    assert sum(r.gpus for r in report.results if r.status == "applied") <= (budget if budget is not None else 99)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_at_most_max_drained_nodes_change_at_once_and_restarts_never_overlap(limit: int) -> None:
+    import threading
+    import time
+
+    gpus = [Gpu(f"n{i}", 0, ()) for i in range(6)]
+    p = plan("A100-40GB", gpus, {"3g.20gb": 12})
+    backend = FakeBackend({g.node: {0: ()} for g in gpus})
+    lock = threading.Lock()
+    live: set[str] = set()
+    peak = {"nodes": 0, "restarts": 0}
+    restarting = [0]
+
+    class Counting(FakeNodes):
+        def drain(self, node: str, reason: str) -> None:
+            with lock:
+                live.add(node)
+                peak["nodes"] = max(peak["nodes"], len(live))
+            super().drain(node, reason)
+
+        def restart_slurmd(self, node: str) -> None:
+            with lock:
+                restarting[0] += 1
+                peak["restarts"] = max(peak["restarts"], restarting[0])
+            time.sleep(0.01)
+            with lock:
+                restarting[0] -= 1
+
+        def resume(self, node: str) -> None:
+            super().resume(node)
+            with lock:
+                live.discard(node)
+
+    nodes = Counting()
+    report = apply_plan(p, nodes, backend, max_drained=limit)
+    assert report.ok and sum(r.status == "applied" for r in report.results) == len(p.changed())
+    assert 1 <= peak["nodes"] <= limit
+    assert peak["restarts"] == 1
+
+
+def test_progress_hook_sees_every_step_in_order() -> None:
+    p, nodes, backend = _setup()
+    seen: list[tuple[str, str]] = []
+    report = apply_plan(p, nodes, backend, on_step=lambda n, label: seen.append((n, label)))
+    for r in report.results:
+        assert [label for n, label in seen if n == r.node] == r.actions
+
+
+@pytest.mark.parametrize(("kw", "value"), [("max_drained", 0), ("max_gpus", -1)])
+def test_bad_bounds_are_refused(kw: str, value: int) -> None:
+    p, nodes, backend = _setup()
+    with pytest.raises(ValueError, match=kw):
+        apply_plan(p, nodes, backend, **{kw: value})  # type: ignore[arg-type]

@@ -1,0 +1,132 @@
+"""Edit one node's GRES in a site's own gres.conf and slurm.conf text.
+
+A remote ``mig apply`` changes a node's MIG layout; Slurm then needs that
+node's gres.conf lines and its slurm.conf ``Gres=`` to say the same (scontrol.1,
+``Gres=``: a GPU count changes only through both files).  These functions
+rewrite only that node's part of the text: every other line, comment and node
+stays as it was.  A line naming several nodes is split, so the others keep it.
+Pure text in, text out; the caller reads and writes the files.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+from slurm_pool.errors import InputError
+
+
+class ConfEditError(InputError):
+    """A config file that cannot be edited safely for one node."""
+
+
+_NODENAME_RE = re.compile(r"^(\s*)nodename=(\S+)(.*)$", re.IGNORECASE | re.DOTALL)
+_GRES_RE = re.compile(r"(?i)^gres=")
+
+
+def _per_node_list(word: str) -> bool:
+    """A ``NodeAddr``/``NodeHostname``/``Port`` value that lists one value per node."""
+    key, _, value = word.partition("=")
+    key = key.lower()
+    if key in ("nodeaddr", "nodehostname"):
+        return "[" in value or "," in value
+    return key == "port" and any(c in value for c in "[,-")
+
+
+def _nodes(hostlist: str, where: str) -> list[str]:
+    if hostlist.upper() == "DEFAULT":
+        return []
+    try:
+        return list(NodeSet(hostlist))
+    except (NodeSetParseError, ValueError) as exc:
+        raise ConfEditError(f"{where}: {hostlist!r} is not a valid hostlist ({exc})") from None
+
+
+def _split(line: str, node: str, where: str) -> tuple[str, str, list[str]] | None:
+    """(indent, rest, nodes) of a ``NodeName=`` line naming ``node``, else None."""
+    m = _NODENAME_RE.match(line)
+    if not m:
+        return None
+    nodes = _nodes(m.group(2), where)
+    if node not in nodes:
+        return None
+    return m.group(1), m.group(3), nodes
+
+
+def _others(indent: str, rest: str, nodes: list[str], node: str) -> list[str]:
+    left = [n for n in nodes if n != node]
+    return [f"{indent}NodeName={NodeSet.fromlist(left)}{rest}"] if left else []
+
+
+def replace_node_gres_conf(text: str, node: str, lines: Sequence[str]) -> str:
+    """gres.conf ``text`` with ``node``'s lines replaced by ``lines``.
+
+    The new lines go where the node's first line was (at the end if it had none).
+    """
+    out: list[str] = []
+    placed = False
+    for n, line in enumerate(text.splitlines(), 1):
+        hit = _split(line, node, f"gres.conf line {n}")
+        if hit is None:
+            out.append(line)
+            continue
+        indent, rest, nodes = hit
+        out.extend(_others(indent, rest, nodes, node))
+        if not placed:
+            out.extend(lines)
+            placed = True
+    if not placed:
+        out.extend(lines)
+    return "\n".join(out) + "\n"
+
+
+def set_node_gres(text: str, node: str, gres: str) -> str:
+    """slurm.conf ``text`` with ``node``'s ``Gres=`` set to ``gres`` (removed when empty).
+
+    Raises :class:`ConfEditError` when no ``NodeName=`` line names the node, or when the
+    shared line it is on gives per-node addresses or ports that cannot be split here.
+    """
+    out: list[str] = []
+    found = False
+    for n, line in enumerate(text.splitlines(), 1):
+        where = f"slurm.conf line {n}"
+        hit = None if line.lstrip().startswith("#") else _split(line, node, where)
+        if hit is None:
+            out.append(line)
+            continue
+        if found:
+            raise ConfEditError(f"{where}: {node} has a second NodeName line; edit it by hand")
+        found = True
+        indent, rest, nodes = hit
+        words = rest.split()
+        shared = [w for w in words if _per_node_list(w)] if len(nodes) > 1 else []
+        if shared:
+            raise ConfEditError(
+                f"{where}: {node} shares this line with per-node values ({' '.join(shared)}); "
+                "give it its own NodeName line"
+            )
+        new = [f"Gres={gres}"] if gres else []
+        mine = [x for w in words for x in (new if _GRES_RE.match(w) else [w])]
+        if gres and not any(_GRES_RE.match(w) for w in words):
+            mine += new
+        out.extend(_others(indent, rest, nodes, node))
+        out.append(f"{indent}NodeName={node} {' '.join(mine)}".rstrip())
+    if not found:
+        raise ConfEditError(f"slurm.conf has no NodeName line for {node}")
+    return "\n".join(out) + "\n"
+
+
+def node_gres(text: str, node: str) -> str | None:
+    """The ``Gres=`` value slurm.conf ``text`` gives ``node`` ('' for none), or None if it names no such node."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        hit = _split(line, node, f"slurm.conf line {n}")
+        if hit is not None:
+            for w in hit[1].split():
+                if _GRES_RE.match(w):
+                    return w.split("=", 1)[1]
+            return ""
+    return None

@@ -1,0 +1,172 @@
+"""Slurm node control for ``mig apply`` on a real cluster, over ssh (ClusterShell).
+
+:class:`SlurmNodes` drains, resumes and waits through Slurm's commands where
+``mig apply`` runs.  :class:`RemoteNodeControl` adds what changes on the
+nodes: each node's lines in its gres.conf, its ``Gres=`` in slurm.conf (on
+this host or on ``controller``), and the restart that Slurm release needs
+(``versions`` Fact ``reconfigure_restarts_daemons``): from 23.11 one
+``scontrol reconfigure``; before it, slurmctld and that node's slurmd restart.
+It then waits until the node registers the new GRES.  Files are replaced
+atomically, keeping their mode, with the old one kept as ``<file>.slurm-pool.bak``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from slurm_pool.adapters.clush import NodeRunner
+from slurm_pool.adapters.gres import gpu_counts
+from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.mig.apply import ApplyError, NodeStatus, NvidiaSmiBackend
+from slurm_pool.mig.confedit import replace_node_gres_conf, set_node_gres
+from slurm_pool.versions import SlurmVersion
+
+#: Replace "$1" atomically with standard input, keeping its mode; keep the old file.
+_REPLACE = 'cp -p "$1" "$1.slurm-pool.bak" && cp -p "$1" "$1.slurm-pool.tmp" && cat > "$1.slurm-pool.tmp" && mv -f "$1.slurm-pool.tmp" "$1"'
+
+
+class SlurmNodes:
+    """Status, drain, resume and wait-for-idle of nodes, through Slurm's commands."""
+
+    def __init__(self, slurm: SlurmClient, poll: float = 0.5):
+        self.slurm = slurm
+        self.poll = poll
+
+    def status(self, node: str) -> NodeStatus:
+        n = self.slurm.node(node)
+        return NodeStatus(drained=n.drained, reason=n.reason)
+
+    def drain(self, node: str, reason: str) -> None:
+        self.slurm.drain(node, reason)
+
+    def resume(self, node: str) -> None:
+        if self.slurm.node(node).drained:
+            self.slurm.resume(node)
+
+    def wait_idle(self, node: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            res = self.slurm.runner.run(["squeue", "-h", "-w", node, "-o", "%i"], check=False)
+            if res.ok and not res.stdout.strip():
+                if not self.slurm.node(node).state.any(("ALLOCATED", "MIXED", "COMPLETING")):
+                    return True
+            time.sleep(self.poll)
+        return False
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """Where a site keeps its Slurm files and how it restarts its daemons.
+
+    Commands are split like a shell would and ``{node}`` is replaced by the node's name.
+    An empty restart command is skipped.  ``reconfigure`` None: decided by the release.
+    """
+
+    gres_conf: str = "/etc/slurm/gres.conf"
+    slurm_confs: tuple[str, ...] = ("/etc/slurm/slurm.conf",)
+    controller: str | None = None
+    restart_slurmctld: str = "systemctl restart slurmctld"
+    restart_slurmd: str = "systemctl restart slurmd"
+    reconfigure: bool | None = None
+    register_timeout: float = 180.0
+
+
+class RemoteNodeControl(SlurmNodes):
+    """``mig apply``'s NodeControl for nodes reached over ssh."""
+
+    def __init__(
+        self,
+        slurm: SlurmClient,
+        on_node: Callable[[str], Runner],
+        version: SlurmVersion,
+        settings: RemoteSettings = RemoteSettings(),
+        poll: float = 0.5,
+    ):
+        super().__init__(slurm, poll)
+        self.on_node = on_node
+        self.version = version
+        self.settings = settings
+        self._wanted: dict[str, str] = {}
+
+    def _controller(self) -> Runner:
+        host = self.settings.controller
+        return self.on_node(host) if host else self.slurm.runner
+
+    @staticmethod
+    def _edit(runner: Runner, path: str, edit: Callable[[str], str]) -> None:
+        text = runner.run(["cat", "--", path]).stdout
+        runner.run(["sh", "-c", _REPLACE, "sh", path], input=edit(text))
+
+    def write_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
+        """The node's gres.conf lines (on the node), then its ``Gres=`` in each slurm.conf given."""
+        self._edit(self.on_node(node), self.settings.gres_conf, lambda t: replace_node_gres_conf(t, node, gres_conf))
+        for path in self.settings.slurm_confs:
+            self._edit(self._controller(), path, lambda t: set_node_gres(t, node, gres))
+        self._wanted[node] = gres
+
+    def _command(self, template: str, node: str) -> list[str]:
+        return [w.replace("{node}", node) for w in shlex.split(template)]
+
+    def restart_slurmd(self, node: str) -> None:
+        """Make Slurm read the new files, then wait until ``node`` registers the GRES written."""
+        before = self.status(node)
+        reconfigure = self.settings.reconfigure
+        if reconfigure is None:
+            reconfigure = self.version.has("reconfigure_restarts_daemons")
+        if reconfigure:
+            self.slurm.runner.run(["scontrol", "reconfigure"])
+        else:
+            if self.settings.restart_slurmctld.strip():
+                self._controller().run(self._command(self.settings.restart_slurmctld, node))
+            if self.settings.restart_slurmd.strip():
+                self.on_node(node).run(self._command(self.settings.restart_slurmd, node))
+        self._wait_registered(node, before)
+
+    def _wait_registered(self, node: str, before: NodeStatus) -> None:
+        want = gpu_counts(self._wanted.get(node))
+        deadline = time.monotonic() + self.settings.register_timeout
+        seen = "no answer from slurmctld"
+        while time.monotonic() < deadline:
+            try:
+                n = self.slurm.node(node)
+            except (CommandError, KeyError) as exc:  # slurmctld restarting
+                seen = str(exc)
+                time.sleep(self.poll)
+                continue
+            seen = f"state {'+'.join(n.state)}, Gres={n.gres}"
+            up = n.state.base not in ("DOWN", "UNKNOWN", "FUTURE", "") and not n.state.any(
+                ("NOT_RESPONDING", "INVALID_REG")
+            )
+            if up and gpu_counts(n.gres) == want:
+                if before.drained and not n.drained:  # a changed node can lose its drain as it registers
+                    self.drain(node, before.reason)
+                    continue
+                return
+            time.sleep(self.poll)
+        raise ApplyError(
+            f"{node} did not register Gres={self._wanted.get(node)} within {self.settings.register_timeout:g}s ({seen})"
+        )
+
+
+def ssh_controls(
+    model: str,
+    version: SlurmVersion,
+    settings: RemoteSettings,
+    *,
+    ssh_options: str = "-o BatchMode=yes",
+    nvidia_smi: str = "nvidia-smi",
+) -> tuple[RemoteNodeControl, NvidiaSmiBackend]:
+    """``mig apply --controls ssh``: Slurm from here, the nodes over ClusterShell's ssh."""
+    runners: dict[str, NodeRunner] = {}
+
+    def on_node(node: str) -> Runner:
+        return runners.setdefault(node, NodeRunner(node, ssh_options=ssh_options))
+
+    slurm = SlurmClient(SubprocessRunner(), version)
+    nodes = RemoteNodeControl(slurm, on_node, version, settings)
+    backend = NvidiaSmiBackend(slurm.runner, model, on_node=on_node, nvidia_smi=nvidia_smi)
+    return nodes, backend
