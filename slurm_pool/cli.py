@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "status": "slurm_pool.metrics.status_cli:status",
     "dashboard-png": "slurm_pool.metrics.panels:dashboard_png",
     "rebalance": "slurm_pool.bridge.cli:rebalance",
+    "fence-node": "slurm_pool.bridge.cli:fence_node",
     "simulate": "slurm_pool.sim.cli:simulate",
 }
 

@@ -101,3 +101,30 @@ def rebalance(
         click.echo(report.text())
     if report.exit_code:
         raise click.exceptions.Exit(report.exit_code)
+
+
+@click.command("fence-node")
+@click.argument("node")
+@click.option(
+    "--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False), help="Kubeconfig on this node."
+)
+@click.option("--seconds", default=30.0, show_default=True, type=click.FloatRange(min=0), help="Deadline.")
+def fence_node(node: str, kubeconfig: str, seconds: float) -> None:
+    """Cordon NODE in Kubernetes and delete its pods (the placeholder runs this when Slurm preempts it).
+
+    Exit 0 once no pod is bound to the node, 1 if some still are after --seconds.
+    """
+    from slurm_pool.bridge.fence import fence_node as fence
+    from slurm_pool.bridge.k8s import KubernetesAPI
+
+    try:
+        api = KubernetesAPI.connect(Bridge(), kubeconfig)
+    except Exception as exc:  # the client raises several unrelated types for a bad config
+        raise click.ClickException(f"cannot reach Kubernetes: {exc}") from None
+    try:
+        res = fence(api, node, seconds)
+    finally:
+        api.close()
+    click.echo(f"fence {node}: {res.detail}")
+    if not res.ok:
+        raise click.exceptions.Exit(1)

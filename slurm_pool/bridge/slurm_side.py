@@ -16,12 +16,15 @@ depends on the release (``preempt_requeues_exited_job`` in
   submission) and does not return.
 
 A placeholder that is requeued anyway exits at once when it restarts
-(``SLURM_RESTART_COUNT`` > 0), and the next reconcile cancels it.
+(``SLURM_RESTART_COUNT`` > 0), and the next reconcile cancels it.  With
+``bridge.fence_kubeconfig`` the placeholder fences its node before it exits
+(:mod:`slurm_pool.bridge.fence`).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Iterable
 
 from slurm_pool.adapters.records import JobRecord, NodeRecord
@@ -38,6 +41,31 @@ sleep infinity &
 trap 'kill $! 2>/dev/null; exit 0' TERM INT
 wait
 """
+
+FENCED_PLACEHOLDER_SCRIPT = """#!/bin/sh
+# slurm-pool placeholder: holds this node for the Kubernetes inference tier
+# until Slurm preempts it or `slurm-pool rebalance` gives the node back.
+# Preempted, it first takes the node from Kubernetes (cordon, delete its pods),
+# so the job that preempts it never shares the GPUs with a pod.
+[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && exit 0
+fence() {
+  kill $! 2>/dev/null
+  %(fence)s
+  exit 0
+}
+sleep infinity &
+trap fence TERM INT
+wait
+"""
+
+
+def placeholder_script(config: Bridge, node: str) -> str:
+    """The placeholder's batch script: with the fence when ``bridge.fence_kubeconfig`` is set."""
+    if not config.fence_kubeconfig:
+        return PLACEHOLDER_SCRIPT
+    argv = [*shlex.split(config.fence_command), "fence-node", node]
+    argv += ["--kubeconfig", config.fence_kubeconfig, "--seconds", str(config.fence_seconds)]
+    return FENCED_PLACEHOLDER_SCRIPT % {"fence": shlex.join(argv)}
 
 
 class SlurmSide:
@@ -82,7 +110,7 @@ class SlurmSide:
 
     def submit_placeholder(self, node: str) -> int:
         """Submit the placeholder for ``node``; return its job id."""
-        res = self.client.runner.run(self.placeholder_argv(node), input=PLACEHOLDER_SCRIPT)
+        res = self.client.runner.run(self.placeholder_argv(node), input=placeholder_script(self.config, node))
         try:
             return int(res.stdout.strip().split(";")[0])
         except ValueError:

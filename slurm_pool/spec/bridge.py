@@ -23,6 +23,8 @@ Day = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 DAYS: tuple[Day, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 #: Seconds a run may spend outside its waits (reads, patches, submissions) within its Lease.
 LEASE_MARGIN = 60
+#: Seconds the placeholder's fence needs beyond the pods' grace (the API calls, Slurm's signal).
+FENCE_MARGIN = 5
 CLOCK_RE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^24:00$")
 
 
@@ -83,6 +85,15 @@ class Bridge(Strict):
     #: Delete pods whose eviction is still refused this many seconds after the
     #: reclaim began (``None``: never force; ``--force-after`` overrides).
     force_after: Optional[int] = Field(default=None, ge=0)
+    #: The placeholder's fence: when Slurm preempts it, the placeholder itself cordons its
+    #: Kubernetes node and deletes the pods on it, and exits only once they are gone (or
+    #: after ``fence_seconds``), so the preempting job never shares the GPUs with a pod.
+    #: ``fence_kubeconfig`` is a kubeconfig on the nodes, readable by ``user``; without it
+    #: there is no fence and pods leave at the next run.  ``fence_command`` is slurm-pool
+    #: on the nodes.  The tier's GraceTime must cover ``fence_seconds`` (checked).
+    fence_kubeconfig: Optional[str] = Field(default=None, pattern=r"^/[^\x00-\x1f]*$")
+    fence_command: str = Field(default="slurm-pool", pattern=r"^[^\x00-\x1f]+$")
+    fence_seconds: int = Field(default=30, ge=1, le=3600)
     #: Pending jobs held for these reasons do not claim a node back.
     ignore_pending_reasons: list[str] = [
         "JobHeldUser",
@@ -143,6 +154,14 @@ def check_bridge(spec: "PoolSpec", bridge: Bridge | None = None) -> list[str]:
             f"bridge.lease_seconds: {b.lease_seconds} is shorter than a run can take (placeholder_start_timeout "
             f"+ reclaim_wait + {LEASE_MARGIN} = {waits}): a slow run would lose its Lease to the next one"
         )
+    tiers = {t.name: t for t in spec.tiers}
+    if b.fence_kubeconfig and b.qos in tiers:
+        grace = tiers[b.qos].grace_time
+        if grace < b.fence_seconds + FENCE_MARGIN:
+            problems.append(
+                f"bridge.fence_seconds: {b.fence_seconds} + {FENCE_MARGIN} s does not fit in tier {b.qos!r}'s "
+                f"grace_time ({grace}): Slurm would kill the placeholder before its pods are gone"
+            )
     if b.max_lent_nodes == 0 and b.enabled:
         problems.append("bridge.max_lent_nodes: 0 lends nothing; set enabled: false instead")
     return problems

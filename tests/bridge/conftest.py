@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -158,7 +161,26 @@ def bridge(cluster, k8s_kubeconfig, k8s_api, k8s_namespace) -> Iterator[BridgeBe
         kserve_namespace=k8s_namespace,
         placeholder_start_timeout=30,
         reclaim_wait=30,
+        fence_kubeconfig=str(_node_kubeconfig(cluster, k8s_kubeconfig)),
+        fence_command=f"{sys.executable} -m slurm_pool",
+        fence_seconds=5,  # the example's k8s-lend GraceTime is 10 s
     )
     bed = BridgeBed(cluster, k8s_api, k8s_namespace, config, k8s_kubeconfig)
     yield bed
-    _reset_nodes(core)  # the cluster fixture then cancels every job, placeholders included
+    cluster.cancel_all()  # placeholders fence their nodes as they go: then undo the marks
+    _reset_nodes(core)
+
+
+def _node_kubeconfig(cluster, kubeconfig) -> Path:
+    """The kubeconfig the placeholders' fence reads on the nodes, as the bridge user (0600, theirs)."""
+    import pwd
+    import shutil
+
+    path = cluster.cluster.layout.root / "bridge" / "node.kubeconfig"
+    path.parent.mkdir(exist_ok=True)
+    path.parent.chmod(0o755)
+    shutil.copyfile(kubeconfig, path)
+    user = pwd.getpwnam("slurmpool")
+    os.chown(path, user.pw_uid, user.pw_gid)
+    path.chmod(0o600)
+    return path

@@ -8,6 +8,7 @@ preempting; the bridge only observes and reacts.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -114,28 +115,94 @@ def test_idle_node_is_lent_and_second_run_is_a_no_op(bridge, monkeypatch):
     assert bridge.lent("a-gpu1") and bridge.placeholders()[0]["state"] == "RUNNING", "a dry run changes nothing"
 
 
+class Overlap(threading.Thread):
+    """Polls every 0.2 s: is a job RUNNING on ``node`` while a pod is bound there or the node is open?"""
+
+    def __init__(self, bridge, job: int, node: str):
+        super().__init__(daemon=True)
+        self.bridge, self.job, self.node = bridge, job, node
+        self.samples: list[tuple[float, str, int, bool]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            state = self.bridge.cluster.job_field(self.job, "%T")
+            pods = self.bridge.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}").items
+            bound = sum(
+                1
+                for p in pods
+                if not (p.metadata.owner_references or []) or p.metadata.owner_references[0].kind != "DaemonSet"
+            )
+            schedulable = not self.bridge.node(self.node).spec.unschedulable
+            self.samples.append((time.monotonic(), state, bound, schedulable))
+            self.done.wait(0.2)
+
+    def both_sides(self) -> list[tuple[float, str, int, bool]]:
+        return [s for s in self.samples if s[1] == "RUNNING" and (s[2] or s[3])]
+
+
+def _preempt_by_owner(bridge, node: str = "a-gpu1") -> int:
+    """An owner's job on the lent ``node``; returns once it runs, checked to share nothing with a pod.
+
+    Slurm itself preempts the placeholder, which fences its node before it exits: from the
+    owner's start on, no pod is bound to the node and the node is closed, without waiting
+    for the next rebalance run.
+    """
+    owner = bridge.cluster.sbatch(
+        "-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", node, "--gres=gpu:2",
+        "-o", "/dev/null", "-D", "/tmp", user="alice", script=OWNER_JOB,
+    )  # fmt: skip
+    poller = Overlap(bridge, owner, node)
+    poller.start()
+    try:
+        bridge.cluster.wait_state(owner, ["RUNNING"], timeout=30)
+        wait_for(lambda: sum(s[1] == "RUNNING" for s in poller.samples) >= 10, timeout=30, what="10 samples")
+    finally:
+        poller.done.set()
+        poller.join()
+    assert poller.both_sides() == [], poller.samples
+    assert bridge.fenced(node)
+    return owner
+
+
+def _pdb_all(bridge, name: str = "llm") -> None:
+    """A PodDisruptionBudget of minAvailable = all 2 predictors, once the API server applies it."""
+    selector = {"matchLabels": {"serving.kserve.io/inferenceservice": name}}
+    bridge.policy.create_namespaced_pod_disruption_budget(
+        bridge.namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name},
+            "spec": {"minAvailable": 2, "selector": selector},
+        },
+    )
+
+    def budget_settled() -> bool:
+        pdb = bridge.policy.read_namespaced_pod_disruption_budget(name, bridge.namespace)
+        st = pdb.status
+        return bool(
+            st
+            and st.observed_generation == pdb.metadata.generation
+            and st.current_healthy == 2
+            and st.disruptions_allowed == 0
+        )
+
+    wait_for(budget_settled, timeout=60, what="PDB observed with no disruption allowed")
+
+
+def test_a_pdb_of_min_available_all_cannot_hold_a_preempted_node(bridge):
+    _lend_one(bridge)
+    _pdb_all(bridge)
+    _preempt_by_owner(bridge)  # Slurm has decided: the fence deletes the pods, it does not ask
+    assert "a-gpu1" not in bridge.running_on().values()
+
+
 def test_owner_job_preempts_placeholder_and_reclaim_is_fast(bridge):
     _lend_one(bridge)
     placeholder = bridge.placeholders()[0]["id"]
     submitted = time.monotonic()
-    owner = bridge.cluster.sbatch(
-        "-p",
-        "a-owner",
-        "--qos=guaranteed",
-        "-A",
-        "proja",
-        "-w",
-        "a-gpu1",
-        "--gres=gpu:2",
-        "-o",
-        "/dev/null",
-        "-D",
-        "/tmp",
-        user="alice",
-        script=OWNER_JOB,
-    )
-    # Slurm itself preempts the placeholder; the owner does not wait for GraceTime.
-    bridge.cluster.wait_state(owner, ["RUNNING"], timeout=30)
+    owner = _preempt_by_owner(bridge)
     owner_wait = time.monotonic() - submitted
     assert owner_wait < 10, f"owner waited {owner_wait:.1f}s"
     ended = ("COMPLETED", "PREEMPTED", "CANCELLED")
@@ -182,28 +249,7 @@ def test_human_drained_node_is_never_lent_and_its_drain_is_untouched(bridge):
 
 def test_pdb_blocked_eviction_is_reported_and_retried_not_forced(bridge):
     _lend_one(bridge)
-    selector = {"matchLabels": {"serving.kserve.io/inferenceservice": "llm"}}
-    bridge.policy.create_namespaced_pod_disruption_budget(
-        bridge.namespace,
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": "llm"},
-            "spec": {"minAvailable": 2, "selector": selector},
-        },
-    )
-
-    def budget_settled() -> bool:
-        pdb = bridge.policy.read_namespaced_pod_disruption_budget("llm", bridge.namespace)
-        st = pdb.status
-        return bool(
-            st
-            and st.observed_generation == pdb.metadata.generation
-            and st.current_healthy == 2
-            and st.disruptions_allowed == 0
-        )
-
-    wait_for(budget_settled, timeout=60, what="PDB observed with no disruption allowed")
+    _pdb_all(bridge)
     pods = sorted(bridge.running_on())
     placeholder = bridge.placeholders()[0]["id"]
 

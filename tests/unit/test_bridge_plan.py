@@ -20,16 +20,16 @@ import pytest
 from slurm_pool.adapters.runner import RecordingRunner, Result
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.bridge.execute import Executor
-from slurm_pool.bridge.k8s import EvictionBlocked, K8sError, fence_patch, open_patch, release_patch
+from slurm_pool.bridge.k8s import K8sError, fence_patch, open_patch, release_patch
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT, build_snapshot, isvc_gpus
 from slurm_pool.bridge.plan import in_window, off_peak, plan
 from slurm_pool.bridge.reconcile import observe, reconcile
 from slurm_pool.bridge.slurm_side import SlurmSide
 from slurm_pool.spec.bridge import Bridge, OffPeakWindow, check_bridge
 from slurm_pool.versions import SlurmVersion
+from tests.support.k8s_fake import NODES, FakeK8s, isvc, merge, node_manifest, pod_manifest
 
 EXAMPLE_SPEC = str(Path(__file__).resolve().parents[2] / "examples" / "pool.yaml")
-NODES = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
 OWNER = {"a-gpu1": "a-owner", "a-gpu2": "a-owner", "b-gpu1": "b-owner", "c-gpu1": "c-owner"}
 NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)  # a Wednesday, 02:00
 NOON = datetime(2026, 1, 7, 12, 0, tzinfo=timezone.utc)
@@ -119,136 +119,6 @@ class FakeSlurm:
         j = next(j for j in self.jobs if j["job_id"] == job_id)
         j["job_state"] = "PENDING" if requeue else "COMPLETED"
         j["restart_cnt"] += int(requeue)
-
-
-def node_manifest(name: str, gpus: int = 2) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {}, "annotations": {}, "resourceVersion": "1"},
-        "spec": {},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
-    }
-
-
-def pod_manifest(name: str, node: str, ns: str = "serve", **meta: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": ns, **meta},
-        "spec": {"nodeName": node},
-        "status": {"phase": "Running"},
-    }
-
-
-def isvc(name: str, replicas: int, gpus: int = 1) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "serve"},
-        "spec": {"predictor": {"minReplicas": replicas, "model": {"resources": {"limits": {"nvidia.com/gpu": gpus}}}}},
-    }
-
-
-def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
-    """RFC 7386 JSON merge patch, in place."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict):
-            sub = target.get(key)
-            if not isinstance(sub, dict):
-                sub = target[key] = {}
-            merge(sub, value)
-        else:
-            target[key] = copy.deepcopy(value)
-
-
-@dataclass
-class FakeK8s:
-    """Nodes, pods and InferenceServices as dicts; evictions remove pods at once."""
-
-    nodes: dict[str, dict[str, Any]] = field(default_factory=lambda: {n: node_manifest(n) for n in NODES})
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    isvcs: list[dict[str, Any]] = field(default_factory=list)
-    #: pod refs whose eviction a PodDisruptionBudget refuses
-    guarded: set[str] = field(default_factory=set)
-    #: pod refs whose eviction fails with this error
-    broken: dict[str, K8sError] = field(default_factory=dict)
-    patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    evictions: list[str] = field(default_factory=list)
-    deletions: list[str] = field(default_factory=list)
-    #: evicted pods linger this many list_pods() calls before they are gone
-    linger: int = 0
-    #: Leases by (namespace, name), with the API server's create/replace conflict rules
-    leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(list(self.nodes.values()))
-
-    def read_node(self, name: str) -> dict[str, Any]:
-        return copy.deepcopy(self.nodes[name])
-
-    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
-        node = self.nodes[name]
-        rv = patch.get("metadata", {}).get("resourceVersion")
-        if rv and rv != node["metadata"]["resourceVersion"]:
-            raise K8sError(409, "conflict")
-        self.patches.append((name, copy.deepcopy(patch)))
-        merge(node, patch)
-        node["metadata"]["resourceVersion"] = str(int(rv or node["metadata"]["resourceVersion"]) + 1)
-
-    def list_pods(self, node: str | None = None) -> list[dict[str, Any]]:
-        for p in self.pods:
-            if p["metadata"].get("deletionTimestamp"):
-                p["linger"] = p.get("linger", 0) - 1
-        self.pods = [p for p in self.pods if p.get("linger", 0) >= 0]
-        return copy.deepcopy([p for p in self.pods if node is None or p["spec"]["nodeName"] == node])
-
-    def list_inference_services(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.isvcs)
-
-    def _remove(self, ref: str) -> None:
-        for p in self.pods:
-            if f"{p['metadata']['namespace']}/{p['metadata']['name']}" == ref:
-                p["metadata"]["deletionTimestamp"] = "now"
-                p["linger"] = self.linger
-
-    def evict(self, namespace: str, name: str) -> None:
-        ref = f"{namespace}/{name}"
-        self.evictions.append(ref)
-        if ref in self.broken:
-            raise self.broken[ref]
-        if ref in self.guarded:
-            raise EvictionBlocked(429, "Cannot evict pod as it would violate the pod's disruption budget.")
-        self._remove(ref)
-
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self.deletions.append(f"{namespace}/{name}")
-        self._remove(f"{namespace}/{name}")
-
-    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        found = self.leases.get((namespace, name))
-        return copy.deepcopy(found) if found else None
-
-    def write_lease(self, namespace: str, body: dict[str, Any]) -> None:
-        key = (namespace, body["metadata"]["name"])
-        rv = body["metadata"].get("resourceVersion")
-        have = self.leases.get(key)
-        if (have is None) != (rv is None) or (have and have["metadata"]["resourceVersion"] != rv):
-            raise K8sError(409, "the object has been modified" if have else "already exists")
-        new = copy.deepcopy(body)
-        new["metadata"]["resourceVersion"] = str(int(rv or 0) + 1)
-        self.leases[key] = new
-
-    def node(self, name: str) -> dict[str, Any]:
-        return self.nodes[name]
-
-    def lent(self, name: str) -> bool:
-        n = self.nodes[name]
-        return (
-            n["metadata"].get("labels", {}).get(LENT_LABEL) == "true"
-            and not n["spec"].get("unschedulable")
-            and not any(t["key"] == RECLAIM_TAINT for t in n["spec"].get("taints") or [])
-        )
-
-    def fenced(self, name: str) -> bool:
-        n = self.nodes[name]
-        return bool(n["spec"].get("unschedulable")) and any(t["key"] == RECLAIM_TAINT for t in n["spec"]["taints"])
 
 
 class World:
