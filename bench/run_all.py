@@ -30,6 +30,7 @@ BENCHES: dict[str, tuple[list[str], bool]] = {
     "prolog_latency": (["prolog_latency.py"], False),
     "submit_overhead": (["submit_overhead.py", "--spec", "examples/pool.yaml"], True),
     "preempt_resume": (["preempt_resume.py"], True),
+    "reclaim_latency": (["reclaim_latency.py"], True),
 }
 
 HEADER = """# Benchmarks

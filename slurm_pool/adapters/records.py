@@ -290,6 +290,9 @@ class JobRecord:
     time_limit: float | None = None
     gpus: int = 0
     gpu_types: Mapping[str, int] = field(default_factory=dict)
+    #: Nodes it asks for (None: not said) and its ``--constraint`` expression.
+    node_count: int | None = None
+    features: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -391,6 +394,8 @@ def job_record(j: Mapping[str, Any]) -> JobRecord:
         time_limit=None if limit is None else float(limit) * 60.0,
         gpus=gpus,
         gpu_types=dict(typed),
+        node_count=number(j.get("node_count")),
+        features=_text(j.get("features")),
         raw=j,
     )
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import JobRecord, NodeRecord, State
 from slurm_pool.adapters.slurmjson import REASON_PREFIX
 from slurm_pool.spec.bridge import Bridge
@@ -66,6 +67,9 @@ class SlurmNodeView:
     state: State
     reason: str = ""
     partitions: tuple[str, ...] = ()
+    #: Its configured GPUs per GRES type (``""``: untyped) and active features.
+    gpus: tuple[tuple[str, int], ...] = ()
+    features: tuple[str, ...] = ()
 
     @property
     def unavailable(self) -> tuple[str, ...]:
@@ -106,22 +110,45 @@ class Placeholder:
         return self.active and not self.running and (self.restart_count > 0 or "REQUEUED" in self.state)
 
 
+#: A ``--constraint`` this simple is checked; anything else (``|``, counts, brackets) is assumed to fit.
+_SIMPLE_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.+-]+(?:[&,][A-Za-z0-9_.+-]+)*$")
+
+
 @dataclass(frozen=True)
 class PendingJob:
-    """A pending Slurm job outside the lend partition, and where it may run."""
+    """A pending Slurm job outside the lend partition: where it may run, and what it needs there."""
 
     job_id: int
     partitions: tuple[str, ...]
     required: frozenset[str] = frozenset()
     excluded: frozenset[str] = frozenset()
     reason: str = ""
+    gpus: int = 0
+    gpu_types: tuple[tuple[str, int], ...] = ()
+    node_count: int = 1
+    features: str = ""
 
     def could_use(self, node: SlurmNodeView) -> bool:
+        """Its partitions and node lists allow ``node``, and one node's share of its request fits there."""
         if self.required and node.name not in self.required:
             return False
         if node.name in self.excluded:
             return False
-        return bool(set(self.partitions) & set(node.partitions))
+        if not set(self.partitions) & set(node.partitions):
+            return False
+        return self.fits(node)
+
+    def fits(self, node: SlurmNodeView) -> bool:
+        per_node = max(self.node_count, 1)
+        have = dict(node.gpus)
+        for typ, count in self.gpu_types:
+            if typ and have.get(typ, 0) < -(-count // per_node):
+                return False
+        if sum(have.values()) < -(-self.gpus // per_node):
+            return False
+        if self.features and _SIMPLE_CONSTRAINT.match(self.features):
+            return set(re.split(r"[&,]", self.features)) <= set(node.features)
+        return True
 
 
 @dataclass(frozen=True)
@@ -319,7 +346,12 @@ def build_snapshot(
     inference_services: Iterable[Mapping[str, Any]],
 ) -> Snapshot:
     """Both systems' raw data -> :class:`Snapshot`."""
-    nodes = {n.name: SlurmNodeView(n.name, n.state, n.reason, n.partitions) for n in slurm_nodes}
+    nodes = {
+        n.name: SlurmNodeView(
+            n.name, n.state, n.reason, n.partitions, tuple(sorted(gpu_counts(n.gres).items())), n.features
+        )
+        for n in slurm_nodes
+    }
     placeholders, pending = [], []
     busy: dict[str, list[int]] = {}
     for job in jobs:
@@ -341,6 +373,10 @@ def build_snapshot(
                     required=_nodes_of(job.required_nodes),
                     excluded=_nodes_of(job.excluded_nodes),
                     reason=job.reason,
+                    gpus=job.gpus,
+                    gpu_types=tuple(sorted(job.gpu_types.items())),
+                    node_count=job.node_count or 1,
+                    features=job.features,
                 )
             )
     k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}

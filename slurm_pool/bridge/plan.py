@@ -160,7 +160,38 @@ def parse_time(value: str | None) -> datetime | None:
 # -- planning --------------------------------------------------------------------
 
 
-def _blockers(snap: Snapshot, config: Bridge, name: str, lend_allowed: bool) -> list[str]:
+def claims(snap: Snapshot, config: Bridge) -> dict[str, list[int]]:
+    """Node -> the pending jobs that claim it.
+
+    A job claims as many nodes as it asks for, of those it could run on
+    (``PendingJob.could_use``: partitions, node lists, one node's share of its
+    GPUs by type, simple constraints): idle nodes first, then the lent ones with
+    the fewest pods, then busy ones.  So a job that fits nowhere claims nothing,
+    and a 1-node job takes back at most one node.
+    """
+    out: dict[str, list[int]] = {}
+
+    def cost(name: str) -> tuple[int, int, str]:
+        """Idle Slurm nodes first (the job can start there now), then lent ones, then busy ones."""
+        k = snap.k8s_nodes.get(name)
+        if snap.placeholders_on(name) or (k is not None and k.lent):
+            rank = 1
+        else:
+            rank = 2 if snap.busy.get(name) or not snap.slurm_nodes[name].idle else 0
+        return rank, len(snap.workload_pods(name)), name
+
+    for job in sorted(snap.pending, key=lambda j: j.job_id):
+        if job.reason in config.ignore_pending_reasons:
+            continue
+        fit = [n for n, s in snap.slurm_nodes.items() if not s.unavailable and job.could_use(s)]
+        for name in sorted(fit, key=cost)[: max(job.node_count, 1)]:
+            out.setdefault(name, []).append(job.job_id)
+    return out
+
+
+def _blockers(
+    snap: Snapshot, config: Bridge, name: str, lend_allowed: bool, claimed: dict[str, list[int]]
+) -> list[str]:
     """Why ``name`` may not be lent right now (empty: it may)."""
     out = []
     if not config.enabled:
@@ -181,7 +212,7 @@ def _blockers(snap: Snapshot, config: Bridge, name: str, lend_allowed: bool) -> 
             out.append("slurm: job(s) " + ",".join(map(str, others)) + " on the node")
         elif not s.idle and not running and not s.unavailable:
             out.append(f"slurm: node is {'+'.join(s.state) or 'in an unknown state'}")
-        waiting = [j.job_id for j in snap.pending if j.reason not in config.ignore_pending_reasons and j.could_use(s)]
+        waiting = claimed.get(name, [])
         if waiting:
             out.append("slurm: pending job(s) " + ",".join(map(str, waiting)) + " could run here")
     if k is None:
@@ -213,7 +244,8 @@ def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None 
     lend_allowed = window or config.lend_outside_off_peak
     managed = snap.managed
     need = max(0, snap.demand_gpus - snap.base_gpus)
-    blockers = {n: _blockers(snap, config, n, lend_allowed) for n in managed}
+    claimed = claims(snap, config)
+    blockers = {n: _blockers(snap, config, n, lend_allowed, claimed) for n in managed}
 
     def pods(n: str) -> int:
         return len(snap.workload_pods(n))

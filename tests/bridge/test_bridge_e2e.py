@@ -281,6 +281,34 @@ def test_pdb_blocked_eviction_is_reported_and_retried_not_forced(bridge):
     assert "slurm-pool/reclaim-since" not in (bridge.node("a-gpu1").metadata.annotations or {})
 
 
+def test_a_pending_job_that_fits_no_lendable_node_leaves_lending_alone(bridge):
+    """A shared-tier job for H100s pends while the one H100 node runs its owner's job: it claims
+    b-gpu1 only, so the A100 node is still lent (a partition-only veto would lend nothing)."""
+    _fence_all(bridge)
+    owner = bridge.cluster.sbatch(
+        "-p", "b-owner", "--qos=guaranteed", "-A", "projb", "-w", "b-gpu1", "--gres=gpu:2",
+        "-o", "/dev/null", "-D", "/tmp", user="bob", script=OWNER_JOB,
+    )  # fmt: skip
+    bridge.cluster.wait_state(owner, ["RUNNING"], timeout=30)
+    waiting = bridge.cluster.sbatch(
+        "-p", "shared", "--qos=shared", "-A", "proja", "--gres=gpu:nvidia_h100_80gb_hbm3:2", "--time=10",
+        "-o", "/dev/null", "-D", "/tmp", user="alice", script=OWNER_JOB,
+    )  # fmt: skip
+    wait_for(
+        lambda: bridge.cluster.job_field(waiting, "%T|%r") in ("PENDING|Resources", "PENDING|Priority"),
+        timeout=30,
+        what="the H100 job pending for resources",
+    )
+    bridge.create_isvc("llm", replicas=2)
+    wait_for(lambda: len(bridge.predictors()) == 2, timeout=30, what="2 predictor pods created")
+    report = bridge.reconcile(NIGHT)
+    assert report.ok, report.text()
+    assert report.plan.node("a-gpu1").intent == "lend", report.text()
+    assert any(f"pending job(s) {waiting}" in r for r in report.plan.node("b-gpu1").reasons), report.text()
+    bridge.wait_predictors(2, "a-gpu1")
+    assert bridge.cluster.job_field(waiting, "%T") == "PENDING"  # it never wanted the A100 node
+
+
 def test_a_dry_run_sees_every_node(bridge, monkeypatch):
     """`rebalance --dry-run` plans for every Slurm node of the lend partition (issue 9: on 23.02+ the
     node records come from scontrol show nodes --json; reading sinfo --json there found none)."""

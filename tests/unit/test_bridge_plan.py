@@ -31,6 +31,12 @@ from tests.support.k8s_fake import NODES, FakeK8s, isvc, merge, node_manifest, p
 
 EXAMPLE_SPEC = str(Path(__file__).resolve().parents[2] / "examples" / "pool.yaml")
 OWNER = {"a-gpu1": "a-owner", "a-gpu2": "a-owner", "b-gpu1": "b-owner", "c-gpu1": "c-owner"}
+GRES = {
+    "a-gpu1": "gpu:nvidia_a100-sxm4-80gb:2",
+    "a-gpu2": "gpu:nvidia_a100-sxm4-80gb:2",
+    "b-gpu1": "gpu:nvidia_h100_80gb_hbm3:2",
+    "c-gpu1": "gpu:nvidia_a100_3g.20gb:1,gpu:nvidia_a100-sxm4-40gb:1",
+}
 NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)  # a Wednesday, 02:00
 NOON = datetime(2026, 1, 7, 12, 0, tzinfo=timezone.utc)
 CONFIG = Bridge(timezone="UTC", reclaim_wait=5, placeholder_start_timeout=5)
@@ -74,6 +80,8 @@ class FakeSlurm:
                     "state_flags": flags,
                     "reason": self.drains.get(n, ""),
                     "partitions": [OWNER[n], "shared", "scavenger", "k8s-lend"],
+                    "gres": GRES[n],
+                    "features": [OWNER[n].split("-")[0] + "-node"],
                 }
             )
         return out
@@ -291,13 +299,65 @@ CASES = {
         {"a-gpu1": "slurm", "a-gpu2": "lend"},
         {"a-gpu1": "could run here"},
     ),
-    "pending job in a partition of all nodes keeps them all": (
+    "a one-node pending job in a partition of all nodes keeps one of them": (
         2,
-        lambda w: w.slurm.add("PENDING", "shared", state_reason="Priority"),
+        lambda w: w.slurm.add("PENDING", "shared", state_reason="Priority", tres_req_str="gres/gpu=1"),
         NIGHT,
         {},
-        {"a-gpu1": "slurm", "a-gpu2": "slurm", "b-gpu1": "slurm", "c-gpu1": "slurm"},
+        {"a-gpu1": "slurm", "a-gpu2": "lend", "b-gpu1": "slurm", "c-gpu1": "slurm"},
+        {"a-gpu1": "could run here"},
+    ),
+    "a two-node pending job keeps two": (
+        2,
+        lambda w: w.slurm.add("PENDING", "shared", state_reason="Priority", node_count=2),
+        NIGHT,
         {},
+        {"a-gpu1": "slurm", "a-gpu2": "slurm", "b-gpu1": "lend"},
+        {"a-gpu2": "could run here"},
+    ),
+    "a pending job asking more GPUs than a node has fits nowhere": (
+        2,
+        lambda w: w.slurm.add("PENDING", "shared", state_reason="Resources", tres_req_str="gres/gpu=8"),
+        NIGHT,
+        {},
+        {"a-gpu1": "lend"},
+        {},
+    ),
+    "a pending job asking a GPU type no node has fits nowhere": (
+        2,
+        lambda w: w.slurm.add(
+            "PENDING", "shared", state_reason="Resources", tres_req_str="gres/gpu=1,gres/gpu:nvidia_h200=1"
+        ),
+        NIGHT,
+        {},
+        {"a-gpu1": "lend"},
+        {},
+    ),
+    "a pending job asking a feature no node has fits nowhere": (
+        2,
+        lambda w: w.slurm.add("PENDING", "shared", state_reason="Resources", features="bigmem"),
+        NIGHT,
+        {},
+        {"a-gpu1": "lend"},
+        {},
+    ),
+    "a pending job of a type only one node has keeps that one": (
+        2,
+        lambda w: w.slurm.add(
+            "PENDING", "shared", state_reason="Resources", tres_req_str="gres/gpu=2,gres/gpu:nvidia_h100_80gb_hbm3=2"
+        ),
+        NIGHT,
+        {},
+        {"a-gpu1": "lend", "b-gpu1": "slurm"},
+        {"b-gpu1": "could run here"},
+    ),
+    "a pending job with a feature only the a nodes have keeps one of them": (
+        2,
+        lambda w: w.slurm.add("PENDING", "shared", state_reason="Resources", features="a-node"),
+        NIGHT,
+        {},
+        {"a-gpu1": "slurm", "a-gpu2": "lend"},
+        {"a-gpu1": "could run here"},
     ),
     "held pending job does not count": (
         2,
@@ -389,6 +449,17 @@ RECLAIMS = {
         "placeholder not running",
     ),
 }
+
+
+def test_a_pending_one_gpu_scavenger_job_takes_back_at_most_one_node():
+    w = world(6)
+    assert w.run().ok and w.k8s.lent("a-gpu1") and w.k8s.lent("a-gpu2") and w.k8s.lent("b-gpu1")
+    w.k8s.pods += [pod_manifest("llm-0", "a-gpu1"), pod_manifest("llm-1", "b-gpu1")]
+    w.slurm.add("RUNNING", "c-owner", "c-gpu1")  # the one node Slurm kept is busy
+    w.slurm.add("PENDING", "scavenger", state_reason="Priority", tres_req_str="gres/gpu=1")
+    p = w.plan()
+    assert sorted(n for n, i in intents(p).items() if i == "reclaim") == ["a-gpu2"], p.to_dict()  # the emptiest
+    assert any("could run here" in r for r in p.node("a-gpu2").reasons)
 
 
 @pytest.mark.parametrize("name", list(RECLAIMS))

@@ -280,6 +280,7 @@ def test_jobs_of_the_busy_scene(version):
     assert owner.start_time and owner.submit_time and owner.preempt_time is None and owner.requeue is True
     assert (held.state.base, held.reason, held.time_limit) == ("PENDING", "JobHeldUser", 1800.0)
     assert held.waiting and not held.requeued and held.gpus == 2  # its request: it holds none
+    assert (held.node_count, held.features) == (1, "")  # 22.05 a number, 26.05 {number, set, infinite}
     assert mig.gpu_types == {"nvidia_a100_1g.5gb": 1}
     assert waits.reason == "Dependency" and waits.time_limit is None
 

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Reclaim latency of a lent node, on the real local cluster and Kubernetes control plane (issue 10).
+
+Each round, one ``slurm-pool rebalance`` run (the library call) lends an idle
+node, and two predictor pods run on it.  Then an owner's job (shared tier,
+both GPUs, ``-w`` that node) is submitted, and Slurm preempts the placeholder,
+which fences the node before it exits.  Polling every 0.05 s, it measures:
+
+* owner submit -> node free of pods (none bound, node cordoned);
+* owner submit -> owner job RUNNING;
+
+against the baseline of the same run: the same job on an idle node that was
+not lent.  Each sample also checks the promise that a lent GPU is never used
+by both sides (owner RUNNING while a pod is bound, or the node open).
+
+Needs a running local cluster (``SLURM_CONF``; ``bench/run_all.py`` starts
+one) and the Kubernetes binaries (``make k8s-build``); it starts its own
+control plane and the InferenceService test controller.
+
+    python3 bench/reclaim_latency.py [--rounds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from slurm_pool.adapters.runner import SubprocessRunner  # noqa: E402
+from slurm_pool.adapters.slurm import SlurmClient  # noqa: E402
+from slurm_pool.bridge.k8s import KubernetesAPI  # noqa: E402
+from slurm_pool.bridge.reconcile import reconcile  # noqa: E402
+from slurm_pool.bridge.slurm_side import SlurmSide  # noqa: E402
+from slurm_pool.spec.bridge import Bridge, OffPeakWindow  # noqa: E402
+from tests.support.k8s import ControlPlane  # noqa: E402
+from tests.support.k8s_build import require_binaries  # noqa: E402
+from tests.support.k8s_controller import GROUP, PLURAL, VERSION, InferenceServiceController  # noqa: E402
+from tests.support.k8s_fixtures import DEFAULT_CRD  # noqa: E402
+
+NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)
+GRACE = 10  # the k8s-lend tier's GraceTime in examples/pool.yaml
+CANDIDATES = ("a-gpu1", "a-gpu2", "b-gpu1")  # whole-GPU nodes: a 2-GPU job fits each
+POLL = 0.05
+
+
+def _p95(xs: list[float]) -> float:
+    """The 95th percentile (the largest value when there are fewer than 20)."""
+    return statistics.quantiles(xs, n=20, method="inclusive")[18] if len(xs) >= 2 else xs[0]
+
+
+def sh(*argv: str, input: str | None = None) -> str:
+    return subprocess.run(argv, input=input, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def job_state(job: int) -> str:
+    return subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+
+def submit(node: str) -> int:
+    argv = ["sbatch", "--parsable", "-p", "shared", "--qos=shared", "-A", "proja", "--uid=alice", "-w", node]
+    argv += ["--gres=gpu:2", "--time=10", "-o", "/dev/null", "-D", "/tmp"]
+    return int(sh(*argv, input="#!/bin/bash\nsleep 2\n").split(";")[0])
+
+
+def until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+class Bed:
+    def __init__(self, kubeconfig: Path, state: Path, namespace: str):
+        from kubernetes import client, config
+
+        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.namespace = namespace
+        node_kubeconfig = state / "bridge" / "bench-node.kubeconfig"
+        node_kubeconfig.parent.mkdir(exist_ok=True)
+        node_kubeconfig.parent.chmod(0o755)
+        shutil.copyfile(kubeconfig, node_kubeconfig)
+        user = pwd.getpwnam("slurmpool")
+        os.chown(node_kubeconfig, user.pw_uid, user.pw_gid)
+        node_kubeconfig.chmod(0o600)
+        self.config = Bridge(
+            timezone="UTC",
+            off_peak=[OffPeakWindow(start="19:00", end="07:00")],
+            kserve_namespace=namespace,
+            max_lent_nodes=1,
+            node_selector="",
+            fence_kubeconfig=str(node_kubeconfig),
+            fence_command=f"{sys.executable} -m slurm_pool",
+            fence_seconds=5,
+        )
+        self.slurm = SlurmSide(SlurmClient(SubprocessRunner()), self.config)
+        self.k8s = KubernetesAPI(self.api, self.config)
+
+    def rebalance(self) -> None:
+        report = reconcile(self.slurm, self.k8s, self.config, now=NIGHT)
+        if not report.ok:
+            raise RuntimeError(report.text())
+
+    def bound(self, node: str) -> int:
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+        return sum(1 for p in pods if not any(o.kind == "DaemonSet" for o in p.metadata.owner_references or []))
+
+    def open_(self, node: str) -> bool:
+        return not self.core.read_node(node).spec.unschedulable
+
+    def lent(self) -> str | None:
+        for n in self.core.list_node().items:
+            if (n.metadata.labels or {}).get("slurm-pool/lent") == "true" and not n.spec.unschedulable:
+                return n.metadata.name
+        return None
+
+    def serving_on(self, node: str) -> bool:
+        pods = self.core.list_namespaced_pod(self.namespace).items
+        return sum(1 for p in pods if p.spec.node_name == node and p.status.phase == "Running") == 2
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--out", help="result section (default: bench/results/reclaim_latency-<slurm>.md)")
+    args = ap.parse_args()
+    if "SLURM_CONF" not in os.environ or "SLURM_POOL_STATE_DIR" not in os.environ:
+        print("SLURM_CONF is not set: start a cluster (bench/run_all.py does)", file=sys.stderr)
+        return 2
+    version = sh("sinfo", "--version").split()[-1]
+    out = Path(args.out or REPO / "bench" / "results" / f"reclaim_latency-{'.'.join(version.split('.')[:2])}.md")
+    cp = ControlPlane(crds=[DEFAULT_CRD], toolset=require_binaries()).start()
+    assert cp.kubeconfig is not None
+    ctrl = InferenceServiceController(cp.kubeconfig).start()
+    baseline, to_free, to_run, both = [], [], [], 0
+    try:
+        bed = Bed(cp.kubeconfig, Path(os.environ["SLURM_POOL_STATE_DIR"]), "bench")
+        bed.core.create_namespace({"metadata": {"name": "bench"}})
+        until(lambda: bed.core.list_namespaced_service_account("bench").items, 30, "the default service account")
+        bed.rebalance()  # no demand yet: every node fenced
+        isvc = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceService",
+            "metadata": {"name": "llm"},
+            "spec": {"predictor": {"minReplicas": 2, "model": {"resources": {"limits": {"nvidia.com/gpu": 1}}}}},
+        }
+        bed.custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, isvc)
+        for _ in range(args.rounds):
+            bed.rebalance()
+            node = until(bed.lent, 60, "a lent node")
+            until(lambda n=node: bed.serving_on(n), 60, f"2 predictors Running on {node}")
+            idle = next(n for n in CANDIDATES if n != node)
+            t = time.monotonic()
+            probe = submit(idle)
+            until(lambda j=probe: job_state(j) in ("RUNNING", "COMPLETING", ""), 60, "the baseline job")
+            baseline.append(time.monotonic() - t)
+            until(lambda j=probe: job_state(j) == "", 60, "the baseline job to end")
+            t0 = time.monotonic()
+            owner = submit(node)
+            t_free = t_run = None
+            while t_run is None or t_free is None:
+                running = job_state(owner) in ("RUNNING", "COMPLETING")
+                pods, open_ = bed.bound(node), bed.open_(node)
+                now = time.monotonic()
+                if running and t_run is None:
+                    t_run = now
+                if not pods and not open_ and t_free is None:
+                    t_free = now
+                both += int(running and bool(pods or open_))
+                if now - t0 > 120:
+                    raise TimeoutError(f"reclaim of {node}: running={running} pods={pods} open={open_}")
+                time.sleep(POLL)
+            to_free.append(t_free - t0)
+            to_run.append(t_run - t0)
+            until(lambda j=owner: job_state(j) == "", 60, "the owner's job to end")
+    finally:
+        subprocess.run(["scancel", "--name=slurm-pool-lend"], check=False)
+        ctrl.stop()
+        cp.stop()
+    base = statistics.median(baseline)
+    rows = [
+        ("idle unlent node: submit -> running (baseline)", baseline),
+        ("owner submit -> lent node free of pods and cordoned", to_free),
+        ("owner submit -> owner job running", to_run),
+    ]
+    md = [
+        f"## Reclaim of a lent node on Slurm {version} (issue 10)\n",
+        f"Command: `python3 bench/reclaim_latency.py --rounds {args.rounds}` (local cluster on Slurm {version}, "
+        f"example pool, Kubernetes v1.34 control plane with kwok; a shared-tier 2-GPU job preempts the placeholder "
+        f"of the lent node, whose fence deletes the 2 predictor pods; k8s-lend GraceTime {GRACE} s; "
+        f"{args.rounds} reclaims, polled every {POLL} s)\n",
+        "| interval | p50 s | p95 s | max s | p50 ratio to baseline |",
+        "|---|---|---|---|---|",
+    ]
+    for label, xs in rows:
+        md.append(
+            f"| {label} | {statistics.median(xs):.2f} | {_p95(xs):.2f} | {max(xs):.2f} | "
+            f"{statistics.median(xs) / base:.2f} |"
+        )
+    p95 = _p95(to_run)
+    verdict = "within" if p95 <= GRACE + 5 else "NOT within"
+    md.append(f"\nOwner start p95 {p95:.2f} s is {verdict} the goal of k8s-lend GraceTime + 5 s = {GRACE + 5} s.")
+    md.append(f"Samples with the owner's job running while a pod was bound to its node or the node was open: {both}.\n")
+    text = "\n".join(md)
+    out.write_text(text)
+    print(text)
+    return 0 if both == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
