@@ -238,6 +238,8 @@ class Snapshot:
     #: GPUs the InferenceServices want (sum of desired replicas x GPUs each)
     demand_gpus: int
     lend_partition: str
+    #: Nodes holding a placeholder that Kubernetes has but ``bridge.node_selector`` no longer selects.
+    unselected: frozenset[str] = frozenset()
 
     @property
     def managed(self) -> list[str]:

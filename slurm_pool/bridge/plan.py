@@ -289,6 +289,7 @@ def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None 
             )
         else:
             plans.append(_fence(snap, n, tuple(blockers[n]) or ("inference demand is met",)))
+    plans += _orphans(snap, config, set(managed))
     notes = []
     unmet = need - _gpus(snap, keep)
     if unmet > 0:
@@ -302,6 +303,33 @@ def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None 
         nodes=tuple(plans),
         notes=tuple(notes),
     )
+
+
+def _orphans(snap: Snapshot, config: Bridge, managed: set[str]) -> list[NodePlan]:
+    """Placeholders on nodes the bridge no longer manages: cancelled, so Slurm has its node back.
+
+    One on a node that Kubernetes still has but no longer selects is cancelled only with the
+    placeholder's fence (``bridge.fence_kubeconfig``), which takes the node's pods away first:
+    the bridge itself no longer sees that node, and without the fence its pods would stay.
+    """
+    out = []
+    for n in sorted({p.node for p in snap.placeholders if p.active} - managed):
+        ids = tuple(p.job_id for p in snap.placeholders_on(n) if p.active)
+        which = f"orphaned placeholder {','.join(map(str, ids))}"
+        if n in snap.unselected and not config.fence_kubeconfig:
+            why = f"{which} kept: Kubernetes still has the node but bridge.node_selector no longer selects it, and "
+            why += "without bridge.fence_kubeconfig its pods would stay; move them, then cancel it"
+            out.append(NodePlan(n, "lent", (why,)))
+            continue
+        if n in snap.unselected:
+            why = "bridge.node_selector no longer selects the node (its placeholder fences it as it ends)"
+        elif n not in snap.k8s_nodes:
+            why = "the node is not in Kubernetes"
+        else:
+            why = f"the node is not in Slurm partition {snap.lend_partition}"
+        step = Step("cancel", n, "orphaned placeholder: give the node back to Slurm", job_ids=ids)
+        out.append(NodePlan(n, "reclaim", (f"{which}: {why}",), (step,)))
+    return out
 
 
 def _lend(snap: Snapshot, n: str) -> NodePlan:

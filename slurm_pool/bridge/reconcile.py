@@ -6,13 +6,13 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
 from slurm_pool.bridge import lease
 from slurm_pool.bridge.execute import Executor, StepResult
-from slurm_pool.bridge.k8s import K8sAPI, K8sError
+from slurm_pool.bridge.k8s import K8sAPI, K8sError, NotFound
 from slurm_pool.bridge.model import Snapshot, build_snapshot
 from slurm_pool.bridge.plan import Plan, plan
 from slurm_pool.bridge.slurm_side import SlurmSide
@@ -76,10 +76,19 @@ class Report:
 
 
 def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge) -> Snapshot:
-    """Read both systems once."""
-    return build_snapshot(
+    """Read both systems once (and, for a placeholder on a node not listed, whether Kubernetes has it)."""
+    snap = build_snapshot(
         config, slurm.nodes(), slurm.jobs(), k8s.list_nodes(), k8s.list_pods(), k8s.list_inference_services()
     )
+    unlisted = sorted({p.node for p in snap.placeholders if p.active} - set(snap.k8s_nodes))
+    unselected = set()
+    for name in unlisted:
+        try:
+            k8s.read_node(name)
+        except NotFound:
+            continue
+        unselected.add(name)
+    return replace(snap, unselected=frozenset(unselected)) if unselected else snap
 
 
 def default_holder() -> str:

@@ -309,6 +309,31 @@ def test_a_pending_job_that_fits_no_lendable_node_leaves_lending_alone(bridge):
     assert bridge.cluster.job_field(waiting, "%T") == "PENDING"  # it never wanted the A100 node
 
 
+def test_a_placeholder_whose_node_is_no_longer_selected_is_cancelled(bridge):
+    from slurm_pool.bridge.k8s import KubernetesAPI
+    from slurm_pool.bridge.reconcile import reconcile
+    from slurm_pool.bridge.slurm_side import SlurmSide
+
+    _lend_one(bridge)
+    placeholder = int(bridge.placeholders()[0]["id"])
+    label = "slurm-pool-test/selected"
+    for n in NODES:
+        if n != "a-gpu1":
+            bridge.core.patch_node(n, {"metadata": {"labels": {label: "yes"}}})
+    try:
+        config = bridge.config.model_copy(update={"node_selector": f"{label}=yes"})
+        k8s = KubernetesAPI(bridge.api, config)
+        report = reconcile(SlurmSide(bridge.cluster.slurm, config), k8s, config, now=NIGHT)
+        assert report.ok, report.text()
+        assert "orphaned placeholder" in report.plan.node("a-gpu1").reasons[0], report.text()
+        ended = ("COMPLETED", "PREEMPTED", "CANCELLED")
+        bridge.cluster.wait_sacct(placeholder, "State", lambda v: v.startswith(ended))
+        assert not [p for p in bridge.placeholders() if p["node"] == "a-gpu1"]
+    finally:
+        for n in NODES:
+            bridge.core.patch_node(n, {"metadata": {"labels": {label: None}}})
+
+
 def test_a_dry_run_sees_every_node(bridge, monkeypatch):
     """`rebalance --dry-run` plans for every Slurm node of the lend partition (issue 9: on 23.02+ the
     node records come from scontrol show nodes --json; reading sinfo --json there found none)."""

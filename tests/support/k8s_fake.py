@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_pool.bridge.k8s import EvictionBlocked, K8sError
+from slurm_pool.bridge.k8s import EvictionBlocked, K8sError, NotFound
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT
 
 NODES = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
@@ -72,6 +72,8 @@ class FakeK8s:
         return copy.deepcopy(list(self.nodes.values()))
 
     def read_node(self, name: str) -> dict[str, Any]:
+        if name not in self.nodes:
+            raise NotFound(404, f'nodes "{name}" not found')
         return copy.deepcopy(self.nodes[name])
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> None:

@@ -451,6 +451,31 @@ RECLAIMS = {
 }
 
 
+@pytest.mark.parametrize(
+    ("how", "fence", "cancelled"),
+    [
+        ("deleted", None, True),
+        ("unselected", "/etc/k.conf", True),
+        ("unselected", None, False),  # its pods would stay on a node given back to Slurm
+    ],
+)
+def test_an_orphaned_placeholder_is_cancelled(how: str, fence: str | None, cancelled: bool):
+    w, job = _lent_world(fence_kubeconfig=fence)
+    gone = w.k8s.nodes.pop("a-gpu1")
+    if how == "unselected":  # the API server still has it; the selected list does not
+
+        def read_node(name: str, real=w.k8s.read_node) -> dict:
+            return gone if name == "a-gpu1" else real(name)
+
+        w.k8s.read_node = read_node  # type: ignore[method-assign]
+    p = w.plan()
+    node = p.node("a-gpu1")
+    assert "orphaned placeholder" in node.reasons[0], p.to_dict()
+    assert [(s.kind, s.job_ids) for s in node.steps] == ([("cancel", (job,))] if cancelled else [])
+    assert w.run().ok
+    assert ("a-gpu1" not in w.placeholders()) is cancelled and w.plan().steps == []
+
+
 def test_a_pending_one_gpu_scavenger_job_takes_back_at_most_one_node():
     w = world(6)
     assert w.run().ok and w.k8s.lent("a-gpu1") and w.k8s.lent("a-gpu2") and w.k8s.lent("b-gpu1")
