@@ -11,6 +11,7 @@ from slurm_pool.accounting.plan import build_plan
 from slurm_pool.mig.features import LAYOUTS_FILE
 from slurm_pool.policy.lua import render_job_submit
 from slurm_pool.render.context import Layouts, build_context
+from slurm_pool.render.k8s_rbac import bridge_rbac
 from slurm_pool.render.site import Site
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec.model import PoolSpec
@@ -47,6 +48,9 @@ def render_all(
     if spec.policy.job_submit:
         files["job_submit.lua"] = render_job_submit(spec, version)
     files["accounting.json"] = json.dumps(build_plan(spec).to_json(), indent=2, sort_keys=False) + "\n"
+    rbac = bridge_rbac(spec)
+    if rbac is not None:
+        files["k8s-bridge-rbac.yaml"] = rbac
     manifest = {
         "generator": "slurm-pool",
         "slurm_version": str(version),

@@ -94,6 +94,10 @@ class Bridge(Strict):
     fence_kubeconfig: Optional[str] = Field(default=None, pattern=r"^/[^\x00-\x1f]*$")
     fence_command: str = Field(default="slurm-pool", pattern=r"^[^\x00-\x1f]+$")
     fence_seconds: int = Field(default=30, ge=1, le=3600)
+    #: The Kubernetes user names the rendered RBAC (``k8s-bridge-rbac.yaml``) grants to: the
+    #: rebalancer's, and each node's fence (``{node}``: the node's name).
+    k8s_user: str = Field(default="slurm-pool-rebalancer", pattern=r"^[^\x00-\x1f]+$")
+    fence_user: str = Field(default="slurm-pool-node:{node}", pattern=r"^[^\x00-\x1f]*\{node\}[^\x00-\x1f]*$")
     #: Pending jobs held for these reasons do not claim a node back.
     ignore_pending_reasons: list[str] = [
         "JobHeldUser",

@@ -1,0 +1,129 @@
+"""The bridge's Kubernetes RBAC, rendered from the spec (``k8s-bridge-rbac.yaml``).
+
+Two kinds of credentials act for the bridge (docs/bridge.md):
+
+* the rebalancer (``bridge.k8s_user``): reads nodes, pods and InferenceServices,
+  patches nodes, evicts and deletes pods, and holds its Lease in
+  ``bridge.lease_namespace`` only;
+* each node's placeholder fence (``bridge.fence_user``, ``{node}`` its name),
+  only with ``bridge.fence_kubeconfig``: it may get and patch its own Node and
+  no other (``resourceNames``), list pods, and delete pods in
+  ``bridge.kserve_namespace`` (everywhere when no namespace is set).
+
+Every object is named and labelled ``slurm-pool``.  Pure: spec in, YAML text out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from slurm_pool.spec.bridge import Bridge
+from slurm_pool.spec.hosts import expand
+from slurm_pool.spec.model import PoolSpec
+
+LABELS = {"app.kubernetes.io/managed-by": "slurm-pool"}
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> dict:
+    rule: dict[str, Any] = {"apiGroups": groups, "resources": resources, "verbs": verbs}
+    if names:
+        rule["resourceNames"] = names
+    return rule
+
+
+def _users(names: list[str]) -> list[dict[str, str]]:
+    return [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": n} for n in names]
+
+
+def _role(kind: str, name: str, rules: list[dict], namespace: str | None = None) -> dict:
+    return {"apiVersion": RBAC, "kind": kind, "metadata": _meta(name, namespace), "rules": rules}
+
+
+def _binding(kind: str, name: str, role_kind: str, users: list[str], namespace: str | None = None) -> dict:
+    return {
+        "apiVersion": RBAC,
+        "kind": kind,
+        "metadata": _meta(name, namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
+        "subjects": _users(users),
+    }
+
+
+def lend_nodes(spec: PoolSpec, bridge: Bridge) -> list[str]:
+    """The nodes of the lend partition, in order."""
+    part = next((p for p in spec.partitions if p.name == bridge.partition), None)
+    if part is None:
+        return []
+    groups = {g.name: g for g in spec.node_groups}
+    names: list[str] = []
+    entries = [g.name for g in spec.node_groups] if "ALL" in part.nodes else part.nodes
+    for entry in entries:
+        for n in expand(groups[entry].hosts if entry in groups else entry):
+            if n not in names:
+                names.append(n)
+    return names
+
+
+def bridge_rbac(spec: PoolSpec) -> str | None:
+    """``k8s-bridge-rbac.yaml`` for the spec's bridge, or None without an enabled bridge."""
+    b = spec.bridge
+    if b is None or not b.enabled:
+        return None
+    rebalancer = "slurm-pool-rebalancer"
+    docs: list[dict] = [
+        _role(
+            "ClusterRole",
+            rebalancer,
+            [
+                _rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
+                _rule([""], ["pods"], ["get", "list", "watch", "delete"]),
+                _rule([""], ["pods/eviction"], ["create"]),
+                _rule(["serving.kserve.io"], ["inferenceservices"], ["get", "list", "watch"]),
+            ],
+        ),
+        _binding("ClusterRoleBinding", rebalancer, "ClusterRole", [b.k8s_user]),
+        _role(
+            "Role",
+            rebalancer,
+            [_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])],
+            b.lease_namespace,
+        ),
+        _binding("RoleBinding", rebalancer, "Role", [b.k8s_user], b.lease_namespace),
+    ]
+    if b.fence_kubeconfig:
+        nodes = lend_nodes(spec, b)
+        users = [b.fence_user.replace("{node}", n) for n in nodes]
+        fence = "slurm-pool-fence"
+        docs += [
+            _role("ClusterRole", fence, [_rule([""], ["pods"], ["list"])]),
+            _binding("ClusterRoleBinding", fence, "ClusterRole", users),
+        ]
+        delete = [_rule([""], ["pods"], ["delete"])]
+        if b.kserve_namespace:
+            docs += [
+                _role("Role", f"{fence}-delete", delete, b.kserve_namespace),
+                _binding("RoleBinding", f"{fence}-delete", "Role", users, b.kserve_namespace),
+            ]
+        else:
+            docs += [
+                _role("ClusterRole", f"{fence}-delete", delete),
+                _binding("ClusterRoleBinding", f"{fence}-delete", "ClusterRole", users),
+            ]
+        for node, user in zip(nodes, users, strict=True):
+            own = f"{fence}-node-{node}"
+            docs += [
+                _role("ClusterRole", own, [_rule([""], ["nodes"], ["get", "patch"], [node])]),
+                _binding("ClusterRoleBinding", own, "ClusterRole", [user]),
+            ]
+    head = "# Kubernetes RBAC for the slurm-pool bridge -- generated by slurm-pool; see docs/bridge.md.\n"
+    return head + yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True)
