@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,29 @@ EXAMPLE_SPEC = REPO / "examples" / "pool.yaml"
 #: The Slurm the daemon tests run on: a cached build's version (``26.05``) or a
 #: prefix; unset: the Slurm on PATH (Debian's 22.05).  ``make test`` runs both.
 TEST_SLURM = os.environ.get("SLURM_POOL_TEST_SLURM") or None
+
+
+def pytest_configure(config):
+    """Give each session its own base temporary directory (unless ``--basetemp`` is given).
+
+    Jobs run as the pool's users and write into ``tmp_path``.  pytest's shared
+    ``/tmp/pytest-of-<user>`` is reset to mode 0700 by every session that starts,
+    which would cut a running session's jobs off from their paths.  Directories
+    of finished sessions are removed, the newest three excepted.
+    """
+    if config.option.basetemp is not None or hasattr(config, "workerinput"):
+        return
+    root = Path(tempfile.gettempdir()) / "slurm-pool-pytest"
+    root.mkdir(mode=0o711, exist_ok=True)
+    root.chmod(0o711)
+    finished = [d for d in root.iterdir() if d.is_dir() and not _alive(d.name.split("-", 1)[0])]
+    for old in sorted(finished, key=lambda d: d.stat().st_mtime)[:-3]:
+        shutil.rmtree(old, ignore_errors=True)
+    config.option.basetemp = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
+
+
+def _alive(pid: str) -> bool:
+    return pid.isdigit() and Path(f"/proc/{pid}").exists()
 
 
 def pytest_report_header(config):

@@ -10,10 +10,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from slurm_pool.adapters.runner import CommandError
-from slurm_pool.bridge.k8s import EvictionBlocked, K8sAPI, K8sError, fence_patch, open_patch, release_patch, update_node
+from slurm_pool.bridge.k8s import (
+    EVENT_NAMESPACE,
+    EvictionBlocked,
+    K8sAPI,
+    K8sError,
+    fence_patch,
+    node_event,
+    open_patch,
+    release_patch,
+    update_node,
+)
 from slurm_pool.bridge.model import PLACEHOLDER_RUNNING, pod_view
 from slurm_pool.bridge.plan import Plan, Step
 from slurm_pool.bridge.slurm_side import SlurmSide
@@ -126,11 +137,23 @@ class Executor:
         if state not in PLACEHOLDER_RUNNING:
             raise StepFailed(f"placeholder {job} is {state or 'gone'} ({reason}): not opening the node")
         update_node(self.k8s, step.node, open_patch)
-        return f"placeholder {job} {state}; uncordoned, untainted, labelled slurm-pool/lent=true"
+        detail = f"placeholder {job} {state}; uncordoned, untainted, labelled slurm-pool/lent=true"
+        return detail + self._event(step.node, "SlurmPoolLent", f"lent to Kubernetes; Slurm holds it with job {job}")
 
     def _release(self, step: Step, jobs: dict[str, int]) -> str:
         update_node(self.k8s, step.node, release_patch)
-        return "label slurm-pool/lent and reclaim mark removed"
+        return "label slurm-pool/lent and reclaim mark removed" + self._event(
+            step.node, "SlurmPoolReclaimed", "given back to Slurm"
+        )
+
+    def _event(self, node: str, reason: str, message: str) -> str:
+        """Record a Node event; a failure is noted, never a step failure."""
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+        try:
+            self.k8s.create_event(EVENT_NAMESPACE, node_event(node, reason, message, when))
+        except K8sError as exc:
+            return f" (event {reason} not recorded: {exc})"
+        return ""
 
     def _submit(self, step: Step, jobs: dict[str, int]) -> str:
         jobs[step.node] = self.slurm.submit_placeholder(step.node)

@@ -4,8 +4,9 @@ When Slurm preempts a placeholder, the preempting job may start as soon as the
 placeholder exits.  So the placeholder runs this first (``slurm-pool
 fence-node``): cordon and taint the node, delete every workload pod bound to
 it, and wait until none is left.  Pods are deleted, not evicted: Slurm has
-already decided, so a PodDisruptionBudget may not block it (each pod keeps its
-own termination grace).  The deadline is ``bridge.fence_seconds``, which the
+already decided, so a PodDisruptionBudget may not block it.  Each pod keeps
+its own termination grace, so a pod is gone from the API only once its kubelet
+has stopped it (a delete with grace 0 would remove it while it still runs).  The deadline is ``bridge.fence_seconds``, which the
 lend tier's GraceTime covers (``check_bridge``).
 """
 
@@ -65,7 +66,7 @@ def fence_node(
         for namespace, name, terminating in left or []:
             if (namespace, name) not in deleted and not terminating:
                 try:
-                    api.delete_pod(namespace, name)
+                    api.delete_pod(namespace, name, grace=None)  # the kubelet stops it first
                     deleted.add((namespace, name))
                 except K8sError as exc:
                     note = f"{namespace}/{name}: {exc}"

@@ -49,7 +49,10 @@ class K8sAPI(Protocol):
     def list_pods(self, node: str | None = None) -> list[dict[str, Any]]: ...
     def list_inference_services(self) -> list[dict[str, Any]]: ...
     def evict(self, namespace: str, name: str) -> None: ...
-    def delete_pod(self, namespace: str, name: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str, grace: int | None = 0) -> None:
+        """Delete at once (``grace`` 0: the force of ``force_after``), or with the pod's own grace (None)."""
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None: ...
     def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Lease, or None when there is none."""
 
@@ -76,6 +79,27 @@ def fence_patch(node: Mapping[str, Any], since: str | None = None) -> dict[str, 
         meta["annotations"] = {RECLAIM_SINCE: since}
     taint = {"key": RECLAIM_TAINT, "value": "true", "effect": "NoSchedule"}
     return {"metadata": meta, "spec": {"unschedulable": True, "taints": _taints(node) + [taint]}}
+
+
+#: Where the bridge's Node events go (Node events live in ``default``, as the kubelet's do).
+EVENT_NAMESPACE = "default"
+
+
+def node_event(node: str, reason: str, message: str, when: str) -> dict[str, Any]:
+    """A core/v1 Event about Node ``node`` from the rebalancer (``when``: an RFC 3339 time)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{node}.slurm-pool-", "namespace": EVENT_NAMESPACE},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "reason": reason,
+        "message": message,
+        "type": "Normal",
+        "source": {"component": "slurm-pool-rebalancer"},
+        "firstTimestamp": when,
+        "lastTimestamp": when,
+        "count": 1,
+    }
 
 
 def open_patch(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,11 +221,17 @@ class KubernetesAPI:
         except NotFound:
             pass
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, grace: int | None = 0) -> None:
         try:
-            self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
+            if grace is None:
+                self._call(self.core.delete_namespaced_pod, name, namespace)
+            else:
+                self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace)
         except NotFound:
             pass
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self._call(self.core.create_namespaced_event, namespace, body)
 
     def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

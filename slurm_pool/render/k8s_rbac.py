@@ -3,8 +3,8 @@
 Two kinds of credentials act for the bridge (docs/bridge.md):
 
 * the rebalancer (``bridge.k8s_user``): reads nodes, pods and InferenceServices,
-  patches nodes, evicts and deletes pods, and holds its Lease in
-  ``bridge.lease_namespace`` only;
+  patches nodes, evicts and deletes pods, records Node events, and holds its
+  Lease in ``bridge.lease_namespace`` only;
 * each node's placeholder fence (``bridge.fence_user``, ``{node}`` its name),
   only with ``bridge.fence_kubeconfig``: it may get and patch its own Node and
   no other (``resourceNames``), list pods, and delete pods in
@@ -89,6 +89,7 @@ def bridge_rbac(spec: PoolSpec) -> str | None:
                 _rule([""], ["pods"], ["get", "list", "watch", "delete"]),
                 _rule([""], ["pods/eviction"], ["create"]),
                 _rule(["serving.kserve.io"], ["inferenceservices"], ["get", "list", "watch"]),
+                _rule([""], ["events"], ["create"]),
             ],
         ),
         _binding("ClusterRoleBinding", rebalancer, "ClusterRole", [b.k8s_user]),

@@ -51,6 +51,10 @@ def _lend_one(bridge, node: str = "a-gpu1"):
 
 def test_idle_node_is_lent_and_second_run_is_a_no_op(bridge, monkeypatch):
     report = _lend_one(bridge)
+    events = bridge.core.list_namespaced_event(
+        "default", field_selector="involvedObject.name=a-gpu1,reason=SlurmPoolLent"
+    ).items
+    assert events and events[-1].involved_object.kind == "Node", events
     ph = bridge.placeholders()
     assert len(ph) == 1, ph
     assert ph[0] | {"id": "*"} == {

@@ -92,6 +92,7 @@ CASES = [
     (REB, "list", "inferenceservices", {"group": "serving.kserve.io"}, True),
     (REB, "update", "leases", {"group": "coordination.k8s.io", "namespace": "NS"}, True),
     (REB, "update", "leases", {"group": "coordination.k8s.io", "namespace": "kube-system"}, False),
+    (REB, "create", "events", {"namespace": "default"}, True),
     (REB, "delete", "nodes", {"name": "a-gpu1"}, False),
     (REB, "create", "pods", {"namespace": "NS"}, False),
     ("slurm-pool-node:a-gpu1", "patch", "nodes", {"name": "a-gpu1"}, True),

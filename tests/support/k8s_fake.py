@@ -63,6 +63,8 @@ class FakeK8s:
     patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     evictions: list[str] = field(default_factory=list)
     deletions: list[str] = field(default_factory=list)
+    graces: list[int | None] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: evicted pods linger this many list_pods() calls before they are gone
     linger: int = 0
     #: Leases by (namespace, name), with the API server's create/replace conflict rules
@@ -110,9 +112,13 @@ class FakeK8s:
             raise EvictionBlocked(429, "Cannot evict pod as it would violate the pod's disruption budget.")
         self._remove(ref)
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, grace: int | None = 0) -> None:
         self.deletions.append(f"{namespace}/{name}")
+        self.graces.append(grace)
         self._remove(f"{namespace}/{name}")
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.events.append((namespace, copy.deepcopy(body)))
 
     def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         found = self.leases.get((namespace, name))

@@ -50,6 +50,7 @@ def test_fence_cordons_deletes_every_workload_pod_and_waits_until_none_is_bound(
     assert res.ok, res.detail
     assert k8s.fenced("a-gpu1")
     assert sorted(k8s.deletions) == ["serve/llm-0", "serve/llm-1"] and k8s.evictions == []
+    assert k8s.graces == [None, None]  # with the pods' own grace: gone from the API only once stopped
     assert clock.t > 0  # it waited for the terminating pods to go
     assert {p["metadata"]["name"] for p in k8s.pods} == {"other", "ds"}
 

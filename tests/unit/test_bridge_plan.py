@@ -451,6 +451,29 @@ RECLAIMS = {
 }
 
 
+def test_lend_and_reclaim_are_recorded_as_node_events():
+    w, _ = _lent_world()
+    assert [(ns, e["reason"], e["involvedObject"]["name"]) for ns, e in w.k8s.events] == [
+        ("default", "SlurmPoolLent", "a-gpu1")
+    ]
+    w.k8s.isvcs.clear()
+    assert w.run().ok
+    assert [e["reason"] for _, e in w.k8s.events] == ["SlurmPoolLent", "SlurmPoolReclaimed"]
+
+
+def test_an_event_that_cannot_be_recorded_fails_no_step():
+    class NoEvents(FakeK8s):
+        def create_event(self, namespace: str, body: dict) -> None:
+            raise K8sError(403, "events is forbidden")
+
+    w = World()
+    w.k8s = NoEvents()
+    w.k8s.isvcs.append(isvc("llm", 2))
+    report = w.run()
+    assert report.ok, report.text()
+    assert any("event SlurmPoolLent not recorded" in r.detail for r in report.results), report.text()
+
+
 @pytest.mark.parametrize(
     ("how", "fence", "cancelled"),
     [
