@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pwd
-import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -35,14 +32,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from timing import interval_table, p95, sh  # noqa: E402
 
 from slurm_pool.adapters.runner import SubprocessRunner  # noqa: E402
 from slurm_pool.adapters.slurm import SlurmClient  # noqa: E402
 from slurm_pool.bridge.k8s import KubernetesAPI  # noqa: E402
 from slurm_pool.bridge.reconcile import reconcile  # noqa: E402
 from slurm_pool.bridge.slurm_side import SlurmSide  # noqa: E402
+from slurm_pool.localcluster.procs import wait_for  # noqa: E402
 from slurm_pool.spec.bridge import Bridge, OffPeakWindow  # noqa: E402
-from tests.support.k8s import ControlPlane  # noqa: E402
+from tests.support.k8s import ControlPlane, node_kubeconfig  # noqa: E402
 from tests.support.k8s_build import require_binaries  # noqa: E402
 from tests.support.k8s_controller import GROUP, PLURAL, VERSION, InferenceServiceController  # noqa: E402
 from tests.support.k8s_fixtures import DEFAULT_CRD  # noqa: E402
@@ -51,15 +52,6 @@ NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)
 GRACE = 10  # the k8s-lend tier's GraceTime in examples/pool.yaml
 CANDIDATES = ("a-gpu1", "a-gpu2", "b-gpu1")  # whole-GPU nodes: a 2-GPU job fits each
 POLL = 0.05
-
-
-def _p95(xs: list[float]) -> float:
-    """The 95th percentile (the largest value when there are fewer than 20)."""
-    return statistics.quantiles(xs, n=20, method="inclusive")[18] if len(xs) >= 2 else xs[0]
-
-
-def sh(*argv: str, input: str | None = None) -> str:
-    return subprocess.run(argv, input=input, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def job_state(job: int) -> str:
@@ -73,13 +65,7 @@ def submit(node: str) -> int:
 
 
 def until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise TimeoutError(f"timed out waiting for {what}")
+    return wait_for(check, timeout, what, interval=0.2)
 
 
 class Bed:
@@ -90,20 +76,14 @@ class Bed:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.namespace = namespace
-        node_kubeconfig = state / "bridge" / "bench-node.kubeconfig"
-        node_kubeconfig.parent.mkdir(exist_ok=True)
-        node_kubeconfig.parent.chmod(0o755)
-        shutil.copyfile(kubeconfig, node_kubeconfig)
-        user = pwd.getpwnam("slurmpool")
-        os.chown(node_kubeconfig, user.pw_uid, user.pw_gid)
-        node_kubeconfig.chmod(0o600)
+        fence_config = node_kubeconfig(kubeconfig, state / "bridge" / "bench-node.kubeconfig")
         self.config = Bridge(
             timezone="UTC",
             off_peak=[OffPeakWindow(start="19:00", end="07:00")],
             kserve_namespace=namespace,
             max_lent_nodes=1,
             node_selector="",
-            fence_kubeconfig=str(node_kubeconfig),
+            fence_kubeconfig=str(fence_config),
             fence_command=f"{sys.executable} -m slurm_pool",
             fence_seconds=5,
         )
@@ -191,7 +171,6 @@ def main() -> int:
         subprocess.run(["scancel", "--name=slurm-pool-lend"], check=False)
         ctrl.stop()
         cp.stop()
-    base = statistics.median(baseline)
     rows = [
         ("idle unlent node: submit -> running (baseline)", baseline),
         ("owner submit -> lent node free of pods and cordoned", to_free),
@@ -203,17 +182,11 @@ def main() -> int:
         f"example pool, Kubernetes v1.34 control plane with kwok; a shared-tier 2-GPU job preempts the placeholder "
         f"of the lent node, whose fence deletes the 2 predictor pods; k8s-lend GraceTime {GRACE} s; "
         f"{args.rounds} reclaims, polled every {POLL} s)\n",
-        "| interval | p50 s | p95 s | max s | p50 ratio to baseline |",
-        "|---|---|---|---|---|",
+        *interval_table(rows),
     ]
-    for label, xs in rows:
-        md.append(
-            f"| {label} | {statistics.median(xs):.2f} | {_p95(xs):.2f} | {max(xs):.2f} | "
-            f"{statistics.median(xs) / base:.2f} |"
-        )
-    p95 = _p95(to_run)
-    verdict = "within" if p95 <= GRACE + 5 else "NOT within"
-    md.append(f"\nOwner start p95 {p95:.2f} s is {verdict} the goal of k8s-lend GraceTime + 5 s = {GRACE + 5} s.")
+    worst = p95(to_run)
+    verdict = "within" if worst <= GRACE + 5 else "NOT within"
+    md.append(f"\nOwner start p95 {worst:.2f} s is {verdict} the goal of k8s-lend GraceTime + 5 s = {GRACE + 5} s.")
     md.append(f"Samples with the owner's job running while a pod was bound to its node or the node was open: {both}.\n")
     text = "\n".join(md)
     out.write_text(text)

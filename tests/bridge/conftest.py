@@ -5,14 +5,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+from tests.support.k8s import node_kubeconfig
 
 #: Inside the default off-peak window (19:00-07:00) and outside it, in UTC.
 NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)
@@ -161,7 +161,9 @@ def bridge(cluster, k8s_kubeconfig, k8s_api, k8s_namespace) -> Iterator[BridgeBe
         kserve_namespace=k8s_namespace,
         placeholder_start_timeout=30,
         reclaim_wait=30,
-        fence_kubeconfig=str(_node_kubeconfig(cluster, k8s_kubeconfig)),
+        fence_kubeconfig=str(
+            node_kubeconfig(k8s_kubeconfig, cluster.cluster.layout.root / "bridge" / "node.kubeconfig")
+        ),
         fence_command=f"{sys.executable} -m slurm_pool",
         fence_seconds=5,  # the example's k8s-lend GraceTime is 10 s
     )
@@ -169,18 +171,3 @@ def bridge(cluster, k8s_kubeconfig, k8s_api, k8s_namespace) -> Iterator[BridgeBe
     yield bed
     cluster.cancel_all()  # placeholders fence their nodes as they go: then undo the marks
     _reset_nodes(core)
-
-
-def _node_kubeconfig(cluster, kubeconfig) -> Path:
-    """The kubeconfig the placeholders' fence reads on the nodes, as the bridge user (0600, theirs)."""
-    import pwd
-    import shutil
-
-    path = cluster.cluster.layout.root / "bridge" / "node.kubeconfig"
-    path.parent.mkdir(exist_ok=True)
-    path.parent.chmod(0o755)
-    shutil.copyfile(kubeconfig, path)
-    user = pwd.getpwnam("slurmpool")
-    os.chown(path, user.pw_uid, user.pw_gid)
-    path.chmod(0o600)
-    return path

@@ -16,12 +16,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from slurm_pool.localcluster.mig import EmulatedMigBackend
+from slurm_pool.localcluster.procs import wait_for
 from tests.support.sshd import start_sshd
 
 pytestmark = pytest.mark.slurm
@@ -85,16 +85,6 @@ def _layouts(cluster) -> dict:
     return EmulatedMigBackend(cluster.cluster).layouts(NODE)
 
 
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_ssh_apply_drains_repartitions_verifies_resumes(cluster, sshd, tmp_path, restore):
     tmp_path.chmod(0o777)
     for parent in list(tmp_path.parents)[:3]:
@@ -144,7 +134,7 @@ def test_a_human_drain_set_mid_apply_survives(cluster, sshd, tmp_path, restore):
         _apply_argv(cluster, sshd, plan), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cluster)
     )
     try:
-        _wait(lambda: cluster.slurm.node(NODE).reason.startswith(OURS), 120, "apply to drain the node")
+        wait_for(lambda: cluster.slurm.node(NODE).reason.startswith(OURS), 120, "apply to drain the node")
         cluster.run(["scontrol", "update", f"NodeName={NODE}", "State=DRAIN", "Reason=admin: fan check"], check=True)
         cluster.run(["scancel", str(hold)], check=True)
         out, err = apply.communicate(timeout=600)

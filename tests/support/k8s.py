@@ -463,3 +463,17 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main())
+
+
+def node_kubeconfig(kubeconfig: Path, dest: Path, user: str = "slurmpool") -> Path:
+    """A copy of ``kubeconfig`` for the placeholders' fence, which runs as ``user``: 0600, theirs."""
+    import pwd
+    import shutil
+
+    dest.parent.mkdir(exist_ok=True)
+    dest.parent.chmod(0o755)
+    shutil.copyfile(kubeconfig, dest)
+    owner = pwd.getpwnam(user)
+    os.chown(dest, owner.pw_uid, owner.pw_gid)
+    dest.chmod(0o600)
+    return dest
