@@ -451,6 +451,19 @@ RECLAIMS = {
 }
 
 
+def test_a_node_registered_with_our_taint_is_fenced_and_still_lendable():
+    """A kubelet started with --register-with-taints=slurm-pool/reclaimed=true:NoSchedule is closed from its
+    first registration; the bridge adds the cordon and may lend it later, as any fenced node."""
+    w = World()
+    w.k8s.nodes["a-gpu1"]["spec"]["taints"] = [{"key": RECLAIM_TAINT, "value": "true", "effect": "NoSchedule"}]
+    p = w.plan(NOON)
+    assert intents(p)["a-gpu1"] == "fence" and kinds(p, "a-gpu1") == ["fence"]
+    assert w.run(NOON).ok and w.k8s.fenced("a-gpu1")
+    assert [t["key"] for t in w.k8s.nodes["a-gpu1"]["spec"]["taints"]] == [RECLAIM_TAINT]  # not twice
+    w.k8s.isvcs.append(isvc("llm", 2))
+    assert intents(w.plan())["a-gpu1"] == "lend"
+
+
 def test_lend_and_reclaim_are_recorded_as_node_events():
     w, _ = _lent_world()
     assert [(ns, e["reason"], e["involvedObject"]["name"]) for ns, e in w.k8s.events] == [
