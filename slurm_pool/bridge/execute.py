@@ -133,10 +133,18 @@ class Executor:
         job = step.job_ids[0] if step.job_ids else jobs.get(step.node)
         if job is None:
             raise StepFailed("no placeholder holds the node: not opening it")
-        state, reason = self.slurm.job_state(job)
-        if state not in PLACEHOLDER_RUNNING:
-            raise StepFailed(f"placeholder {job} is {state or 'gone'} ({reason}): not opening the node")
-        update_node(self.k8s, step.node, open_patch)
+        seen: list[str] = []
+
+        def checked_open(node: dict[str, Any]) -> dict[str, Any]:
+            # On every try: a 409 may mean the preempted placeholder's fence closed the node since.
+            state, reason = self.slurm.job_state(job)
+            if state not in PLACEHOLDER_RUNNING:
+                raise StepFailed(f"placeholder {job} is {state or 'gone'} ({reason}): not opening the node")
+            seen.append(state)
+            return open_patch(node)
+
+        update_node(self.k8s, step.node, checked_open)
+        state = seen[-1]
         detail = f"placeholder {job} {state}; uncordoned, untainted, labelled slurm-pool/lent=true"
         return detail + self._event(step.node, "SlurmPoolLent", f"lent to Kubernetes; Slurm holds it with job {job}")
 

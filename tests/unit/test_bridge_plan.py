@@ -748,6 +748,27 @@ def test_placeholder_preempted_after_its_wait_keeps_the_node_closed():
     assert len(seen) == 2, "open re-read the placeholder after the wait"
 
 
+def test_open_retried_after_a_conflict_checks_the_placeholder_again():
+    """The fence of a placeholder preempted during open changes the Node: open's retry must not undo it."""
+    w = world(1)
+    real = w.k8s.patch_node
+    tries: list[dict] = []
+
+    def patch(name: str, body: dict) -> None:
+        if body.get("metadata", {}).get("labels", {}).get(LENT_LABEL) == "true" and not tries:
+            tries.append(body)
+            job = next(j for j in w.slurm.jobs if j["comment"].startswith("slurm-pool:lend"))
+            job.update(job_state="COMPLETED")  # preempted; its fence closed the node meanwhile
+            raise K8sError(409, "the object has been modified")
+        real(name, body)
+
+    w.k8s.patch_node = patch  # type: ignore[method-assign]
+    report = w.run()
+    opened = next(r for r in report.results if r.kind == "open")
+    assert not opened.ok and "is COMPLETED" in opened.detail, opened
+    assert tries and not w.k8s.lent("a-gpu1")
+
+
 def test_wait_for_pods_times_out_without_giving_the_node_back():
     w, job = _lent_world()
     w.k8s.linger = 1000
