@@ -68,6 +68,7 @@ def rebalance(
     """Lend idle Slurm nodes to the Kubernetes inference tier off-peak; take them back when Slurm needs them."""
     from slurm_pool.adapters.runner import CommandError, SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.bridge.history import Sources, build_forecast
     from slurm_pool.bridge.k8s import K8sError, KubernetesAPI
     from slurm_pool.bridge.lease import LeaseHeld
     from slurm_pool.bridge.reconcile import reconcile
@@ -81,13 +82,20 @@ def rebalance(
     if problems:
         raise SpecError([Issue("", p) for p in problems])
     when = parse_now(now, config)
-    slurm = SlurmSide(SlurmClient(SubprocessRunner()), config)
+    client = SlurmClient(SubprocessRunner())
+    slurm = SlurmSide(client, config)
+    try:
+        forecast, notes = build_forecast(spec, config, Sources(client), when)
+    except (CommandError, OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot read Slurm's history for the forecast: {exc}") from None
     try:
         k8s = KubernetesAPI.connect(config, kubeconfig)
     except Exception as exc:  # the client raises several unrelated types for a bad config
         raise click.ClickException(f"cannot reach Kubernetes: {exc}") from None
     try:
-        report = reconcile(slurm, k8s, config, now=when, dry_run=dry_run, force_after=force_after)
+        report = reconcile(
+            slurm, k8s, config, now=when, dry_run=dry_run, force_after=force_after, forecast=forecast, notes=notes
+        )
     except LeaseHeld as exc:  # another run is at work: nothing wrong, nothing to do
         click.echo(f"skipped: {exc}", err=True)
         return

@@ -94,6 +94,8 @@ class Placeholder:
     node: str
     state: State
     restart_count: int = 0
+    #: When it started (Unix seconds; None while it has not): the lend's start, for the minimum lease.
+    start_time: float | None = None
 
     @property
     def active(self) -> bool:
@@ -359,7 +361,7 @@ def build_snapshot(
     for job in jobs:
         lent = placeholder_node(job, config.partition)
         if lent is not None:
-            placeholders.append(Placeholder(job.job_id, lent, job.state, job.restart_count))
+            placeholders.append(Placeholder(job.job_id, lent, job.state, job.restart_count, job.start_time or None))
             continue
         if job.on_node:
             for n in _nodes_of(job.nodes):

@@ -20,10 +20,12 @@ Rules, per node of the lend partition that Kubernetes also knows:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
+from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT, K8sNodeView, Snapshot
 from slurm_pool.spec.bridge import DAYS, Bridge, OffPeakWindow
 
@@ -81,6 +83,8 @@ class Plan:
     lent_gpus: int
     nodes: tuple[NodePlan, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: The forecast behind the plan (:meth:`Forecast.summary`); None without one.
+    forecast: dict[str, Any] | None = None
 
     @property
     def steps(self) -> list[Step]:
@@ -97,6 +101,7 @@ class Plan:
             "base_gpus": self.base_gpus,
             "lent_gpus": self.lent_gpus,
             "notes": list(self.notes),
+            "forecast": self.forecast,
             "nodes": [
                 {
                     "node": n.node,
@@ -236,14 +241,86 @@ def _gpus(snap: Snapshot, names: Sequence[str]) -> int:
     return sum(snap.k8s_nodes[n].gpus for n in names if n in snap.k8s_nodes)
 
 
-def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None = None) -> Plan:
-    """Desired state and steps for every managed node."""
+def _lease_left(snap: Snapshot, n: str, t: float, config: Bridge) -> float:
+    """Seconds of ``n``'s minimum lease still to run (0: it may go back for a drop in demand)."""
+    starts = [p.start_time for p in snap.placeholders_on(n) if p.running and p.start_time]
+    return max(0.0, min(starts) + config.min_lease_seconds - t) if starts else 0.0
+
+
+def _lend_cost(
+    snap: Snapshot, n: str, keep: Sequence[str], fc: Forecast | None, t: float, horizon: float
+) -> tuple[float, int, str]:
+    """Reclaim cost of lending ``n``: its group's forecast Slurm load, then how many of its group are lent."""
+    if fc is None or n not in fc.group_of:
+        return 0.0, 0, n
+    g = fc.group_of[n]
+    load = fc.slurm_peak(g, t, horizon) / max(fc.capacity.get(g, 0), 1) if fc.enabled else 0.0
+    return round(load, 3), sum(1 for m in keep if fc.group_of.get(m) == g), n
+
+
+def _slurm_veto(snap: Snapshot, n: str, keep: Sequence[str], fc: Forecast | None, t: float, horizon: float) -> str:
+    """Why lending ``n`` now would take GPUs that Slurm's forecast wants back within ``horizon`` ("" if none)."""
+    if fc is None or not fc.enabled or n not in fc.group_of:
+        return ""
+    g = fc.group_of[n]
+    cap = fc.capacity.get(g, 0)
+    left = cap - _gpus(snap, [m for m in keep if fc.group_of.get(m) == g] + [n])
+    peak = fc.slurm_peak(g, t, horizon)
+    if peak <= left:
+        return ""
+    return (
+        f"forecast: group {g}'s Slurm jobs want {peak:.1f} of its {cap} GPU(s) within {horizon:.0f}s, "
+        f"lending the node would leave {left}"
+    )
+
+
+def _ahead_returns(
+    snap: Snapshot, config: Bridge, now: datetime, keep: Sequence[str], fc: Forecast | None
+) -> dict[str, str]:
+    """Nodes to give back now, ahead of the windows' end or a forecast Slurm rise: one per run and cause.
+
+    With ``m`` nodes lent, the first goes back ``return_ahead + (m - 1) x stagger``
+    seconds ahead, the next one ``stagger`` later, and so on: never all at once.
+    """
+    out: dict[str, str] = {}
+    order = sorted(keep, key=lambda n: (len(snap.workload_pods(n)), n))
+    stagger, t = config.stagger_seconds, now.timestamp()
+    if order and stagger and not config.lend_outside_off_peak and config.off_peak:
+        later = stagger * (len(order) - 1)
+        if not off_peak(config, now + timedelta(seconds=later)):
+            out[order[0]] = f"the off-peak windows close within {later}s: nodes go back one per run, {stagger}s apart"
+    if fc is None or not fc.enabled:
+        return out
+    for g in sorted({fc.group_of[n] for n in order if n in fc.group_of}):
+        mine = [n for n in order if fc.group_of.get(n) == g and n not in out]
+        if not mine:
+            continue
+        horizon = config.return_ahead_seconds + stagger * (len(mine) - 1)
+        peak, unlent = fc.slurm_peak(g, t, horizon), fc.capacity.get(g, 0) - _gpus(snap, mine)
+        if peak > unlent:
+            out[mine[0]] = (
+                f"forecast: group {g}'s Slurm jobs want {peak:.1f} GPU(s) within {horizon}s and {unlent} are not "
+                "lent: nodes go back ahead of it, one per run"
+            )
+    return out
+
+
+def plan(
+    snap: Snapshot, config: Bridge, now: datetime, force_after: int | None = None, forecast: Forecast | None = None
+) -> Plan:
+    """Desired state and steps for every managed node (``forecast``: look ahead, and the node groups)."""
     force_after = config.force_after if force_after is None else force_after
     now = now if now.tzinfo else now.astimezone()
+    t = now.timestamp()
     window = off_peak(config, now)
     lend_allowed = window or config.lend_outside_off_peak
     managed = snap.managed
     need = max(0, snap.demand_gpus - snap.base_gpus)
+    fc = forecast
+    warmup = config.forecast.warmup_seconds if config.forecast else 0
+    horizon = config.min_lease_seconds + config.return_ahead_seconds
+    if fc is not None and fc.inference is not None:
+        need = max(need, math.ceil(fc.inference.peak(t, warmup) - 1e-9) - snap.base_gpus)
     claimed = claims(snap, config)
     blockers = {n: _blockers(snap, config, n, lend_allowed, claimed) for n in managed}
 
@@ -258,31 +335,49 @@ def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None 
     keep = [n for n in used if not blockers[n]]
     cap = config.max_lent_nodes if config.max_lent_nodes is not None else len(managed)
     dropped: dict[str, str] = {}
-    # Give back what demand no longer needs: nodes already being reclaimed first,
-    # then those with the fewest pods.
+    held: dict[str, str] = {}
+    # Give back what demand no longer needs (with the hysteresis, once the minimum lease ran):
+    # nodes already being reclaimed first, then those with the fewest pods.
     for n in sorted(keep, key=lambda n: (snap.k8s_nodes[n].reclaim_since is None, pods(n), n)):
         rest = [m for m in keep if m != n]
         if len(keep) > cap:
             dropped[n] = f"more than bridge.max_lent_nodes ({cap}) lent"
-        elif _gpus(snap, rest) >= need:
+        elif _gpus(snap, rest) >= need + config.hysteresis_gpus:
+            left = _lease_left(snap, n, t, config)
+            if left > 0:
+                held[n] = f"kept for its minimum lease ({left:.0f}s left) though demand dropped"
+                continue
             dropped[n] = (
-                f"inference demand dropped: {snap.demand_gpus} GPU(s) wanted, "
+                f"inference demand dropped: {need + snap.base_gpus} GPU(s) wanted, "
                 f"{snap.base_gpus + _gpus(snap, rest)} without this node"
             )
         else:
             continue
         keep = rest
-    # Lend more while demand is not met (nodes already holding pods are in ``keep`` already).
-    for n in (n for n in managed if n not in used and not blockers[n]):
-        if _gpus(snap, keep) >= need or len(keep) >= cap:
-            break
+    ahead = _ahead_returns(snap, config, now, keep, fc)
+    dropped.update(ahead)
+    keep = [n for n in keep if n not in ahead]
+    # Lend more while demand is not met, cheapest reclaim first (nodes holding pods are in ``keep``).
+    free = [n for n in managed if n not in used and not blockers[n]]
+    closing = not config.lend_outside_off_peak and not off_peak(
+        config, now + timedelta(seconds=config.stagger_seconds * len(keep))
+    )
+    while free and _gpus(snap, keep) < need and len(keep) < cap:
+        n = min(free, key=lambda n: _lend_cost(snap, n, keep, fc, t, horizon))
+        free.remove(n)
+        veto = _slurm_veto(snap, n, keep, fc, t, horizon)
+        if closing:
+            veto = "the off-peak windows close before a lend would pay"
+        if veto:
+            blockers[n].append(veto)
+            continue
         keep.append(n)
 
     stamp = now.isoformat()
     plans = []
     for n in managed:
         if n in keep:
-            plans.append(_lend(snap, n))
+            plans.append(_lend(snap, n, held.get(n)))
         elif n in used:
             plans.append(
                 _reclaim(snap, n, tuple(blockers[n]) or (dropped.get(n, "not needed"),), now, stamp, force_after)
@@ -302,6 +397,7 @@ def plan(snap: Snapshot, config: Bridge, now: datetime, force_after: int | None 
         lent_gpus=_gpus(snap, keep),
         nodes=tuple(plans),
         notes=tuple(notes),
+        forecast=fc.summary(t, warmup, horizon) if fc is not None and fc.enabled else None,
     )
 
 
@@ -332,7 +428,7 @@ def _orphans(snap: Snapshot, config: Bridge, managed: set[str]) -> list[NodePlan
     return out
 
 
-def _lend(snap: Snapshot, n: str) -> NodePlan:
+def _lend(snap: Snapshot, n: str, kept: str | None = None) -> NodePlan:
     k = snap.k8s_nodes[n]
     ph = snap.placeholders_on(n)
     running = [p for p in ph if p.running]
@@ -351,7 +447,7 @@ def _lend(snap: Snapshot, n: str) -> NodePlan:
         steps.append(Step("open", n, f"uncordon, untaint, label {LENT_LABEL}=true", job_ids=held))
     reason = f"inference demand {snap.demand_gpus} GPU(s), {snap.base_gpus} outside Slurm's nodes"
     intent = "lent" if not steps else "lend"
-    return NodePlan(n, intent, (reason,), tuple(steps))
+    return NodePlan(n, intent, (kept,) if kept else (reason,), tuple(steps))
 
 
 def _reclaim(

@@ -8,10 +8,11 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Sequence
 
 from slurm_pool.bridge import lease
 from slurm_pool.bridge.execute import Executor, StepResult
+from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.k8s import K8sAPI, K8sError, NotFound
 from slurm_pool.bridge.model import Snapshot, build_snapshot
 from slurm_pool.bridge.plan import Plan, plan
@@ -60,6 +61,14 @@ class Report:
             + (" [dry run]" if self.dry_run else "")
         ]
         lines += [f"note: {n}" for n in p.notes]
+        if p.forecast is not None:
+            f = p.forecast
+            inf = "no history" if f["inference_gpus"] is None else f"{f['inference_gpus']:g} GPU(s)"
+            groups = ", ".join(f"{g} {v['forecast']:g}/{v['capacity']}" for g, v in sorted(f["slurm_gpus"].items()))
+            lines.append(
+                f"forecast: inference {inf} within {f['inference_ahead_seconds']}s; Slurm GPUs wanted of each "
+                f"group's within {f['slurm_ahead_seconds']}s: {groups}"
+            )
         for n in p.nodes:
             lines.append(f"{n.node:12s} {n.intent:8s} {'; '.join(n.reasons)}")
             if self.dry_run:
@@ -129,13 +138,16 @@ def reconcile(
     force_after: int | None = None,
     executor: Executor | None = None,
     holder: str | None = None,
+    forecast: Forecast | None = None,
+    notes: Sequence[str] = (),
 ) -> Report:
     """Observe, plan and (unless ``dry_run``) carry out; errors of steps land in the report.
 
     A run that changes anything first takes the bridge's Lease, so runs never
     overlap (:class:`~slurm_pool.bridge.lease.LeaseHeld` otherwise); a dry run
     only reads.  ``now`` is the time the plan is made for; the Lease always
-    uses the clock.
+    uses the clock.  ``forecast`` (:func:`slurm_pool.bridge.history.build_forecast`)
+    lets the plan look ahead; ``notes`` go into the report.
     """
     began = time.monotonic()
     now = now or datetime.now(timezone.utc)
@@ -143,7 +155,9 @@ def reconcile(
     if not dry_run:
         take_lease(k8s, config, holder, datetime.now(timezone.utc))
     try:
-        the_plan = plan(observe(slurm, k8s, config), config, now, force_after=force_after)
+        the_plan = plan(observe(slurm, k8s, config), config, now, force_after=force_after, forecast=forecast)
+        if notes:
+            the_plan = replace(the_plan, notes=(*the_plan.notes, *notes))
         report = Report(the_plan, dry_run=dry_run)
         if not dry_run and the_plan.steps:
             report.results = (executor or Executor(slurm, k8s, config)).run(the_plan)

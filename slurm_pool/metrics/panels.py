@@ -11,30 +11,23 @@ imported only here.
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import click
 
+from slurm_pool.adapters.prometheus import api
 from slurm_pool.clitypes import Finite
-from slurm_pool.errors import InputError, PoolError
+from slurm_pool.errors import InputError
 from slurm_pool.textio import read_json
 
 _LEGEND = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _SLUG = re.compile(r"[^a-z0-9]+")
 #: Grafana units as a panel title says them.
 UNITS = {"percentunit": "ratio", "ops": "per second", "short": "", "none": ""}
-
-
-class QueryError(PoolError):
-    """Prometheus did not answer a query."""
 
 
 @dataclass(frozen=True)
@@ -78,24 +71,6 @@ def expand(expr: str, values: Mapping[str, str]) -> str:
     for name in sorted(values, key=len, reverse=True):
         expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
     return expr
-
-
-def api(prometheus_url: str, endpoint: str, params: Mapping[str, str], timeout: float = 10.0) -> Any:
-    """``data`` of one Prometheus API call; a failed or refused query is a :class:`QueryError`."""
-    url = f"{prometheus_url.rstrip('/')}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 -- the operator's Prometheus
-            body = json.loads(resp.read().decode())
-    except urllib.error.HTTPError as exc:
-        try:
-            body = json.loads(exc.read().decode())
-        except ValueError:
-            raise QueryError(f"{url}: HTTP {exc.code}") from None
-    except (OSError, ValueError) as exc:
-        raise QueryError(f"{prometheus_url}: {exc}") from None
-    if body.get("status") != "success":
-        raise QueryError(f"{params.get('query', endpoint)!r}: {body.get('errorType')}: {body.get('error')}")
-    return body["data"]
 
 
 def legend(fmt: str, labels: Mapping[str, str]) -> str:

@@ -54,6 +54,21 @@ class OffPeakWindow(Strict):
         return v
 
 
+class ForecastSettings(Strict):
+    """Forecast-driven lending: look ahead by hour of week (:mod:`slurm_pool.bridge.forecast`)."""
+
+    #: History the forecasts are made from: sacct for Slurm, Prometheus for inference.
+    history_days: int = Field(default=28, ge=1, le=366)
+    #: Quantile of each hour of week's history: high for Slurm (owners come first), middling for inference.
+    slurm_quantile: float = Field(default=0.9, ge=0, le=1)
+    inference_quantile: float = Field(default=0.5, ge=0, le=1)
+    #: A model's cold start: nodes are lent this far ahead of a forecast inference rise.
+    warmup_seconds: int = Field(default=600, ge=0, le=86400)
+    #: Where the exporter's inference demand (``inference_query``) is kept.
+    prometheus_url: str = Field(default="http://127.0.0.1:9090", pattern=r"^https?://[^\s]+$")
+    inference_query: str = Field(default="slurm_pool_inference_demand_gpus", pattern=r"^[^\x00-\x1f]+$")
+
+
 class Bridge(Strict):
     """How ``slurm-pool rebalance`` lends nodes to Kubernetes and takes them back."""
 
@@ -98,6 +113,16 @@ class Bridge(Strict):
     #: rebalancer's, and each node's fence (``{node}``: the node's name).
     k8s_user: str = Field(default="slurm-pool-rebalancer", pattern=r"^[^\x00-\x1f]+$")
     fence_user: str = Field(default="slurm-pool-node:{node}", pattern=r"^[^\x00-\x1f]*\{node\}[^\x00-\x1f]*$")
+    #: The cost model.  A node lent stays lent at least ``min_lease_seconds`` (from its
+    #: placeholder's start) unless Slurm needs it, and is returned for a drop in inference
+    #: demand only once the rest covers it with ``hysteresis_gpus`` to spare.  Before a
+    #: forecast Slurm rise, or the end of the off-peak windows, nodes go back one per run,
+    #: ``stagger_seconds`` apart, the last ``return_ahead_seconds`` ahead of it.
+    min_lease_seconds: int = Field(default=0, ge=0, le=7 * 86400)
+    hysteresis_gpus: int = Field(default=0, ge=0)
+    return_ahead_seconds: int = Field(default=900, ge=0, le=86400)
+    stagger_seconds: int = Field(default=300, ge=0, le=86400)
+    forecast: Optional[ForecastSettings] = None
     #: Pending jobs held for these reasons do not claim a node back.
     ignore_pending_reasons: list[str] = [
         "JobHeldUser",

@@ -1,0 +1,71 @@
+"""Prometheus' HTTP API: instant and range queries, as plain data.
+
+The one place slurm-pool reads Prometheus (the dashboard's PNGs, the bridge's
+inference-demand history).  A refused query, an HTTP error or an unreachable
+server is a :class:`QueryError` naming the query.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Mapping
+
+from slurm_pool.errors import PoolError
+
+
+class QueryError(PoolError):
+    """Prometheus refused a query, or could not be reached."""
+
+
+def api(prometheus_url: str, endpoint: str, params: Mapping[str, str], timeout: float = 10.0) -> Any:
+    """``data`` of one Prometheus API call; a failed or refused query is a :class:`QueryError`."""
+    url = f"{prometheus_url.rstrip('/')}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 -- the operator's Prometheus
+            body = json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        try:
+            body = json.loads(exc.read().decode())
+        except ValueError:
+            raise QueryError(f"{url}: HTTP {exc.code}") from None
+    except (OSError, ValueError) as exc:
+        raise QueryError(f"{prometheus_url}: {exc}") from None
+    if body.get("status") != "success":
+        raise QueryError(f"{params.get('query', endpoint)!r}: {body.get('errorType')}: {body.get('error')}")
+    return body["data"]
+
+
+#: Prometheus refuses a range query of more than 11,000 points per series.
+MAX_POINTS = 11000
+
+
+def range_samples(data: Mapping[str, Any], *, combine: str = "sum") -> list[tuple[float, float]]:
+    """``(time, value)`` of a ``query_range`` result's matrix, series summed (or maxed) per time."""
+    if data.get("resultType") != "matrix":
+        raise QueryError(f"expected a matrix, got {data.get('resultType')!r}")
+    per_time: dict[float, list[float]] = {}
+    for series in data.get("result") or []:
+        for t, v in series.get("values") or []:
+            value = float(v)
+            if math.isfinite(value):
+                per_time.setdefault(float(t), []).append(value)
+    pick = max if combine == "max" else sum
+    return sorted((t, float(pick(vs))) for t, vs in per_time.items())
+
+
+def query_range(
+    prometheus_url: str, query: str, start: float, end: float, step: float, timeout: float = 30.0
+) -> list[tuple[float, float]]:
+    """``query`` over ``[start, end]``, series summed per time; long ranges go in several calls."""
+    out: list[tuple[float, float]] = []
+    t = start
+    while t <= end:
+        stop = min(end, t + step * (MAX_POINTS - 1))
+        params = {"query": query, "start": f"{t:.3f}", "end": f"{stop:.3f}", "step": f"{step:g}"}
+        out += range_samples(api(prometheus_url, "query_range", params, timeout))
+        t = stop + step
+    return out
