@@ -70,15 +70,8 @@ def row(name: str, r: Result, base: Result) -> str:
     )
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--days", type=float, default=30.0)
-    ap.add_argument("--grace", type=float, default=120.0, help="GraceTime, seconds")
-    ap.add_argument("--checkpoint-interval", type=float, default=1800.0, help="periodic checkpoints, seconds")
-    ap.add_argument("--restart-overhead", type=float, default=120.0, help="loading a checkpoint, seconds")
-    args = ap.parse_args()
-    window = args.days * wl.DAY
-
+def workload(window: float) -> tuple[dict[str, int], list, list, list[str], list, wl.RuntimeSampler]:
+    """The projects' servers and jobs, the borrowers' jobs, a line per project, the borrowers' pattern."""
     sampler = wl.RuntimeSampler(wl.parse_runtimes(RUNTIMES.read_text(), RUNTIMES.name))
     arrivals = wl.parse_arrivals_csv(ARRIVALS.read_text(), ARRIVALS.name)
     capacity, owners = {}, []
@@ -94,8 +87,21 @@ def main() -> int:
     borrowers = []
     for vc in BORROWERS:
         borrowers += wl.trace_jobs(vc, None, arrivals[vc], sampler, window, MAX_BORROWER_GPUS)
-    total = sum(capacity.values())
     pattern = [a for vc in BORROWERS for a in arrivals[vc]]
+    return capacity, owners, borrowers, setup, pattern, sampler
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--days", type=float, default=30.0)
+    ap.add_argument("--grace", type=float, default=120.0, help="GraceTime, seconds")
+    ap.add_argument("--checkpoint-interval", type=float, default=1800.0, help="periodic checkpoints, seconds")
+    ap.add_argument("--restart-overhead", type=float, default=120.0, help="loading a checkpoint, seconds")
+    args = ap.parse_args()
+    window = args.days * wl.DAY
+
+    capacity, owners, borrowers, setup, pattern, sampler = workload(window)
+    total = sum(capacity.values())
 
     policies = standard_policies(args.grace, args.checkpoint_interval, args.restart_overhead)
     scenarios = [(label, policy, False) for label, policy in policies]

@@ -83,22 +83,29 @@ def flat(value: float = 0.0, zone: tzinfo | None = None) -> Profile:
     return Profile((float(value),) * HOURS_PER_WEEK, (0,) * HOURS_PER_WEEK, zone)
 
 
-def profile(samples: Iterable[tuple[float, float]], q: float = 0.5, zone: tzinfo | None = None) -> Profile:
-    """The ``q`` quantile per hour of week of ``(time, value)`` samples (several per hour are averaged first)."""
+def profile(
+    samples: Iterable[tuple[float, float]], q: float = 0.5, zone: tzinfo | None = None, *, daily: bool = False
+) -> Profile:
+    """The ``q`` quantile per hour of week of ``(time, value)`` samples (several per hour are averaged first).
+
+    ``daily``: per hour of the day instead, every day alike (more samples per
+    hour from a short history, for load whose cycle is daily).
+    """
     per_hour: dict[int, list[float]] = defaultdict(list)
     for t, v in samples:
         per_hour[int(t // HOUR)].append(float(v))
     buckets: dict[int, list[float]] = defaultdict(list)
     for h, vs in per_hour.items():
-        buckets[hour_of_week(h * HOUR, zone)].append(sum(vs) / len(vs))
+        how = hour_of_week(h * HOUR, zone)
+        buckets[how % 24 if daily else how].append(sum(vs) / len(vs))
     every = [v for vs in buckets.values() for v in vs]
     values, counts = [], []
     for how in range(HOURS_PER_WEEK):
-        vs = buckets.get(how) or []
+        vs = buckets.get(how % 24 if daily else how) or []
         if not vs:  # the same hour on other days, else the whole history
             vs = [v for d in range(7) for v in buckets.get(d * 24 + how % 24, [])] or every
         values.append(quantile(vs, q))
-        counts.append(len(buckets.get(how, [])))
+        counts.append(len(buckets.get(how % 24 if daily else how, [])))
     return Profile(tuple(values), tuple(counts), zone)
 
 

@@ -69,7 +69,8 @@ def build_forecast(spec: Any, config: Bridge, sources: Sources, now: datetime) -
     warnings = []
     try:
         samples = sources.prometheus(settings.prometheus_url, settings.inference_query, start, end, HOUR)
-        inference = profile(samples, settings.inference_quantile, zone) if samples else None
+        daily = settings.inference_cycle == "day"
+        inference = profile(samples, settings.inference_quantile, zone, daily=daily) if samples else None
         if not samples:
             warnings.append(f"forecast: Prometheus has no {settings.inference_query} history; current demand only")
     except QueryError as exc:

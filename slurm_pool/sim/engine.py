@@ -90,6 +90,8 @@ class Result:
     restart_gpu_seconds: float = 0.0
     preemptions: int = 0
     owner_waits: list[float] = field(default_factory=list)
+    #: When each of those jobs first started (same order as ``owner_waits``).
+    owner_starts: list[float] = field(default_factory=list)
     owner_jobs_preempted: int = 0
     borrower_jobs_done: int = 0
     borrower_waits: list[float] = field(default_factory=list)
@@ -371,6 +373,7 @@ class _Sim:
             else:
                 self.owner_done += 1
                 self.res.owner_waits.append(wait)
+                self.res.owner_starts.append(st.first_start)
         elif kind == "requeue":
             run = payload  # type: ignore[assignment]
             assert isinstance(run, _Run)

@@ -59,9 +59,13 @@ class ForecastSettings(Strict):
 
     #: History the forecasts are made from: sacct for Slurm, Prometheus for inference.
     history_days: int = Field(default=28, ge=1, le=366)
-    #: Quantile of each hour of week's history: high for Slurm (owners come first), middling for inference.
-    slurm_quantile: float = Field(default=0.9, ge=0, le=1)
-    inference_quantile: float = Field(default=0.5, ge=0, le=1)
+    #: Quantile of each hour's history.  Slurm's is per hour of the week; inference's per hour of the
+    #: day (``inference_cycle: day``, more samples from a short history) or of the week.  A high
+    #: inference quantile lends ahead of most rises (bench/forecast_replay.py: fewer cold starts); a
+    #: high Slurm quantile lends less, for fewer reclaims.
+    slurm_quantile: float = Field(default=0.5, ge=0, le=1)
+    inference_quantile: float = Field(default=0.9, ge=0, le=1)
+    inference_cycle: Literal["day", "week"] = "day"
     #: A model's cold start: nodes are lent this far ahead of a forecast inference rise.
     warmup_seconds: int = Field(default=600, ge=0, le=86400)
     #: Where the exporter's inference demand (``inference_query``) is kept.
