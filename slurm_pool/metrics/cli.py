@@ -50,17 +50,32 @@ def build_registry(
     lend_partition: str = DEFAULT_LEND_PARTITION,
     process_metrics: bool = True,
     deadline: float = DEFAULT_DEADLINE,
+    reclaim_window: float = 0.0,
+    reclaim_interval: float = 60.0,
 ) -> Any:
-    """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics)."""
+    """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics).
+
+    ``reclaim_window`` > 0 reads ``sacct`` over that many seconds, at most every ``reclaim_interval``
+    seconds, for the reclaim histogram.
+    """
     from prometheus_client import CollectorRegistry, ProcessCollector
 
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.metrics.collector import PoolCollector
+    from slurm_pool.metrics.reclaims import ReclaimTally
 
+    slurm = SlurmClient(runner)
+    reclaims = None
+    if reclaim_window > 0:
+
+        def read(since: str) -> list:
+            return slurm.accounting_jobs("--allusers", "--allocations", "--duplicates", "--starttime", since)
+
+        reclaims = ReclaimTally(read, lend_partition, window=reclaim_window, interval=reclaim_interval)
     registry = CollectorRegistry()
     registry.register(
         PoolCollector(
-            SlurmClient(runner), state_dir=state_dir or None, lend_partition=lend_partition, deadline=deadline
+            slurm, state_dir=state_dir or None, lend_partition=lend_partition, deadline=deadline, reclaims=reclaims
         )
     )
     if process_metrics:
@@ -95,9 +110,30 @@ def build_registry(
     type=Finite(min=0.001),
     help="Seconds a scrape waits for Slurm before answering slurm_pool_up 0 (keep it below Prometheus' scrape_timeout).",
 )
+@click.option(
+    "--reclaim-window",
+    default=3600.0,
+    show_default=True,
+    type=Finite(min=0),
+    help="Seconds of sacct history read once a minute for slurm_pool_reclaim_latency_seconds (0: off).",
+)
+@click.option(
+    "--reclaim-interval",
+    default=60.0,
+    show_default=True,
+    type=Finite(min=0),
+    help="Seconds between those sacct reads.",
+)
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 def exporter(
-    listen: str, state_dir: str | None, lend_partition: str, slurm_timeout: float, scrape_deadline: float, once: bool
+    listen: str,
+    state_dir: str | None,
+    lend_partition: str,
+    slurm_timeout: float,
+    scrape_deadline: float,
+    reclaim_window: float,
+    reclaim_interval: float,
+    once: bool,
 ) -> None:
     """Serve Prometheus metrics of the pool (GPUs, jobs, drains, lending, preemptions)."""
     from prometheus_client import generate_latest, start_http_server
@@ -115,6 +151,8 @@ def exporter(
         state_dir=state_dir,
         lend_partition=lend_partition,
         deadline=scrape_deadline,
+        reclaim_window=reclaim_window,
+        reclaim_interval=reclaim_interval,
     )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)

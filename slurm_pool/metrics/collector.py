@@ -10,7 +10,7 @@ Metrics (all gauges unless ``_total``; GPU "units" are whole GPUs or MIG
 instances, each one GRES unit)::
 
     slurm_pool_up                                   both Slurm queries worked
-    slurm_pool_scrape_errors_total{source}          nodes | jobs | outcomes | deadline
+    slurm_pool_scrape_errors_total{source}          nodes | jobs | outcomes | reclaims | deadline
     slurm_pool_scrape_duration_seconds
     slurm_pool_gpus{node,type,state}                allocated | idle | drained | down
     slurm_pool_gpu_utilization_ratio                allocated / all units, pool-wide
@@ -30,6 +30,8 @@ instances, each one GRES unit)::
                                                     terminate | checkpoint | none
     slurm_pool_preemptions_total{node,checkpointed} preempted runs; checkpointed true | false
     slurm_pool_checkpoint_age_seconds{reason}       histogram: event time - last checkpoint
+    slurm_pool_reclaim_latency_seconds              histogram: jobs that took a lent node back,
+                                                    submission to start (sacct, once a minute)
     slurm_pool_outcome_bad_records_total
 """
 
@@ -50,12 +52,13 @@ from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics.outcomes import OutcomeTally
 from slurm_pool.metrics.parse import lent_nodes, node_gpu_states
+from slurm_pool.metrics.reclaims import ReclaimTally
 
 log = logging.getLogger(__name__)
 
 GPU_STATES = ("allocated", "idle", "drained", "down")
 DRAIN_OWNERS = ("slurm-pool", "human")
-SOURCES = ("nodes", "jobs", "outcomes", "deadline")
+SOURCES = ("nodes", "jobs", "outcomes", "reclaims", "deadline")
 #: Seconds a scrape waits for Slurm: below Prometheus' default scrape_timeout of 10 s.
 DEFAULT_DEADLINE = 8.0
 DEFAULT_LEND_PARTITION = "k8s-lend"
@@ -80,6 +83,7 @@ class _Reading:
     nodes: list[NodeRecord] | None = None
     jobs: list[JobRecord] | None = None
     outcomes: list[Metric] | None = None  # built in the reader, which alone touches the tally
+    reclaims: list[Metric] | None = None  # likewise
     failed: Counter[str] = field(default_factory=Counter)
 
 
@@ -99,8 +103,10 @@ class PoolCollector:
         state_dir: str | None = None,
         lend_partition: str = DEFAULT_LEND_PARTITION,
         deadline: float = DEFAULT_DEADLINE,
+        reclaims: ReclaimTally | None = None,
     ):
         self.slurm = slurm
+        self.reclaims = reclaims
         self.lend_partition = lend_partition
         self.deadline = deadline
         self.outcomes = OutcomeTally(state_dir) if state_dir else None
@@ -134,6 +140,13 @@ class PoolCollector:
             except Exception as exc:  # noqa: BLE001
                 out.failed["outcomes"] += 1
                 log.warning("outcomes failed: %s", exc)
+        if self.reclaims is not None:
+            try:
+                self.reclaims.refresh()
+            except Exception as exc:  # noqa: BLE001
+                out.failed["reclaims"] += 1
+                log.warning("reclaims failed: %s", exc)
+            out.reclaims = [self.reclaims.metric()]
         return out
 
     def _shared_read(self) -> Future[_Reading]:
@@ -183,6 +196,7 @@ class PoolCollector:
         for built in (built_nodes, built_jobs, built_pool):
             out.extend(built or [])
         out.extend(reading.outcomes or [])
+        out.extend(reading.reclaims or [])
         healthy = built_nodes is not None and built_jobs is not None and built_pool is not None
         up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")
         up.add_metric([], 1.0 if healthy else 0.0)

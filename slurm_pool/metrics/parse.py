@@ -59,3 +59,36 @@ def node_gpu_states(state: Iterable[str], gres: str, gres_used: str) -> dict[str
         row[free_state] += free
         out[gtype] = row
     return out
+
+
+#: Seconds after a lend placeholder ended within which a job starting on its node took that node back.
+RECLAIM_SLACK = 30.0
+
+
+def reclaim_latencies(
+    jobs: Iterable[JobRecord], lend_partition: str, slack: float = RECLAIM_SLACK, since: float = 0.0
+) -> dict[int, float]:
+    """Job id -> seconds from submission to start, for each job that took a lent node back.
+
+    Such a job waited while a placeholder of ``lend_partition`` held a node
+    (submitted before the placeholder ended) and started on that node within
+    ``slack`` seconds of its end, at or after ``since``.  Jobs are accounting
+    records (``sacct``).
+    """
+    ended: dict[str, list[float]] = {}
+    others = []
+    for job in jobs:
+        if job.partition == lend_partition:
+            if job.end_time and job.start_time:
+                for n in job_nodes(job):
+                    ended.setdefault(n, []).append(job.end_time)
+        elif job.start_time and job.submit_time and job.start_time >= since:
+            others.append(job)
+    out = {}
+    for job in others:
+        assert job.start_time is not None and job.submit_time is not None
+        for n in job_nodes(job):
+            if any(job.submit_time <= e and e - 1 <= job.start_time <= e + slack for e in ended.get(n, ())):
+                out[job.job_id] = max(0.0, job.start_time - job.submit_time)
+                break
+    return out

@@ -84,7 +84,9 @@ def exporter(slurm_cluster, tmp_path_factory):
     env = {**os.environ, **slurm_cluster.env, "PYTHONPATH": str(REPO)}
     logs = tmp_path_factory.mktemp("exporter")
     d = Daemon(
-        [sys.executable, "-m", "slurm_pool.metrics.cli", "--listen", f"127.0.0.1:{port}"], logs / "exporter.log", env
+        [sys.executable, "-m", "slurm_pool.metrics.cli", "--listen", f"127.0.0.1:{port}", "--reclaim-interval", "1"],
+        logs / "exporter.log",
+        env,
     )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
@@ -357,3 +359,30 @@ def test_every_dashboard_expr_has_data_and_every_panel_renders(cluster, promethe
             shutil.copytree(out, os.environ["SLURM_POOL_PANELS_DIR"], dirs_exist_ok=True)
     finally:
         cluster.run(["scontrol", "update", f"NodeName={human}", "State=RESUME"])
+
+
+def test_a_reclaim_of_a_lent_node_reaches_the_latency_histogram(cluster, prometheus):
+    """A real placeholder holds b-gpu1; the owner's job takes it back; the histogram counts that once."""
+    from slurm_pool.bridge.slurm_side import SlurmSide
+    from slurm_pool.spec.bridge import Bridge
+
+    count = "sum(slurm_pool_reclaim_latency_seconds_count)"
+    wait_for(lambda: scalar(prometheus, count) is not None, 30, "the reclaim histogram scraped")
+    before = scalar(prometheus, count)
+    total = scalar(prometheus, "sum(slurm_pool_reclaim_latency_seconds_sum)")
+    assert before is not None and total is not None
+    lend = SlurmSide(cluster.slurm, Bridge(), submit_as="slurmpool").submit_placeholder("b-gpu1")
+    cluster.wait_state(lend, ["RUNNING"], timeout=30)
+    owner = cluster.sbatch(
+        "-p", "b-owner", "--qos=guaranteed", "-A", "projb", "-w", "b-gpu1", "--gres=gpu:2",
+        "-o", "/dev/null", "-D", "/tmp", user="bob", script="#!/bin/bash\nsleep 1\n",
+    )  # fmt: skip
+    grace = cluster.spec.tier("k8s-lend").grace_time
+    cluster.wait_state(owner, ["RUNNING", "COMPLETED"], timeout=grace + 30)
+    wait_for(lambda: (scalar(prometheus, count) or 0) == before + 1, 60, "one more reclaim counted")
+    waited = (scalar(prometheus, "sum(slurm_pool_reclaim_latency_seconds_sum)") or 0.0) - total
+    assert 0 <= waited <= grace + 5, waited
+    # Counted once: the reads of the next seconds see the same jobs and do not count them again.
+    seen = scalar(prometheus, "max(timestamp(slurm_pool_up))") or 0.0
+    wait_for(lambda: (scalar(prometheus, "max(timestamp(slurm_pool_up))") or 0) >= seen + 3, 30, "3 s of scrapes")
+    assert scalar(prometheus, count) == before + 1

@@ -518,3 +518,89 @@ def test_a_hung_slurm_gives_up_0_within_the_deadline_and_scrapes_share_one_read(
     coll.deadline = 30.0
     coll._inflight.result(timeout=30)
     assert reg.get_sample_value("slurm_pool_up") == 1.0
+
+
+# -- reclaims of lent nodes ----------------------------------------------------------------------
+
+
+def _acct(job_id, partition, node, submit, start, end=None):
+    from slurm_pool.adapters.records import JobRecord
+
+    return JobRecord(job_id, partition=partition, nodes=node, submit_time=submit, start_time=start, end_time=end)
+
+
+@pytest.mark.parametrize(
+    "jobs, expected",
+    [
+        # The owner waited 3 s: submitted at 100, the placeholder ended at 102, the owner started at 103.
+        ([_acct(1, "k8s-lend", "b-gpu1", 0, 1, 102), _acct(2, "b-owner", "b-gpu1", 100, 103)], {2: 3.0}),
+        # Submitted after the placeholder ended: it did not take the node back.
+        ([_acct(1, "k8s-lend", "b-gpu1", 0, 1, 102), _acct(2, "b-owner", "b-gpu1", 105, 106)], {}),
+        # Started long after the placeholder ended: something else held the node meanwhile.
+        ([_acct(1, "k8s-lend", "b-gpu1", 0, 1, 102), _acct(2, "b-owner", "b-gpu1", 100, 200)], {}),
+        # Another node.
+        ([_acct(1, "k8s-lend", "b-gpu1", 0, 1, 102), _acct(2, "a-owner", "a-gpu1", 100, 103)], {}),
+        # A multi-node job that took one lent node back; a placeholder still running ended nothing.
+        (
+            [
+                _acct(1, "k8s-lend", "a-gpu2", 0, 1, 50),
+                _acct(3, "k8s-lend", "a-gpu1", 0, 1),
+                _acct(2, "shared", "a-gpu[1-2]", 40, 52),
+            ],
+            {2: 12.0},
+        ),
+    ],
+)
+def test_reclaim_latencies(jobs, expected):
+    from slurm_pool.metrics.parse import reclaim_latencies
+
+    assert reclaim_latencies(jobs, "k8s-lend") == expected
+
+
+def test_reclaim_tally_counts_each_reclaim_once_reads_at_most_every_interval_and_forgets_old_ids():
+    from slurm_pool.metrics.reclaims import ReclaimTally
+
+    now = [1000.0]
+    reads = []
+    jobs = [_acct(1, "k8s-lend", "b-gpu1", 0, 900, 990), _acct(2, "b-owner", "b-gpu1", 985, 992)]
+
+    def read(since):
+        reads.append(since)
+        return jobs
+
+    tally = ReclaimTally(read, "k8s-lend", window=600, interval=60, clock=lambda: now[0])
+    tally.refresh()
+    tally.refresh()  # within the interval: no read
+    now[0] += 60
+    tally.refresh()  # the same reclaim again: not counted twice
+    assert reads == ["now-600seconds", "now-600seconds"] and tally.seen == {2: 1000.0}
+    samples = {s.name + str(s.labels.get("le", "")): s.value for s in tally.metric().samples}
+    assert samples["slurm_pool_reclaim_latency_seconds_bucket5.0"] == 0
+    assert samples["slurm_pool_reclaim_latency_seconds_bucket10.0"] == 1
+    assert (
+        samples["slurm_pool_reclaim_latency_seconds_count"] == 1
+        and samples["slurm_pool_reclaim_latency_seconds_sum"] == 7
+    )
+    now[0] += 1300  # older than two windows: forgotten, and too old to be read again
+    tally.refresh()
+    assert tally.seen == {} and samples["slurm_pool_reclaim_latency_seconds_count"] == 1
+
+
+def test_a_failing_reclaim_read_is_a_scrape_error_and_the_histogram_stays():
+    from prometheus_client import CollectorRegistry
+
+    from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.metrics.collector import PoolCollector
+    from slurm_pool.metrics.reclaims import ReclaimTally
+
+    def read(_since):
+        raise OSError("slurmdbd is down")
+
+    runner = RecordingRunner()
+    runner.on(["sinfo", "--version"], "slurm 22.05.8\n")
+    runner.on(["sinfo", "--json"], json.dumps({"nodes": []}))
+    runner.on(["squeue", "--json"], json.dumps({"jobs": []}))
+    reg = CollectorRegistry()
+    reg.register(PoolCollector(SlurmClient(runner), reclaims=ReclaimTally(read, "k8s-lend")))
+    assert reg.get_sample_value("slurm_pool_scrape_errors_total", {"source": "reclaims"}) == 1
+    assert reg.get_sample_value("slurm_pool_reclaim_latency_seconds_count") == 0
