@@ -147,6 +147,9 @@ def local_time(config: Bridge, now: datetime) -> datetime:
 
 
 def off_peak(config: Bridge, now: datetime) -> bool:
+    """Whether lending is allowed at ``now``: inside a window, or at any time when ``off_peak`` is empty."""
+    if not config.off_peak:
+        return True
     local = local_time(config, now)
     return any(in_window(w, local) for w in config.off_peak)
 

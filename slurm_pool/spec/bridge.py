@@ -82,8 +82,8 @@ class Bridge(Strict):
     qos: str = Field(default="k8s-lend", pattern=NAME_RE)
     account: str = Field(default="k8s-bridge", pattern=NAME_RE)
     user: Optional[str] = Field(default="slurmpool", pattern=USER_RE)
-    #: When lending is allowed.  Outside every window lent nodes are reclaimed,
-    #: unless ``lend_outside_off_peak`` lets inference demand alone decide.
+    #: When lending is allowed (an allow-list; empty: at any time).  Outside every window lent
+    #: nodes are reclaimed, unless ``lend_outside_off_peak`` lets inference demand alone decide.
     off_peak: list[OffPeakWindow] = [OffPeakWindow(start="19:00", end="07:00")]
     timezone: Optional[str] = None
     lend_outside_off_peak: bool = False

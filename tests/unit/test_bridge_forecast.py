@@ -214,3 +214,9 @@ def test_nodes_go_back_staggered_ahead_of_a_forecast_slurm_rise():
     first = w.plan(forecast=fc, now=NIGHT.replace(hour=7, minute=41))
     assert [n for n in ("a-gpu1", "a-gpu2") if n not in lent(first)] == ["a-gpu1"]
     assert "nodes go back ahead of it, one per run" in first.node("a-gpu1").reasons[0]
+
+
+def test_an_empty_off_peak_list_allows_lending_at_any_hour():
+    noon = NIGHT.replace(hour=12)
+    assert lent(world(demand_gpus=2).plan(now=noon)) == []
+    assert lent(world(demand_gpus=2, off_peak=[]).plan(now=noon)) == ["a-gpu1"]
