@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from pool_sim import MONDAY, SPEC, workload  # noqa: E402
 
-from slurm_pool.bridge.plan import off_peak  # noqa: E402
+from slurm_pool.bridge.windows import off_peak  # noqa: E402
 from slurm_pool.sim import workload as wl  # noqa: E402
 from slurm_pool.sim.engine import quantile, simulate, standard_policies  # noqa: E402
 from slurm_pool.sim.lending import LendPolicy, replay_inference_lending  # noqa: E402

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from datetime import datetime, timedelta  # noqa: E402
 
-from slurm_pool.bridge.plan import off_peak  # noqa: E402
+from slurm_pool.bridge.windows import off_peak  # noqa: E402
 from slurm_pool.sim import workload as wl  # noqa: E402
 from slurm_pool.sim.engine import Result, simulate, standard_policies  # noqa: E402
 from slurm_pool.sim.lending import replay_lending  # noqa: E402

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
+from slurm_pool.bridge.cost import ahead_returns, gpus_of, lease_left, lend_cost, slurm_veto
 from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT, K8sNodeView, Snapshot
-from slurm_pool.spec.bridge import DAYS, Bridge, OffPeakWindow
+from slurm_pool.bridge.windows import off_peak, parse_time
+from slurm_pool.spec.bridge import Bridge
 
 #: Step kinds and the phase they run in (all nodes finish a phase before the next).
 PHASES: dict[str, int] = {
@@ -117,54 +119,6 @@ class Plan:
         }
 
 
-# -- off-peak windows ----------------------------------------------------------
-
-
-def _minutes(clock: str) -> int:
-    h, m = clock.split(":")
-    return int(h) * 60 + int(m)
-
-
-def in_window(window: OffPeakWindow, local: datetime) -> bool:
-    """Whether ``local`` (wall-clock time in the bridge's zone) lies in ``window``."""
-    start, end = _minutes(window.start), _minutes(window.end)
-    minute = local.hour * 60 + local.minute
-    today, yesterday = DAYS[local.weekday()], DAYS[(local.weekday() - 1) % 7]
-    if start < end:
-        return today in window.days and start <= minute < end
-    return (today in window.days and minute >= start) or (yesterday in window.days and minute < end)
-
-
-def local_time(config: Bridge, now: datetime) -> datetime:
-    """``now`` in the bridge's time zone (naive times are taken as already local)."""
-    if now.tzinfo is None:
-        return now
-    if config.timezone:
-        from zoneinfo import ZoneInfo
-
-        return now.astimezone(ZoneInfo(config.timezone))
-    return now.astimezone()
-
-
-def off_peak(config: Bridge, now: datetime) -> bool:
-    """Whether lending is allowed at ``now``: inside a window, or at any time when ``off_peak`` is empty."""
-    if not config.off_peak:
-        return True
-    local = local_time(config, now)
-    return any(in_window(w, local) for w in config.off_peak)
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """An ISO 8601 time from an annotation; naive times are taken as UTC."""
-    if not value:
-        return None
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
 # -- planning --------------------------------------------------------------------
 
 
@@ -240,74 +194,6 @@ def _blockers(
     return out
 
 
-def _gpus(snap: Snapshot, names: Sequence[str]) -> int:
-    return sum(snap.k8s_nodes[n].gpus for n in names if n in snap.k8s_nodes)
-
-
-def _lease_left(snap: Snapshot, n: str, t: float, config: Bridge) -> float:
-    """Seconds of ``n``'s minimum lease still to run (0: it may go back for a drop in demand)."""
-    starts = [p.start_time for p in snap.placeholders_on(n) if p.running and p.start_time]
-    return max(0.0, min(starts) + config.min_lease_seconds - t) if starts else 0.0
-
-
-def _lend_cost(
-    snap: Snapshot, n: str, keep: Sequence[str], fc: Forecast | None, t: float, horizon: float
-) -> tuple[float, int, str]:
-    """Reclaim cost of lending ``n``: its group's forecast Slurm load, then how many of its group are lent."""
-    if fc is None or n not in fc.group_of:
-        return 0.0, 0, n
-    g = fc.group_of[n]
-    load = fc.slurm_peak(g, t, horizon) / max(fc.capacity.get(g, 0), 1) if fc.enabled else 0.0
-    return round(load, 3), sum(1 for m in keep if fc.group_of.get(m) == g), n
-
-
-def _slurm_veto(snap: Snapshot, n: str, keep: Sequence[str], fc: Forecast | None, t: float, horizon: float) -> str:
-    """Why lending ``n`` now would take GPUs that Slurm's forecast wants back within ``horizon`` ("" if none)."""
-    if fc is None or not fc.enabled or n not in fc.group_of:
-        return ""
-    g = fc.group_of[n]
-    cap = fc.capacity.get(g, 0)
-    left = cap - _gpus(snap, [m for m in keep if fc.group_of.get(m) == g] + [n])
-    peak = fc.slurm_peak(g, t, horizon)
-    if peak <= left:
-        return ""
-    return (
-        f"forecast: group {g}'s Slurm jobs want {peak:.1f} of its {cap} GPU(s) within {horizon:.0f}s, "
-        f"lending the node would leave {left}"
-    )
-
-
-def _ahead_returns(
-    snap: Snapshot, config: Bridge, now: datetime, keep: Sequence[str], fc: Forecast | None
-) -> dict[str, str]:
-    """Nodes to give back now, ahead of the windows' end or a forecast Slurm rise: one per run and cause.
-
-    With ``m`` nodes lent, the first goes back ``return_ahead + (m - 1) x stagger``
-    seconds ahead, the next one ``stagger`` later, and so on: never all at once.
-    """
-    out: dict[str, str] = {}
-    order = sorted(keep, key=lambda n: (len(snap.workload_pods(n)), n))
-    stagger, t = config.stagger_seconds, now.timestamp()
-    if order and stagger and not config.lend_outside_off_peak and config.off_peak:
-        later = stagger * (len(order) - 1)
-        if not off_peak(config, now + timedelta(seconds=later)):
-            out[order[0]] = f"the off-peak windows close within {later}s: nodes go back one per run, {stagger}s apart"
-    if fc is None or not fc.enabled:
-        return out
-    for g in sorted({fc.group_of[n] for n in order if n in fc.group_of}):
-        mine = [n for n in order if fc.group_of.get(n) == g and n not in out]
-        if not mine:
-            continue
-        horizon = config.return_ahead_seconds + stagger * (len(mine) - 1)
-        peak, unlent = fc.slurm_peak(g, t, horizon), fc.capacity.get(g, 0) - _gpus(snap, mine)
-        if peak > unlent:
-            out[mine[0]] = (
-                f"forecast: group {g}'s Slurm jobs want {peak:.1f} GPU(s) within {horizon}s and {unlent} are not "
-                "lent: nodes go back ahead of it, one per run"
-            )
-    return out
-
-
 def plan(
     snap: Snapshot, config: Bridge, now: datetime, force_after: int | None = None, forecast: Forecast | None = None
 ) -> Plan:
@@ -345,19 +231,19 @@ def plan(
         rest = [m for m in keep if m != n]
         if len(keep) > cap:
             dropped[n] = f"more than bridge.max_lent_nodes ({cap}) lent"
-        elif _gpus(snap, rest) >= need + config.hysteresis_gpus:
-            left = _lease_left(snap, n, t, config)
+        elif gpus_of(snap, rest) >= need + config.hysteresis_gpus:
+            left = lease_left(snap, n, t, config)
             if left > 0:
                 held[n] = f"kept for its minimum lease ({left:.0f}s left) though demand dropped"
                 continue
             dropped[n] = (
                 f"inference demand dropped: {need + snap.base_gpus} GPU(s) wanted, "
-                f"{snap.base_gpus + _gpus(snap, rest)} without this node"
+                f"{snap.base_gpus + gpus_of(snap, rest)} without this node"
             )
         else:
             continue
         keep = rest
-    ahead = _ahead_returns(snap, config, now, keep, fc)
+    ahead = ahead_returns(snap, config, now, keep, fc)
     dropped.update(ahead)
     keep = [n for n in keep if n not in ahead]
     # Lend more while demand is not met, cheapest reclaim first (nodes holding pods are in ``keep``).
@@ -365,10 +251,10 @@ def plan(
     closing = not config.lend_outside_off_peak and not off_peak(
         config, now + timedelta(seconds=config.stagger_seconds * len(keep))
     )
-    while free and _gpus(snap, keep) < need and len(keep) < cap:
-        n = min(free, key=lambda n: _lend_cost(snap, n, keep, fc, t, horizon))
+    while free and gpus_of(snap, keep) < need and len(keep) < cap:
+        n = min(free, key=lambda n: lend_cost(snap, n, keep, fc, t, horizon))
         free.remove(n)
-        veto = _slurm_veto(snap, n, keep, fc, t, horizon)
+        veto = slurm_veto(snap, n, keep, fc, t, horizon)
         if closing:
             veto = "the off-peak windows close before a lend would pay"
         if veto:
@@ -389,7 +275,7 @@ def plan(
             plans.append(_fence(snap, n, tuple(blockers[n]) or ("inference demand is met",)))
     plans += _orphans(snap, config, set(managed))
     notes = []
-    unmet = need - _gpus(snap, keep)
+    unmet = need - gpus_of(snap, keep)
     if unmet > 0:
         notes.append(f"{unmet} GPU(s) of inference demand cannot be met by lending")
     return Plan(
@@ -397,7 +283,7 @@ def plan(
         window_open=window,
         demand_gpus=snap.demand_gpus,
         base_gpus=snap.base_gpus,
-        lent_gpus=_gpus(snap, keep),
+        lent_gpus=gpus_of(snap, keep),
         nodes=tuple(plans),
         notes=tuple(notes),
         forecast=fc.summary(t, warmup, horizon) if fc is not None and fc.enabled else None,

@@ -22,9 +22,10 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.bridge.execute import Executor
 from slurm_pool.bridge.k8s import K8sError, fence_patch, open_patch, release_patch
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT, build_snapshot, isvc_gpus
-from slurm_pool.bridge.plan import in_window, off_peak, plan
+from slurm_pool.bridge.plan import plan
 from slurm_pool.bridge.reconcile import observe, reconcile
 from slurm_pool.bridge.slurm_side import SlurmSide
+from slurm_pool.bridge.windows import in_window, off_peak
 from slurm_pool.spec.bridge import Bridge, OffPeakWindow, check_bridge
 from slurm_pool.versions import SlurmVersion
 from tests.support.k8s_fake import NODES, FakeK8s, isvc, merge, node_manifest, pod_manifest

@@ -1,0 +1,85 @@
+"""The bridge's cost model: how long a lend lasts, which node to lend, when to give one back (pure).
+
+See ``docs/bridge.md`` ("Cost model and forecast").  The planner
+(:mod:`slurm_pool.bridge.plan`) calls these with its snapshot, the nodes it
+keeps lent so far and the :class:`~slurm_pool.bridge.forecast.Forecast`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Sequence
+
+from slurm_pool.bridge.forecast import Forecast
+from slurm_pool.bridge.model import Snapshot
+from slurm_pool.bridge.windows import off_peak
+from slurm_pool.spec.bridge import Bridge
+
+
+def gpus_of(snap: Snapshot, names: Sequence[str]) -> int:
+    """GPUs Kubernetes can allocate on ``names``."""
+    return sum(snap.k8s_nodes[n].gpus for n in names if n in snap.k8s_nodes)
+
+
+def lease_left(snap: Snapshot, n: str, t: float, config: Bridge) -> float:
+    """Seconds of ``n``'s minimum lease still to run (0: it may go back for a drop in demand)."""
+    starts = [p.start_time for p in snap.placeholders_on(n) if p.running and p.start_time]
+    return max(0.0, min(starts) + config.min_lease_seconds - t) if starts else 0.0
+
+
+def lend_cost(
+    snap: Snapshot, n: str, keep: Sequence[str], fc: Forecast | None, t: float, horizon: float
+) -> tuple[float, int, str]:
+    """Reclaim cost of lending ``n``: its group's forecast Slurm load, then how many of its group are lent."""
+    if fc is None or n not in fc.group_of:
+        return 0.0, 0, n
+    g = fc.group_of[n]
+    load = fc.slurm_peak(g, t, horizon) / max(fc.capacity.get(g, 0), 1) if fc.enabled else 0.0
+    return round(load, 3), sum(1 for m in keep if fc.group_of.get(m) == g), n
+
+
+def slurm_veto(snap: Snapshot, n: str, keep: Sequence[str], fc: Forecast | None, t: float, horizon: float) -> str:
+    """Why lending ``n`` now would take GPUs that Slurm's forecast wants back within ``horizon`` ("" if none)."""
+    if fc is None or not fc.enabled or n not in fc.group_of:
+        return ""
+    g = fc.group_of[n]
+    cap = fc.capacity.get(g, 0)
+    left = cap - gpus_of(snap, [m for m in keep if fc.group_of.get(m) == g] + [n])
+    peak = fc.slurm_peak(g, t, horizon)
+    if peak <= left:
+        return ""
+    return (
+        f"forecast: group {g}'s Slurm jobs want {peak:.1f} of its {cap} GPU(s) within {horizon:.0f}s, "
+        f"lending the node would leave {left}"
+    )
+
+
+def ahead_returns(
+    snap: Snapshot, config: Bridge, now: datetime, keep: Sequence[str], fc: Forecast | None
+) -> dict[str, str]:
+    """Nodes to give back now, ahead of the windows' end or a forecast Slurm rise: one per run and cause.
+
+    With ``m`` nodes lent, the first goes back ``return_ahead + (m - 1) x stagger``
+    seconds ahead, the next one ``stagger`` later, and so on: never all at once.
+    """
+    out: dict[str, str] = {}
+    order = sorted(keep, key=lambda n: (len(snap.workload_pods(n)), n))
+    stagger, t = config.stagger_seconds, now.timestamp()
+    if order and stagger and not config.lend_outside_off_peak and config.off_peak:
+        later = stagger * (len(order) - 1)
+        if not off_peak(config, now + timedelta(seconds=later)):
+            out[order[0]] = f"the off-peak windows close within {later}s: nodes go back one per run, {stagger}s apart"
+    if fc is None or not fc.enabled:
+        return out
+    for g in sorted({fc.group_of[n] for n in order if n in fc.group_of}):
+        mine = [n for n in order if fc.group_of.get(n) == g and n not in out]
+        if not mine:
+            continue
+        horizon = config.return_ahead_seconds + stagger * (len(mine) - 1)
+        peak, unlent = fc.slurm_peak(g, t, horizon), fc.capacity.get(g, 0) - gpus_of(snap, mine)
+        if peak > unlent:
+            out[mine[0]] = (
+                f"forecast: group {g}'s Slurm jobs want {peak:.1f} GPU(s) within {horizon}s and {unlent} are not "
+                "lent: nodes go back ahead of it, one per run"
+            )
+    return out
