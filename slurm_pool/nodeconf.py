@@ -40,6 +40,11 @@ Keys (defaults in brackets)::
                          job: only failures on the job's GPUs (or node-wide)
     epilog_health        [yes]    run the GPU checks in the epilog too
     epilog_query         [yes]    ask slurmctld about the job in the epilog
+    lend_partition       [k8s-lend]  its jobs' epilog frees the GPUs of processes
+                         left by the Kubernetes tier (slurm_pool.node.gpufree)
+    lend_stop_command    []       run (as root) before those processes are killed
+    gpu_busy_wait        [10]     seconds the prolog waits for other processes to
+                         leave the job's GPUs before it fails
     scontrol             [scontrol]  path of scontrol
     log                  [syslog]  syslog | stderr | none
 """
@@ -80,6 +85,9 @@ DEFAULTS: dict[str, str] = {
     "prolog_fail": "any",
     "epilog_health": "yes",
     "epilog_query": "yes",
+    "lend_partition": "k8s-lend",
+    "lend_stop_command": "",
+    "gpu_busy_wait": "10",
     "scontrol": "scontrol",
     "log": "syslog",
 }

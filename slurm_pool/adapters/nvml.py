@@ -40,6 +40,9 @@ Snapshot schema (``schema: "slurm-pool/gpu-snapshot"``, ``version: 1``)::
                           memory_mib, start, size (placement in memory slots),
                           access_minor (/dev/nvidia-caps/nvidia-cap<N> or null),
                           ci_ids}
+      processes           pids of the compute processes on the GPU (its MIG
+                          devices' too); only in snapshots taken with
+                          processes, and absent where NVML cannot say
       mig_devices         MIG devices (one per compute instance), each {uuid,
                           gi_id, ci_id, profile, profile_id, gi_slices,
                           memory_mib, start, size, gi_access_minor,
@@ -187,6 +190,17 @@ def profile_name(raw: str | bytes | None, slices: int, memory_mib: int) -> str:
     if raw:
         return raw.strip().removeprefix("MIG").strip()
     return f"{slices}g.{int(memory_mib / 1024 + 0.5)}gb"
+
+
+def gpu_processes(snap: dict[str, Any]) -> dict[int, list[int]] | None:
+    """GPU index -> pids of its compute processes; None unless every GPU says (or there is no GPU)."""
+    out = {}
+    for g in snap.get("gpus", []):
+        pids = g.get("processes")
+        if not isinstance(pids, list) or not all(isinstance(p, int) for p in pids):
+            return None
+        out[g["index"]] = list(pids)
+    return out
 
 
 def validate_snapshot(snap: Any) -> list[str]:
@@ -394,6 +408,11 @@ class PynvmlLib:
             "retired_pages": retired,
         }
 
+    def processes(self, h: Any) -> list[int] | None:
+        """Pids of the compute processes on one GPU (None: NVML cannot say)."""
+        procs = self._try(self.nv.nvmlDeviceGetComputeRunningProcesses, h)
+        return None if procs is None else sorted({int(p.pid) for p in procs})
+
     def gi_profiles(self, h: Any) -> dict[int, dict[str, Any]]:
         """``{profile_id: {profile, gi_slices, memory_mib}}`` of one GPU."""
         out = {}
@@ -494,8 +513,10 @@ class NvmlSource:
         boot_id: str = BOOT_ID,
         host: str | None = None,
         with_mig: bool = True,
+        with_processes: bool = False,
     ):
         self._lib = lib
+        self.with_processes = with_processes
         self.kmsg = kmsg
         self.mig_minors = mig_minors
         self.boot_id = boot_id
@@ -521,6 +542,8 @@ class NvmlSource:
                 gpu = lib.gpu(i, h)
                 if self.with_mig:
                     gpu.update(lib.mig(h, gpu.get("minor"), minors))
+                if self.with_processes and (pids := lib.processes(h)) is not None:
+                    gpu["processes"] = pids
                 snap["gpus"].append(gpu)
         except Exception as exc:  # a device vanished mid-query, driver wedged, ...
             snap = empty_snapshot(type(exc).__name__ + (f": {exc}" if str(exc) else ""), host=host, boot_id=boot)

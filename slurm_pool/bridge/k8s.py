@@ -173,11 +173,14 @@ class KubernetesAPI:
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
 
         try:
             return fn(*args, **kwargs)
         except ApiException as exc:
             raise _error(exc) from None
+        except (HTTPError, OSError) as exc:  # no answer at all: the API server is down or unreachable
+            raise K8sError(0, f"cannot reach the API server: {exc}") from None
 
     def _plain(self, obj: Any) -> Any:
         return self.api_client.sanitize_for_serialization(obj)

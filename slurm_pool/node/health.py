@@ -198,6 +198,31 @@ def is_ours(reason: str | None) -> bool:
     return check in CHECKS
 
 
+def busy_gpus(snap: dict[str, Any], job_gpus: Iterable[int]) -> dict[int, list[int]]:
+    """Whole GPUs of the job (by device minor) on which NVML lists compute processes: minor -> pids.
+
+    Run in the prolog, before the job's own processes exist: any process there
+    is someone else's (an inference pod after a lend, a stray).  MIG GPUs and
+    GPUs without a process list are skipped (their devices are shared).
+    """
+    want, out = set(job_gpus), {}
+    for g in snap.get("gpus", []):
+        minor = g.get("minor") if isinstance(g.get("minor"), int) else g["index"]
+        pids = g.get("processes")
+        if minor in want and not g.get("mig_enabled") and isinstance(pids, list) and pids:
+            out[minor] = list(pids)
+    return out
+
+
+def busy_failures(snap: dict[str, Any], busy: dict[int, list[int]]) -> list[Failure]:
+    """One ``gpu-busy`` failure per busy GPU (never cleared by the health check: a person resumes the node)."""
+    index = {(g.get("minor") if isinstance(g.get("minor"), int) else g["index"]): g for g in snap.get("gpus", [])}
+    return [
+        Failure("gpu-busy", index[m]["index"], f"{_label(index[m])} is held by pid(s) {','.join(map(str, p))}")
+        for m, p in sorted(busy.items())
+    ]
+
+
 def affects_job(f: Failure, job_gpus: set[int], snap: dict[str, Any]) -> bool:
     """Whether a failure concerns the job's GPUs (node-wide ones always do)."""
     if f.gpu is None or any(g.get("mig_enabled") for g in snap.get("gpus", [])):

@@ -101,8 +101,8 @@ class Hooks:
             self._runner = SubprocessRunner(default_timeout=15)
         return self._runner
 
-    def source(self) -> Any:
-        """The GPU source node.conf asks for (None: no GPU checks)."""
+    def source(self, processes: bool = False) -> Any:
+        """The GPU source node.conf asks for (None: no GPU checks); ``processes``: list each GPU's processes."""
         if self._source is not None:
             return self._source
         kind, path = self.cfg.gpu_source(self.node)
@@ -115,7 +115,7 @@ class Hooks:
             return ReplaySource(path or "", trusted=True)
         from slurm_pool.adapters.nvml import NvmlSource
 
-        return NvmlSource(host=self.node)
+        return NvmlSource(host=self.node, with_processes=processes)
 
     def _state_dir(self) -> str:
         os.makedirs(self.dir, 0o755, exist_ok=True)
@@ -186,10 +186,19 @@ class Hooks:
         return v if isinstance(v, int) else None
 
     def check(
-        self, *, job_gpus: frozenset[int] | set[int] = frozenset(), expected: int | None = None, ack: bool = False
+        self,
+        *,
+        job_gpus: frozenset[int] | set[int] = frozenset(),
+        expected: int | None = None,
+        ack: bool = False,
+        processes: bool = False,
     ) -> tuple[list[health.Failure], dict[str, Any] | None]:
-        """All failures (and the snapshot); a broken snapshot source is logged and counts as healthy."""
-        src = self.source()
+        """All failures (and the snapshot); a broken snapshot source is logged and counts as healthy.
+
+        ``processes``: also fail for other processes on the job's GPUs, after
+        waiting up to ``gpu_busy_wait`` seconds for them to leave.
+        """
+        src = self.source(processes)
         if src is None:
             return [], None
         try:
@@ -201,6 +210,8 @@ class Hooks:
             self.log(f"gpus = auto and no NVML here ({snap['error']}): GPU checks skipped")
             return [], None
         failures = health.check_snapshot(snap, expected_gpus=expected, job_gpus=job_gpus)
+        if processes:
+            failures += self._busy(src, snap, job_gpus)
         fd = self._lock()
         try:
             old = self._read("xid.json")
@@ -210,6 +221,48 @@ class Hooks:
         finally:
             os.close(fd)
         return failures + health.xid_failures(new), snap
+
+    def _busy(self, src: Any, snap: dict[str, Any], job_gpus: frozenset[int] | set[int]) -> list[health.Failure]:
+        """Other processes on the job's GPUs that do not leave within ``gpu_busy_wait`` seconds."""
+        from slurm_pool.node.gpufree import alive
+
+        def busy_now(snap: dict[str, Any]) -> dict[int, list[int]]:  # a process that just ended may still be listed
+            found = health.busy_gpus(snap, job_gpus)
+            return {m: live for m, pids in found.items() if (live := [p for p in pids if alive(p)])}
+
+        deadline = time.monotonic() + self.cfg.integer("gpu_busy_wait")
+        busy = busy_now(snap)
+        while busy and time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                snap = src.snapshot()
+            except (OSError, ValueError):
+                break
+            busy = busy_now(snap)
+        return health.busy_failures(snap, busy)
+
+    def free_lent_gpus(self) -> None:
+        """Epilog of a lend job: stop what the Kubernetes tier left on the GPUs (:mod:`.gpufree`)."""
+        from slurm_pool.adapters.nvml import gpu_processes
+        from slurm_pool.node import gpufree
+
+        src = self.source(processes=True)
+        if src is None:
+            return
+
+        def read() -> dict[int, list[int]] | None:
+            try:
+                return gpu_processes(src.snapshot())
+            except (OSError, ValueError) as exc:
+                self.log(f"GPU processes unreadable: {exc}", error=True)
+                return None
+
+        res = gpufree.free_gpus(read, command=self.cfg.get("lend_stop_command"))
+        self.log(f"lend ended, GPUs: {res.detail}", error=not res.ok)
+        if res.left:
+            left = ",".join(map(str, res.left))
+            failure = health.Failure("gpu-busy", None, f"pid(s) {left} still on the GPUs after a lend")
+            self._drain_if_needed("epilog", [failure], may_undrain=False)
 
     def _record(self, hook: str, failures: list[health.Failure], action: str) -> None:
         try:
@@ -268,7 +321,9 @@ class Hooks:
         except (jobdir.JobDirError, OSError) as exc:
             self.log(f"checkpoint dir not prepared: {exc}", error=True)
         job_gpus = health.job_gpu_ids(env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES"))
-        failures, snap = self.check(job_gpus=job_gpus, expected=self.expected_gpus())
+        lend = env.get("SLURM_JOB_PARTITION") == self.cfg.get("lend_partition")
+        exclusive = not lend and not env.get("SLURM_SHARDS_ON_NODE")  # shards share their GPU on purpose
+        failures, snap = self.check(job_gpus=job_gpus, expected=self.expected_gpus(), processes=exclusive)
         if not failures:
             return 0
         self._drain_if_needed("prolog", failures, may_undrain=False)
@@ -280,6 +335,8 @@ class Hooks:
         from slurm_pool.node import jobdir, outcome
 
         env = self.env
+        if env.get("SLURM_JOB_PARTITION") == self.cfg.get("lend_partition"):
+            self.free_lent_gpus()
         try:
             job, user, uid, _gid = jobdir.job_identity(env)
             path, _ = jobdir.checkpoint_dir(self.cfg.get("checkpoint_base_dir"), env)

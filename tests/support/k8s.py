@@ -31,7 +31,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from tests.support.k8s_build import BuildError, Toolset, require_binaries
 from tests.support.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
@@ -258,6 +258,23 @@ class ControlPlane:
         return self.state_dir / "logs" / f"{name}.log"
 
     # -- components ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def apiserver_stopped(self, timeout: float = 60.0) -> Iterator[None]:
+        """kube-apiserver stopped (by pid) for the body, then started again with the same flags and port."""
+        proc = self.procs.pop("kube-apiserver")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        try:
+            yield
+        finally:
+            self._spawn(self._toolset or require_binaries(), "kube-apiserver", self._apiserver_args())
+            self._wait("kube-apiserver /readyz after its restart", self._apiserver_ready, time.monotonic() + timeout)
 
     def _spawn(self, tools: Toolset, name: str, args: list[str]) -> None:
         assert self.state_dir is not None

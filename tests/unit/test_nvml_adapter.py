@@ -269,3 +269,21 @@ def test_read_kmsg_on_a_dump_and_on_the_real_device(tmp_path):
     assert nvml.read_kmsg(str(tmp_path / "absent")) is None
     real = nvml.read_kmsg()
     assert real is None or isinstance(real, list)
+
+
+def test_processes_are_listed_only_when_asked_and_only_where_nvml_answers(tmp_path):
+    want = json.loads((DATA / "h100x8_healthy.json").read_text())
+    src = source_for(want, tmp_path)
+    procs = {0: [types.SimpleNamespace(pid=31, usedGpuMemory=None), types.SimpleNamespace(pid=7)], 1: []}
+
+    def running(h):
+        if h not in procs:
+            raise FakeError("Not Supported")
+        return procs[h]
+
+    src._lib.nv.nvmlDeviceGetComputeRunningProcesses = running
+    assert all("processes" not in g for g in src.snapshot()["gpus"])  # not asked
+    src.with_processes = True
+    gpus = src.snapshot()["gpus"]
+    assert gpus[0]["processes"] == [7, 31] and gpus[1]["processes"] == [] and "processes" not in gpus[2]
+    assert nvml.gpu_processes({"gpus": gpus}) is None  # GPU 2 could not say
