@@ -79,6 +79,7 @@ class Placement:
     end: float  # finished, or gone at the end of its grace window, or when the replay stopped
     nodes: tuple[tuple[str, int], ...]
     outcome: str  # "done", "preempted" or "running"
+    signalled: float | None = None  # preempted: when it was signalled (its work stops there)
 
 
 @dataclass
@@ -229,7 +230,8 @@ class _Sim:
 
     def _record(self, run: _Run, end: float, outcome: str) -> None:
         nodes = tuple((self.nodes[n].name, c) for n, c in sorted(run.alloc.items()))
-        self.res.schedule.append(Placement(run.job.id, run.tier, run.placed, run.begin, end, nodes, outcome))
+        sig = None if run.free_at is None else run.free_at - self.pol.grace
+        self.res.schedule.append(Placement(run.job.id, run.tier, run.placed, run.begin, end, nodes, outcome, sig))
 
     # -- placing ---------------------------------------------------------------
     def _fit(self, job: Job, scope: str, skip: frozenset[int] = frozenset()) -> dict[int, int] | None:
@@ -486,11 +488,25 @@ class _Sim:
         return False
 
     def schedule(self) -> None:
+        """Start what can start now: each project's queue, then the borrowers'."""
         for key, q in self.queues.items():
             while q and self._try(q[0]):
                 q.popleft()
+            if q and key is not None and self._tier(q[0])[0] != GUARANTEED:
+                self._guaranteed_ahead(q)
             if q and self.pol.backfill and len(q) > 1:
                 self._backfill(key, q)
+
+    def _guaranteed_ahead(self, q: deque[Job]) -> None:
+        """Owner jobs within the share outrank a waiting borrowed-tier head (a higher tier)."""
+        started = []
+        for job in list(q)[1 : 1 + self.pol.bf_depth]:
+            if self._tier(job)[0] == GUARANTEED:
+                if not self._try_guaranteed(job):
+                    break
+                started.append(job)
+        for job in started:
+            q.remove(job)
 
     # -- main loop -------------------------------------------------------------
     def run(self, jobs: Iterable[Job]) -> NodeResult:
