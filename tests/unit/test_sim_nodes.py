@@ -231,8 +231,8 @@ def workloads(draw, whole_node_owners: bool = False):  # type: ignore[no-untyped
     size = draw(st.sampled_from([1, 2, 4]))
     owners = draw(st.lists(st.sampled_from(["a", "b", None]), min_size=1, max_size=5))
     sizes = [size if whole_node_owners else draw(st.sampled_from([1, 2, 4])) for _ in owners]
-    nodes = [Node(f"n{i}", s, o) for i, (s, o) in enumerate(zip(sizes, owners))]
-    share = {o: sum(s for s, p in zip(sizes, owners) if p == o) for o in set(owners) - {None}}
+    nodes = [Node(f"n{i}", s, o) for i, (s, o) in enumerate(zip(sizes, owners, strict=True))]
+    share = {o: sum(s for s, p in zip(sizes, owners, strict=True) if p == o) for o in set(owners) - {None}}
     total = sum(sizes)
     projects = sorted(share) + [None]
     jobs = []
@@ -259,9 +259,7 @@ def test_invariants(w, policy):
     by_id = {job.id: job for job in jobs}
     owner_of = {nd.name: nd.owner for nd in nodes}
     # work adds up: every run's GPU time until it ends or is signalled is useful, lost or restart
-    ran = sum(
-        ((p.signalled if p.signalled is not None else p.end) - p.start) * by_id[p.job].gpus for p in r.schedule
-    )
+    ran = sum(((p.signalled if p.signalled is not None else p.end) - p.start) * by_id[p.job].gpus for p in r.schedule)
     assert r.useful_gpu_seconds + r.lost_gpu_seconds + r.restart_gpu_seconds == pytest.approx(ran)
     done = [p.job for p in r.schedule if p.outcome == "done"]
     assert len(done) == len(set(done))
