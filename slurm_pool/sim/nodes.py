@@ -364,6 +364,8 @@ class _Sim:
             kept = max(st.done, math.floor(total / step) * step) if step > 0 else st.done
         self._account(run, self.now, kept - st.done)
         st.done = kept
+        # signalled while still loading its checkpoint: the rest of the restart never happens
+        self.res.restart_gpu_seconds -= self._segment(self.now, run.start, run.job.gpus)
         self.res.preemptions += 1
         if run.job.project is not None:
             self.res.owner_jobs_preempted += 1

@@ -172,6 +172,16 @@ def test_preemption_accounting():
     assert (victim.signalled, victim.end) == (100, 160)
 
 
+def test_a_victim_signalled_while_restarting_pays_only_the_restart_it_spent():
+    jobs = [j("x", None, 0, 100, 1), j("o1", "a", 10, 10, 1), j("o2", "a", 60, 10, 1)]
+    pol = NodePolicy("restart", grace=30, restart_overhead=20)
+    r = simulate_nodes([n("a0", 1, "a")], jobs, pol, window=10_000)
+    # x: 0..10 (signalled), back at 50 loading its checkpoint until 70, signalled at 60, back at 100
+    assert runs(r)["x"] == [(0, ("a0",)), (50, ("a0",)), (100, ("a0",))]
+    assert r.restart_gpu_seconds == pytest.approx(10 + 20)
+    assert r.useful_gpu_seconds == pytest.approx(100 + 10 + 10) and r.lost_gpu_seconds == 0
+
+
 def test_a_plain_policy_gets_backfill():
     jobs = [j("r", None, 0, 100, 3), j("big", None, 1, 100, 4), j("short", None, 2, 50, 1)]
     r = simulate_nodes([n("n0", 4)], jobs, Policy("plain", restart_overhead=0), window=1000)
