@@ -40,9 +40,11 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Iterable
 
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result
+from slurm_pool.sim.freeindex import FreeIndex
 from slurm_pool.spec.hosts import expand
 
 ALL = "*"  # the scope of every node
@@ -110,49 +112,6 @@ class _State:
     runs: int = 0
 
 
-class _Index:
-    """Free GPUs per node, bucketed by count, per scope (a project's nodes, or all)."""
-
-    def __init__(self, sizes: list[int], members: list[int]):
-        self.sizes = sizes
-        self.members = members
-        self.top = max((sizes[n] for n in members), default=0)
-        self.buckets: list[list[int]] = [[] for _ in range(self.top + 1)]
-        self.whole: list[tuple[int, int]] = []
-
-    def note(self, n: int, free: int) -> None:
-        heapq.heappush(self.buckets[free], n)
-        if free == self.sizes[n]:
-            heapq.heappush(self.whole, (-free, n))
-
-    def best_fit(self, free: list[int], g: int) -> int | None:
-        for k in range(g, self.top + 1):
-            h = self.buckets[k]
-            while h and free[h[0]] != k:
-                heapq.heappop(h)
-            if h:
-                return h[0]
-        return None
-
-    def whole_nodes(self, free: list[int], g: int, skip: frozenset[int] = frozenset()) -> list[int] | None:
-        """Fully free nodes, largest first, covering ``g`` GPUs (None: not enough)."""
-        got: list[int] = []
-        popped: list[tuple[int, int]] = []
-        total = 0
-        while self.whole and total < g:
-            e = heapq.heappop(self.whole)
-            n = e[1]
-            if free[n] != self.sizes[n] or (popped and popped[-1] == e):
-                continue
-            popped.append(e)
-            if n not in skip:
-                got.append(n)
-                total += self.sizes[n]
-        for e in popped:
-            heapq.heappush(self.whole, e)
-        return got if total >= g else None
-
-
 class _Sim:
     def __init__(self, nodes: list[Node], policy: NodePolicy, window: float):
         if not nodes:
@@ -179,8 +138,8 @@ class _Sim:
         projects = sorted({o for o in self.owner if o is not None})
         self.share = {p: sum(nd.gpus for nd in nodes if nd.owner == p) for p in projects}
         self.owned = {p: [i for i, nd in enumerate(nodes) if nd.owner == p] for p in projects}
-        self.index = {p: _Index(self.size, m) for p, m in self.owned.items()}
-        self.index[ALL] = _Index(self.size, list(range(len(nodes))))
+        self.index = {p: FreeIndex(self.size, m) for p, m in self.owned.items()}
+        self.index[ALL] = FreeIndex(self.size, list(range(len(nodes))))
         for i in range(len(nodes)):
             self._note(i)
         self.used = {p: 0 for p in projects}  # guaranteed GPUs per project
@@ -197,6 +156,7 @@ class _Sim:
         self.seq = 0
         self.now = 0.0
         self.epoch = 0  # bumped when GPUs may come free earlier than any time limit said
+        self.tcache: dict[tuple[int, int, bool], tuple[int, float]] = {}  # node's time for a need, by version
         self.resv: dict[str | None, tuple[str, int, float, dict[int, int]]] = {}
         self.owner_jobs = self.owner_done = 0
 
@@ -239,9 +199,8 @@ class _Sim:
         idx = self.index[scope]
         if job.gpus <= idx.top:
             n = idx.best_fit(self.free, job.gpus)
-            if n is not None and n in skip:  # rare: look past the reserved node
-                fits = [m for m in idx.members if m not in skip and self.free[m] >= job.gpus]
-                n = min(fits, key=lambda m: (self.free[m], m)) if fits else None
+            if n is not None and n in skip:  # look past the reserved nodes
+                n = idx.best_fit(self.free, job.gpus, skip)
             return None if n is None else {n: job.gpus}
         got = idx.whole_nodes(self.free, job.gpus, skip)
         return None if got is None else {n: self.size[n] for n in got}
@@ -348,6 +307,7 @@ class _Sim:
                     self._preempt(r)
                 assert r.free_at is not None
                 r.claimed[n] = r.claimed.get(n, 0) + c
+                self.ver[n] += 1  # what the victim will free there changed
                 self.bheld[n] -= c
                 self.borrowed_on[p] -= c
                 ready = max(ready, r.free_at)
@@ -372,6 +332,8 @@ class _Sim:
         del self.runs[run.job.id]
         run.free_at = self.now + self.pol.grace
         self.leaving[run.job.id] = run
+        for n in run.alloc:
+            self.ver[n] += 1  # it now ends at the end of its grace window
         self.epoch += 1
         self.push(run.free_at, "requeue", run)
 
@@ -399,11 +361,17 @@ class _Sim:
         idx = self.index[scope]
         whole = job.gpus > idx.top
         times: list[tuple[float, int]] = []
+        cache = self.pol.time_limit is None  # else expected ends move with the clock
         for n in idx.members:
-            avail = self.free[n] + (self.bheld[n] if preemptible else 0)
             need = self.size[n] if whole else job.gpus
             if need > self.size[n]:
                 continue
+            key = (n, need, preemptible)
+            hit = self.tcache.get(key) if cache else None
+            if hit is not None and hit[0] == self.ver[n]:
+                times.append((max(hit[1], self.now), n))
+                continue
+            avail = self.free[n] + (self.bheld[n] if preemptible else 0)
             rel = []
             for r in self.on_node[n].values():
                 if preemptible and r.tier == BORROWED:
@@ -417,7 +385,12 @@ class _Sim:
                 avail += c
                 t = end
             times.append((t, n))
-        times.sort(key=lambda e: (e[0], -self.size[e[1]] if whole else 0, e[1]))
+            if cache:
+                self.tcache[key] = (self.ver[n], t)
+        if not whole:
+            times = [min(times)] if times else []  # one node: the earliest (lowest index on ties)
+        else:
+            times = [(e[0], e[2]) for e in sorted((t, -self.size[n], n) for t, n in times)]
         got, total, t = {}, 0, math.inf
         for tn, n in times:
             got[n] = self.ver[n]
@@ -438,13 +411,16 @@ class _Sim:
         )
         t_res, nodes = (cached[2], dict(cached[3])) if cached and resolved else (math.inf, {})
         started: list[Job] = []
-        for job in list(q)[1 : 1 + self.pol.bf_depth]:
-            if self.index[ALL].best_fit(self.free, 1) is None:
+        no_fit: dict[str, int] = {}  # scope -> fewest GPUs found not to fit (starts only shrink free GPUs)
+        no_fit_off: dict[str, int] = {}  # the same, off the reserved nodes
+        for job in islice(q, 1, 1 + self.pol.bf_depth):
+            if self.total_free == 0:
                 break
             tier, scope = self._tier(job)
-            if tier is None:
+            if tier is None or job.gpus >= no_fit.get(scope, job.gpus + 1):
                 continue
             if self._fit(job, scope) is None:
+                no_fit[scope] = job.gpus
                 continue
             if not resolved:
                 head_tier, head_scope = self._tier(head)
@@ -454,9 +430,12 @@ class _Sim:
             st = self.state[job.id]
             overhead = self.pol.restart_overhead if st.done > 0 else 0.0
             lim = self.pol.time_limit if self.pol.time_limit is not None else job.work - st.done + overhead
-            skip = frozenset() if self.now + lim <= t_res else frozenset(nodes)
-            alloc = self._fit(job, scope, skip)
+            long = self.now + lim > t_res
+            if long and job.gpus >= no_fit_off.get(scope, job.gpus + 1):
+                continue
+            alloc = self._fit(job, scope, frozenset(nodes) if long else frozenset())
             if alloc is None:
+                no_fit_off[scope] = job.gpus  # nor off the reserved nodes
                 continue
             self._launch(job, tier, alloc, alloc, self.now)
             self.res.backfilled += 1
@@ -502,7 +481,7 @@ class _Sim:
     def _guaranteed_ahead(self, q: deque[Job]) -> None:
         """Owner jobs within the share outrank a waiting borrowed-tier head (a higher tier)."""
         started = []
-        for job in list(q)[1 : 1 + self.pol.bf_depth]:
+        for job in islice(q, 1, 1 + self.pol.bf_depth):
             if self._tier(job)[0] == GUARANTEED:
                 if not self._try_guaranteed(job):
                     break
