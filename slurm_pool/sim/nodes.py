@@ -1,0 +1,593 @@
+"""Discrete-event replay on whole nodes, placed the way Slurm places jobs.
+
+Beside :mod:`.engine` (GPUs interchangeable per project), this engine knows
+nodes.  The model:
+
+* Each node has a GPU count and an owner project (or none).  A project's
+  *share* is the GPUs of the nodes it owns.
+* A job of at most one node's GPUs runs on one node, best fit (the node left
+  with the fewest free GPUs, lowest index on ties), as cons_tres packs.  A
+  larger job takes whole free nodes, largest first, until their GPUs cover it
+  (``ceil(gpus / node_gpus)`` nodes on equal nodes), and holds them whole.
+* An owner job runs in the **guaranteed** tier, on its project's own nodes
+  only, while the project's guaranteed jobs fit in its share; beyond the share
+  (and for borrowers, ``project=None``) it runs in the **borrowed** tier on any
+  node, when ``Policy.pooled``.  Queues are per project plus the borrowers',
+  FIFO by arrival; requeued jobs go back to the front.
+* With ``Policy.preempt`` (preempt/qos, PreemptMode=REQUEUE, GraceTime), a
+  guaranteed job that does not fit on free GPUs picks victims among the
+  borrowed jobs on ONE of its nodes (or on the whole nodes it needs), the node
+  with least work at risk, least work at risk first; GPUs of borrowers already
+  signalled count first.  It starts when the last of them is gone (GraceTime
+  after the signal).  A victim keeps its work up to the signal when it
+  checkpoints on the signal, else up to its last periodic checkpoint.
+* With ``NodePolicy.backfill``, when a queue's head cannot start, it gets one
+  reservation (the earliest time and nodes where it fits, from running jobs'
+  time limits); up to ``bf_depth`` jobs behind it may start now if they fit on
+  free GPUs and either end before that time or stay off the reserved nodes.
+
+Simplified against Slurm: one reservation per queue head (not one per waiting
+job), no bf_window or bf_resolution, backfilled jobs do not preempt, the
+queues are scheduled in a fixed order (each project's, then the borrowers'),
+time limits are the jobs' exact remaining durations unless
+``NodePolicy.time_limit`` is given (a job past its limit is not killed, it is
+expected to end at any moment), and no CPUs, memory, MIG or topology.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any, Iterable
+
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result
+from slurm_pool.sim.freeindex import FreeIndex
+from slurm_pool.spec.hosts import expand
+
+ALL = "*"  # the scope of every node
+
+
+@dataclass(frozen=True)
+class Node:
+    """One server: ``gpus`` GPUs, owned by ``owner`` (None: nobody's)."""
+
+    name: str
+    gpus: int
+    owner: str | None = None
+
+
+@dataclass(frozen=True)
+class NodePolicy(Policy):
+    """:class:`~.engine.Policy` plus Slurm's backfill."""
+
+    backfill: bool = True
+    #: Seconds every job asks for (None: its exact remaining duration).
+    time_limit: float | None = None
+    #: Jobs behind a blocked queue head that backfill looks at (as bf_max_job_test).
+    bf_depth: int = 100
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One run of a job: GPUs held on ``nodes`` from ``start`` to ``end``."""
+
+    job: str
+    tier: str
+    placed: float  # when the scheduler gave it the GPUs (a preemptor then waits for its victims)
+    start: float  # when it holds them (``placed`` plus any grace wait)
+    end: float  # finished, or gone at the end of its grace window, or when the replay stopped
+    nodes: tuple[tuple[str, int], ...]
+    outcome: str  # "done", "preempted" or "running"
+    signalled: float | None = None  # preempted: when it was signalled (its work stops there)
+
+
+@dataclass
+class NodeResult(Result):
+    """:class:`~.engine.Result` plus the schedule, run by run."""
+
+    schedule: list[Placement] = field(default_factory=list)
+    backfilled: int = 0
+
+
+@dataclass
+class _Run:
+    job: Job
+    tier: str
+    alloc: dict[int, int]  # node -> GPUs held
+    placed: float
+    begin: float  # holds its GPUs from here
+    start: float  # useful work from here (after a restart)
+    version: int
+    free_at: float | None = None  # signalled: gone at this time
+    claimed: dict[int, int] = field(default_factory=dict)  # GPUs owners took over while it leaves
+
+
+@dataclass
+class _State:
+    done: float = 0.0
+    first_start: float | None = None
+    runs: int = 0
+
+
+class _Sim:
+    def __init__(self, nodes: list[Node], policy: NodePolicy, window: float):
+        if not nodes:
+            raise ValueError("nodes: none given")
+        names: set[str] = set()
+        for nd in nodes:
+            if nd.name in names:
+                raise ValueError(f"nodes: duplicate node name {nd.name!r}")
+            names.add(nd.name)
+            if nd.gpus < 1:
+                raise ValueError(f"nodes: node {nd.name!r} has gpus {nd.gpus}, not at least 1")
+        if policy.time_limit is not None and not policy.time_limit > 0:
+            raise ValueError(f"time_limit: {policy.time_limit} is not positive")
+        if policy.bf_depth < 0:
+            raise ValueError(f"bf_depth: {policy.bf_depth} is negative")
+        self.nodes = nodes
+        self.size = [nd.gpus for nd in nodes]
+        self.owner = [nd.owner for nd in nodes]
+        self.free = list(self.size)
+        self.total_free = sum(self.size)
+        self.bheld = [0] * len(nodes)  # GPUs held by borrowed runs, not yet claimed by an owner
+        self.on_node: list[dict[str, _Run]] = [{} for _ in nodes]
+        self.ver = [0] * len(nodes)
+        projects = sorted({o for o in self.owner if o is not None})
+        self.share = {p: sum(nd.gpus for nd in nodes if nd.owner == p) for p in projects}
+        self.owned = {p: [i for i, nd in enumerate(nodes) if nd.owner == p] for p in projects}
+        self.index = {p: FreeIndex(self.size, m) for p, m in self.owned.items()}
+        self.index[ALL] = FreeIndex(self.size, list(range(len(nodes))))
+        for i in range(len(nodes)):
+            self._note(i)
+        self.used = {p: 0 for p in projects}  # guaranteed GPUs per project
+        self.borrowed_on = {p: 0 for p in projects}
+        self.pol = policy
+        self.window = window
+        self.res = NodeResult(policy.name, window, sum(self.size))
+        self.queues: dict[str | None, deque[Job]] = {p: deque() for p in projects}
+        self.queues[None] = deque()
+        self.runs: dict[str, _Run] = {}
+        self.leaving: dict[str, _Run] = {}
+        self.state: dict[str, _State] = {}
+        self.events: list[tuple[float, int, str, object]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.epoch = 0  # bumped when GPUs may come free earlier than any time limit said
+        self.tcache: dict[tuple[int, int, bool], tuple[int, float]] = {}  # node's time for a need, by version
+        self.resv: dict[str | None, tuple[str, int, float, dict[int, int]]] = {}
+        self.owner_jobs = self.owner_done = 0
+
+    def _note(self, n: int) -> None:
+        f = self.free[n]
+        self.index[ALL].note(n, f)
+        o = self.owner[n]
+        if o is not None:
+            self.index[o].note(n, f)
+
+    def _set_free(self, n: int, f: int) -> None:
+        self.total_free += f - self.free[n]
+        self.free[n] = f
+        self.ver[n] += 1
+        self._note(n)
+
+    def push(self, t: float, kind: str, payload: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, payload))
+
+    # -- accounting ------------------------------------------------------------
+    def _segment(self, s: float, e: float, gpus: int) -> float:
+        return max(0.0, min(e, self.window) - max(s, 0.0)) * gpus
+
+    def _account(self, run: _Run, until: float, kept: float) -> None:
+        useful = self._segment(run.start, run.start + kept, run.job.gpus)
+        self.res.useful_gpu_seconds += useful
+        if run.job.project is not None:
+            self.res.owner_gpu_seconds += useful
+        self.res.lost_gpu_seconds += self._segment(run.start + kept, until, run.job.gpus)
+
+    def _record(self, run: _Run, end: float, outcome: str) -> None:
+        nodes = tuple((self.nodes[n].name, c) for n, c in sorted(run.alloc.items()))
+        sig = None if run.free_at is None else run.free_at - self.pol.grace
+        self.res.schedule.append(Placement(run.job.id, run.tier, run.placed, run.begin, end, nodes, outcome, sig))
+
+    # -- placing ---------------------------------------------------------------
+    def _fit(self, job: Job, scope: str, skip: frozenset[int] = frozenset()) -> dict[int, int] | None:
+        """Free GPUs for ``job`` in ``scope`` now: best fit on one node, or whole nodes."""
+        idx = self.index[scope]
+        if job.gpus <= idx.top:
+            n = idx.best_fit(self.free, job.gpus)
+            if n is not None and n in skip:  # look past the reserved nodes
+                n = idx.best_fit(self.free, job.gpus, skip)
+            return None if n is None else {n: job.gpus}
+        got = idx.whole_nodes(self.free, job.gpus, skip)
+        return None if got is None else {n: self.size[n] for n in got}
+
+    def _take(self, run: _Run, free_part: dict[int, int]) -> None:
+        for n, c in free_part.items():
+            self._set_free(n, self.free[n] - c)
+        for n in run.alloc:
+            self.on_node[n][run.job.id] = run
+            if run.tier == BORROWED:
+                self._borrow(n, run.alloc[n])
+
+    def _borrow(self, n: int, c: int) -> None:
+        self.bheld[n] += c
+        o = self.owner[n]
+        if o is not None:
+            self.borrowed_on[o] += c
+
+    def _launch(self, job: Job, tier: str, alloc: dict[int, int], free_part: dict[int, int], ready: float) -> None:
+        st = self.state[job.id]
+        overhead = self.pol.restart_overhead if st.done > 0 else 0.0
+        self.res.grace_gpu_seconds += self._segment(self.now, ready, job.gpus)
+        self.res.restart_gpu_seconds += self._segment(ready, ready + overhead, job.gpus)
+        if st.first_start is None:
+            st.first_start = ready
+        st.runs += 1
+        if tier == GUARANTEED:
+            assert job.project is not None
+            self.used[job.project] += job.gpus
+        run = _Run(job, tier, alloc, self.now, ready, ready + overhead, st.runs)
+        self.runs[job.id] = run
+        self._take(run, free_part)
+        self.push(run.start + job.work - st.done, "finish", (job.id, run.version))
+
+    def _risk(self, r: _Run) -> tuple[bool, float, str]:
+        return (r.job.project is not None, (self.now - r.start) * r.job.gpus, r.job.id)
+
+    def _plan_node(self, n: int, need: int) -> tuple[float, list[tuple[_Run, int]]] | None:
+        """Borrowers on node ``n`` giving ``need`` GPUs: signalled ones first, then least risk."""
+        leaving: list[tuple[_Run, int]] = []
+        running: list[tuple[_Run, int]] = []
+        for r in self.on_node[n].values():
+            if r.tier != BORROWED:
+                continue
+            left = r.alloc[n] - r.claimed.get(n, 0)
+            if left > 0:
+                (leaving if r.free_at is not None else running).append((r, left))
+        leaving.sort(key=lambda e: (e[0].free_at, e[0].job.id))
+        running.sort(key=lambda e: self._risk(e[0]))
+        out, risk = [], 0.0
+        for r, left in leaving + running:
+            if need <= 0:
+                break
+            out.append((r, min(left, need)))
+            need -= left
+            if r.free_at is None:
+                risk += self._risk(r)[1]
+        return (risk, out) if need <= 0 else None
+
+    def _try_guaranteed(self, job: Job) -> bool:
+        p = job.project
+        assert p is not None
+        alloc = self._fit(job, p)
+        if alloc is not None:
+            self._launch(job, GUARANTEED, alloc, alloc, self.now)
+            return True
+        if not (self.pol.pooled and self.pol.preempt) or self.borrowed_on[p] == 0:
+            return False
+        idx = self.index[p]
+        plans: list[tuple[int, int, list[tuple[_Run, int]]]] = []  # (node, GPUs from free, takes)
+        if job.gpus <= idx.top:
+            best: tuple[float, int, list[tuple[_Run, int]]] | None = None
+            for n in self.owned[p]:
+                if self.bheld[n] and self.free[n] + self.bheld[n] >= job.gpus:
+                    plan = self._plan_node(n, job.gpus - self.free[n])
+                    if plan is not None and (best is None or (plan[0], n) < (best[0], best[1])):
+                        best = (plan[0], n, plan[1])
+            if best is None:
+                return False
+            plans.append((best[1], self.free[best[1]], best[2]))
+        else:
+            cands = []
+            for n in self.owned[p]:
+                if self.free[n] + self.bheld[n] == self.size[n]:
+                    plan = self._plan_node(n, self.bheld[n])
+                    assert plan is not None
+                    cands.append((plan[0], n, plan[1]))
+            cands.sort(key=lambda c: (c[0], -self.size[c[1]], c[1]))
+            total = 0
+            for _, n, takes in cands:
+                if total >= job.gpus:
+                    break
+                plans.append((n, self.free[n], takes))
+                total += self.size[n]
+            if total < job.gpus:
+                return False
+        ready = self.now
+        alloc, free_part = {}, {}
+        for n, from_free, takes in plans:
+            free_part[n] = from_free
+            alloc[n] = from_free + sum(c for _, c in takes)
+            for r, c in takes:
+                if r.free_at is None:
+                    self._preempt(r)
+                assert r.free_at is not None
+                r.claimed[n] = r.claimed.get(n, 0) + c
+                self.ver[n] += 1  # what the victim will free there changed
+                self.bheld[n] -= c
+                self.borrowed_on[p] -= c
+                ready = max(ready, r.free_at)
+        self._launch(job, GUARANTEED, alloc, free_part, ready)
+        return True
+
+    def _preempt(self, run: _Run) -> None:
+        st = self.state[run.job.id]
+        total = st.done + max(0.0, self.now - run.start)
+        if self.pol.checkpoint_on_signal:
+            kept = total
+        else:
+            step = self.pol.checkpoint_interval
+            kept = max(st.done, math.floor(total / step) * step) if step > 0 else st.done
+        self._account(run, self.now, kept - st.done)
+        st.done = kept
+        # signalled while still loading its checkpoint: the rest of the restart never happens
+        self.res.restart_gpu_seconds -= self._segment(self.now, run.start, run.job.gpus)
+        self.res.preemptions += 1
+        if run.job.project is not None:
+            self.res.owner_jobs_preempted += 1
+        del self.runs[run.job.id]
+        run.free_at = self.now + self.pol.grace
+        self.leaving[run.job.id] = run
+        for n in run.alloc:
+            self.ver[n] += 1  # it now ends at the end of its grace window
+        self.epoch += 1
+        self.push(run.free_at, "requeue", run)
+
+    def _release(self, run: _Run) -> None:
+        for n, c in run.alloc.items():
+            left = c - run.claimed.get(n, 0)
+            self._set_free(n, self.free[n] + left)
+            if run.tier == BORROWED:
+                self._borrow(n, -left)
+            del self.on_node[n][run.job.id]
+        if run.tier == GUARANTEED:
+            assert run.job.project is not None
+            self.used[run.job.project] -= run.job.gpus
+
+    # -- backfill --------------------------------------------------------------
+    def _expected_end(self, r: _Run) -> float:
+        if r.free_at is not None:
+            return r.free_at
+        if self.pol.time_limit is not None:
+            return max(self.now, r.begin + self.pol.time_limit)
+        return r.start + r.job.work - self.state[r.job.id].done
+
+    def _reserve(self, job: Job, scope: str, preemptible: bool) -> tuple[float, dict[int, int]]:
+        """The earliest time (and nodes) ``job`` fits in ``scope`` as running jobs end."""
+        idx = self.index[scope]
+        whole = job.gpus > idx.top
+        times: list[tuple[float, int]] = []
+        cache = self.pol.time_limit is None  # else expected ends move with the clock
+        for n in idx.members:
+            need = self.size[n] if whole else job.gpus
+            if need > self.size[n]:
+                continue
+            key = (n, need, preemptible)
+            hit = self.tcache.get(key) if cache else None
+            if hit is not None and hit[0] == self.ver[n]:
+                times.append((max(hit[1], self.now), n))
+                continue
+            avail = self.free[n] + (self.bheld[n] if preemptible else 0)
+            rel = []
+            for r in self.on_node[n].values():
+                if preemptible and r.tier == BORROWED:
+                    continue
+                rel.append((self._expected_end(r), r.alloc[n] - r.claimed.get(n, 0)))
+            rel.sort()
+            t = self.now
+            for end, c in rel:
+                if avail >= need:
+                    break
+                avail += c
+                t = end
+            times.append((t, n))
+            if cache:
+                self.tcache[key] = (self.ver[n], t)
+        if not whole:
+            times = [min(times)] if times else []  # one node: the earliest (lowest index on ties)
+        else:
+            times = [(e[0], e[2]) for e in sorted((t, -self.size[n], n) for t, n in times)]
+        got, total, t = {}, 0, math.inf
+        for tn, n in times:
+            got[n] = self.ver[n]
+            total += self.size[n] if whole else job.gpus
+            t = tn
+            if total >= job.gpus:
+                break
+        return (t, got) if total >= job.gpus else (math.inf, {})
+
+    def _backfill(self, key: str | None, q: deque[Job]) -> None:
+        head = q[0]
+        cached = self.resv.get(key)
+        resolved = bool(
+            cached
+            and cached[0] == head.id
+            and cached[1] == self.epoch
+            and all(self.ver[n] == v for n, v in cached[3].items())
+        )
+        t_res, nodes = (cached[2], dict(cached[3])) if cached and resolved else (math.inf, {})
+        started: list[Job] = []
+        no_fit: dict[str, int] = {}  # scope -> fewest GPUs found not to fit (starts only shrink free GPUs)
+        no_fit_off: dict[str, int] = {}  # the same, off the reserved nodes
+        for job in islice(q, 1, 1 + self.pol.bf_depth):
+            if self.total_free == 0:
+                break
+            tier, scope = self._tier(job)
+            if tier is None or job.gpus >= no_fit.get(scope, job.gpus + 1):
+                continue
+            if self._fit(job, scope) is None:
+                no_fit[scope] = job.gpus
+                continue
+            if not resolved:
+                head_tier, head_scope = self._tier(head)
+                pre = head_tier == GUARANTEED and self.pol.preempt and self.pol.pooled
+                t_res, nodes = self._reserve(head, head_scope, pre)
+                resolved = True
+            st = self.state[job.id]
+            overhead = self.pol.restart_overhead if st.done > 0 else 0.0
+            lim = self.pol.time_limit if self.pol.time_limit is not None else job.work - st.done + overhead
+            long = self.now + lim > t_res
+            if long and job.gpus >= no_fit_off.get(scope, job.gpus + 1):
+                continue
+            alloc = self._fit(job, scope, frozenset(nodes) if long else frozenset())
+            if alloc is None:
+                no_fit_off[scope] = job.gpus  # nor off the reserved nodes
+                continue
+            self._launch(job, tier, alloc, alloc, self.now)
+            self.res.backfilled += 1
+            started.append(job)
+            for n in nodes:
+                nodes[n] = self.ver[n]  # a start that keeps the reservation does not void it
+        if resolved:
+            self.resv[key] = (head.id, self.epoch, t_res, nodes)
+        for job in started:
+            q.remove(job)
+
+    # -- scheduling ------------------------------------------------------------
+    def _tier(self, job: Job) -> tuple[str | None, str]:
+        """The tier ``job`` would run in now, and where (None: it must wait)."""
+        p = job.project
+        if p is not None and self.used[p] + job.gpus <= self.share[p]:
+            return GUARANTEED, p
+        if not self.pol.pooled:
+            return None, ALL if p is None else p
+        return BORROWED, ALL
+
+    def _try(self, job: Job) -> bool:
+        tier, scope = self._tier(job)
+        if tier == GUARANTEED:
+            return self._try_guaranteed(job)
+        if tier == BORROWED:
+            alloc = self._fit(job, ALL)
+            if alloc is not None:
+                self._launch(job, BORROWED, alloc, alloc, self.now)
+                return True
+        return False
+
+    def schedule(self) -> None:
+        """Start what can start now: each project's queue, then the borrowers'."""
+        for key, q in self.queues.items():
+            while q and self._try(q[0]):
+                q.popleft()
+            if q and key is not None and self._tier(q[0])[0] != GUARANTEED:
+                self._guaranteed_ahead(q)
+            if q and self.pol.backfill and len(q) > 1:
+                self._backfill(key, q)
+
+    def _guaranteed_ahead(self, q: deque[Job]) -> None:
+        """Owner jobs within the share outrank a waiting borrowed-tier head (a higher tier)."""
+        started = []
+        for job in islice(q, 1, 1 + self.pol.bf_depth):
+            if self._tier(job)[0] == GUARANTEED:
+                if not self._try_guaranteed(job):
+                    break
+                started.append(job)
+        for job in started:
+            q.remove(job)
+
+    # -- main loop -------------------------------------------------------------
+    def run(self, jobs: Iterable[Job]) -> NodeResult:
+        for job in sorted(jobs, key=lambda j: (j.arrival, j.id)):
+            self._check(job)
+            self.push(job.arrival, "arrive", job)
+        while self.events:
+            t = self.events[0][0]
+            while self.events and self.events[0][0] == t:
+                _, _, kind, payload = heapq.heappop(self.events)
+                self.now = t
+                self._handle(kind, payload)
+            self.schedule()
+            self._note_idle()
+            if self.now >= self.window and self.owner_done == self.owner_jobs:
+                break
+        for run in list(self.runs.values()) + list(self.leaving.values()):
+            if run.job.id in self.runs:
+                self._account(run, self.now, max(0.0, self.now - run.start))
+            self._record(run, max(self.now, run.begin), "running" if run.free_at is None else "preempted")
+        self.res.unfinished_owner_jobs = self.owner_jobs - self.owner_done
+        return self.res
+
+    def _check(self, job: Job) -> None:
+        if job.id in self.state:
+            raise ValueError(f"job {job.id}: duplicate job id")
+        self.state[job.id] = _State()
+        if job.project is not None and job.project not in self.share:
+            raise ValueError(f"job {job.id}: project {job.project!r} owns no nodes")
+        limit = self.share[job.project] if job.project is not None else self.res.capacity
+        if not 1 <= job.gpus <= limit:
+            raise ValueError(f"job {job.id}: gpus {job.gpus} outside 1..{limit}")
+        if not (job.work > 0 and job.arrival >= 0):
+            raise ValueError(f"job {job.id}: work {job.work} and arrival {job.arrival} must be positive")
+        if job.project is not None:
+            self.owner_jobs += 1
+
+    def _note_idle(self) -> None:
+        if self.now < self.window:
+            idle = self.total_free
+            line = self.res.idle_timeline
+            if not line or line[-1][1] != idle:
+                line.append((self.now, idle))
+
+    def _handle(self, kind: str, payload: object) -> None:
+        if kind == "arrive":
+            assert isinstance(payload, Job)
+            self.queues[payload.project].append(payload)
+        elif kind == "finish":
+            assert isinstance(payload, tuple)
+            job_id, version = payload
+            run = self.runs.get(job_id)
+            if run is None or run.version != version:
+                return
+            st = self.state[job_id]
+            self._account(run, self.now, run.job.work - st.done)
+            st.done = run.job.work
+            del self.runs[job_id]
+            if self.pol.time_limit is not None and self.now < self._limit_end(run):
+                self.epoch += 1  # ended before its limit: reservations may come earlier
+            self._release(run)
+            self._record(run, self.now, "done")
+            assert st.first_start is not None
+            wait = st.first_start - run.job.arrival
+            if run.job.project is None:
+                self.res.borrower_jobs_done += 1
+                self.res.borrower_waits.append(wait)
+            else:
+                self.owner_done += 1
+                self.res.owner_waits.append(wait)
+                self.res.owner_starts.append(st.first_start)
+        elif kind == "requeue":
+            assert isinstance(payload, _Run)
+            del self.leaving[payload.job.id]
+            self._release(payload)
+            self._record(payload, self.now, "preempted")
+            self.queues[payload.job.project].appendleft(payload.job)
+
+    def _limit_end(self, run: _Run) -> float:
+        assert self.pol.time_limit is not None
+        return run.begin + self.pol.time_limit
+
+
+def nodes_from_spec(spec: Any) -> list[Node]:
+    """The spec's GPU nodes, each owned by the project that owns its node group."""
+    owners = {g: p.name for p in spec.projects for g in p.owns}
+    out = []
+    for g in spec.node_groups:
+        if g.gpus is not None and g.gpus.count > 0:
+            out += [Node(h, g.gpus.count, owners.get(g.name)) for h in expand(g.hosts)]
+    return out
+
+
+def simulate_nodes(nodes: Iterable[Node], jobs: Iterable[Job], policy: Policy, window: float) -> NodeResult:
+    """Replay ``jobs`` on ``nodes`` under ``policy`` until ``window`` has passed and owners are done.
+
+    A plain :class:`~.engine.Policy` gets :class:`NodePolicy`'s defaults (backfill on).
+    """
+    if window <= 0:
+        raise ValueError(f"window: {window} is not positive")
+    if not isinstance(policy, NodePolicy):
+        policy = NodePolicy(**vars(policy))
+    return _Sim(list(nodes), policy, window).run(jobs)
