@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from slurm_pool.node.procinfo import alive, ancestors
+
 #: Reads GPU index -> pids of its compute processes (None: NVML cannot say).
 Reader = Callable[[], "dict[int, list[int]] | None"]
 
@@ -37,28 +39,6 @@ class Freed:
     found: list[int] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
     left: list[int] = field(default_factory=list)
-
-
-def ancestors(pid: int | None = None) -> set[int]:
-    """``pid`` (default: this process) and every process above it."""
-    out, cur = set(), pid or os.getpid()
-    while cur > 1 and cur not in out:
-        out.add(cur)
-        try:
-            with open(f"/proc/{cur}/stat", encoding="ascii", errors="replace") as fh:
-                cur = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return out
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _signal(pid: int, sig: int, kill: Callable[[int, int], None]) -> bool:

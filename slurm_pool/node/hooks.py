@@ -224,7 +224,7 @@ class Hooks:
 
     def _busy(self, src: Any, snap: dict[str, Any], job_gpus: frozenset[int] | set[int]) -> list[health.Failure]:
         """Other processes on the job's GPUs that do not leave within ``gpu_busy_wait`` seconds."""
-        from slurm_pool.node.gpufree import alive
+        from slurm_pool.node.procinfo import alive
 
         def busy_now(snap: dict[str, Any]) -> dict[int, list[int]]:  # a process that just ended may still be listed
             found = health.busy_gpus(snap, job_gpus)
