@@ -15,7 +15,7 @@ by both sides (owner RUNNING while a pod is bound, or the node open).
 
 Needs a running local cluster (``SLURM_CONF``; ``bench/run_all.py`` starts
 one) and the Kubernetes binaries (``make k8s-build``); it starts its own
-control plane and the InferenceService test controller.
+control plane and KServe's own controller (Standard mode).
 
     python3 bench/reclaim_latency.py [--rounds 20]
 """
@@ -44,9 +44,8 @@ from slurm_pool.bridge.slurm_side import SlurmSide  # noqa: E402
 from slurm_pool.localcluster.procs import wait_for  # noqa: E402
 from slurm_pool.spec.bridge import Bridge, OffPeakWindow  # noqa: E402
 from tests.support.k8s import ControlPlane, node_kubeconfig  # noqa: E402
-from tests.support.k8s_build import require_binaries  # noqa: E402
-from tests.support.k8s_controller import GROUP, PLURAL, VERSION, InferenceServiceController  # noqa: E402
-from tests.support.k8s_fixtures import DEFAULT_CRD  # noqa: E402
+from tests.support.k8s_build import require_binaries, require_kserve  # noqa: E402
+from tests.support.kserve import GROUP, PLURAL, VERSION, KServe, crd_files, isvc_manifest  # noqa: E402
 
 NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)
 GRACE = 10  # the k8s-lend tier's GraceTime in examples/pool.yaml
@@ -123,21 +122,17 @@ def main() -> int:
         return 2
     version = sh("sinfo", "--version").split()[-1]
     out = Path(args.out or REPO / "bench" / "results" / f"reclaim_latency-{'.'.join(version.split('.')[:2])}.md")
-    cp = ControlPlane(crds=[DEFAULT_CRD], toolset=require_binaries()).start()
+    kserve_tools = require_kserve()
+    cp = ControlPlane(crds=crd_files(kserve_tools), toolset=require_binaries()).start()
     assert cp.kubeconfig is not None
-    ctrl = InferenceServiceController(cp.kubeconfig).start()
+    ctrl = KServe(cp.kubeconfig, kserve_tools).start()
     baseline, to_free, to_run, both = [], [], [], 0
     try:
         bed = Bed(cp.kubeconfig, Path(os.environ["SLURM_POOL_STATE_DIR"]), "bench")
         bed.core.create_namespace({"metadata": {"name": "bench"}})
         until(lambda: bed.core.list_namespaced_service_account("bench").items, 30, "the default service account")
         bed.rebalance()  # no demand yet: every node fenced
-        isvc = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "InferenceService",
-            "metadata": {"name": "llm"},
-            "spec": {"predictor": {"minReplicas": 2, "model": {"resources": {"limits": {"nvidia.com/gpu": 1}}}}},
-        }
+        isvc = isvc_manifest("llm", min_replicas=2)
         bed.custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, isvc)
         for _ in range(args.rounds):
             bed.rebalance()

@@ -22,6 +22,8 @@ from slurm_pool.spec.bridge import Bridge
 
 MERGE_PATCH = "application/merge-patch+json"
 ISVC = ("serving.kserve.io", "v1beta1", "inferenceservices")
+SERVING_RUNTIMES = ("serving.kserve.io", "v1alpha1", "servingruntimes")
+CLUSTER_SERVING_RUNTIMES = ("serving.kserve.io", "v1alpha1", "clusterservingruntimes")
 
 
 class K8sError(PoolError, RuntimeError):
@@ -48,6 +50,16 @@ class K8sAPI(Protocol):
     def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
     def list_pods(self, node: str | None = None) -> list[dict[str, Any]]: ...
     def list_inference_services(self) -> list[dict[str, Any]]: ...
+    def list_deployments(self) -> list[dict[str, Any]]:
+        """``apps/v1`` Deployments where the InferenceServices are (KServe's components)."""
+
+    def list_hpas(self) -> list[dict[str, Any]]:
+        """``autoscaling/v2`` HorizontalPodAutoscalers there."""
+
+    def list_serving_runtimes(self) -> list[dict[str, Any]]:
+        """``serving.kserve.io/v1alpha1`` ServingRuntimes there."""
+
+    def list_cluster_serving_runtimes(self) -> list[dict[str, Any]]: ...
     def evict(self, namespace: str, name: str) -> None: ...
     def delete_pod(self, namespace: str, name: str, grace: int | None = 0) -> None:
         """Delete at once (``grace`` 0: the force of ``force_after``), or with the pod's own grace (None)."""
@@ -151,6 +163,8 @@ class KubernetesAPI:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.autoscaling = client.AutoscalingV2Api(api_client)
 
     @classmethod
     def connect(cls, config: Bridge, kubeconfig: str | Path | None = None) -> "KubernetesAPI":
@@ -202,8 +216,31 @@ class KubernetesAPI:
         return self._plain(self._call(self.core.list_pod_for_all_namespaces, field_selector=selector).items)
 
     def list_inference_services(self) -> list[dict[str, Any]]:
-        group, version, plural = ISVC
-        selector = self.config.kserve_selector or None
+        return self._list_custom(ISVC, self.config.kserve_selector or None)
+
+    def list_serving_runtimes(self) -> list[dict[str, Any]]:
+        return self._list_custom(SERVING_RUNTIMES, None)
+
+    def list_cluster_serving_runtimes(self) -> list[dict[str, Any]]:
+        group, version, plural = CLUSTER_SERVING_RUNTIMES
+        return list(self._call(self.custom.list_cluster_custom_object, group, version, plural).get("items", []))
+
+    def _namespaced(self, namespaced: Callable[..., Any], everywhere: Callable[..., Any]) -> list[dict[str, Any]]:
+        ns = self.config.kserve_namespace
+        res = self._call(namespaced, ns) if ns else self._call(everywhere)
+        return self._plain(res.items)
+
+    def list_deployments(self) -> list[dict[str, Any]]:
+        return self._namespaced(self.apps.list_namespaced_deployment, self.apps.list_deployment_for_all_namespaces)
+
+    def list_hpas(self) -> list[dict[str, Any]]:
+        return self._namespaced(
+            self.autoscaling.list_namespaced_horizontal_pod_autoscaler,
+            self.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
+        )
+
+    def _list_custom(self, kind: tuple[str, str, str], selector: str | None) -> list[dict[str, Any]]:
+        group, version, plural = kind
         if self.config.kserve_namespace:
             res = self._call(
                 self.custom.list_namespaced_custom_object,

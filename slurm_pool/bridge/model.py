@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import JobRecord, NodeRecord, State
 from slurm_pool.adapters.slurmjson import REASON_PREFIX
+from slurm_pool.bridge.demand import allocatable_gpus, isvc_demand, total_demand
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.spec.hosts import HostlistError, expand
 
@@ -176,6 +177,8 @@ class K8sNodeView:
     taints: tuple[Taint, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    #: Allocatable per GPU-like resource (``nvidia.com/gpu``, ``nvidia.com/mig-*``); ``gpus`` is the configured one.
+    gpu_resources: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def ours_tainted(self) -> bool:
@@ -237,11 +240,13 @@ class Snapshot:
     busy: Mapping[str, tuple[int, ...]]
     k8s_nodes: Mapping[str, K8sNodeView]
     pods: tuple[PodView, ...]
-    #: GPUs the InferenceServices want (sum of desired replicas x GPUs each)
+    #: GPUs (``bridge.gpu_resource``) the InferenceServices want (:mod:`slurm_pool.bridge.demand`)
     demand_gpus: int
     lend_partition: str
     #: Nodes holding a placeholder that Kubernetes has but ``bridge.node_selector`` no longer selects.
     unselected: frozenset[str] = frozenset()
+    #: The same demand per GPU-like resource, MIG slices (``nvidia.com/mig-*``) included
+    demand_by_resource: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def managed(self) -> list[str]:
@@ -291,23 +296,9 @@ def _quantity(value: Any) -> int:
         return 0
 
 
-def isvc_gpus(isvc: Mapping[str, Any], gpu_resource: str) -> int:
-    """GPUs one InferenceService wants: desired replicas x GPUs per predictor pod."""
-    predictor = (isvc.get("spec") or {}).get("predictor") or {}
-    status = isvc.get("status") or {}
-    if isinstance(status.get("desiredReplicas"), int):
-        replicas = status["desiredReplicas"]
-    else:
-        low = _quantity(predictor.get("minReplicas", 1))
-        high = predictor.get("maxReplicas")
-        replicas = max(low, _quantity(high)) if high is not None else low
-    containers = [predictor.get("model") or {}, *(predictor.get("containers") or [])]
-    per_pod = 0
-    for c in containers:
-        res = c.get("resources") or {}
-        amount = (res.get("limits") or {}).get(gpu_resource, (res.get("requests") or {}).get(gpu_resource))
-        per_pod += _quantity(amount)
-    return max(0, replicas) * per_pod
+def isvc_gpus(isvc: Mapping[str, Any], gpu_resource: str, **observed: Iterable[Mapping[str, Any]]) -> int:
+    """GPUs (``gpu_resource``) one InferenceService wants; ``observed``: see :func:`~slurm_pool.bridge.demand.isvc_demand`."""
+    return isvc_demand(isvc, gpu_resource, **observed).get(gpu_resource, 0)
 
 
 def k8s_node_view(obj: Mapping[str, Any], gpu_resource: str) -> K8sNodeView:
@@ -320,6 +311,7 @@ def k8s_node_view(obj: Mapping[str, Any], gpu_resource: str) -> K8sNodeView:
         taints=taints,
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
+        gpu_resources=allocatable_gpus(obj, gpu_resource),
     )
 
 
@@ -348,8 +340,15 @@ def build_snapshot(
     k8s_nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     inference_services: Iterable[Mapping[str, Any]],
+    deployments: Iterable[Mapping[str, Any]] = (),
+    hpas: Iterable[Mapping[str, Any]] = (),
+    serving_runtimes: Iterable[Mapping[str, Any]] = (),
+    cluster_serving_runtimes: Iterable[Mapping[str, Any]] = (),
 ) -> Snapshot:
-    """Both systems' raw data -> :class:`Snapshot`."""
+    """Both systems' raw data -> :class:`Snapshot`.
+
+    ``pods`` are all live pods, bound or not: unbound ones count only as inference demand.
+    """
     nodes = {
         n.name: SlurmNodeView(
             n.name, n.state, n.reason, n.partitions, tuple(sorted(gpu_counts(n.gres).items())), n.features
@@ -384,11 +383,16 @@ def build_snapshot(
                 )
             )
     k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}
+    pods = list(pods)
     pod_views = tuple(p for p in (pod_view(o) for o in pods) if p is not None)
-    demand = sum(
-        isvc_gpus(i, config.gpu_resource)
-        for i in inference_services
-        if not (i.get("metadata") or {}).get("deletionTimestamp")
+    demand = total_demand(
+        inference_services,
+        config.gpu_resource,
+        deployments=deployments,
+        hpas=hpas,
+        runtimes=serving_runtimes,
+        cluster_runtimes=cluster_serving_runtimes,
+        pods=pods,
     )
     return Snapshot(
         slurm_nodes=nodes,
@@ -397,6 +401,7 @@ def build_snapshot(
         busy={n: tuple(sorted(ids)) for n, ids in busy.items()},
         k8s_nodes=k8s,
         pods=pod_views,
-        demand_gpus=demand,
+        demand_gpus=demand.get(config.gpu_resource, 0),
         lend_partition=config.partition,
+        demand_by_resource=demand,
     )

@@ -87,7 +87,16 @@ class Report:
 def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge) -> Snapshot:
     """Read both systems once (and, for a placeholder on a node not listed, whether Kubernetes has it)."""
     snap = build_snapshot(
-        config, slurm.nodes(), slurm.jobs(), k8s.list_nodes(), k8s.list_pods(), k8s.list_inference_services()
+        config,
+        slurm.nodes(),
+        slurm.jobs(),
+        k8s.list_nodes(),
+        k8s.list_pods(),  # bound and pending: pending predictor pods are demand
+        k8s.list_inference_services(),
+        deployments=k8s.list_deployments(),
+        hpas=k8s.list_hpas(),
+        serving_runtimes=k8s.list_serving_runtimes(),
+        cluster_serving_runtimes=k8s.list_cluster_serving_runtimes(),
     )
     unlisted = sorted({p.node for p in snap.placeholders if p.active} - set(snap.k8s_nodes))
     unselected = set()

@@ -2,7 +2,8 @@
 
 Two kinds of credentials act for the bridge (docs/bridge.md):
 
-* the rebalancer (``bridge.k8s_user``): reads nodes, pods and InferenceServices,
+* the rebalancer (``bridge.k8s_user``): reads nodes, pods and InferenceServices
+  (and the Deployments, HPAs and (Cluster)ServingRuntimes behind them),
   patches nodes, evicts and deletes pods, records Node events, and holds its
   Lease in ``bridge.lease_namespace`` only;
 * each node's placeholder fence (``bridge.fence_user``, ``{node}`` its name),
@@ -89,6 +90,10 @@ def bridge_rbac(spec: PoolSpec) -> str | None:
                 _rule([""], ["pods"], ["get", "list", "watch", "delete"]),
                 _rule([""], ["pods/eviction"], ["create"]),
                 _rule(["serving.kserve.io"], ["inferenceservices"], ["get", "list", "watch"]),
+                # what KServe made of them: the inference demand (bridge/demand.py)
+                _rule(["apps"], ["deployments"], ["get", "list"]),
+                _rule(["autoscaling"], ["horizontalpodautoscalers"], ["get", "list"]),
+                _rule(["serving.kserve.io"], ["servingruntimes", "clusterservingruntimes"], ["get", "list"]),
                 _rule([""], ["events"], ["create"]),
             ],
         ),

@@ -66,28 +66,33 @@ class BridgeBed:
         )
 
     def create_isvc(self, name: str, replicas: int, gpus: int = 1) -> None:
-        from tests.support.k8s_controller import GROUP, PLURAL, VERSION
+        """An InferenceService for KServe (Standard mode): ``replicas`` is its minReplicas."""
+        from tests.support.kserve import GROUP, PLURAL, VERSION, isvc_manifest
 
-        self.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            self.namespace,
-            PLURAL,
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "InferenceService",
-                "metadata": {"name": name},
-                "spec": {
-                    "predictor": {
-                        "minReplicas": replicas,
-                        "model": {
-                            "modelFormat": {"name": "huggingface"},
-                            "resources": {"limits": {"nvidia.com/gpu": gpus}},
-                        },
-                    }
-                },
-            },
+        body = isvc_manifest(name, min_replicas=replicas, gpus=gpus)
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+
+    def isvc(self, name: str = "llm") -> dict[str, Any]:
+        from tests.support.kserve import GROUP, PLURAL, VERSION
+
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def set_min_replicas(self, replicas: int, name: str = "llm") -> None:
+        from tests.support.kserve import GROUP, PLURAL, VERSION
+
+        patch = {"spec": {"predictor": {"minReplicas": replicas}}}
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, patch, _content_type="application/merge-patch+json"
         )
+
+    def hpa_desired(self, name: str = "llm") -> int | None:
+        """The HPA KServe made for the predictor: its ``status.desiredReplicas``."""
+        from kubernetes import client
+
+        hpa = client.AutoscalingV2Api(self.api).read_namespaced_horizontal_pod_autoscaler(
+            f"{name}-predictor", self.namespace
+        )
+        return hpa.status.desired_replicas if hpa.status else None
 
     def predictors(self, name: str = "llm") -> list[Any]:
         return [
@@ -101,7 +106,7 @@ class BridgeBed:
         return {p.metadata.name: p.spec.node_name for p in self.predictors(name) if p.status.phase == "Running"}
 
     def wait_predictors(self, count: int, node: str, name: str = "llm", timeout: float = 60) -> None:
-        from tests.support.k8s_controller import wait_for
+        from tests.support.kserve import wait_for
 
         wait_for(
             lambda: list(self.running_on(name).values()) == [node] * count,

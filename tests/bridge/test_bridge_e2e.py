@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.support.k8s_controller import wait_for
+from tests.support.kserve import is_ready, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.k8s]
 
@@ -193,6 +193,42 @@ def _pdb_all(bridge, name: str = "llm") -> None:
         )
 
     wait_for(budget_settled, timeout=60, what="PDB observed with no disruption allowed")
+
+
+def test_kserve_min_replicas_drive_lending_and_giving_back(bridge):
+    """Real KServe: the service becomes Ready on a lent node; more minReplicas lends another node, fewer
+    gives one back."""
+    _lend_one(bridge)
+    wait_for(lambda: is_ready(bridge.isvc()), timeout=90, what="llm Ready through KServe")
+    assert sorted(bridge.running_on().values()) == ["a-gpu1", "a-gpu1"]
+
+    bridge.set_min_replicas(4)
+    wait_for(lambda: bridge.hpa_desired() == 4, timeout=60, what="KServe's HPA asking for 4 replicas")
+    wait_for(lambda: len(bridge.predictors()) == 4, timeout=60, what="4 predictor pods created")
+    report = bridge.reconcile(NIGHT)
+    assert report.ok, report.text()
+    assert report.plan.demand_gpus == 4, report.text()
+    grown = [n for n in NODES if n != "a-gpu1" and report.plan.node(n).intent == "lend"]
+    assert len(grown) == 1, report.text()
+    wait_for(
+        lambda: sorted(bridge.running_on().values()) == sorted(["a-gpu1", "a-gpu1", grown[0], grown[0]]),
+        timeout=90,
+        what=f"4 predictors Running on a-gpu1 and {grown[0]}",
+    )
+    assert bridge.lent("a-gpu1") and bridge.lent(grown[0])
+
+    bridge.set_min_replicas(1)
+    wait_for(lambda: len(bridge.running_on()) == 1 and len(bridge.predictors()) == 1, timeout=90, what="1 predictor")
+    report = bridge.reconcile(NIGHT)
+    assert report.ok, report.text()
+    assert report.plan.demand_gpus == 1, report.text()
+    kept = [n for n in ("a-gpu1", grown[0]) if report.plan.node(n).intent in ("lend", "lent")]
+    assert len(kept) == 1 and list(bridge.running_on().values()) == kept, report.text()
+    returned = next(n for n in ("a-gpu1", grown[0]) if n not in kept)
+    assert report.plan.node(returned).intent == "reclaim", report.text()
+    assert bridge.fenced(returned) and not bridge.lent(returned)
+    assert [p["node"] for p in bridge.placeholders()] == kept
+    assert is_ready(bridge.isvc())
 
 
 def test_a_pdb_of_min_available_all_cannot_hold_a_preempted_node(bridge):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from tests.support.k8s_build import BuildError, Toolset, require_binaries
+from tests.support.k8s_build import BuildError, Toolset, kserve_toolset, require_binaries
 from tests.support.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
 
 #: The example pool's nodes (examples/pool.yaml): 2 GPUs, 4 CPUs, 8000 MB each.
@@ -451,6 +451,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "build":
             record = Toolset.for_module().build(force=args.force)
+            record = {"control-plane": record, "kserve": kserve_toolset().build(force=args.force)}
             print(json.dumps(record, indent=2))
         elif args.cmd == "info":
             tools = Toolset.for_module()

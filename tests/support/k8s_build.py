@@ -9,6 +9,12 @@ compiled once.  The binaries are cached outside the repository, under
 ``$SLURM_POOL_K8S_CACHE`` (default ``~/.cache/slurm-pool``), in a directory
 named after the pinned versions and a hash of the module files, so a changed
 pin builds afresh and an unchanged one is reused.
+
+KServe's controller manager (``github.com/kserve/kserve/cmd/manager``) has a
+third wrapper module, ``kserve`` (which copies kserve's own ``replace`` lines),
+and a cache directory of its own (:func:`kserve_toolset`): its YAML (CRDs,
+ConfigMap, runtimes) is read from the Go module cache at run time
+(:attr:`Toolset.module_source`), never copied into the repository.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: Wrapper module (subdirectory) -> binary name -> Go main package.
@@ -45,6 +51,11 @@ _PINNED = {
     "etcd": ("kube", "go.etcd.io/etcd/server/v3"),
     "kwok": ("kwok", "sigs.k8s.io/kwok"),
 }
+#: KServe's wrapper module, its program and pin.
+KSERVE_MODULES: dict[str, dict[str, str]] = {"kserve": {"kserve-manager": "github.com/kserve/kserve/cmd/manager"}}
+KSERVE_MODULE = "github.com/kserve/kserve"
+_KSERVE_PINNED = {"kserve": ("kserve", KSERVE_MODULE)}
+_GO_OUTPUT_NAME["kserve-manager"] = "manager"
 _STAMP = "build.json"
 
 
@@ -66,10 +77,10 @@ def default_module_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "k8s" / "go"
 
 
-def pinned_versions(module_dir: Path) -> dict[str, str]:
+def pinned_versions(module_dir: Path, pinned: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
     """Read the pinned versions of the components from the wrappers' go.mod files."""
     versions: dict[str, str] = {}
-    for key, (sub, module) in _PINNED.items():
+    for key, (sub, module) in (pinned or _PINNED).items():
         gomod = module_dir / sub / "go.mod"
         try:
             text = gomod.read_text()
@@ -103,20 +114,40 @@ class Toolset:
     module_dir: Path
     versions: dict[str, str]
     directory: Path
+    modules: dict[str, dict[str, str]] = field(default_factory=lambda: MODULES)
 
     @classmethod
-    def for_module(cls, module_dir: Path | None = None) -> "Toolset":
+    def for_module(
+        cls,
+        module_dir: Path | None = None,
+        modules: dict[str, dict[str, str]] | None = None,
+        pinned: dict[str, tuple[str, str]] | None = None,
+    ) -> "Toolset":
         """The toolset pinned by the wrapper modules in ``module_dir`` (default: the checkout's)."""
         module_dir = module_dir or default_module_dir()
-        versions = pinned_versions(module_dir)
+        modules = modules or MODULES
+        versions = pinned_versions(module_dir, pinned)
         digest = hashlib.sha256()
-        for sub in MODULES:
+        for sub in modules:
             for name in ("go.mod", "go.sum"):
                 path = module_dir / sub / name
                 digest.update(path.read_bytes() if path.exists() else b"")
-        digest.update(_ldflags(versions["k8s"]).encode())
+        if "k8s" in versions:
+            digest.update(_ldflags(versions["k8s"]).encode())
         tag = "_".join(f"{k}-{v}" for k, v in versions.items())
-        return cls(module_dir, versions, cache_root() / f"{tag}-{digest.hexdigest()[:10]}")
+        return cls(module_dir, versions, cache_root() / f"{tag}-{digest.hexdigest()[:10]}", modules)
+
+    @property
+    def programs(self) -> dict[str, str]:
+        return {name: pkg for progs in self.modules.values() for name, pkg in progs.items()}
+
+    @property
+    def module_source(self) -> Path:
+        """The Go module cache directory of the pinned KServe module (its YAML), recorded at build time."""
+        recorded = self.build_info().get("module_source")
+        if recorded and Path(recorded).is_dir():
+            return Path(recorded)
+        return _module_dir(self.module_dir / "kserve", KSERVE_MODULE)
 
     @property
     def bin_dir(self) -> Path:
@@ -126,7 +157,7 @@ class Toolset:
         return self.bin_dir / name
 
     def is_built(self) -> bool:
-        return (self.directory / _STAMP).is_file() and all(os.access(self.binary(n), os.X_OK) for n in PROGRAMS)
+        return (self.directory / _STAMP).is_file() and all(os.access(self.binary(n), os.X_OK) for n in self.programs)
 
     def build_info(self) -> dict:
         """What the stamp records (versions, go version, build seconds)."""
@@ -155,7 +186,7 @@ class Toolset:
         env = dict(os.environ, CGO_ENABLED="0")
         print(f"building the test control plane ({self.versions}) into {self.directory}", file=log, flush=True)
         started = time.monotonic()
-        for sub, programs in MODULES.items():
+        for sub, programs in self.modules.items():
             ldflags = _ldflags(self.versions["k8s"]) if sub == "kube" else "-s -w"
             cmd = [
                 "nice",
@@ -178,7 +209,8 @@ class Toolset:
                 )
         seconds = round(time.monotonic() - started, 1)
         for name, out_name in _GO_OUTPUT_NAME.items():
-            (staging / "bin" / out_name).rename(staging / "bin" / name)
+            if name in self.programs:
+                (staging / "bin" / out_name).rename(staging / "bin" / name)
         go_version = subprocess.run([go, "version"], capture_output=True, text=True).stdout.strip()
         record = {
             "versions": self.versions,
@@ -186,6 +218,8 @@ class Toolset:
             "build_seconds": seconds,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        if "kserve" in self.modules:
+            record["module_source"] = str(_module_dir(self.module_dir / "kserve", KSERVE_MODULE))
         (staging / _STAMP).write_text(json.dumps(record, indent=2) + "\n")
         shutil.rmtree(self.directory, ignore_errors=True)
         staging.rename(self.directory)
@@ -201,5 +235,35 @@ def require_binaries(module_dir: Path | None = None) -> Toolset:
             "the test Kubernetes control plane is not built (expected in "
             f"{tools.directory}); build it with `python3 -m tests.support.k8s build` "
             "(needs Go and the Go module proxy; a cold build takes about 10 minutes on 2 cores)"
+        )
+    return tools
+
+
+def _module_dir(wrapper: Path, module: str) -> Path:
+    """Where the Go module cache holds ``module`` as the wrapper module pins it."""
+    go = shutil.which("go")
+    if not go:
+        raise BuildError("the Go toolchain (`go`) is not on PATH; it locates KServe's files in the module cache")
+    done = subprocess.run(
+        [go, "list", "-m", "-f", "{{.Dir}}", module], cwd=wrapper, capture_output=True, text=True, check=False
+    )
+    path = Path(done.stdout.strip())
+    if done.returncode != 0 or not done.stdout.strip() or not path.is_dir():
+        raise BuildError(f"cannot find {module} in the Go module cache (go list: {done.stderr.strip()[:300]})")
+    return path
+
+
+def kserve_toolset(module_dir: Path | None = None) -> Toolset:
+    """KServe's controller manager, pinned by the ``kserve`` wrapper module."""
+    return Toolset.for_module(module_dir, KSERVE_MODULES, _KSERVE_PINNED)
+
+
+def require_kserve(module_dir: Path | None = None) -> Toolset:
+    """The cached KServe build, or a BuildError that says how to build it."""
+    tools = kserve_toolset(module_dir)
+    if not tools.is_built():
+        raise BuildError(
+            f"KServe's controller is not built (expected in {tools.directory}); build it with "
+            "`python3 -m tests.support.k8s build` (needs Go and the Go module proxy; about 5 minutes on 2 cores)"
         )
     return tools

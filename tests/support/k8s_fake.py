@@ -56,6 +56,10 @@ class FakeK8s:
     nodes: dict[str, dict[str, Any]] = field(default_factory=lambda: {n: node_manifest(n) for n in NODES})
     pods: list[dict[str, Any]] = field(default_factory=list)
     isvcs: list[dict[str, Any]] = field(default_factory=list)
+    deployments: list[dict[str, Any]] = field(default_factory=list)
+    hpas: list[dict[str, Any]] = field(default_factory=list)
+    runtimes: list[dict[str, Any]] = field(default_factory=list)
+    cluster_runtimes: list[dict[str, Any]] = field(default_factory=list)
     #: pod refs whose eviction a PodDisruptionBudget refuses
     guarded: set[str] = field(default_factory=set)
     #: pod refs whose eviction fails with this error
@@ -96,6 +100,18 @@ class FakeK8s:
 
     def list_inference_services(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.isvcs)
+
+    def list_deployments(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.deployments)
+
+    def list_hpas(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.hpas)
+
+    def list_serving_runtimes(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.runtimes)
+
+    def list_cluster_serving_runtimes(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.cluster_runtimes)
 
     def _remove(self, ref: str) -> None:
         for p in self.pods:

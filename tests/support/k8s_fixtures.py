@@ -3,13 +3,13 @@
 Import them into a ``conftest.py`` (``tests/k8s`` and ``tests/bridge`` do)::
 
     from tests.support.k8s_fixtures import (  # noqa: F401
-        isvc_controller, k8s_api, k8s_control_plane, k8s_crds, k8s_kubeconfig, k8s_namespace)
+        kserve, k8s_api, k8s_control_plane, k8s_crds, k8s_kubeconfig, k8s_namespace)
 
 ``k8s_control_plane`` starts etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok on loopback (nodes mirror the example Slurm pool:
 a-gpu1 a-gpu2 b-gpu1 c-gpu1, or ``$SLURM_POOL_K8S_NODES``), installs the CRDs
-of ``k8s_crds`` (the InferenceService CRD of ``tests/k8s``) and
-``isvc_controller`` runs the InferenceService test controller.  Each
+of ``k8s_crds`` (KServe's, from the Go module cache) and ``kserve`` runs
+KServe's own controller manager (:mod:`tests.support.kserve`).  Each
 ``conftest.py`` that imports a session fixture gets its own fixture
 definition, so the running control plane and controller are kept here and
 shared by reference count: one per test session, however many directories
@@ -25,11 +25,8 @@ from typing import Any, Callable, Iterator, TypeVar
 import pytest
 
 from tests.support.k8s import ControlPlane
-from tests.support.k8s_build import BuildError, require_binaries
-from tests.support.k8s_controller import InferenceServiceController, wait_for
-
-#: The InferenceService CRD the test bed installs (kept beside the k8s tests).
-DEFAULT_CRD = Path(__file__).resolve().parents[1] / "k8s" / "inferenceservice-crd.yaml"
+from tests.support.k8s_build import BuildError, Toolset, require_binaries, require_kserve
+from tests.support.kserve import KServe, crd_files, wait_for
 
 T = TypeVar("T")
 _shared: dict[str, list[Any]] = {}
@@ -51,10 +48,17 @@ def _release(key: str, stop: Callable[[Any], None]) -> None:
         stop(entry[0])
 
 
+def _kserve_tools() -> Toolset:
+    try:
+        return require_kserve()
+    except BuildError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def k8s_crds() -> list[Path]:
-    """CRD files installed into the control plane (override in a conftest to change)."""
-    return [DEFAULT_CRD]
+    """CRD files installed into the control plane: KServe's (fails, never skips, when KServe is not built)."""
+    return crd_files(_kserve_tools())
 
 
 def _start_control_plane(crds: list[Path]) -> ControlPlane:
@@ -81,19 +85,19 @@ def k8s_control_plane(k8s_crds: list[Path]) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
-def isvc_controller(k8s_control_plane: ControlPlane) -> Iterator[InferenceServiceController]:
-    """The InferenceService test controller, running in a thread."""
+def kserve(k8s_control_plane: ControlPlane) -> Iterator[KServe]:
+    """KServe's controller manager (Standard mode) for the session's control plane."""
     assert k8s_control_plane.kubeconfig is not None
     kubeconfig = k8s_control_plane.kubeconfig
-    ctrl = _acquire("isvc-controller", lambda: InferenceServiceController(kubeconfig).start())
+    ctrl = _acquire("kserve", lambda: KServe(kubeconfig, _kserve_tools()).start())
     try:
         yield ctrl
     finally:
-        _release("isvc-controller", lambda c: c.stop())
+        _release("kserve", lambda c: c.stop())
 
 
 @pytest.fixture(scope="session")
-def k8s_kubeconfig(k8s_control_plane: ControlPlane, isvc_controller: InferenceServiceController) -> Path:
+def k8s_kubeconfig(k8s_control_plane: ControlPlane, kserve: KServe) -> Path:
     """Admin kubeconfig for ``kubernetes.config.new_client_from_config``."""
     assert k8s_control_plane.kubeconfig is not None
     return k8s_control_plane.kubeconfig

@@ -219,8 +219,8 @@ def test_off_peak_uses_the_configured_time_zone():
 
 def test_isvc_gpu_demand():
     assert isvc_gpus(isvc("a", 3, gpus=2), "nvidia.com/gpu") == 6
-    status = {**isvc("b", 1), "status": {"desiredReplicas": 4}}
-    assert isvc_gpus(status, "nvidia.com/gpu") == 4
+    status = {**isvc("b", 1), "status": {"desiredReplicas": 4}}  # no such field in KServe: ignored
+    assert isvc_gpus(status, "nvidia.com/gpu") == 1
     cpu_only = {"spec": {"predictor": {"minReplicas": 2, "maxReplicas": 5}}}
     assert isvc_gpus(cpu_only, "nvidia.com/gpu") == 0
     ranged = {
@@ -232,7 +232,7 @@ def test_isvc_gpu_demand():
             }
         }
     }
-    assert isvc_gpus(ranged, "nvidia.com/gpu") == 3
+    assert isvc_gpus(ranged, "nvidia.com/gpu") == 1  # maxReplicas is no demand until the HPA asks
 
 
 # -- planner, table-driven -----------------------------------------------------------------
