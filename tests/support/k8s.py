@@ -342,6 +342,10 @@ class ControlPlane:
             f"--root-ca-file={pki.ca_cert}",
             "--controllers=*",
             "--profiling=false",
+            # kwok plays the kubelets; on a loaded machine its heartbeats can lapse past the default
+            # 50 s, and the node lifecycle controller then marks every pod NotReady for good (kwok does
+            # not set Ready again).  No test here needs a node to go NotReady by itself.
+            "--node-monitor-grace-period=300s",
         ]
 
     def _scheduler_args(self) -> list[str]:
