@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -11,6 +12,7 @@ from slurm_pool.clitypes import Finite
 from slurm_pool.sim.engine import Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
 from slurm_pool.sim.nodes import nodes_from_spec, simulate_nodes
+from slurm_pool.sim.report import write_report
 from slurm_pool.textio import read_json
 
 
@@ -71,6 +73,13 @@ def default_grace(spec: Any) -> int:
     is_flag=True,
     help="Place jobs on the spec's nodes (best fit, whole nodes, backfill) instead of interchangeable GPUs.",
 )
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also write PNG plots and report.md into this directory.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def simulate(
     spec_path: str,
@@ -79,6 +88,7 @@ def simulate(
     checkpoint_interval: float,
     restart_overhead: float,
     on_nodes: bool,
+    report_dir: str | None,
     as_json: bool,
 ) -> None:
     """Replay a sacct export on the spec's servers: dedicated per project vs one pool."""
@@ -100,6 +110,11 @@ def simulate(
     else:
         results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in policies]
     base = results[0][1]
+    if report_dir is not None:
+        try:
+            write_report(results, report_dir, title=f"Pool replay of {Path(sacct_path).name}")
+        except OSError as exc:
+            raise click.BadParameter(f"{report_dir}: {exc.strerror or exc}", param_hint="--report") from None
     owners = sum(j.project is not None for j in hist.jobs)
     if as_json:
         click.echo(
