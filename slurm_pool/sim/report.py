@@ -94,7 +94,7 @@ def write_report(results: list[tuple[str, Result]], directory: str | Path, title
     fig, ax = plt.subplots(figsize=(9, 3.5), dpi=100)
     for label, r in results:
         xs, ys = busy_steps(r)
-        ax.step(xs, ys, where="post", label=label, linewidth=1)
+        ax.step(xs, ys, where="post", label=label.replace("**", ""), linewidth=1)
     ax.axhline(results[0][1].capacity, color="grey", linestyle="--", linewidth=0.8, label="capacity")
     ax.set_xlabel("hours into the window")
     ax.set_ylabel("GPUs busy")
@@ -109,7 +109,7 @@ def write_report(results: list[tuple[str, Result]], directory: str | Path, title
     for label, r in results:
         if r.owner_waits:
             minutes, share = cdf([w / 60 for w in r.owner_waits])
-            ax.step(minutes, share, where="post", label=label, linewidth=1)
+            ax.step(minutes, share, where="post", label=label.replace("**", ""), linewidth=1)
     ax.set_xlabel("owner job wait (minutes)")
     ax.set_ylabel("share of owner jobs")
     ax.set_xscale("symlog", linthresh=1)
