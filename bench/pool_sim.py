@@ -40,6 +40,7 @@ from slurm_pool.bridge.windows import off_peak  # noqa: E402
 from slurm_pool.sim import workload as wl  # noqa: E402
 from slurm_pool.sim.engine import Result, simulate, standard_policies  # noqa: E402
 from slurm_pool.sim.lending import replay_lending  # noqa: E402
+from slurm_pool.sim.report import write_report  # noqa: E402
 from slurm_pool.spec import load_spec  # noqa: E402
 
 TRACES = ROOT / "bench" / "traces"
@@ -152,6 +153,15 @@ def main() -> int:
         "Model limits: GPUs are interchangeable inside the pool (no node packing, no MIG), owner queues are "
         "FIFO without backfill, and a checkpoint at the signal always finishes inside GraceTime.  "
         f"All seven replays took {elapsed:.1f} s.",
+        "",
+    ]
+    report = OUT.parent / "pool_sim_report"
+    write_report(results[:3], report, title="Pool simulator: 30 days of Philly jobs (`python3 bench/pool_sim.py`)")
+    lines += [
+        f"Plots (`slurm_pool.sim.report`, as `slurm-pool simulate --report` writes them): "
+        f"[GPUs busy over time]({report.relative_to(ROOT).as_posix()}/busy.png), "
+        f"[owners' wait CDF]({report.relative_to(ROOT).as_posix()}/owner_waits.png), "
+        f"[per-project waits]({report.relative_to(ROOT).as_posix()}/report.md).",
         "",
     ]
     lines += lending_section(results, window)

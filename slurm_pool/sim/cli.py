@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -10,6 +11,8 @@ import click
 from slurm_pool.clitypes import Finite
 from slurm_pool.sim.engine import Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
+from slurm_pool.sim.nodes import nodes_from_spec, simulate_nodes
+from slurm_pool.sim.report import write_report
 from slurm_pool.textio import read_json
 
 
@@ -64,6 +67,19 @@ def default_grace(spec: Any) -> int:
     show_default=True,
     help="Seconds a resumed job spends loading its checkpoint.",
 )
+@click.option(
+    "--nodes",
+    "on_nodes",
+    is_flag=True,
+    help="Place jobs on the spec's nodes (best fit, whole nodes, backfill) instead of interchangeable GPUs.",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also write PNG plots and report.md into this directory.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def simulate(
     spec_path: str,
@@ -71,6 +87,8 @@ def simulate(
     grace: float | None,
     checkpoint_interval: float,
     restart_overhead: float,
+    on_nodes: bool,
+    report_dir: str | None,
     as_json: bool,
 ) -> None:
     """Replay a sacct export on the spec's servers: dedicated per project vs one pool."""
@@ -83,17 +101,27 @@ def simulate(
         raise click.ClickException(f"{spec_path}: no project owns a node group with GPUs (projects[].owns)")
     hist = history.jobs_from_sacct(read_json(sacct_path), capacity, name=sacct_path)
     grace = float(default_grace(spec)) if grace is None else grace
-    results = [
-        (label, replay(capacity, hist.jobs, pol, hist.window))
-        for label, pol in standard_policies(grace, checkpoint_interval, restart_overhead)
-    ]
+    nodes = nodes_from_spec(spec)
+    policies = standard_policies(grace, checkpoint_interval, restart_overhead)
+    if on_nodes:
+        results: list[tuple[str, Result]] = [
+            (label, simulate_nodes(nodes, hist.jobs, pol, hist.window)) for label, pol in policies
+        ]
+    else:
+        results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in policies]
     base = results[0][1]
+    if report_dir is not None:
+        try:
+            write_report(results, report_dir, title=f"Pool replay of {Path(sacct_path).name}")
+        except OSError as exc:
+            raise click.BadParameter(f"{report_dir}: {exc.strerror or exc}", param_hint="--report") from None
     owners = sum(j.project is not None for j in hist.jobs)
     if as_json:
         click.echo(
             json.dumps(
                 {
                     "window_seconds": hist.window,
+                    "engine": "nodes" if on_nodes else "gpus",
                     "capacity": capacity,
                     "grace_seconds": grace,
                     "owner_jobs": owners,
@@ -111,6 +139,9 @@ def simulate(
         f"over {hist.window / 86400:.2f} days; left out: {skipped}"
     )
     click.echo("servers: " + ", ".join(f"{p} {n} GPUs" for p, n in capacity.items()) + f"; GraceTime {grace:g} s")
+    if on_nodes:
+        sizes = ", ".join(f"{nd.name} {nd.gpus}" for nd in nodes)
+        click.echo(f"placed on {len(nodes)} nodes (GPUs: {sizes}): best fit, whole nodes for bigger jobs, backfill")
     click.echo(
         f"{'':32} {'GPU time used':>13} {'vs dedicated':>12} {'owner wait p50':>15} {'p95':>10} "
         f"{'preemptions':>11} {'lost GPU-h':>10}"

@@ -92,6 +92,8 @@ class Result:
     owner_waits: list[float] = field(default_factory=list)
     #: When each of those jobs first started (same order as ``owner_waits``).
     owner_starts: list[float] = field(default_factory=list)
+    #: Whose job each of those was (same order as ``owner_waits``).
+    owner_projects: list[str] = field(default_factory=list)
     owner_jobs_preempted: int = 0
     borrower_jobs_done: int = 0
     borrower_waits: list[float] = field(default_factory=list)
@@ -374,6 +376,7 @@ class _Sim:
                 self.owner_done += 1
                 self.res.owner_waits.append(wait)
                 self.res.owner_starts.append(st.first_start)
+                self.res.owner_projects.append(run.job.project)
         elif kind == "requeue":
             run = payload  # type: ignore[assignment]
             assert isinstance(run, _Run)

@@ -559,6 +559,7 @@ class _Sim:
                 self.owner_done += 1
                 self.res.owner_waits.append(wait)
                 self.res.owner_starts.append(st.first_start)
+                self.res.owner_projects.append(run.job.project)
         elif kind == "requeue":
             assert isinstance(payload, _Run)
             del self.leaving[payload.job.id]

@@ -318,3 +318,39 @@ def test_owners_within_their_share_start_at_once(w):
         if held + job.gpus <= share:
             assert first[job.id].placed == job.arrival and first[job.id].tier == "guaranteed"
             assert r.owner_waits  # reported
+
+
+# -- slurm-pool simulate --nodes ---------------------------------------------------
+def test_cli_nodes_places_on_the_spec_nodes():
+    """proja owns two 2-GPU nodes: with a 1-GPU job on one, a 3-GPU job needs both whole nodes
+    and waits 990 s, though 3 of proja's 4 GPUs are free (what the GPU-pool engine sees)."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from slurm_pool.cli import cli
+
+    spec = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
+
+    def job(i, submit, end, gpus):
+        gres = [{"type": "gres", "name": "gpu", "count": gpus}]
+        return {
+            "job_id": i,
+            "account": "proja",
+            "time": {"submission": submit, "start": submit, "end": end},
+            "tres": {"allocated": gres},
+        }
+
+    sacct = json.dumps({"jobs": [job(1, 1000, 2000, 1), job(2, 1010, 1110, 3)]})
+    out = {}
+    for flag in ([], ["--nodes"]):
+        res = CliRunner().invoke(cli, ["simulate", "--spec", str(spec), "--sacct", "-", "--json", *flag], input=sacct)
+        assert res.exit_code == 0, res.output
+        out[bool(flag)] = json.loads(res.output)
+    assert out[False]["engine"] == "gpus" and out[True]["engine"] == "nodes"
+    assert [r["owner_wait_p95_seconds"] for r in out[False]["results"]] == [0, 0, 0, 0]
+    assert [r["owner_wait_p95_seconds"] for r in out[True]["results"]] == [990, 990, 990, 990]
+    res = CliRunner().invoke(cli, ["simulate", "--spec", str(spec), "--sacct", "-", "--nodes"], input=sacct)
+    assert res.exit_code == 0, res.output
+    assert "placed on 4 nodes (GPUs: a-gpu1 2, a-gpu2 2, b-gpu1 2, c-gpu1 2)" in res.output

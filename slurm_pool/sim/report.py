@@ -1,0 +1,126 @@
+"""``slurm-pool simulate --report DIR``: the replay's figures as PNG plots and a Markdown page.
+
+Pure of Slurm: it takes the :class:`~slurm_pool.sim.engine.Result` of each
+policy and writes ``busy.png`` (GPUs busy over time), ``owner_waits.png`` (the
+CDF of owners' waits) and ``report.md`` (the figures, and per-project waits).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_pool.sim.engine import Result, quantile
+
+PLOTS = ("busy.png", "owner_waits.png")
+
+
+def busy_steps(r: Result) -> tuple[list[float], list[int]]:
+    """``(hours, GPUs busy)`` as steps, from the replay's idle timeline (capacity minus idle)."""
+    xs: list[float] = []
+    ys: list[int] = []
+    for t, idle in r.idle_timeline:
+        xs.append(t / 3600)
+        ys.append(r.capacity - idle)
+    if xs:
+        xs.append(r.window / 3600)
+        ys.append(ys[-1])
+    return xs, ys
+
+
+def cdf(values: list[float]) -> tuple[list[float], list[float]]:
+    """Sorted values and their cumulative share."""
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered, [(i + 1) / n for i in range(n)]
+
+
+def per_project(r: Result) -> dict[str, list[float]]:
+    """Owners' waits by project."""
+    out: dict[str, list[float]] = {}
+    for project, wait in zip(r.owner_projects, r.owner_waits, strict=True):
+        out.setdefault(project, []).append(wait)
+    return out
+
+
+def markdown(results: list[tuple[str, Result]], title: str) -> str:
+    """The page: one row per policy, then owners' waits per project and policy."""
+    base = results[0][1]
+    lines = [
+        f"# {title}",
+        "",
+        f"Window {base.window / 3600:,.1f} hours, {base.capacity} GPUs.",
+        "",
+        "![GPUs busy over time](busy.png)",
+        "",
+        "![Owners' waits](owner_waits.png)",
+        "",
+        "| policy | GPU time used | vs first row | owner wait p50 (s) | p95 (s) | preemptions | lost GPU-h |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, r in results:
+        ratio = f"{r.utilization / base.utilization:.2f}" if base.utilization else "-"
+        lines.append(
+            f"| {label} | {r.utilization:.1%} | {ratio} | {r.wait_quantile(0.5):,.0f} | {r.wait_quantile(0.95):,.0f} "
+            f"| {r.preemptions:,} | {r.lost_gpu_seconds / 3600:,.1f} |"
+        )
+    projects = sorted({p for _, r in results for p in r.owner_projects})
+    if projects:
+        lines += ["", "## Owners' waits per project (p50 / p95, seconds)", ""]
+        lines.append("| project | jobs | " + " | ".join(label for label, _ in results) + " |")
+        lines.append("|---|---:|" + "---:|" * len(results))
+        by = [per_project(r) for _, r in results]
+        for p in projects:
+            cells = []
+            for waits in by:
+                w = waits.get(p, [])
+                cells.append(f"{quantile(w, 0.5):,.0f} / {quantile(w, 0.95):,.0f}" if w else "-")
+            lines.append(f"| {p} | {len(by[0].get(p, []))} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(results: list[tuple[str, Result]], directory: str | Path, title: str = "Pool replay") -> list[Path]:
+    """Write the plots and ``report.md`` into ``directory``; return the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not results:
+        raise ValueError("results: nothing to report")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    fig, ax = plt.subplots(figsize=(9, 3.5), dpi=100)
+    for label, r in results:
+        xs, ys = busy_steps(r)
+        ax.step(xs, ys, where="post", label=label.replace("**", ""), linewidth=1)
+    ax.axhline(results[0][1].capacity, color="grey", linestyle="--", linewidth=0.8, label="capacity")
+    ax.set_xlabel("hours into the window")
+    ax.set_ylabel("GPUs busy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out / PLOTS[0])
+    plt.close(fig)
+    written.append(out / PLOTS[0])
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for label, r in results:
+        if r.owner_waits:
+            minutes, share = cdf([w / 60 for w in r.owner_waits])
+            ax.step(minutes, share, where="post", label=label.replace("**", ""), linewidth=1)
+    ax.set_xlabel("owner job wait (minutes)")
+    ax.set_ylabel("share of owner jobs")
+    ax.set_xscale("symlog", linthresh=1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out / PLOTS[1])
+    plt.close(fig)
+    written.append(out / PLOTS[1])
+
+    page = out / "report.md"
+    page.write_text(markdown(results, title))
+    written.append(page)
+    return written
