@@ -22,9 +22,16 @@ def gpus_of(snap: Snapshot, names: Sequence[str]) -> int:
 
 
 def lease_left(snap: Snapshot, n: str, t: float, config: Bridge) -> float:
-    """Seconds of ``n``'s minimum lease still to run (0: it may go back for a drop in demand)."""
+    """Seconds of ``n``'s minimum lease still to run (0: it may go back for a drop in demand).
+
+    Never more than the lease itself: a clock here behind slurmctld's (a start
+    time after ``t``) must not hold a node longer than ``min_lease_seconds``.
+    """
     starts = [p.start_time for p in snap.placeholders_on(n) if p.running and p.start_time]
-    return max(0.0, min(starts) + config.min_lease_seconds - t) if starts else 0.0
+    if not starts:
+        return 0.0
+    lease = float(config.min_lease_seconds)
+    return max(0.0, min(lease, min(starts) + lease - t))
 
 
 def lend_cost(

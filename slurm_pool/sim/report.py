@@ -8,6 +8,7 @@ CDF of owners' waits) and ``report.md`` (the figures, and per-project waits).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 from slurm_pool.sim.engine import Result, quantile
 
@@ -89,36 +90,35 @@ def write_report(results: list[tuple[str, Result]], directory: str | Path, title
         raise ValueError("results: nothing to report")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    written = []
+    written: list[Path] = []
 
-    fig, ax = plt.subplots(figsize=(9, 3.5), dpi=100)
-    for label, r in results:
-        xs, ys = busy_steps(r)
-        ax.step(xs, ys, where="post", label=label.replace("**", ""), linewidth=1)
-    ax.axhline(results[0][1].capacity, color="grey", linestyle="--", linewidth=0.8, label="capacity")
-    ax.set_xlabel("hours into the window")
-    ax.set_ylabel("GPUs busy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / PLOTS[0])
-    plt.close(fig)
-    written.append(out / PLOTS[0])
+    def plot(name: str, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None]) -> None:
+        fig, ax = plt.subplots(figsize=size, dpi=100)
+        draw(ax)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(out / name)
+        plt.close(fig)
+        written.append(out / name)
 
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for label, r in results:
-        if r.owner_waits:
-            minutes, share = cdf([w / 60 for w in r.owner_waits])
-            ax.step(minutes, share, where="post", label=label.replace("**", ""), linewidth=1)
-    ax.set_xlabel("owner job wait (minutes)")
-    ax.set_ylabel("share of owner jobs")
-    ax.set_xscale("symlog", linthresh=1)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / PLOTS[1])
-    plt.close(fig)
-    written.append(out / PLOTS[1])
+    def busy(ax: Any) -> None:
+        for label, r in results:
+            xs, ys = busy_steps(r)
+            ax.step(xs, ys, where="post", label=label.replace("**", ""), linewidth=1)
+        ax.axhline(results[0][1].capacity, color="grey", linestyle="--", linewidth=0.8, label="capacity")
+
+    def waits(ax: Any) -> None:
+        for label, r in results:
+            if r.owner_waits:
+                minutes, share = cdf([w / 60 for w in r.owner_waits])
+                ax.step(minutes, share, where="post", label=label.replace("**", ""), linewidth=1)
+        ax.set_xscale("symlog", linthresh=1)
+
+    plot(PLOTS[0], (9, 3.5), "hours into the window", "GPUs busy", busy)
+    plot(PLOTS[1], (6, 4), "owner job wait (minutes)", "share of owner jobs", waits)
 
     page = out / "report.md"
     page.write_text(markdown(results, title))
