@@ -46,7 +46,9 @@ class KServeError(RuntimeError):
 def crd_files(tools: Toolset | None = None) -> list[Path]:
     """KServe's CRDs (InferenceService, (Cluster)ServingRuntime, ..., ClusterStorageContainer)."""
     src = (tools or require_kserve()).module_source / "config" / "crd" / "full"
-    files = sorted(src.glob("serving.kserve.io_*.yaml")) + sorted((src / "clusterstoragecontainer").glob("serving.kserve.io_*.yaml"))
+    files = sorted(src.glob("serving.kserve.io_*.yaml")) + sorted(
+        (src / "clusterstoragecontainer").glob("serving.kserve.io_*.yaml")
+    )
     if not files:
         raise KServeError(f"no KServe CRDs under {src}")
     return files
