@@ -33,7 +33,8 @@ from tests.support.slurm_cluster import self_requeue
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parent.parent.parent
-SLEEP_JOB = "#!/bin/bash\nsleep 30\n"
+# Long enough to outlive every wait of a test on a loaded machine; the cluster fixture cancels it.
+SLEEP_JOB = "#!/bin/bash\nsleep 600\n"
 
 
 def free_port() -> int:
@@ -50,6 +51,20 @@ def http_get(url: str, timeout: float = 3.0) -> str:
 def wait_for(fn: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll ``fn`` (HTTP errors count as "not yet") until it returns something truthy."""
     return procs.wait_for(fn, timeout, what, interval=0.5, ignore=(OSError,))
+
+
+def wait_equal(fn: Callable[[], Any], want: Any, timeout: float, what: str) -> None:
+    """Poll ``fn`` until it returns ``want``; on timeout the error shows the last answer."""
+    seen: list[Any] = []
+
+    def check() -> bool:
+        seen[:] = [fn()]
+        return seen[0] == want
+
+    try:
+        wait_for(check, timeout, what)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc} (last: {seen[0] if seen else None!r})") from None
 
 
 class Daemon:
@@ -312,7 +327,7 @@ def test_every_dashboard_expr_has_data_and_every_panel_renders(cluster, promethe
     cluster.wait_state(lend, ["RUNNING"], timeout=30)
     owner = cluster.sbatch(
         "-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", "a-gpu1", "--gres=gpu:2",
-        *common, user="alice", script="#!/bin/bash\nsleep 120\n",
+        *common, user="alice", script=SLEEP_JOB,
     )  # fmt: skip
     grace = cluster.spec.tier("scavenger").grace_time
     cluster.wait_state(owner, ["RUNNING"], timeout=grace + 30)
@@ -336,13 +351,14 @@ def test_every_dashboard_expr_has_data_and_every_panel_renders(cluster, promethe
         assert mine and mine[0]["node"] == "a-gpu1" and mine[0]["checkpointed"] is False, mine
         # The epilog record can reach a scrape before the owner's allocation does: wait for both.
         want_projects = {(("project", "proja"),): 2.0, (("project", "k8s-bridge"),): 1.0}
-        wait_for(
+        wait_equal(
             lambda: (
-                scalar(prometheus, 'sum(slurm_pool_allocated_gpus{tier="guaranteed"})') == 2
-                and query(prometheus, "slurm_pool_project_allocated_gpus") == want_projects
+                scalar(prometheus, 'sum(slurm_pool_allocated_gpus{tier="guaranteed"})'),
+                query(prometheus, "slurm_pool_project_allocated_gpus"),
             ),
+            (2, want_projects),
             30,
-            f"the owner's 2 guaranteed GPUs scraped, and per project {want_projects}",
+            "the owner's 2 guaranteed GPUs scraped, and the GPUs per project",
         )
         for title, expr in exprs:
             wait_for(lambda e=expr: query(prometheus, e), 30, f"data for {expr!r} (panel {title!r})")
