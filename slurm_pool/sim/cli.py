@@ -13,6 +13,8 @@ from slurm_pool.sim.engine import Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
 from slurm_pool.sim.nodes import nodes_from_spec, simulate_nodes
 from slurm_pool.sim.report import write_report
+from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool
+from slurm_pool.sim.sizing import summary as sizing_summary
 from slurm_pool.textio import read_json
 
 
@@ -74,6 +76,13 @@ def default_grace(spec: Any) -> int:
     help="Place jobs on the spec's nodes (best fit, whole nodes, backfill) instead of interchangeable GPUs.",
 )
 @click.option(
+    "--size",
+    "sizing",
+    is_flag=True,
+    help="Also find the smallest pool (servers taken away one by one) that keeps owners' p95 wait and borrowers' "
+    "work, under checkpoint-on-preempt.",
+)
+@click.option(
     "--report",
     "report_dir",
     type=click.Path(file_okay=False),
@@ -88,6 +97,7 @@ def simulate(
     checkpoint_interval: float,
     restart_overhead: float,
     on_nodes: bool,
+    sizing: bool,
     report_dir: str | None,
     as_json: bool,
 ) -> None:
@@ -110,9 +120,14 @@ def simulate(
     else:
         results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in policies]
     base = results[0][1]
+    sized: Sizing | None = None
+    if sizing:
+        engine = node_replay if on_nodes else gpu_replay
+        pool = next(p for _, p in policies if p.name == "pool-checkpoint-on-preempt")
+        sized = size_pool(nodes, hist.jobs, pool, hist.window, engine(hist.jobs, hist.window))
     if report_dir is not None:
         try:
-            write_report(results, report_dir, title=f"Pool replay of {Path(sacct_path).name}")
+            write_report(results, report_dir, title=f"Pool replay of {Path(sacct_path).name}", sizing=sized)
         except OSError as exc:
             raise click.BadParameter(f"{report_dir}: {exc.strerror or exc}", param_hint="--report") from None
     owners = sum(j.project is not None for j in hist.jobs)
@@ -128,6 +143,7 @@ def simulate(
                     "borrower_jobs": len(hist.jobs) - owners,
                     "skipped": dict(hist.skipped),
                     "results": [summary(r, base) for _, r in results],
+                    **({"sizing": sizing_summary(sized)} if sized is not None else {}),
                 },
                 indent=2,
             )
@@ -152,4 +168,30 @@ def simulate(
         click.echo(
             f"{label:32} {r.utilization:>13.1%} {ratio:>12} {s['owner_wait_p50_seconds']:>14,.0f}s "
             f"{s['owner_wait_p95_seconds']:>9,.0f}s {r.preemptions:>11,} {s['lost_gpu_hours']:>10,.1f}"
+        )
+    if sized is not None:
+        echo_sizing(sized)
+
+
+def echo_sizing(sz: Sizing) -> None:
+    """The pool sizes tried, and the answer."""
+    best = sz.best
+    click.echo("")
+    if best is not None and sz.ratio is not None:
+        click.echo(
+            f"pool size: {best.gpus} GPUs are enough, {sz.ratio:.2f} of the {sz.dedicated_gpus} dedicated GPUs, "
+            f"{best.result.utilization:.1%} busy (dedicated {sz.baseline.utilization:.1%})"
+        )
+    else:
+        click.echo(f"pool size: no size passes, not even all {sz.dedicated_gpus} GPUs")
+    click.echo(
+        f"  bar: owners' p95 wait <= {sz.target_p95:,.0f} s (dedicated servers), "
+        f">= {sz.borrowers_needed:,} borrower jobs done inside the window (all servers pooled)"
+    )
+    click.echo(f"  {'GPUs':>6} {'GPU time used':>13} {'owner p95':>10} {'preemptions':>11}  result")
+    for t in sz.trials:
+        r = t.result
+        click.echo(
+            f"  {t.gpus:>6} {r.utilization:>13.1%} {r.wait_quantile(0.95):>9,.0f}s {r.preemptions:>11,}  "
+            + ("passes" if t.passes else "fails: " + "; ".join(t.failures))
         )

@@ -97,6 +97,8 @@ class Result:
     owner_jobs_preempted: int = 0
     borrower_jobs_done: int = 0
     borrower_waits: list[float] = field(default_factory=list)
+    #: When each borrower job finished (same order as ``borrower_waits``).
+    borrower_ends: list[float] = field(default_factory=list)
     unfinished_owner_jobs: int = 0
     #: ``(time, idle GPUs)`` whenever the count changed inside the window (for :mod:`.lending`).
     idle_timeline: list[tuple[float, int]] = field(default_factory=list)
@@ -372,6 +374,7 @@ class _Sim:
             if run.job.project is None:
                 self.res.borrower_jobs_done += 1
                 self.res.borrower_waits.append(wait)
+                self.res.borrower_ends.append(self.now)
             else:
                 self.owner_done += 1
                 self.res.owner_waits.append(wait)

@@ -555,6 +555,7 @@ class _Sim:
             if run.job.project is None:
                 self.res.borrower_jobs_done += 1
                 self.res.borrower_waits.append(wait)
+                self.res.borrower_ends.append(self.now)
             else:
                 self.owner_done += 1
                 self.res.owner_waits.append(wait)

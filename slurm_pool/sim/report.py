@@ -3,6 +3,8 @@
 Pure of Slurm: it takes the :class:`~slurm_pool.sim.engine.Result` of each
 policy and writes ``busy.png`` (GPUs busy over time), ``owner_waits.png`` (the
 CDF of owners' waits) and ``report.md`` (the figures, and per-project waits).
+Given a :class:`~slurm_pool.sim.sizing.Sizing` it also writes ``sizing.png``
+(GPUs against owners' p95 wait, for every pool size tried) and its table.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from slurm_pool.sim.engine import Result, quantile
+from slurm_pool.sim.sizing import Sizing, borrowers_done_in_window
 
 PLOTS = ("busy.png", "owner_waits.png")
+SIZING_PLOT = "sizing.png"
 
 
 def busy_steps(r: Result) -> tuple[list[float], list[int]]:
@@ -79,7 +83,44 @@ def markdown(results: list[tuple[str, Result]], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(results: list[tuple[str, Result]], directory: str | Path, title: str = "Pool replay") -> list[Path]:
+def sizing_markdown(sz: Sizing) -> str:
+    """The pool sizes tried, smallest passing one in bold."""
+    best = sz.best
+    answer = (
+        f"**{best.gpus} GPUs are enough: {sz.ratio:.2f} of the {sz.dedicated_gpus} dedicated GPUs**, "
+        f"{best.result.utilization:.1%} busy (dedicated: {sz.baseline.utilization:.1%})."
+        if best is not None and sz.ratio is not None
+        else f"No pool size passes, not even all {sz.dedicated_gpus} GPUs."
+    )
+    lines = [
+        "## Pool size",
+        "",
+        f"The smallest pool whose owners' p95 wait is no worse than on dedicated servers "
+        f"({sz.target_p95:,.0f} s) and whose borrowers get as many jobs done inside the window as on all "
+        f"servers ({sz.borrowers_needed:,}).  {answer}",
+        "",
+        f"![GPUs against owners' p95 wait]({SIZING_PLOT})",
+        "",
+        "| GPUs | nodes | GPU time used | owner wait p95 (s) | preemptions | lost GPU-h | borrower jobs done "
+        "| fails on |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for t in sz.trials:
+        gpus = f"**{t.gpus}**" if t is best else str(t.gpus)
+        r = t.result
+        lines.append(
+            f"| {gpus} | {len(t.nodes)} | {r.utilization:.1%} | {r.wait_quantile(0.95):,.0f} | {r.preemptions:,} "
+            f"| {r.lost_gpu_seconds / 3600:,.1f} | {borrowers_done_in_window(r):,} | {'; '.join(t.failures) or '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    results: list[tuple[str, Result]],
+    directory: str | Path,
+    title: str = "Pool replay",
+    sizing: Sizing | None = None,
+) -> list[Path]:
     """Write the plots and ``report.md`` into ``directory``; return the paths written."""
     import matplotlib
 
@@ -117,10 +158,27 @@ def write_report(results: list[tuple[str, Result]], directory: str | Path, title
                 ax.step(minutes, share, where="post", label=label.replace("**", ""), linewidth=1)
         ax.set_xscale("symlog", linthresh=1)
 
+    def sizes(ax: Any) -> None:
+        assert sizing is not None
+        for passes, marker in ((True, "o"), (False, "x")):
+            these = [t for t in sizing.trials if t.passes is passes]
+            if these:
+                xs = [t.gpus for t in these]
+                ax.plot(
+                    xs,
+                    [t.result.wait_quantile(0.95) / 3600 for t in these],
+                    marker,
+                    label="passes" if passes else "fails",
+                )
+        ax.axhline(sizing.target_p95 / 3600, color="grey", linestyle="--", linewidth=0.8, label="dedicated p95")
+        ax.axvline(sizing.dedicated_gpus, color="grey", linestyle=":", linewidth=0.8, label="dedicated GPUs")
+
     plot(PLOTS[0], (9, 3.5), "hours into the window", "GPUs busy", busy)
     plot(PLOTS[1], (6, 4), "owner job wait (minutes)", "share of owner jobs", waits)
+    if sizing is not None:
+        plot(SIZING_PLOT, (6, 4), "GPUs in the pool", "owners' p95 wait (hours)", sizes)
 
     page = out / "report.md"
-    page.write_text(markdown(results, title))
+    page.write_text(markdown(results, title) + ("\n" + sizing_markdown(sizing) if sizing is not None else ""))
     written.append(page)
     return written
