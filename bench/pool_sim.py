@@ -71,13 +71,18 @@ def row(name: str, r: Result, base: Result) -> str:
     )
 
 
-def workload(window: float) -> tuple[dict[str, int], list, list, list[str], list, wl.RuntimeSampler]:
-    """The projects' servers and jobs, the borrowers' jobs, a line per project, the borrowers' pattern."""
+def workload(
+    window: float, owner_vcs: dict[str, tuple[str, float]] = OWNERS, borrower_vcs: tuple[str, ...] = BORROWERS
+) -> tuple[dict[str, int], list, list, list[str], list, wl.RuntimeSampler]:
+    """The projects' servers and jobs, the borrowers' jobs, a line per project, the borrowers' pattern.
+
+    ``owner_vcs`` maps a project to its virtual cluster and the utilisation its own jobs give its servers.
+    """
     sampler = wl.RuntimeSampler(wl.parse_runtimes(RUNTIMES.read_text(), RUNTIMES.name))
     arrivals = wl.parse_arrivals_csv(ARRIVALS.read_text(), ARRIVALS.name)
     capacity, owners = {}, []
     setup = []
-    for project, (vc, target) in OWNERS.items():
+    for project, (vc, target) in owner_vcs.items():
         jobs = wl.trace_jobs(vc, project, arrivals[vc], sampler, window, MAX_JOB_GPUS)
         capacity[project] = wl.size_servers(jobs, window, target)
         owners += jobs
@@ -86,9 +91,9 @@ def workload(window: float) -> tuple[dict[str, int], list, list, list[str], list
             f"own load {wl.gpu_seconds(jobs) / (capacity[project] * window):.0%}"
         )
     borrowers = []
-    for vc in BORROWERS:
+    for vc in borrower_vcs:
         borrowers += wl.trace_jobs(vc, None, arrivals[vc], sampler, window, MAX_BORROWER_GPUS)
-    pattern = [a for vc in BORROWERS for a in arrivals[vc]]
+    pattern = [a for vc in borrower_vcs for a in arrivals[vc]]
     return capacity, owners, borrowers, setup, pattern, sampler
 
 

@@ -27,6 +27,7 @@ BENCHES: dict[str, tuple[list[str], bool]] = {
     "render_scale": (["render_scale.py"], False),
     "mig_pack": (["mig_pack.py"], False),
     "pool_sim": (["pool_sim.py"], False),
+    "pool_size": (["pool_size.py"], False),
     "sim_speed": (["sim_speed.py"], False),
     "forecast_replay": (["forecast_replay.py"], False),
     "prolog_latency": (["prolog_latency.py"], False),

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
+from slurm_pool.bridge.demand import total_demand
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT
 from slurm_pool.errors import PoolError
 from slurm_pool.spec.bridge import Bridge
@@ -82,6 +83,19 @@ def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _version(node: Mapping[str, Any]) -> dict[str, Any]:
     rv = (node.get("metadata") or {}).get("resourceVersion")
     return {"resourceVersion": rv} if rv else {}
+
+
+def inference_demand(api: K8sAPI, config: Bridge) -> dict[str, int]:
+    """What the InferenceServices want now, per GPU-like resource, read the way the planner reads it."""
+    return total_demand(
+        api.list_inference_services(),
+        config.gpu_resource,
+        deployments=api.list_deployments(),
+        hpas=api.list_hpas(),
+        runtimes=api.list_serving_runtimes(),
+        cluster_runtimes=api.list_cluster_serving_runtimes(),
+        pods=api.list_pods(),
+    )
 
 
 def fence_patch(node: Mapping[str, Any], since: str | None = None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import click
 
@@ -52,11 +52,14 @@ def build_registry(
     deadline: float = DEFAULT_DEADLINE,
     reclaim_window: float = 0.0,
     reclaim_interval: float = 60.0,
+    inference: Callable[[], Mapping[str, int]] | None = None,
+    gpu_resource: str = "nvidia.com/gpu",
 ) -> Any:
     """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics).
 
     ``reclaim_window`` > 0 reads ``sacct`` over that many seconds, at most every ``reclaim_interval``
-    seconds, for the reclaim histogram.
+    seconds, for the reclaim histogram.  ``inference`` reads the inference tier's demand per GPU-like
+    resource on each scrape (:func:`slurm_pool.bridge.k8s.inference_demand`).
     """
     from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -75,12 +78,33 @@ def build_registry(
     registry = CollectorRegistry()
     registry.register(
         PoolCollector(
-            slurm, state_dir=state_dir or None, lend_partition=lend_partition, deadline=deadline, reclaims=reclaims
+            slurm,
+            state_dir=state_dir or None,
+            lend_partition=lend_partition,
+            deadline=deadline,
+            reclaims=reclaims,
+            inference=inference,
+            gpu_resource=gpu_resource,
         )
     )
     if process_metrics:
         ProcessCollector(registry=registry)
     return registry
+
+
+def inference_reader(spec_path: str, kubeconfig: str | None) -> tuple[Callable[[], Mapping[str, int]], str]:
+    """The spec's bridge section wired to Kubernetes: a reader of the demand, and the GPU resource."""
+    from slurm_pool.bridge.k8s import KubernetesAPI, inference_demand
+    from slurm_pool.spec import load_spec
+
+    config = load_spec(spec_path).bridge
+    if config is None:
+        raise click.BadParameter(f"{spec_path}: the spec has no bridge section", param_hint="--spec")
+    try:
+        api = KubernetesAPI.connect(config, kubeconfig)
+    except Exception as exc:  # noqa: BLE001 -- the client raises several kinds for an unusable config
+        raise click.BadParameter(f"no usable Kubernetes configuration: {exc}", param_hint="--kubeconfig") from None
+    return (lambda: inference_demand(api, config)), config.gpu_resource
 
 
 @click.command("exporter")
@@ -124,6 +148,20 @@ def build_registry(
     type=Finite(min=0),
     help="Seconds between those sacct reads.",
 )
+@click.option(
+    "--spec",
+    "spec_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Pool spec with a bridge section: also export the inference demand KServe shows "
+    "(slurm_pool_inference_demand_gpus, which the bridge's forecast reads back).",
+)
+@click.option(
+    "--kubeconfig",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Kubeconfig for --spec [$KUBECONFIG, ~/.kube/config, else in-cluster].",
+)
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 def exporter(
     listen: str,
@@ -133,6 +171,8 @@ def exporter(
     scrape_deadline: float,
     reclaim_window: float,
     reclaim_interval: float,
+    spec_path: str | None,
+    kubeconfig: str | None,
     once: bool,
 ) -> None:
     """Serve Prometheus metrics of the pool (GPUs, jobs, drains, lending, preemptions)."""
@@ -144,8 +184,13 @@ def exporter(
         host, port = parse_listen(listen)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from exc
+    if kubeconfig and not spec_path:
+        raise click.BadParameter("needs --spec (the bridge section says what to read)", param_hint="--kubeconfig")
     if state_dir is None:
         state_dir = default_state_dir()
+    inference, gpu_resource = None, "nvidia.com/gpu"
+    if spec_path:
+        inference, gpu_resource = inference_reader(spec_path, kubeconfig)
     registry = build_registry(
         SubprocessRunner(default_timeout=slurm_timeout),
         state_dir=state_dir,
@@ -153,6 +198,8 @@ def exporter(
         deadline=scrape_deadline,
         reclaim_window=reclaim_window,
         reclaim_interval=reclaim_interval,
+        inference=inference,
+        gpu_resource=gpu_resource,
     )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)

@@ -10,7 +10,8 @@ Metrics (all gauges unless ``_total``; GPU "units" are whole GPUs or MIG
 instances, each one GRES unit)::
 
     slurm_pool_up                                   both Slurm queries worked
-    slurm_pool_scrape_errors_total{source}          nodes | jobs | outcomes | reclaims | deadline
+    slurm_pool_scrape_errors_total{source}          nodes | jobs | outcomes | reclaims | kubernetes |
+                                                    deadline
     slurm_pool_scrape_duration_seconds
     slurm_pool_gpus{node,type,state}                allocated | idle | drained | down
     slurm_pool_gpu_utilization_ratio                allocated / all units, pool-wide
@@ -33,6 +34,14 @@ instances, each one GRES unit)::
     slurm_pool_reclaim_latency_seconds              histogram: jobs that took a lent node back,
                                                     submission to start (sacct, once a minute)
     slurm_pool_outcome_bad_records_total
+    slurm_pool_inference_demand_gpus                GPUs (the bridge's gpu_resource) KServe's
+                                                    InferenceServices want, when the exporter is
+                                                    given the bridge (what the forecast reads back)
+    slurm_pool_inference_demand{resource}           the same for every GPU-like resource, MIG
+                                                    slices (nvidia.com/mig-*) included
+
+A failed Kubernetes read leaves the two inference families out of that scrape
+(a gap in the history, not a false 0).
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -58,7 +67,7 @@ log = logging.getLogger(__name__)
 
 GPU_STATES = ("allocated", "idle", "drained", "down")
 DRAIN_OWNERS = ("slurm-pool", "human")
-SOURCES = ("nodes", "jobs", "outcomes", "reclaims", "deadline")
+SOURCES = ("nodes", "jobs", "outcomes", "reclaims", "kubernetes", "deadline")
 #: Seconds a scrape waits for Slurm: below Prometheus' default scrape_timeout of 10 s.
 DEFAULT_DEADLINE = 8.0
 DEFAULT_LEND_PARTITION = "k8s-lend"
@@ -84,6 +93,7 @@ class _Reading:
     jobs: list[JobRecord] | None = None
     outcomes: list[Metric] | None = None  # built in the reader, which alone touches the tally
     reclaims: list[Metric] | None = None  # likewise
+    inference: dict[str, int] | None = None  # GPU-like resource -> count KServe wants
     failed: Counter[str] = field(default_factory=Counter)
 
 
@@ -104,9 +114,13 @@ class PoolCollector:
         lend_partition: str = DEFAULT_LEND_PARTITION,
         deadline: float = DEFAULT_DEADLINE,
         reclaims: ReclaimTally | None = None,
+        inference: Callable[[], Mapping[str, int]] | None = None,
+        gpu_resource: str = "nvidia.com/gpu",
     ):
         self.slurm = slurm
         self.reclaims = reclaims
+        self.inference = inference
+        self.gpu_resource = gpu_resource
         self.lend_partition = lend_partition
         self.deadline = deadline
         self.outcomes = OutcomeTally(state_dir) if state_dir else None
@@ -147,6 +161,12 @@ class PoolCollector:
                 out.failed["reclaims"] += 1
                 log.warning("reclaims failed: %s", exc)
             out.reclaims = [self.reclaims.metric()]
+        if self.inference is not None:
+            try:
+                out.inference = {str(k): int(v) for k, v in self.inference().items()}
+            except Exception as exc:  # noqa: BLE001
+                out.failed["kubernetes"] += 1
+                log.warning("reading the inference demand failed: %s", exc)
         return out
 
     def _shared_read(self) -> Future[_Reading]:
@@ -197,6 +217,8 @@ class PoolCollector:
             out.extend(built or [])
         out.extend(reading.outcomes or [])
         out.extend(reading.reclaims or [])
+        if reading.inference is not None:
+            out.extend(inference_metrics(reading.inference, self.gpu_resource))
         healthy = built_nodes is not None and built_jobs is not None and built_pool is not None
         up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")
         up.add_metric([], 1.0 if healthy else 0.0)
@@ -351,3 +373,17 @@ def outcome_metrics(tally: OutcomeTally) -> list[Metric]:
     bad = CounterMetricFamily("slurm_pool_outcome_bad_records", "Outcome lines that were not valid records.")
     bad.add_metric([], float(tally.bad_records))
     return [runs, pre, ages, bad]
+
+
+def inference_metrics(demand: Mapping[str, int], gpu_resource: str) -> list[Metric]:
+    """The inference tier's demand as KServe shows it (see :mod:`slurm_pool.bridge.demand`)."""
+    gpus = GaugeMetricFamily("slurm_pool_inference_demand_gpus", f"GPUs ({gpu_resource}) the InferenceServices want")
+    gpus.add_metric([], float(demand.get(gpu_resource, 0)))
+    each = GaugeMetricFamily(
+        "slurm_pool_inference_demand",
+        "GPU-like devices (whole GPUs or MIG slices) the InferenceServices want, by resource",
+        labels=["resource"],
+    )
+    for resource, count in sorted(demand.items()):
+        each.add_metric([resource], float(count))
+    return [gpus, each]

@@ -115,6 +115,44 @@ def sizing_markdown(sz: Sizing) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _plot(path: Path, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None]) -> Path:
+    """One PNG: ``draw`` fills the axes; labels, grid and legend are the same for every plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size, dpi=100)
+    draw(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def sizing_curves(sizings: list[tuple[str, Sizing]], path: str | Path) -> Path:
+    """Several workloads on one plot: pool GPUs and owners' p95, both as ratios to dedicated servers."""
+
+    def draw(ax: Any) -> None:
+        for label, sz in sizings:
+            xs = [t.gpus / sz.dedicated_gpus for t in sz.trials]
+            ys = [t.result.wait_quantile(0.95) / sz.target_p95 if sz.target_p95 else 0.0 for t in sz.trials]
+            (line,) = ax.plot(xs, ys, "-", linewidth=1, label=label)
+            if sz.best is not None:
+                i = sz.trials.index(sz.best)
+                ax.plot([xs[i]], [ys[i]], "o", color=line.get_color())
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8, label="owners' p95 on dedicated servers")
+        ax.axvline(0.5, color="grey", linestyle=":", linewidth=0.8, label="the promise: half the GPUs")
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_ylim(bottom=0)
+
+    return _plot(Path(path), (7, 4.5), "pool GPUs / dedicated GPUs", "owners' p95 wait / dedicated p95", draw)
+
+
 def write_report(
     results: list[tuple[str, Result]],
     directory: str | Path,
@@ -122,11 +160,6 @@ def write_report(
     sizing: Sizing | None = None,
 ) -> list[Path]:
     """Write the plots and ``report.md`` into ``directory``; return the paths written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if not results:
         raise ValueError("results: nothing to report")
     out = Path(directory)
@@ -134,16 +167,7 @@ def write_report(
     written: list[Path] = []
 
     def plot(name: str, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None]) -> None:
-        fig, ax = plt.subplots(figsize=size, dpi=100)
-        draw(ax)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        fig.savefig(out / name)
-        plt.close(fig)
-        written.append(out / name)
+        written.append(_plot(out / name, size, xlabel, ylabel, draw))
 
     def busy(ax: Any) -> None:
         for label, r in results:

@@ -72,6 +72,17 @@ class Sizing:
         return min(passing, key=lambda t: (t.gpus, len(t.nodes))) if passing else None
 
     @property
+    def limit(self) -> str:
+        """What stops a smaller pool: the floors (no smaller size), or why the next smaller size fails."""
+        best = self.best
+        if best is None:
+            return "nothing passes"
+        smaller = [t for t in self.trials if t.gpus < best.gpus]
+        if not smaller:
+            return "floors: every owner keeps one server, or as many as its biggest job needs"
+        return "; ".join(max(smaller, key=lambda t: t.gpus).failures)
+
+    @property
     def ratio(self) -> float | None:
         """GPUs needed over the dedicated GPUs."""
         best = self.best
@@ -123,7 +134,7 @@ def pool_sizes(nodes: Sequence[Node], jobs: Sequence[Job], max_sizes: int = 64) 
     if max_sizes < 2:
         raise ValueError(f"max_sizes: {max_sizes} is less than 2")
     gone = removal_order(nodes, floors(nodes, jobs))
-    counts = range(len(gone) + 1)  # servers taken away
+    counts = list(range(len(gone) + 1))  # servers taken away
     if len(counts) > max_sizes:
         step = len(gone) / (max_sizes - 1)
         counts = sorted({round(i * step) for i in range(max_sizes)})
@@ -221,5 +232,6 @@ def summary(sz: Sizing) -> dict[str, Any]:
         "gpus_needed": best.gpus if best is not None else None,
         "ratio_to_dedicated": round(sz.ratio, 3) if sz.ratio is not None else None,
         "utilization_at_size": round(best.result.utilization, 4) if best is not None else None,
+        "limited_by": sz.limit,
         "trials": [trial_summary(t) for t in sz.trials],
     }

@@ -29,6 +29,32 @@ NODES = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
 OWNER_JOB = "#!/bin/bash\nsleep 300\n"
 
 
+def _exported_demand(bridge, tmp_path: Path) -> float | None:
+    """``slurm-pool exporter --once`` given the bridge (the example spec, on the test's namespace):
+    its ``slurm_pool_inference_demand_gpus``."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    data = yaml.safe_load(EXAMPLE_SPEC.read_text())
+    data["bridge"]["kserve_namespace"] = bridge.namespace
+    spec = tmp_path / "pool.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    env = {**os.environ, **bridge.cluster.env, "PYTHONPATH": str(EXAMPLE_SPEC.parents[1])}
+    argv = [sys.executable, "-m", "slurm_pool.metrics.cli", "--once", "--state-dir", "", "--reclaim-window", "0"]
+    res = subprocess.run(
+        [*argv, "--spec", str(spec), "--kubeconfig", str(bridge.kubeconfig)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    for line in res.stdout.splitlines():
+        if line.startswith("slurm_pool_inference_demand_gpus "):
+            return float(line.split()[1])
+    return None
+
+
 def _fence_all(bridge) -> None:
     """No inference demand yet: every node is Slurm's and closed to Kubernetes."""
     report = bridge.reconcile(NIGHT)
@@ -195,9 +221,9 @@ def _pdb_all(bridge, name: str = "llm") -> None:
     wait_for(budget_settled, timeout=60, what="PDB observed with no disruption allowed")
 
 
-def test_kserve_min_replicas_drive_lending_and_giving_back(bridge):
+def test_kserve_min_replicas_drive_lending_and_giving_back(bridge, tmp_path):
     """Real KServe: the service becomes Ready on a lent node; more minReplicas lends another node, fewer
-    gives one back."""
+    gives one back.  The exporter, given the bridge, exports the same demand the planner sees."""
     _lend_one(bridge)
     wait_for(lambda: is_ready(bridge.isvc()), timeout=90, what="llm Ready through KServe")
     assert sorted(bridge.running_on().values()) == ["a-gpu1", "a-gpu1"]
@@ -205,6 +231,7 @@ def test_kserve_min_replicas_drive_lending_and_giving_back(bridge):
     bridge.set_min_replicas(4)
     wait_for(lambda: bridge.hpa_desired() == 4, timeout=60, what="KServe's HPA asking for 4 replicas")
     wait_for(lambda: len(bridge.predictors()) == 4, timeout=60, what="4 predictor pods created")
+    assert _exported_demand(bridge, tmp_path) == 4
     report = bridge.reconcile(NIGHT)
     assert report.ok, report.text()
     assert report.plan.demand_gpus == 4, report.text()
@@ -219,6 +246,7 @@ def test_kserve_min_replicas_drive_lending_and_giving_back(bridge):
 
     bridge.set_min_replicas(1)
     wait_for(lambda: len(bridge.running_on()) == 1 and len(bridge.predictors()) == 1, timeout=90, what="1 predictor")
+    assert _exported_demand(bridge, tmp_path) == 1
     report = bridge.reconcile(NIGHT)
     assert report.ok, report.text()
     assert report.plan.demand_gpus == 1, report.text()

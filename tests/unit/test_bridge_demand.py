@@ -192,3 +192,17 @@ def test_snapshot_demand_by_resource_and_node_resources():
     assert snap.k8s_nodes["n1"].gpus == 2
     assert snap.k8s_nodes["n1"].gpu_resources == {GPU: 2, MIG: 7}
     assert snap.pods == ()  # the pending pod is demand, not a pod on a node
+
+
+def test_inference_demand_reads_what_the_planner_reads():
+    """The exporter's reader (``k8s.inference_demand``) on a fake API gives the snapshot's demand."""
+    from slurm_pool.bridge.k8s import inference_demand
+    from tests.support.k8s_fake import FakeK8s
+
+    fake = FakeK8s(
+        isvcs=[_isvc({"minReplicas": 2, "model": _gpus(1)}), _isvc({"model": _gpus(3, res=MIG)}, name="mig")],
+        hpas=[_obj("llm-predictor", status={"desiredReplicas": 3})],
+        pods=[_pod("p", None)],
+    )
+    assert inference_demand(fake, Bridge()) == {GPU: 3, MIG: 3}
+    assert inference_demand(FakeK8s(), Bridge()) == {}

@@ -29,7 +29,8 @@ from slurm_pool.metrics.collector import PoolCollector
 from slurm_pool.metrics.outcomes import AGE_BUCKETS, OutcomeTally, parse_record
 from slurm_pool.metrics.parse import job_nodes, node_gpu_states
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "slurm"
 A100 = "nvidia_a100-sxm4-80gb"
 VERSIONS = ("22.05", "26.05")
 NODE_COMMAND = {"22.05": ["sinfo", "--json"], "26.05": ["scontrol", "show", "nodes", "--json"]}
@@ -604,3 +605,62 @@ def test_a_failing_reclaim_read_is_a_scrape_error_and_the_histogram_stays():
     reg.register(PoolCollector(SlurmClient(runner), reclaims=ReclaimTally(read, "k8s-lend")))
     assert reg.get_sample_value("slurm_pool_scrape_errors_total", {"source": "reclaims"}) == 1
     assert reg.get_sample_value("slurm_pool_reclaim_latency_seconds_count") == 0
+
+
+# -- the inference tier's demand (the exporter given the bridge) ---------------------------------------------
+
+
+def test_inference_demand_is_exported_per_resource_and_a_failed_read_leaves_a_gap():
+    answers: list[object] = [{"nvidia.com/gpu": 3, "nvidia.com/mig-1g.10gb": 2}, RuntimeError("API server down"), {}]
+
+    def read():
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    reg = CollectorRegistry()
+    reg.register(PoolCollector(SlurmClient(replay("lent")), inference=read))
+    first = generate_latest(reg).decode()
+    assert "\nslurm_pool_inference_demand_gpus 3.0" in first
+    assert 'slurm_pool_inference_demand{resource="nvidia.com/mig-1g.10gb"} 2.0' in first
+    assert 'slurm_pool_inference_demand{resource="nvidia.com/gpu"} 3.0' in first
+    assert 'slurm_pool_scrape_errors_total{source="kubernetes"} 0.0' in first
+    second = generate_latest(reg).decode()
+    assert "\nslurm_pool_inference_demand_gpus " not in second and 'resource="nvidia.com/gpu"' not in second
+    assert 'slurm_pool_scrape_errors_total{source="kubernetes"} 1.0' in second
+    assert "slurm_pool_up 1.0" in second  # Slurm's health is Slurm's alone
+    third = generate_latest(reg).decode()
+    assert "\nslurm_pool_inference_demand_gpus 0.0" in third  # nothing wanted is a 0, not a gap
+
+
+def test_no_bridge_means_no_inference_families():
+    text = generate_latest(make_registry(replay("lent"))[0]).decode()
+    assert "slurm_pool_inference_demand" not in text
+
+
+def _spec_without_bridge(tmp_path: Path) -> Path:
+    import yaml
+
+    data = yaml.safe_load((ROOT / "examples" / "pool.yaml").read_text())
+    data.pop("bridge", None)
+    out = tmp_path / "pool.yaml"
+    out.write_text(yaml.safe_dump(data))
+    return out
+
+
+@pytest.mark.parametrize(
+    "args, hint",
+    [
+        (["--kubeconfig", "k.yaml"], "needs --spec"),
+        (["--spec", "{nobridge}"], "has no bridge section"),
+        (["--spec", "examples/pool.yaml", "--kubeconfig", "{garbage}"], "no usable Kubernetes configuration"),
+    ],
+)
+def test_exporter_inference_options_reject(args, hint, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    garbage = tmp_path / "kubeconfig"
+    garbage.write_text("clusters: 7\n")
+    args = [a.format(nobridge=_spec_without_bridge(tmp_path), garbage=garbage) for a in args]
+    res = CliRunner().invoke(metrics_cli.exporter, ["--once", *args])
+    assert res.exit_code == 2 and hint in res.output and "Traceback" not in res.output, res.output
