@@ -164,7 +164,7 @@ def main() -> int:
     write_report(results[:3], report, title="Pool simulator: 30 days of Philly jobs (`python3 bench/pool_sim.py`)")
     lines += [
         f"Plots (`slurm_pool.sim.report`, as `slurm-pool simulate --report` writes them): "
-        f"[GPUs busy over time]({report.relative_to(ROOT).as_posix()}/busy.png), "
+        f"[GPUs busy over time by tier]({report.relative_to(ROOT).as_posix()}/busy.png), "
         f"[owners' wait CDF]({report.relative_to(ROOT).as_posix()}/owner_waits.png), "
         f"[per-project waits]({report.relative_to(ROOT).as_posix()}/report.md).",
         "",

@@ -102,6 +102,9 @@ class Result:
     unfinished_owner_jobs: int = 0
     #: ``(time, idle GPUs)`` whenever the count changed inside the window (for :mod:`.lending`).
     idle_timeline: list[tuple[float, int]] = field(default_factory=list)
+    #: ``(time, guaranteed GPUs busy, other GPUs busy)`` whenever either changed inside the window.
+    #: A preemptor's GPUs count as guaranteed from the moment it is placed (its victims' grace).
+    tier_timeline: list[tuple[float, int, int]] = field(default_factory=list)
 
     @property
     def utilization(self) -> float:
@@ -116,6 +119,14 @@ class Result:
     def wait_quantile(self, q: float) -> float:
         """The ``q`` quantile of owner jobs' queue wait (nearest rank), seconds."""
         return quantile(self.owner_waits, q)
+
+
+def note_tiers(res: Result, now: float, guaranteed: int, busy: int) -> None:
+    """Append to ``res.tier_timeline`` when the split of busy GPUs changed."""
+    point = (now, guaranteed, max(0, busy - guaranteed))
+    line = res.tier_timeline
+    if not line or line[-1][1:] != point[1:]:
+        line.append(point)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -333,6 +344,7 @@ class _Sim:
             line = self.res.idle_timeline
             if not line or line[-1][1] != idle:
                 line.append((self.now, idle))
+            note_tiers(self.res, self.now, sum(self.owner_used.values()), self.res.capacity - idle)
 
     def _refill(self) -> None:
         """Keep the borrower queue non-empty while the window lasts."""

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Iterable
 
-from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result, note_tiers
 from slurm_pool.sim.freeindex import FreeIndex
 from slurm_pool.spec.hosts import expand
 
@@ -68,6 +68,12 @@ class NodePolicy(Policy):
     time_limit: float | None = None
     #: Jobs behind a blocked queue head that backfill looks at (as bf_max_job_test).
     bf_depth: int = 100
+    #: Seconds a requeued job is held before it may start again (0: at once).  Slurm holds it for
+    #: SchedulerParameters=requeue_delay + 1, by default 120 + 1 s (job_mgr.c, ``_requeue_delay``).
+    requeue_delay: float = 0.0
+    #: Owner jobs beyond the share borrow (False: they wait for their own nodes, as jobs routed
+    #: only to the owner's partition do).
+    owners_borrow: bool = True
 
 
 @dataclass(frozen=True)
@@ -453,7 +459,7 @@ class _Sim:
         p = job.project
         if p is not None and self.used[p] + job.gpus <= self.share[p]:
             return GUARANTEED, p
-        if not self.pol.pooled:
+        if not self.pol.pooled or (p is not None and not self.pol.owners_borrow):
             return None, ALL if p is None else p
         return BORROWED, ALL
 
@@ -531,6 +537,7 @@ class _Sim:
             line = self.res.idle_timeline
             if not line or line[-1][1] != idle:
                 line.append((self.now, idle))
+            note_tiers(self.res, self.now, sum(self.used.values()), self.res.capacity - idle)
 
     def _handle(self, kind: str, payload: object) -> None:
         if kind == "arrive":
@@ -566,7 +573,13 @@ class _Sim:
             del self.leaving[payload.job.id]
             self._release(payload)
             self._record(payload, self.now, "preempted")
-            self.queues[payload.job.project].appendleft(payload.job)
+            if self.pol.requeue_delay > 0:
+                self.push(self.now + self.pol.requeue_delay, "eligible", payload.job)
+            else:
+                self.queues[payload.job.project].appendleft(payload.job)
+        elif kind == "eligible":  # a requeued job's hold is over: it keeps its place at the front
+            assert isinstance(payload, Job)
+            self.queues[payload.project].appendleft(payload)
 
     def _limit_end(self, run: _Run) -> float:
         assert self.pol.time_limit is not None

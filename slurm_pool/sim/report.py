@@ -1,7 +1,8 @@
 """``slurm-pool simulate --report DIR``: the replay's figures as PNG plots and a Markdown page.
 
 Pure of Slurm: it takes the :class:`~slurm_pool.sim.engine.Result` of each
-policy and writes ``busy.png`` (GPUs busy over time), ``owner_waits.png`` (the
+policy and writes ``busy.png`` (GPUs busy over time by tier, one panel per
+policy), ``owner_waits.png`` (the
 CDF of owners' waits) and ``report.md`` (the figures, and per-project waits).
 Given a :class:`~slurm_pool.sim.sizing.Sizing` it also writes ``sizing.png``
 (GPUs against owners' p95 wait, for every pool size tried) and its table.
@@ -17,19 +18,6 @@ from slurm_pool.sim.sizing import Sizing, borrowers_done_in_window
 
 PLOTS = ("busy.png", "owner_waits.png")
 SIZING_PLOT = "sizing.png"
-
-
-def busy_steps(r: Result) -> tuple[list[float], list[int]]:
-    """``(hours, GPUs busy)`` as steps, from the replay's idle timeline (capacity minus idle)."""
-    xs: list[float] = []
-    ys: list[int] = []
-    for t, idle in r.idle_timeline:
-        xs.append(t / 3600)
-        ys.append(r.capacity - idle)
-    if xs:
-        xs.append(r.window / 3600)
-        ys.append(ys[-1])
-    return xs, ys
 
 
 def cdf(values: list[float]) -> tuple[list[float], list[float]]:
@@ -55,7 +43,7 @@ def markdown(results: list[tuple[str, Result]], title: str) -> str:
         "",
         f"Window {base.window / 3600:,.1f} hours, {base.capacity} GPUs.",
         "",
-        "![GPUs busy over time](busy.png)",
+        "![GPUs busy over time, by tier](busy.png)",
         "",
         "![Owners' waits](owner_waits.png)",
         "",
@@ -115,23 +103,41 @@ def sizing_markdown(sz: Sizing) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(path: Path, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None]) -> Path:
-    """One PNG: ``draw`` fills the axes; labels, grid and legend are the same for every plot."""
+def _plot(
+    path: Path, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None], rows: int = 1
+) -> Path:
+    """One PNG: ``draw`` fills the axes (a list of them, one per row, when ``rows`` > 1)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=size, dpi=100)
-    draw(ax)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    fig, grid = plt.subplots(rows, 1, figsize=size, dpi=100, sharex=True, squeeze=False)
+    axes = [row[0] for row in grid]
+    draw(axes[0] if rows == 1 else axes)
+    for ax in axes:
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[-1].set_xlabel(xlabel)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def tier_steps(r: Result) -> tuple[list[float], list[int], list[int]]:
+    """``(hours, guaranteed GPUs busy, other GPUs busy)`` as steps, from the replay's tier timeline."""
+    xs, guaranteed, borrowed = [], [], []
+    for t, g, b in r.tier_timeline:
+        xs.append(t / 3600)
+        guaranteed.append(g)
+        borrowed.append(b)
+    if xs:
+        xs.append(r.window / 3600)
+        guaranteed.append(guaranteed[-1])
+        borrowed.append(borrowed[-1])
+    return xs, guaranteed, borrowed
 
 
 def sizing_curves(sizings: list[tuple[str, Sizing]], path: str | Path) -> Path:
@@ -166,14 +172,19 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
-    def plot(name: str, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None]) -> None:
-        written.append(_plot(out / name, size, xlabel, ylabel, draw))
+    def plot(
+        name: str, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None], rows: int = 1
+    ) -> None:
+        written.append(_plot(out / name, size, xlabel, ylabel, draw, rows))
 
-    def busy(ax: Any) -> None:
-        for label, r in results:
-            xs, ys = busy_steps(r)
-            ax.step(xs, ys, where="post", label=label.replace("**", ""), linewidth=1)
-        ax.axhline(results[0][1].capacity, color="grey", linestyle="--", linewidth=0.8, label="capacity")
+    def busy(axes: Any) -> None:
+        for ax, (label, r) in zip(axes if len(results) > 1 else [axes], results, strict=True):
+            xs, guaranteed, borrowed = tier_steps(r)
+            ax.fill_between(xs, 0, guaranteed, step="post", alpha=0.7, label="owners, guaranteed tier")
+            on_top = [g + b for g, b in zip(guaranteed, borrowed, strict=True)]
+            ax.fill_between(xs, guaranteed, on_top, step="post", alpha=0.7, label="borrowed (preemptible)")
+            ax.axhline(r.capacity, color="grey", linestyle="--", linewidth=0.8, label="capacity")
+            ax.set_title(label.replace("**", ""), fontsize=8)
 
     def waits(ax: Any) -> None:
         for label, r in results:
@@ -197,7 +208,7 @@ def write_report(
         ax.axhline(sizing.target_p95 / 3600, color="grey", linestyle="--", linewidth=0.8, label="dedicated p95")
         ax.axvline(sizing.dedicated_gpus, color="grey", linestyle=":", linewidth=0.8, label="dedicated GPUs")
 
-    plot(PLOTS[0], (9, 3.5), "hours into the window", "GPUs busy", busy)
+    plot(PLOTS[0], (9, 1.2 + 1.8 * len(results)), "hours into the window", "GPUs busy", busy, rows=len(results))
     plot(PLOTS[1], (6, 4), "owner job wait (minutes)", "share of owner jobs", waits)
     if sizing is not None:
         plot(SIZING_PLOT, (6, 4), "GPUs in the pool", "owners' p95 wait (hours)", sizes)

@@ -192,7 +192,7 @@ def test_cli_report_writes_plots_and_page(tmp_path):
     for name in ("busy.png", "owner_waits.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "report.md").read_text()
-    assert "![GPUs busy over time](busy.png)" in page and "| pool, checkpoint-on-preempt |" in page
+    assert "![GPUs busy over time, by tier](busy.png)" in page and "| pool, checkpoint-on-preempt |" in page
     # per project: the recorded export has one job of each of proja, projb and projc
     for p in ("proja", "projb", "projc"):
         assert f"| {p} | 1 |" in page
@@ -205,16 +205,16 @@ def test_cli_report_into_a_file_exits_2(tmp_path):
     assert res.exit_code == 2 and "--report" in res.output and "Traceback" not in res.output, res.output
 
 
-def test_report_tables_by_project_and_busy_steps():
+def test_report_tables_by_project_and_tier_steps():
     from slurm_pool.sim.engine import Result
-    from slurm_pool.sim.report import busy_steps, markdown
+    from slurm_pool.sim.report import markdown, tier_steps
 
     a = Result("dedicated", window=7200, capacity=4, useful_gpu_seconds=14400)
     a.owner_waits, a.owner_projects = [0.0, 600.0, 60.0], ["x", "x", "y"]
-    a.idle_timeline = [(0.0, 4), (3600.0, 0)]
+    a.tier_timeline = [(0.0, 0, 0), (3600.0, 3, 1)]
     b = Result("pool", window=7200, capacity=4, useful_gpu_seconds=28800, preemptions=2)
     b.owner_waits, b.owner_projects = [0.0, 0.0, 30.0], ["x", "x", "y"]
-    assert busy_steps(a) == ([0.0, 1.0, 2.0], [0, 4, 4])
+    assert tier_steps(a) == ([0.0, 1.0, 2.0], [0, 3, 3], [0, 1, 1])
     page = markdown([("dedicated", a), ("pool", b)], "t")
     assert "| pool | 100.0% | 2.00 | 0 | 30 | 2 | 0.0 |" in page
     assert "| x | 2 | 0 / 600 | 0 / 0 |" in page and "| y | 1 | 60 / 60 | 30 / 30 |" in page

@@ -172,6 +172,22 @@ def test_preemption_accounting():
     assert (victim.signalled, victim.end) == (100, 160)
 
 
+@pytest.mark.parametrize(("borrow", "second"), [(True, ("u0",)), (False, ("a0",))])
+def test_owners_beyond_their_share_borrow_only_if_the_policy_says(borrow, second):
+    policy = NodePolicy("pool", grace=5, restart_overhead=0, owners_borrow=borrow)
+    r = simulate_nodes([n("a0", 2, "a"), n("u0", 2)], [j("o1", "a", 0, 100, 2), j("o2", "a", 0, 100, 2)], policy, 1000)
+    assert runs(r)["o2"] == [(0 if borrow else 100, second)]
+
+
+@pytest.mark.parametrize(("delay", "again"), [(0, 25), (30, 45)])
+def test_a_requeued_job_is_held_for_the_requeue_delay(delay, again):
+    """x is signalled at 10 and gone at 15; the owner's job runs 15-25.  x starts again when its
+    node is free (25) or, held as Slurm holds a requeued job, at 15 + delay."""
+    policy = NodePolicy("pool", grace=5, restart_overhead=0, requeue_delay=delay)
+    r = simulate_nodes([n("a0", 2, "a")], [j("x", None, 0, 100, 2), j("o", "a", 10, 10, 2)], policy, window=1000)
+    assert runs(r) == {"x": [(0, ("a0",)), (again, ("a0",))], "o": [(15, ("a0",))]}
+
+
 def test_a_victim_signalled_while_restarting_pays_only_the_restart_it_spent():
     jobs = [j("x", None, 0, 100, 1), j("o1", "a", 10, 10, 1), j("o2", "a", 60, 10, 1)]
     pol = NodePolicy("restart", grace=30, restart_overhead=20)
@@ -354,3 +370,25 @@ def test_cli_nodes_places_on_the_spec_nodes():
     res = CliRunner().invoke(cli, ["simulate", "--spec", str(spec), "--sacct", "-", "--nodes"], input=sacct)
     assert res.exit_code == 0, res.output
     assert "placed on 4 nodes (GPUs: a-gpu1 2, a-gpu2 2, b-gpu1 2, c-gpu1 2)" in res.output
+
+
+@pytest.mark.parametrize(
+    ("engine", "timeline"),
+    [
+        # x borrows both GPUs; o is placed at 10 (its GPUs count as guaranteed while x leaves), runs 15-25;
+        # x, checkpointed at the signal, runs its last 90 s when its node is free (GPU engine: at 25) or its
+        # requeue hold of 30 s is over (node engine: at 45).
+        ("nodes", [(0, 0, 2), (10, 2, 0), (25, 0, 0), (45, 0, 2), (135, 0, 0)]),
+        ("gpus", [(0, 0, 2), (10, 2, 0), (25, 0, 2), (115, 0, 0)]),
+    ],
+)
+def test_busy_gpus_by_tier(engine, timeline):
+    from slurm_pool.sim.engine import simulate
+
+    jobs = [j("x", None, 0, 100, 2), j("o", "a", 10, 10, 2)]
+    if engine == "nodes":
+        policy = NodePolicy("pool", grace=5, restart_overhead=0, requeue_delay=30)
+        r = simulate_nodes([n("a0", 2, "a")], jobs, policy, window=1000)
+    else:
+        r = simulate({"a": 2}, jobs, Policy("pool", grace=5, restart_overhead=0), window=1000)
+    assert r.tier_timeline == timeline
