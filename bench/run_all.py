@@ -34,6 +34,7 @@ BENCHES: dict[str, tuple[list[str], bool]] = {
     "submit_overhead": (["submit_overhead.py", "--spec", "examples/pool.yaml"], True),
     "preempt_resume": (["preempt_resume.py"], True),
     "reclaim_latency": (["reclaim_latency.py"], True),
+    "sim_validate": (["sim_validate.py"], True),
 }
 
 HEADER = """# Benchmarks

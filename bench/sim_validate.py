@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""The node engine against the real scheduler: one time-compressed Philly slice on the local cluster (issue 12).
+
+A slice of three Philly virtual clusters (``bench/traces/``) is compressed in
+time and replayed as real jobs on the example pool's whole-GPU nodes:
+
+* VC 0e4a51 is project A (owner of a-gpu[1-2], 4 GPUs), submitted as alice to
+  ``a-owner`` with QOS guaranteed;
+* VC 103959 is project B (owner of b-gpu1, 2 GPUs), bob to ``b-owner``;
+* VC 6c71a0 borrows: carol's jobs in ``scavenger`` (preemptible, GraceTime
+  20 s), kept off c-gpu1 (the MIG node).
+
+Arrivals are the trace's, compressed so they fit ``--span`` seconds; each
+job's duration is its deterministic Philly runtime draw, scaled so the
+offered load is ``--load`` of the 6 GPUs and clamped to [``--min``,
+``--max``] seconds; GPU counts are capped at 2 (one node).  Jobs sleep;
+borrowers ignore SIGTERM (and USR1), so a preempted one holds its GPUs for
+the whole GraceTime and loses its work, as the model's victim with no
+checkpoint does.  Every job asks for ``-t 5`` minutes.
+
+The simulator (:mod:`slurm_pool.sim.nodes`) then replays the same jobs, at the
+submit times ``sacct`` recorded, on the same three nodes: best fit, backfill
+on 300 s limits, preempt/qos with the spec's GraceTime, no checkpoints,
+owners only on their own nodes (their partitions), and Slurm's requeue hold
+(a requeued job starts again no sooner than 121 s later: job_mgr.c,
+``_requeue_delay``, the 120 s credential lifetime + 1).  The table compares
+per-tier GPU utilisation over the arrival window, owners' waits and
+preemptions.  Needs a running local cluster (``bench/run_all.py`` starts
+one per Slurm release).
+
+    python3 bench/sim_validate.py [--start-hour 612] [--hours 36] [--span 420]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from timing import sh  # noqa: E402
+
+from slurm_pool.adapters.runner import SubprocessRunner  # noqa: E402
+from slurm_pool.adapters.slurm import SlurmClient  # noqa: E402
+from slurm_pool.sim import workload as wl  # noqa: E402
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, quantile  # noqa: E402
+from slurm_pool.sim.nodes import Node, NodePolicy, simulate_nodes  # noqa: E402
+
+TRACES = REPO / "bench" / "traces"
+ARRIVALS = TRACES / "philly_vc_arrivals_30d.csv"
+RUNTIMES = TRACES / "alibaba_v2020_philly_runtime.csv"
+# VC -> (project, user, partition, QOS); project None: a borrower
+ROLES = {
+    "0e4a51": ("proja", "alice", "a-owner", "guaranteed"),
+    "103959": ("projb", "bob", "b-owner", "guaranteed"),
+    "6c71a0": (None, "carol", "scavenger", "scavenger"),
+}
+BORROW_ACCOUNT = "projc"
+NODES = [Node("a-gpu1", 2, "proja"), Node("a-gpu2", 2, "proja"), Node("b-gpu1", 2, "projb")]
+GPUS = sum(n.gpus for n in NODES)
+GRACE = 20.0  # the scavenger tier's grace_time in examples/pool.yaml
+REQUEUE_HOLD = 121.0
+LIMIT_MINUTES = 5
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One job of the slice: what to submit and what the simulator gets."""
+
+    key: str
+    project: str | None
+    offset: float  # seconds after the slice's first job
+    seconds: int
+    gpus: int
+
+
+def slice_jobs(start_h: float, hours: float, span: float, load: float, lo: int, hi: int) -> list[Spec]:
+    arrivals = wl.parse_arrivals_csv(ARRIVALS.read_text(), ARRIVALS.name)
+    sampler = wl.RuntimeSampler(wl.parse_runtimes(RUNTIMES.read_text(), RUNTIMES.name))
+    start, length = start_h * 3600, hours * 3600
+    raw = []
+    for vc, (project, *_) in ROLES.items():
+        for i, a in enumerate(arrivals[vc]):
+            if start <= a.time < start + length:
+                raw.append((f"{vc}-{i}", project, (a.time - start) * span / length, sampler.draw(f"{vc}:{i}"), a.gpus))
+    if not raw:
+        raise SystemExit(f"no jobs in hours {start_h}..{start_h + hours} of {ARRIVALS.name}")
+
+    def seconds(d: float, scale: float) -> int:
+        return int(min(hi, max(lo, round(d / scale))))
+
+    def offered(scale: float) -> float:
+        return sum(seconds(d, scale) * min(g, 2) for *_, d, g in raw) / (GPUS * span)
+
+    low, high = 1e-3, 1e9  # duration divisor: bisect (in log) for the offered load
+    for _ in range(100):
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if offered(mid) > load else (low, mid)
+    first = min(t for _, _, t, _, _ in raw)
+    return sorted(
+        (Spec(k, p, t - first, seconds(d, high), min(g, 2)) for k, p, t, d, g in raw), key=lambda s: (s.offset, s.key)
+    )
+
+
+def submit(spec: Spec) -> int:
+    project, user, partition, qos = next(r for vc, r in ROLES.items() if spec.key.startswith(vc + "-"))
+    account = project or BORROW_ACCOUNT
+    argv = ["sbatch", "--parsable", f"--uid={user}", "-p", partition, f"--qos={qos}", "-A", account]
+    argv += [f"--gres=gpu:{spec.gpus}", "-t", str(LIMIT_MINUTES), "-o", "/dev/null", "-D", "/tmp", "-J", spec.key]
+    if project is None:  # preemptible: requeue, and hold the GPUs through the whole GraceTime
+        argv += ["--requeue", "--signal=B:USR1@30", "--exclude=c-gpu1"]
+        script = f"#!/bin/bash\ntrap '' TERM USR1\nsleep {spec.seconds}\n"
+    else:
+        script = f"#!/bin/bash\nsleep {spec.seconds}\n"
+    return int(sh(*argv, input=script).split(";")[0])
+
+
+def replay(specs: list[Spec], timeout: float) -> dict[int, Spec]:
+    """Submit each job at its offset; wait until none is left in the queue."""
+    ids: dict[int, Spec] = {}
+    t0 = time.monotonic()
+    for s in specs:
+        delay = t0 + s.offset - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)  # the replay's clock: when the trace says the job arrives
+        ids[submit(s)] = s
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%i", "-j", ",".join(map(str, ids))], capture_output=True, text=True
+        )
+        if out.returncode == 0 and not out.stdout.strip():
+            return ids
+        time.sleep(2)
+    raise SystemExit(f"jobs still queued after {timeout:.0f} s")
+
+
+@dataclass
+class Measured:
+    """What one side did: GPU-seconds per tier in the arrival window, waits, preemptions."""
+
+    busy: dict[str, float]
+    owner_waits: list[float]
+    borrower_waits: list[float]
+    preemptions: int
+    makespan: float
+
+
+def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Job]]:
+    slurm = SlurmClient(SubprocessRunner(default_timeout=60))
+    recs = slurm.accounting_jobs("--allusers", "--duplicates", "--allocations", "-j", ",".join(map(str, ids)))
+    by: dict[int, list] = {}
+    for r in recs:
+        by.setdefault(r.job_id, []).append(r)
+    if set(by) != set(ids):
+        raise SystemExit(f"sacct is missing jobs: {sorted(set(ids) - set(by))[:10]}")
+    t0 = min(min(r.submit_time for r in rs) for rs in by.values())
+    busy = {GUARANTEED: 0.0, BORROWED: 0.0}
+    owner_waits, borrower_waits, jobs = [], [], []
+    preemptions, end = 0, 0.0
+    for jid, rs in by.items():
+        spec = ids[jid]
+        submit_t = min(r.submit_time for r in rs) - t0
+        first = min(r.start_time for r in rs) - t0
+        (owner_waits if spec.project else borrower_waits).append(first - submit_t)
+        jobs.append(Job(spec.key, spec.project, submit_t, float(spec.seconds), spec.gpus))
+        # runs that ended in a requeue: records so marked, extra records, or Slurm's restart count
+        marked = sum(r.state.any({"PREEMPTED", "REQUEUED"}) for r in rs)
+        preemptions += max(marked, len(rs) - 1, max(r.restart_count for r in rs))
+        for r in rs:
+            s, e = r.start_time - t0, r.end_time - t0
+            end = max(end, e)
+            busy[GUARANTEED if spec.project else BORROWED] += max(0.0, min(e, span) - max(s, 0.0)) * spec.gpus
+    return Measured(busy, owner_waits, borrower_waits, preemptions, end), jobs
+
+
+def measured_sim(jobs: list[Job], span: float) -> Measured:
+    policy = NodePolicy(
+        "pool", grace=GRACE, checkpoint_on_signal=False, checkpoint_interval=0, restart_overhead=0,
+        requeue_delay=REQUEUE_HOLD, time_limit=LIMIT_MINUTES * 60, owners_borrow=False,
+    )  # fmt: skip
+    r = simulate_nodes(NODES, jobs, policy, window=10 * span)  # a long window: everything finishes
+    busy = {GUARANTEED: 0.0, BORROWED: 0.0}
+    for p in r.schedule:
+        gpus = sum(g for _, g in p.nodes)
+        busy[p.tier] += max(0.0, min(p.end, span) - max(p.start, 0.0)) * gpus
+    end = max(p.end for p in r.schedule)
+    return Measured(busy, r.owner_waits, r.borrower_waits, r.preemptions, end)
+
+
+def diff(sim: float, real: float) -> str:
+    return f"{(sim - real) / real:+.0%}" if real else ("0" if sim == real else "-")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--start-hour", type=float, default=612.0, help="where the slice starts in the 30-day trace")
+    ap.add_argument("--hours", type=float, default=36.0, help="trace hours in the slice")
+    ap.add_argument("--span", type=float, default=420.0, help="seconds the slice's arrivals are compressed into")
+    ap.add_argument("--load", type=float, default=0.7, help="offered load the durations are scaled to")
+    ap.add_argument("--min", dest="lo", type=int, default=5, help="shortest job, seconds")
+    ap.add_argument("--max", dest="hi", type=int, default=90, help="longest job, seconds")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the queue to drain")
+    ap.add_argument("--out", help="result section (default: bench/results/sim_validate-<slurm>.md)")
+    args = ap.parse_args()
+    version = sh("sinfo", "--version").split()[-1]
+    out = Path(args.out or REPO / "bench" / "results" / f"sim_validate-{'.'.join(version.split('.')[:2])}.md")
+    specs = slice_jobs(args.start_hour, args.hours, args.span, args.load, args.lo, args.hi)
+    t = time.monotonic()
+    ids = replay(specs, args.timeout)
+    wall = time.monotonic() - t
+    real, jobs = measured_slurm(ids, args.span)
+    sim = measured_sim(jobs, args.span)
+    window = GPUS * args.span
+    rows = [
+        ("GPU utilisation in the arrival window, owners (guaranteed)", sim.busy[GUARANTEED] / window,
+         real.busy[GUARANTEED] / window, "{:.1%}"),
+        ("GPU utilisation in the arrival window, borrowers (scavenger)", sim.busy[BORROWED] / window,
+         real.busy[BORROWED] / window, "{:.1%}"),
+        ("GPU utilisation in the arrival window, all", sum(sim.busy.values()) / window,
+         sum(real.busy.values()) / window, "{:.1%}"),
+        ("owners' wait p50, s", quantile(sim.owner_waits, 0.5), quantile(real.owner_waits, 0.5), "{:.0f}"),
+        ("owners' wait p95, s", quantile(sim.owner_waits, 0.95), quantile(real.owner_waits, 0.95), "{:.0f}"),
+        ("borrowers' wait p95, s", quantile(sim.borrower_waits, 0.95), quantile(real.borrower_waits, 0.95), "{:.0f}"),
+        ("preemptions", float(sim.preemptions), float(real.preemptions), "{:.0f}"),
+        ("last job ends, s after the first submit", sim.makespan, real.makespan, "{:.0f}"),
+    ]  # fmt: skip
+    owners = sum(s.project is not None for s in specs)
+    lines = [
+        f"## The simulator against Slurm {version}: a compressed Philly slice (issue 12)",
+        "",
+        f"Command: `python3 bench/sim_validate.py --start-hour {args.start_hour:g} --hours {args.hours:g} "
+        f"--span {args.span:g} --load {args.load:g}` (local cluster on Slurm {version}).  "
+        f"{len(specs)} jobs ({owners} of owners A and B, {len(specs) - owners} of a borrower) from hours "
+        f"{args.start_hour:g}-{args.start_hour + args.hours:g} of `bench/traces/philly_vc_arrivals_30d.csv`, "
+        f"arrivals compressed into {args.span:g} s, durations {args.lo}-{args.hi} s for an offered load of "
+        f"{args.load:.0%} on a-gpu[1-2] and b-gpu1 (6 GPUs).  The replay took {wall:.0f} s.  The simulator "
+        "(`slurm_pool.sim.nodes`) replays the same jobs at the submit times sacct recorded; the last column "
+        "is (simulator - Slurm) / Slurm.",
+        "",
+        "| measure | simulator | Slurm | difference |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, s, r, fmt in rows:
+        lines.append(f"| {name} | {fmt.format(s)} | {fmt.format(r)} | {diff(s, r)} |")
+    lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
