@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from pool_sim import MONDAY, SPEC, workload  # noqa: E402
+from timing import emit  # noqa: E402
 
 from slurm_pool.bridge.windows import off_peak  # noqa: E402
 from slurm_pool.sim import workload as wl  # noqa: E402
@@ -165,10 +166,7 @@ def main() -> int:
         f"The replays took {elapsed:.1f} s.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(text)
+    emit(lines, OUT)
     return 0
 
 

@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from timing import sh  # noqa: E402
+from timing import emit, sh  # noqa: E402
 
 from slurm_pool.adapters.runner import SubprocessRunner  # noqa: E402
 from slurm_pool.adapters.slurm import SlurmClient  # noqa: E402
@@ -250,10 +250,7 @@ def main() -> int:
     for name, s, r, fmt in rows:
         lines.append(f"| {name} | {fmt.format(s)} | {fmt.format(r)} | {diff(s, r)} |")
     lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(text)
+    emit(lines, out)
     return 0
 
 

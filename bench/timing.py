@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import subprocess
+from pathlib import Path
 
 
 def p95(xs: list[float]) -> float:
@@ -25,3 +26,11 @@ def interval_table(rows: list[tuple[str, list[float]]]) -> list[str]:
             f"{statistics.median(xs) / base:.2f} |"
         )
     return out
+
+
+def emit(lines: list[str], out: Path) -> None:
+    """Print a result section and write it to ``out`` (its folder made if need be)."""
+    text = "\n".join(lines)
+    print(text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
