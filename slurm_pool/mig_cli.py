@@ -115,13 +115,17 @@ def _gpus_from_spec(path: str, model: str | None, busy: set[tuple[str, int]]) ->
             raise MigInputError(f"pass --model (MIG-capable models in the spec: {', '.join(models) or 'none'})")
         model = models[0]
     gpus = []
+    shared = [g.name for g in spec.node_groups if g.gpus and g.gpus.model == model and g.gpus.shards]
     for group in spec.node_groups:
-        if group.gpus is None or group.gpus.model != model:
+        # A GPU shared by Slurm shards is never repartitioned: MIG and shards do not mix on one GPU.
+        if group.gpus is None or group.gpus.model != model or group.gpus.shards:
             continue
         for node in expand(group.hosts):
             for i in range(group.gpus.count):
                 cur = group.gpus.mig[i] if group.gpus.mig and i < len(group.gpus.mig) else None
                 gpus.append(Gpu(node, i, None if cur is None else tuple(cur), (node, i) in busy))
+    if not gpus and shared:
+        raise MigInputError(f"the spec's {model} GPUs are shared by shards (node groups {', '.join(shared)}), not MIG")
     if not gpus:
         raise MigInputError(f"the spec has no {model} GPUs (models: {', '.join(models) or 'none'})")
     unknown = busy - {(g.node, g.index) for g in gpus}

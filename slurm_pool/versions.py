@@ -107,6 +107,14 @@ FACTS: tuple[Fact, ...] = (
         "src/slurmctld/read_config.c",
     ),
     Fact(
+        "shard_excludes_gpu",
+        (23, 11, 5),
+        "a GPU with a shard allocated is not also allocated whole (before, once one of several shard jobs on a GPU "
+        "ended, a whole-GPU job could be given that GPU while the others still ran on it; seen on 22.05.8)",
+        "CHANGELOG/slurm-23.11.md 23.11.5 'Fix issue where you could have a gpu allocated as well as a shard on "
+        "that gpu allocated at the same time'",
+    ),
+    Fact(
         "rebootless_node_features",
         (24, 5, 0),
         "node_features/helpers takes Flags=rebootless: a changed feature is applied without RebootProgram",

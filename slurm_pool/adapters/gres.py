@@ -11,6 +11,7 @@ lists of ``{type, name, count}``.  Recorded examples: ``tests/data/slurm/``.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any, Iterable, NamedTuple
 
@@ -143,3 +144,35 @@ def tres_list_gpus(items: Iterable[Any]) -> tuple[int, Counter[str]]:
         elif name.startswith("gpu:"):
             typed[name[4:]] += count
     return (total or sum(typed.values())), typed
+
+
+_SHARD_REQUEST_RE = re.compile(r"^gres[:/]shard(?::(?!\d+$)[^:=]+)?(?::(\d+))?$")
+
+
+def tres_shards(value: Any) -> int:
+    """Shards (``gres/shard``) in a TRES string or list, or a request such as ``gres/shard:2``.
+
+    Allocations read ``gres/shard=2`` (squeue's ``tres_alloc_str``) or
+    ``{type: gres, name: shard, count: 2}`` (sacct); requests read
+    ``gres:shard:2`` on 22.05 and ``gres/shard:2`` later (``tres_per_node``).
+    """
+    if isinstance(value, list):
+        return sum(
+            number(it.get("count")) or 0
+            for it in value
+            if isinstance(it, dict) and it.get("type") == "gres" and str(it.get("name") or "").split(":")[0] == "shard"
+        )
+    if not isinstance(value, str):
+        return 0
+    tres = parse_tres(value)
+    if "gres/shard" in tres:
+        return int(tres["gres/shard"])
+    typed = int(sum(v for k, v in tres.items() if k.startswith("gres/shard:")))
+    if typed:
+        return typed
+    total = 0
+    for item in value.split(","):
+        m = _SHARD_REQUEST_RE.match(item.strip())
+        if m:
+            total += int(m.group(1) or 1)
+    return total

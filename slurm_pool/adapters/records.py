@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus
+from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
 from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, parse_duration, states
 from slurm_pool.errors import InputError
 from slurm_pool.textio import parse_json
@@ -290,6 +290,8 @@ class JobRecord:
     time_limit: float | None = None
     gpus: int = 0
     gpu_types: Mapping[str, int] = field(default_factory=dict)
+    #: GPU shards (``gres/shard``) it holds, or asks for while it holds none.
+    shards: int = 0
     #: Nodes it asks for (None: not said) and its ``--constraint`` expression.
     node_count: int | None = None
     features: str = ""
@@ -368,6 +370,17 @@ def job_record(j: Mapping[str, Any]) -> JobRecord:
         gpus, typed = _gpus_in(value)
         if gpus:
             break
+    shards = 0
+    for value in (
+        tres.get("allocated"),
+        j.get("tres_alloc_str"),
+        tres.get("requested"),
+        j.get("tres_req_str"),
+        j.get("tres_per_node"),
+    ):
+        shards = tres_shards(value)
+        if shards:
+            break
     req = j.get("requeue")
     reason = j.get("state_reason")
     if reason is None:
@@ -394,6 +407,7 @@ def job_record(j: Mapping[str, Any]) -> JobRecord:
         time_limit=None if limit is None else float(limit) * 60.0,
         gpus=gpus,
         gpu_types=dict(typed),
+        shards=shards,
         node_count=number(j.get("node_count")),
         features=_text(j.get("features")),
         raw=j,

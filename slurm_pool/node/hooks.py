@@ -192,11 +192,13 @@ class Hooks:
         expected: int | None = None,
         ack: bool = False,
         processes: bool = False,
+        shares: Callable[[], bool] | None = None,
     ) -> tuple[list[health.Failure], dict[str, Any] | None]:
         """All failures (and the snapshot); a broken snapshot source is logged and counts as healthy.
 
         ``processes``: also fail for other processes on the job's GPUs, after
-        waiting up to ``gpu_busy_wait`` seconds for them to leave.
+        waiting up to ``gpu_busy_wait`` seconds for them to leave, unless
+        ``shares()`` says the job shares its GPUs (asked only then).
         """
         src = self.source(processes)
         if src is None:
@@ -211,7 +213,7 @@ class Hooks:
             return [], None
         failures = health.check_snapshot(snap, expected_gpus=expected, job_gpus=job_gpus)
         if processes:
-            failures += self._busy(src, snap, job_gpus)
+            failures += self._busy(src, snap, job_gpus, shares)
         fd = self._lock()
         try:
             old = self._read("xid.json")
@@ -222,7 +224,13 @@ class Hooks:
             os.close(fd)
         return failures + health.xid_failures(new), snap
 
-    def _busy(self, src: Any, snap: dict[str, Any], job_gpus: frozenset[int] | set[int]) -> list[health.Failure]:
+    def _busy(
+        self,
+        src: Any,
+        snap: dict[str, Any],
+        job_gpus: frozenset[int] | set[int],
+        shares: Callable[[], bool] | None = None,
+    ) -> list[health.Failure]:
         """Other processes on the job's GPUs that do not leave within ``gpu_busy_wait`` seconds."""
         from slurm_pool.node.procinfo import alive
 
@@ -232,6 +240,9 @@ class Hooks:
 
         deadline = time.monotonic() + self.cfg.integer("gpu_busy_wait")
         busy = busy_now(snap)
+        if busy and shares is not None and shares():
+            self.log(f"GPU(s) {','.join(map(str, sorted(busy)))} busy, but the job holds shards of them: allowed")
+            return []
         while busy and time.monotonic() < deadline:
             time.sleep(0.5)
             try:
@@ -322,14 +333,37 @@ class Hooks:
             self.log(f"checkpoint dir not prepared: {exc}", error=True)
         job_gpus = health.job_gpu_ids(env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES"))
         lend = env.get("SLURM_JOB_PARTITION") == self.cfg.get("lend_partition")
-        exclusive = not lend and not env.get("SLURM_SHARDS_ON_NODE")  # shards share their GPU on purpose
-        failures, snap = self.check(job_gpus=job_gpus, expected=self.expected_gpus(), processes=exclusive)
+        failures, snap = self.check(
+            job_gpus=job_gpus,
+            expected=self.expected_gpus(),
+            processes=not lend,
+            shares=lambda: self._holds_shards(env.get("SLURM_JOB_ID", "")),
+        )
         if not failures:
             return 0
         self._drain_if_needed("prolog", failures, may_undrain=False)
         if self.cfg.get("prolog_fail") == "job":
             failures = [f for f in failures if health.affects_job(f, job_gpus, snap or {})]
         return 1 if failures else 0
+
+    def _holds_shards(self, job: str) -> bool:
+        """The job holds GPU shards, which share their GPU on purpose.
+
+        The prolog cannot tell from its environment: Slurm gives a shard job
+        the same CUDA_VISIBLE_DEVICES and SLURM_JOB_GPUS as a whole-GPU job
+        (gres_common_prep_set_env in src/plugins/gres/common/gres_common.c),
+        and SLURM_SHARDS_ON_NODE only to the job's tasks.  So slurmctld is
+        asked, and only when another process is on the job's GPUs.
+        """
+        from slurm_pool.checkpoint.slurmjob import query_job
+
+        if self.env.get("SLURM_SHARDS_ON_NODE"):
+            return True
+        info = query_job(self.runner, job, self.scontrol) if job else None
+        if info is None:
+            self.log(f"job {job}: cannot ask Slurm whether it holds GPU shards; its GPUs count as its own", error=True)
+            return False
+        return info.shards > 0
 
     def epilog(self) -> int:
         from slurm_pool.node import jobdir, outcome

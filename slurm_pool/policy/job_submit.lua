@@ -39,7 +39,7 @@ end
 local ENABLED = SLURM_POOL.enabled
 local POOL = SLURM_POOL.pool	-- cluster, on_error, admin_contact, default_tier, right_size_mig, checkpoint_*
 local SLURM = SLURM_POOL.slurm	-- the target Slurm release and what it supports
--- tier (QOS) -> max_gpus, require_time, checkpoint
+-- tier (QOS) -> max_gpus, require_time, checkpoint, gpu_shards
 local TIERS = SLURM_POOL.tiers
 -- partition -> its tier, the accounts it admits (nil: all), its MaxTime and GPU types
 local PARTITIONS = SLURM_POOL.partitions
@@ -440,6 +440,34 @@ local function right_size(d, job_desc, entries, total, parts, env)
 	end
 end
 
+-- In a tier with gpu_shards, a job asking for one GPU of no type gets that
+-- many shards of a shared GPU instead (Slurm's gres/shard; a GPU goes to
+-- shards or to a whole-GPU job, never both).  --gpus lives in tres_per_job,
+-- where Slurm takes no shared GRES, so it moves to tres_per_node.  Returns
+-- true when the job was changed.
+local function to_shards(d, job_desc, entries, total, tier)
+	local n = TIERS[tier].gpu_shards
+	if not n or #entries ~= 1 or total ~= 1 or entries[1].count ~= 1 or entries[1].type then return false end
+	local e = entries[1]
+	if e.field ~= "tres_per_node" and e.field ~= "tres_per_job" then return false end
+	if e.field == "tres_per_job" and (count(job_desc.min_nodes, NO_VAL) or 1) > 1 then return false end
+	local shard = string.sub(e.prefix, 1, 5) .. "shard:" .. int_text(n)
+	local items = {}
+	for _, item in ipairs(split(job_desc[e.field])) do
+		if item ~= e.raw then items[#items + 1] = item end
+	end
+	local node_items = items
+	if e.field == "tres_per_job" then
+		set(d, "tres_per_job", table.concat(items, ","))
+		node_items = split(str(job_desc.tres_per_node) or "")
+	end
+	node_items[#node_items + 1] = shard
+	set(d, "tres_per_node", table.concat(node_items, ","))
+	warn(d, "tier '" .. tier .. "' shares GPUs: this job gets " .. int_text(n) .. " shard(s) of one GPU instead of " ..
+		"a whole GPU. To get a whole GPU, ask for a GPU type (--gres=gpu:TYPE:1).")
+	return true
+end
+
 ---------------------------------------------------------------------------
 -- Time limit and the checkpoint contract
 ---------------------------------------------------------------------------
@@ -583,7 +611,9 @@ local function decide_submit(job_desc)
 		check_time(d, r.tier, r.parts, job_desc.time_limit, false)
 		check_checkpoint(d, r.tier, num(job_desc.requeue), declared, account)
 	end
-	if #d.errors == 0 and #routes == 1 then right_size(d, job_desc, entries, total, routes[1].parts, env) end
+	if #d.errors == 0 and #routes == 1 and not to_shards(d, job_desc, entries, total, routes[1].tier) then
+		right_size(d, job_desc, entries, total, routes[1].parts, env)
+	end
 	return d
 end
 

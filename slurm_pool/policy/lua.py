@@ -91,7 +91,12 @@ def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) ->
             "warn_seconds": t.warn_seconds,
         },
         "tiers": {
-            r.name: {"max_gpus": r.max_gpus, "require_time": r.require_time, "checkpoint": r.checkpoint}
+            r.name: {
+                "max_gpus": r.max_gpus,
+                "require_time": r.require_time,
+                "checkpoint": r.checkpoint,
+                "gpu_shards": r.gpu_shards,
+            }
             for r in t.tiers
         },
         "partitions": {

@@ -45,6 +45,7 @@ class TierRule:
     max_gpus: int | None
     require_time: bool
     checkpoint: str
+    gpu_shards: int | None = None  # a one-GPU job of no type gets this many shards instead
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,9 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
             users.setdefault(user, proj.name)
 
     tiers = tuple(
-        TierRule(t.name, t.policy.max_gpus_per_job, t.policy.require_time_limit, t.policy.checkpoint)
+        TierRule(
+            t.name, t.policy.max_gpus_per_job, t.policy.require_time_limit, t.policy.checkpoint, t.policy.gpu_shards
+        )
         for t in spec.tiers
     )
     signal = spec.checkpoint.signal

@@ -56,10 +56,35 @@ def unit_type(group: NodeGroup, profile: str | None, version: SlurmVersion) -> s
     return catalogue.mig_gres_type(model, profile, version)
 
 
+def shard_gpus(group: NodeGroup, layouts: Layouts | None = None) -> list[int]:
+    """Indexes of the GPUs that carry ``gres/shard`` (every whole GPU of a group with ``shards``)."""
+    if group.gpus is None or not group.gpus.shards:
+        return []
+    return [idx for idx, prof in gpu_units(group, layouts) if prof is None]
+
+
 def gres_string(group: NodeGroup, version: SlurmVersion, layouts: Layouts | None = None) -> str:
-    """The slurm.conf ``Gres=`` value of a node of ``group``."""
+    """The slurm.conf ``Gres=`` value of a node of ``group``: its GPUs, then its shards in all."""
     counts: Counter[str] = Counter(unit_type(group, prof, version) for _, prof in gpu_units(group, layouts))
-    return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
+    items = [f"gpu:{t}:{n}" for t, n in counts.items()]
+    shared = shard_gpus(group, layouts)
+    if shared:
+        assert group.gpus is not None and group.gpus.shards is not None
+        items.append(f"shard:{group.gpus.shards * len(shared)}")
+    return ",".join(items)
+
+
+def shard_lines(group: NodeGroup, hostlist: str, dev_dir: str, layouts: Layouts | None = None) -> list[str]:
+    """gres.conf lines of a group's shards: one per GPU, naming its device, so a count is per GPU.
+
+    Slurm's gres.shtml: with ``Name=shard File=... Count=N`` lines, each GPU
+    gets its own count; without File the count is spread evenly.
+    """
+    assert group.gpus is not None
+    return [
+        f"NodeName={hostlist} Name=shard Count={group.gpus.shards} File={dev_dir}/nvidia{idx}"
+        for idx in shard_gpus(group, layouts)
+    ]
 
 
 def emulated_devices(
@@ -102,14 +127,16 @@ def build_context(
     node_layouts = node_layouts or {}
     groups = []
     gres_types: list[str] = []
+    any_shards = False
     for group in spec.node_groups:
         nodes = expand(group.hosts)
         gres = gres_string(group, version)
         node_gres = {n: gres_string(group, version, node_layouts.get(n)) for n in nodes}
         for g in [gres, *node_gres.values()]:
             for item in g.split(","):
-                if item and (t := item.split(":")[1]) not in gres_types:
+                if item.startswith("gpu:") and (t := item.split(":")[1]) not in gres_types:
                     gres_types.append(t)
+        shards = any(shard_gpus(group, node_layouts.get(n)) for n in nodes)
         has_mig = bool(group.gpus and group.gpus.mig and any(lay is not None for lay in group.gpus.mig))
         has_mig = has_mig or any(any(lay is not None for lay in node_layouts.get(n) or []) for n in nodes)
         groups.append(
@@ -125,6 +152,9 @@ def build_context(
                         "devices": emulated_devices(group, n, site, version, node_layouts.get(n))
                         if site.emulated_devices
                         else [],
+                        "shard_lines": shard_lines(group, n, site.node_dev_dir(n), node_layouts.get(n))
+                        if site.emulated_devices
+                        else [],
                     }
                     for n in nodes
                 ],
@@ -135,8 +165,10 @@ def build_context(
                 "gpu_count": group.gpus.count if group.gpus else 0,
                 "gpu_type": unit_type(group, None, version) if group.gpus else None,
                 "has_mig": has_mig,
+                "shard_lines": shard_lines(group, fold(nodes), site.dev_dir) if shards else [],
             }
         )
+        any_shards = any_shards or shards
     partitions = []
     for part in spec.partitions:
         tier = spec.tier(part.tier)
@@ -154,6 +186,17 @@ def build_context(
                 "allow_accounts": ",".join(part.allow_accounts) if part.allow_accounts else None,
             }
         )
+    shard_issues = [
+        Issue(
+            f"node_groups[{gi}].gpus.shards",
+            f"GPU shards need Slurm 23.11.5 or later: before it Slurm may give a whole GPU to a job while shard jobs "
+            f"still run on it (CHANGELOG 23.11.5); this is {version}",
+        )
+        for gi, g in enumerate(spec.node_groups)
+        if g.gpus is not None and g.gpus.shards and not version.has("shard_excludes_gpu")
+    ]
+    if shard_issues:
+        raise SpecError(shard_issues)
     helper_lines, layout_table = _mig_features(spec, site, version)
     ctld_params = []
     if not version.has("preempt_params_line"):
@@ -166,7 +209,10 @@ def build_context(
         "groups": groups,
         "partitions": partitions,
         "gres_types": gres_types,
-        "accounting_tres": ",".join(["gres/gpu"] + [f"gres/gpu:{t}" for t in gres_types]),
+        "gres_names": "gpu,shard" if any_shards else "gpu",
+        "accounting_tres": ",".join(
+            ["gres/gpu"] + [f"gres/gpu:{t}" for t in gres_types] + (["gres/shard"] if any_shards else [])
+        ),
         "slurmctld_parameters": ",".join(ctld_params),
         "dbd_host": site.slurmdbd_host or spec.cluster.control_host,
         "mig_helper_lines": helper_lines,

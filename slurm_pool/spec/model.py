@@ -35,6 +35,8 @@ FEATURE_RE = r"^[A-Za-z0-9_.+-]{1,64}$"
 #: sacctmgr -P separates fields with "|"; a description is one printable line without it.
 DESCRIPTION_RE = r"^[^|\x00-\x1f\x7f'\"]*$"
 #: Signals sbatch --signal can send that a job may catch (not KILL or STOP).
+#: Shards per GPU: Slurm counts them in 64 bits, but more jobs than this on one GPU make no sense.
+MAX_SHARDS_PER_GPU = 1024
 CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "URG", "ALRM", "QUIT", "XCPU")
 
 
@@ -46,12 +48,15 @@ class Gpus(Strict):
     ``layouts`` names the MIG layouts the GPUs may take, each in the shape of
     ``mig``; every name becomes a changeable node feature (Slurm 24.05+, see
     :mod:`slurm_pool.mig.features`) that jobs ask for with ``--constraint``.
+    ``shards`` shares every GPU without MIG: Slurm's ``gres/shard``, this many
+    per GPU (a group uses MIG or shards, never both).
     """
 
     model: str
     count: int = Field(ge=0, le=64)
     mig: Optional[list[Optional[list[str]]]] = None
     layouts: Optional[dict[str, list[Optional[list[str]]]]] = None
+    shards: Optional[int] = Field(default=None, ge=1, le=MAX_SHARDS_PER_GPU)
 
     @field_validator("layouts")
     @classmethod
@@ -91,6 +96,8 @@ class TierPolicy(Strict):
     max_gpus_per_job: Optional[int] = Field(default=None, ge=1)
     require_time_limit: bool = False
     checkpoint: Literal["none", "reject", "add_requeue"] = "none"
+    #: A job asking for one GPU of no type gets this many shards of a shared GPU instead.
+    gpu_shards: Optional[int] = Field(default=None, ge=1, le=MAX_SHARDS_PER_GPU)
 
 
 class Tier(Strict):

@@ -96,6 +96,8 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
             if acct not in projects:
                 yield Issue(f"partitions[{pi}].allow_accounts[{ai}]", f"unknown project {acct!r}")
 
+    yield from _check_tier_shards(spec, node_owner)
+
     users_seen: dict[str, str] = {}
     for pi, proj in enumerate(spec.projects):
         for ti, tname in enumerate(proj.tiers):
@@ -140,6 +142,15 @@ def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
     if model is None:
         yield Issue(f"{base}.model", f"unknown GPU model {gpus.model!r} (known: {known_models()})")
         return
+    if gpus.shards is not None:
+        if gpus.layouts is not None or any(lay is not None for lay in gpus.mig or []):
+            yield Issue(
+                f"{base}.shards",
+                "a node group shares its GPUs by MIG or by shards, not both (mig plan and apply may repartition "
+                "any GPU of a MIG group): put the shared GPUs in a node group without mig and layouts",
+            )
+        elif gpus.count == 0:
+            yield Issue(f"{base}.shards", "the group has no GPUs to share (count is 0)")
     if gpus.layouts is not None:
         yield from _check_layouts(spec, gi)
     if gpus.mig is None:
@@ -184,6 +195,45 @@ def _check_layouts(spec: PoolSpec, gi: int) -> Iterator[Issue]:
             )
             continue
         yield from _placement_issues(f"{base}.{name}", gpus.model, per_gpu)
+
+
+def _partition_groups(spec: PoolSpec, entries: list[str], node_owner: dict[str, str]) -> set[str]:
+    """Names of the node groups whose nodes a partition's ``nodes`` entries name."""
+    if "ALL" in entries:
+        return {g.name for g in spec.node_groups}
+    names = {g.name for g in spec.node_groups}
+    out: set[str] = set()
+    for entry in entries:
+        if entry in names:
+            out.add(entry)
+            continue
+        try:
+            out.update(node_owner[n] for n in expand(entry) if n in node_owner)
+        except HostlistError:
+            continue  # reported with the partition
+    return out
+
+
+def _check_tier_shards(spec: PoolSpec, node_owner: dict[str, str]) -> Iterator[Issue]:
+    """``policy.gpu_shards``: every partition of the tier reaches shared GPUs with that many shards each."""
+    for ti, tier in enumerate(spec.tiers):
+        want = tier.policy.gpu_shards
+        if want is None:
+            continue
+        path = f"tiers[{ti}].policy.gpu_shards"
+        parts = [p for p in spec.partitions if p.tier == tier.name]
+        if not parts:
+            yield Issue(path, f"tier {tier.name!r} has no partition, so no shared GPUs to give its jobs")
+        for part in parts:
+            groups = [spec.group(n) for n in sorted(_partition_groups(spec, part.nodes, node_owner))]
+            per_gpu = [g.gpus.shards for g in groups if g.gpus is not None and g.gpus.shards]
+            if not per_gpu:
+                yield Issue(path, f"partition {part.name!r} of tier {tier.name!r} has no node group with gpus.shards")
+            elif want > max(per_gpu):
+                yield Issue(
+                    path,
+                    f"{want} shards do not fit one GPU of partition {part.name!r} (at most {max(per_gpu)} per GPU)",
+                )
 
 
 def _preempt_cycle(spec: PoolSpec) -> list[str] | None:

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 from slurm_pool.adapters.runner import Result
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.errors import SpecError
 from slurm_pool.localcluster.cluster import LocalCluster
 from slurm_pool.versions import SlurmVersion
 
@@ -169,6 +170,10 @@ def start_session_cluster(spec_path: str | Path, slurm: str | None = None) -> tu
     cluster = LocalCluster(spec_path, state_dir=state, port_base=free_port_base(8 + 4), slurm=slurm)
     try:
         cluster.up()
+    except SpecError:  # the spec is refused for this Slurm: nothing started
+        cluster.down()
+        shutil.rmtree(state, ignore_errors=True)
+        raise
     except BaseException:
         logs = "\n".join(
             f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"

@@ -146,3 +146,33 @@ def test_a_prolog_finding_another_process_on_its_gpu_waits_then_drains_and_fails
     # Once the process has ended, NVML still listing it does not fail the job.
     blocker.kill()
     assert _reaped(blocker) and n.hooks(SLURM_JOB_GPUS="0,1").prolog() == 0
+
+
+SHARD_JOB = {"job_id": 42, "job_state": "RUNNING", "tres_alloc_str": "cpu=1,mem=1G,node=1,billing=1,gres/shard=1"}
+WHOLE_JOB = {"job_id": 42, "job_state": "RUNNING", "tres_alloc_str": "cpu=1,mem=1G,node=1,billing=1,gres/gpu=1"}
+
+
+@pytest.mark.parametrize(
+    "answer,rc",
+    [(SHARD_JOB, 0), (WHOLE_JOB, 1), (None, 1)],
+    ids=["a shard job shares its GPU", "a whole-GPU job does not", "Slurm unreachable: the GPU is the job's"],
+)
+def test_a_shard_jobs_prolog_asks_slurm_before_failing_for_a_busy_gpu(tmp_path, answer, rc):
+    # Slurm gives a shard job's prolog the same CUDA_VISIBLE_DEVICES/SLURM_JOB_GPUS as a whole GPU's
+    # (gres_common_prep_set_env) and no SLURM_SHARDS_ON_NODE, so the prolog asks slurmctld.
+    n = Node(tmp_path, "h100x8_healthy.json", gpu_busy_wait="0", epilog_query="no")
+    n.slurm_says(flags=("IDLE",), gres="gpu:h100:8")
+    if answer is None:
+        n.runner.on(["squeue", "--json"], "", returncode=1)
+        n.runner.on(["scontrol"], "", returncode=1)
+    else:
+        n.runner.on(["squeue", "--json", "--jobs", "42"], json.dumps({"jobs": [answer]}))
+    other = _child()
+    try:
+        _with_processes(n, {0: [other.pid]})
+        assert n.hooks(SLURM_JOB_GPUS="0", CUDA_VISIBLE_DEVICES="0", SLURM_JOB_PARTITION="dev").prolog() == rc
+        asked = [c for c in n.runner.calls if c[:2] == ("squeue", "--json")]
+        assert asked, "slurmctld was not asked"
+    finally:
+        other.kill()
+        other.wait()

@@ -19,10 +19,10 @@ local SLURM_POOL = {
 		warn_seconds = 60,
 	},
 	tiers = {
-		guaranteed = { max_gpus = nil, require_time = false, checkpoint = "none" },
-		shared = { max_gpus = 4, require_time = true, checkpoint = "add_requeue" },
-		scavenger = { max_gpus = nil, require_time = false, checkpoint = "reject" },
-		["k8s-lend"] = { max_gpus = nil, require_time = false, checkpoint = "none" },
+		guaranteed = { max_gpus = nil, require_time = false, checkpoint = "none", gpu_shards = nil },
+		shared = { max_gpus = 4, require_time = true, checkpoint = "add_requeue", gpu_shards = nil },
+		scavenger = { max_gpus = nil, require_time = false, checkpoint = "reject", gpu_shards = nil },
+		["k8s-lend"] = { max_gpus = nil, require_time = false, checkpoint = "none", gpu_shards = nil },
 	},
 	partitions = {
 		["a-owner"] = { tier = "guaranteed", accounts = { proja = true }, max_time = "UNLIMITED", gpu_types = { "nvidia_a100-sxm4-80gb" } },
