@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 # The newer end of the Slurm releases the tests run on, built from ../shared/slurm.
 SLURM_NEW ?= 26.05
 
-.PHONY: deps demo test test-unit lint bench k8s-build slurm-build clean
+.PHONY: deps demo test test-unit lint bench k8s-build slurm-build notebooks-build clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -20,9 +20,13 @@ demo: deps $(if $(SLURM),slurm-build)
 slurm-build: deps
 	$(PY) -m slurm_pool.localcluster.slurmbuild build
 
+# JupyterHub, batchspawner, JupyterLab and configurable-http-proxy for the notebook tier, cached.
+notebooks-build: deps
+	$(PY) -m slurm_pool.localcluster.notebooks build
+
 # Everything on Debian's Slurm 22.05, then every test that needs Slurm daemons
 # again on $(SLURM_NEW), built from source.
-test: deps k8s-build slurm-build
+test: deps k8s-build slurm-build notebooks-build
 	@echo "== every test, daemons on $$(slurmctld -V)"
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	@echo "== the daemon tests again, on Slurm $(SLURM_NEW) from $$($(PY) -m slurm_pool.localcluster.slurmbuild prefix $(SLURM_NEW))"

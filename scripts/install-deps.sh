@@ -13,7 +13,11 @@ APT_PACKAGES=(
   # to build Slurm 26.05 from ../shared/slurm (slurm_pool.localcluster.slurmbuild.BUILD_PACKAGES)
   build-essential pkg-config libmunge-dev libmariadb-dev libjson-c-dev libyaml-dev liblua5.1-0-dev
   libhttp-parser-dev libjwt-dev
+  # the notebook tier: configurable-http-proxy runs on node; browser tests drive Debian's chromium
+  nodejs chromium chromium-driver
 )
+# npm comes with some nodejs builds (NodeSource's); Debian's nodejs needs Debian's npm.
+command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -46,7 +50,7 @@ VENV_PY=/usr/bin/python3
 if [ ! -x .venv/bin/python ]; then
   "$VENV_PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest, ruff, mypy, rich, matplotlib, pre_commit, wheel" 2>/dev/null; then
+if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest, ruff, mypy, rich, matplotlib, pre_commit, wheel, selenium" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e ".[test,k8s]"
 fi

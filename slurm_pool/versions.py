@@ -115,6 +115,14 @@ FACTS: tuple[Fact, ...] = (
         "that gpu allocated at the same time'",
     ),
     Fact(
+        "get_user_env_takes_no_mode",
+        (25, 5, 0),
+        "sbatch's --get-user-env takes no timeout or mode: 26.05.3 rejects --get-user-env=L (\"option "
+        "'--get-user-env' doesn't allow an argument\", measured), which batchspawner's stock SlurmSpawner script uses",
+        'CHANGELOG/slurm-25.05.md 25.05.0rc1 \'Deprecate ... "timeout" and "mode" optional parameters from '
+        "sbatch's --get-user-env option'; src/common/slurm_opt.c (26.05.3) slurm_opt_get_user_env has_arg = no_argument",
+    ),
+    Fact(
         "rebootless_node_features",
         (24, 5, 0),
         "node_features/helpers takes Flags=rebootless: a changed feature is applied without RebootProgram",

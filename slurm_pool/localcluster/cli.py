@@ -39,18 +39,35 @@ _state_opt = click.option("--state-dir", type=click.Path(file_okay=False), help=
     help="Slurm to run: an install prefix, or the version of a build cached by "
     "`python3 -m slurm_pool.localcluster.slurmbuild build` (e.g. 26.05). Default: the Slurm on PATH.",
 )
-def up(spec: str | None, state_dir: str | None, port_base: int | None, slurm: str | None) -> None:
+@click.option(
+    "--with-notebooks",
+    is_flag=True,
+    help="Also start JupyterHub for the spec's notebook tier (its environment is installed once, cached).",
+)
+def up(spec: str | None, state_dir: str | None, port_base: int | None, slurm: str | None, with_notebooks: bool) -> None:
     """Start the cluster (safe to run twice)."""
     from slurm_pool.localcluster.cluster import ClusterError
 
     c = _cluster(spec, state_dir, port_base, slurm)
+    if with_notebooks and c.spec.notebooks is None:
+        raise click.UsageError(f"--with-notebooks: {c.spec_path} has no notebooks section")
     try:
         c.up()
+        if with_notebooks:
+            hub = c.up_notebooks()
+            click.echo(
+                f"JupyterHub: {hub.url} (users {', '.join(sorted(_hub_users(c.spec)))}; password in {hub.password_file})"
+            )
     except (ClusterError, TimeoutError) as exc:
         raise click.ClickException(f"{exc} (logs: {c.layout.log})") from None
     click.echo(
         f'cluster {c.spec.cluster.name} is up; use: eval "$(slurm-pool cluster env --state-dir {c.layout.root})"'
     )
+
+
+def _hub_users(spec) -> set[str]:
+    part = next(p for p in spec.partitions if p.name == spec.notebooks.partition)
+    return {u for p in spec.projects if part.tier in p.tiers for u in p.users}
 
 
 @cluster.command()

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
 from slurm_pool.adapters.slurm import SlurmClient
@@ -31,6 +32,9 @@ from slurm_pool.render.context import build_context
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec import PoolSpec, load_spec
 from slurm_pool.spec.hosts import expand
+
+if TYPE_CHECKING:
+    from slurm_pool.localcluster.notebooks import Hub
 
 DEFAULT_PORT_BASE = 16800
 NVIDIA_MAJOR = 195
@@ -80,7 +84,8 @@ class Layout:
         return self.root / "mysql" / "mysqld.sock"
 
     def port(self, what: str) -> int:
-        return self.port_base + {"mysql": 6, "slurmctld": 17, "slurmd": 18, "slurmdbd": 19}[what]
+        offsets = {"mysql": 6, "slurmctld": 17, "slurmd": 18, "slurmdbd": 19, "proxy": 30, "hub": 31, "proxy_api": 32}
+        return self.port_base + offsets[what]
 
     def env(self) -> dict[str, str]:
         """What Slurm's commands and daemons need: this cluster's config and, for a
@@ -423,13 +428,36 @@ class LocalCluster:
             self._start("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", str(L.slurm_conf)])
         wait_for(self._nodes_ready, timeout, "every node to register with slurmctld")
 
+    def hub(self) -> "Hub":
+        """The JupyterHub of this cluster (``up_notebooks`` starts it)."""
+        from slurm_pool.localcluster.notebooks import Hub
+
+        L = self.layout
+        ports = {what: L.port(what) for what in ("proxy", "hub", "proxy_api")}
+        return Hub(L.root / "hub", ports, L.etc, L.env(), self.procs)
+
+    def up_notebooks(self, timeout: float = 120.0, log: IO[str] = sys.stderr) -> "Hub":
+        """Start JupyterHub beside the running cluster (its environment is built once, cached)."""
+        from slurm_pool.localcluster.notebooks import NotebookEnv, NotebookError
+
+        if self.spec.notebooks is None:
+            raise ClusterError(f"{self.spec_path} has no notebooks section, so no notebook tier to start a hub for")
+        try:
+            nbenv = NotebookEnv.default().build(log)
+            hub = self.hub()
+            hub.start(nbenv, timeout)
+        except NotebookError as exc:
+            raise ClusterError(str(exc)) from None
+        return hub
+
     def _gres_tres_wanted(self) -> bool:
         return any(g.gpus for g in self.spec.node_groups)
 
     def down(self) -> list[str]:
         """Stop the processes ``up`` started, newest first."""
         stopped = []
-        order = [f"slurmd-{n}" for n in self.nodes()] + ["slurmctld", "slurmdbd", "mysql", "munge"]
+        # The hub first: on the way down it cancels its servers' jobs, which needs slurmctld.
+        order = ["jupyterhub"] + [f"slurmd-{n}" for n in self.nodes()] + ["slurmctld", "slurmdbd", "mysql", "munge"]
         known = {p.name for p in self.procs.all()}
         for name in order + sorted(known - set(order)):
             if self.procs.stop(name):
@@ -438,6 +466,8 @@ class LocalCluster:
 
     def running(self) -> dict[str, bool]:
         names = ["munge", "mysql", "slurmdbd", "slurmctld"] + [f"slurmd-{n}" for n in self.nodes()]
+        if self.spec.notebooks is not None:
+            names.append("jupyterhub")
         return {n: self.procs.running(n) for n in names}
 
     # -- daemons -------------------------------------------------------

@@ -12,6 +12,7 @@ from slurm_pool.mig.features import LAYOUTS_FILE
 from slurm_pool.policy.lua import render_job_submit
 from slurm_pool.render.context import Layouts, build_context
 from slurm_pool.render.k8s_rbac import bridge_rbac
+from slurm_pool.render.notebooks import notebook_context
 from slurm_pool.render.site import Site
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec.model import PoolSpec
@@ -48,6 +49,8 @@ def render_all(
     if spec.policy.job_submit:
         files["job_submit.lua"] = render_job_submit(spec, version)
     files["accounting.json"] = json.dumps(build_plan(spec).to_json(), indent=2, sort_keys=False) + "\n"
+    if spec.notebooks is not None:
+        files["jupyterhub_config.py"] = render_template(env, "jupyterhub_config.py.j2", notebook_context(spec, version))
     rbac = bridge_rbac(spec)
     if rbac is not None:
         files["k8s-bridge-rbac.yaml"] = rbac

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 from slurm_pool.mig.catalogue import canonical_model
 from slurm_pool.spec.base import NAME_RE, USER_RE, Strict
 from slurm_pool.spec.bridge import Bridge
+from slurm_pool.spec.notebooks import Notebooks
 
 TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d{2}){0,2})$")
 TRES_KEY_RE = re.compile(r"^(cpu|mem|node|billing|gres/gpu(:[a-z0-9._-]+)?)$")
@@ -241,6 +242,8 @@ class PoolSpec(Strict):
     health: Health = Health()
     #: The Slurm <-> Kubernetes rebalancer; absent: defaults, checked when it runs.
     bridge: Optional[Bridge] = None
+    #: JupyterHub's notebook servers as Slurm jobs; absent: no notebook tier.
+    notebooks: Optional[Notebooks] = None
 
     def tier(self, name: str) -> Tier:
         return next(t for t in self.tiers if t.name == name)

@@ -7,7 +7,7 @@ from typing import Iterator, Protocol, Sequence
 from slurm_pool.errors import Issue
 from slurm_pool.mig.catalogue import GPU_MODELS, known_models
 from slurm_pool.spec.hosts import HostlistError, expand
-from slurm_pool.spec.model import PoolSpec
+from slurm_pool.spec.model import NodeGroup, PoolSpec
 
 
 def _dupes(names: list[str]) -> set[str]:
@@ -97,6 +97,8 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
                 yield Issue(f"partitions[{pi}].allow_accounts[{ai}]", f"unknown project {acct!r}")
 
     yield from _check_tier_shards(spec, node_owner)
+    if spec.notebooks is not None:
+        yield from _check_notebooks(spec, node_owner)
 
     users_seen: dict[str, str] = {}
     for pi, proj in enumerate(spec.projects):
@@ -197,8 +199,10 @@ def _check_layouts(spec: PoolSpec, gi: int) -> Iterator[Issue]:
         yield from _placement_issues(f"{base}.{name}", gpus.model, per_gpu)
 
 
-def _partition_groups(spec: PoolSpec, entries: list[str], node_owner: dict[str, str]) -> set[str]:
-    """Names of the node groups whose nodes a partition's ``nodes`` entries name."""
+def partition_groups(spec: PoolSpec, entries: list[str], node_owner: dict[str, str] | None = None) -> set[str]:
+    """Names of the node groups whose nodes a partition's ``nodes`` entries name (``node_owner``: node -> group)."""
+    if node_owner is None:
+        node_owner = {n: g.name for g in spec.node_groups for n in expand(g.hosts)}
     if "ALL" in entries:
         return {g.name for g in spec.node_groups}
     names = {g.name for g in spec.node_groups}
@@ -225,7 +229,7 @@ def _check_tier_shards(spec: PoolSpec, node_owner: dict[str, str]) -> Iterator[I
         if not parts:
             yield Issue(path, f"tier {tier.name!r} has no partition, so no shared GPUs to give its jobs")
         for part in parts:
-            groups = [spec.group(n) for n in sorted(_partition_groups(spec, part.nodes, node_owner))]
+            groups = [spec.group(n) for n in sorted(partition_groups(spec, part.nodes, node_owner))]
             per_gpu = [g.gpus.shards for g in groups if g.gpus is not None and g.gpus.shards]
             if not per_gpu:
                 yield Issue(path, f"partition {part.name!r} of tier {tier.name!r} has no node group with gpus.shards")
@@ -234,6 +238,84 @@ def _check_tier_shards(spec: PoolSpec, node_owner: dict[str, str]) -> Iterator[I
                     path,
                     f"{want} shards do not fit one GPU of partition {part.name!r} (at most {max(per_gpu)} per GPU)",
                 )
+
+
+def _check_notebooks(spec: PoolSpec, node_owner: dict[str, str]) -> Iterator[Issue]:
+    """``notebooks``: a partition users may start servers in, its preemption as stated, a GPU its nodes have."""
+    from slurm_pool.spec.notebooks import limit_seconds
+
+    nb = spec.notebooks
+    assert nb is not None
+    part = next((p for p in spec.partitions if p.name == nb.partition), None)
+    if part is None:
+        known = ", ".join(p.name for p in spec.partitions)
+        yield Issue("notebooks.partition", f"unknown partition {nb.partition!r} (known: {known})")
+        return
+    tier = next((t for t in spec.tiers if t.name == part.tier), None)
+    if tier is None:
+        return  # reported with the partition
+    preemptors = sorted(t.name for t in spec.tiers if tier.name in t.preempt)
+    if preemptors and not nb.preemptible:
+        yield Issue(
+            "notebooks.preemptible",
+            f"false, but tier {tier.name!r} of partition {part.name!r} is preempted by {', '.join(preemptors)}: "
+            "set preemptible: true, or use a partition of a tier no other tier preempts",
+        )
+    if nb.preemptible and not preemptors:
+        yield Issue("notebooks.preemptible", f"true, but no tier preempts tier {tier.name!r}")
+    mode = part.preempt_mode or tier.preempt_mode
+    if preemptors and mode not in ("cancel", "off"):
+        yield Issue(
+            "notebooks.partition",
+            f"preempted notebook servers would be {'requeued' if mode == 'requeue' else 'suspended'} (preempt_mode "
+            f"{mode!r} of {part.name!r}), which the hub cannot follow: use a partition whose preempt_mode is cancel",
+        )
+    if tier.policy.checkpoint != "none":
+        yield Issue(
+            "notebooks.partition",
+            f"tier {tier.name!r} demands checkpointing (policy.checkpoint: {tier.policy.checkpoint}), "
+            "which a notebook server cannot do",
+        )
+    users = [u for p in spec.projects if tier.name in p.tiers for u in p.users]
+    if not users:
+        yield Issue("notebooks.partition", f"no project with users may use tier {tier.name!r}")
+    limit, most = limit_seconds(nb.time_limit), limit_seconds(part.max_time)
+    if limit is not None and most is not None and limit > most:
+        yield Issue(
+            "notebooks.time_limit", f"{nb.time_limit} is over partition {part.name!r}'s max_time {part.max_time}"
+        )
+    if nb.gpu is None:
+        return
+    groups = [spec.group(n) for n in sorted(partition_groups(spec, part.nodes, node_owner))]
+    if nb.gpu.shards is not None:
+        per_gpu = [g.gpus.shards for g in groups if g.gpus is not None and g.gpus.shards]
+        if not per_gpu:
+            yield Issue("notebooks.gpu.shards", f"partition {part.name!r} has no node group with gpus.shards")
+        elif nb.gpu.shards > max(per_gpu):
+            yield Issue("notebooks.gpu.shards", f"{nb.gpu.shards} shards do not fit one GPU (at most {max(per_gpu)})")
+        return
+    profile = nb.gpu.mig
+    models = sorted({g.gpus.model for g in groups if g.gpus is not None and profile in group_profiles(g)})
+    if not models:
+        yield Issue(
+            "notebooks.gpu.mig",
+            f"no node group of partition {part.name!r} has {profile} instances in its mig layout or layouts",
+        )
+    elif len(models) > 1:
+        yield Issue(
+            "notebooks.gpu.mig",
+            f"{profile} is on several GPU models in partition {part.name!r} ({', '.join(models)}), whose Slurm GRES "
+            "types differ: a server asks for one type, so use a partition of one model",
+        )
+
+
+def group_profiles(group: NodeGroup) -> set[str]:
+    """Every MIG profile a group's GPUs have in its layout or may take in its layouts."""
+    gpus = group.gpus
+    if gpus is None:
+        return set()
+    layouts = [gpus.mig or []] + list((gpus.layouts or {}).values())
+    return {prof for per_gpu in layouts for layout in per_gpu for prof in (layout or [])}
 
 
 def _preempt_cycle(spec: PoolSpec) -> list[str] | None:

@@ -37,7 +37,7 @@ def free_port_base(n_nodes: int, tries: int = 50) -> int:
     """A base port whose service and node ports are all free."""
     for _ in range(tries):
         base = random.randrange(20000, 40000, 200)
-        ports = [base + o for o in (6, 17, 18, 19)] + [base + 100 + i for i in range(n_nodes)]
+        ports = [base + o for o in (6, 17, 18, 19, 30, 31, 32)] + [base + 100 + i for i in range(n_nodes)]
         if all(_port_free(p) for p in ports):
             return base
     raise RuntimeError("no free block of loopback ports found")
