@@ -25,7 +25,11 @@ The dict (``--json``; :data:`SCHEMA` is bumped when a key changes meaning)::
                 "lent_out": false, "drain_owner": null, "reason": ""}, ...],
      "lent_nodes": ["b-gpu1"],
      "preemptions": [{"time": ..., "node": "a-gpu1", "job_id": "42", "user": "alice",
-                      "checkpointed": true, "checkpoint_age_s": 0.0, "requeued": true}, ...]}
+                      "checkpointed": true, "checkpoint_age_s": 0.0, "requeued": true}, ...],
+     "usage": {"hours": 24, "tiers": {"scavenger": {"usage_factor": 0.3, "runs": 2, "gpu_hours": 4.0,
+                                                     "charged_gpu_hours": 1.2}, ...}}}
+
+``usage`` (GPU-hours used and charged per tier, from sacct) is there when it was asked for.
 """
 
 from __future__ import annotations
@@ -127,8 +131,13 @@ def build(
     lend_partition: str = DEFAULT_LEND_PARTITION,
     last: int = DEFAULT_LAST,
     now: float | None = None,
+    usage: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The status dict (see the module docstring) of one read of Slurm."""
+    """The status dict (see the module docstring) of one read of Slurm.
+
+    ``usage``: GPU-hours used and charged per tier over the last hours (``{"hours": h, "tiers": ...}`` from
+    :func:`slurm_pool.metrics.charges.usage_by_tier`, or ``{"hours": h, "error": why}``); absent when None.
+    """
     nodes = sorted(nodes, key=lambda n: n.name)
     jobs = list(jobs)
     units = {n.name: node_gpu_states(n.state, n.gres, n.gres_used) for n in nodes}
@@ -193,6 +202,7 @@ def build(
         "nodes": node_rows,
         "lent_nodes": sorted(lent & names),
         "preemptions": recent(preemptions, last),
+        **({"usage": dict(usage)} if usage is not None else {}),
     }
 
 
@@ -269,4 +279,28 @@ def tables(status: Mapping[str, Any]) -> list[Any]:
             "yes" if p["checkpointed"] else "no",
             "?" if age is None else f"{age:.0f}",
         )
-    return [by_state, by_type, held, nodes, pending, lent, pre]
+    parts: list[Any] = [by_state, by_type, held, nodes, pending, lent, pre]
+    if "usage" in status:
+        parts.append(usage_table(status["usage"]))
+    return parts
+
+
+def usage_table(usage: Mapping[str, Any]) -> Any:
+    """GPU-hours used and charged per tier (a MIG instance counts as one GPU, as in Slurm's gres/gpu)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(
+        title=f"GPU-hours by tier, last {usage['hours']:g} h (charged at the QOS UsageFactor)", title_justify="left"
+    )
+    for col in ("tier (QOS)", "usage factor", "runs", "GPU-hours used", "GPU-hours charged"):
+        table.add_column(col, justify="left" if col == "tier (QOS)" else "right")
+    if "error" in usage:
+        table.add_row(Text(f"sacct failed: {usage['error']}"), "", "", "", "")
+        return table
+    for tier, row in usage["tiers"].items():
+        table.add_row(Text(tier), f"{row['usage_factor']:g}", str(row["runs"]), f"{row['gpu_hours']:.2f}",
+                      f"{row['charged_gpu_hours']:.2f}")  # fmt: skip
+    if not usage["tiers"]:
+        table.add_row("-", "", "0", "0.00", "0.00")
+    return table

@@ -54,6 +54,31 @@ def tail_preemptions(state_dir: str, tail: int = TAIL_BYTES) -> Iterator[dict[st
                 yield entry
 
 
+def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, Any]:
+    """GPU-hours used and charged per tier over the last ``hours``: every run (``sacct -D``) of every user's
+    jobs, priced at its QOS's UsageFactor as slurmdbd has it.  A failed query is reported, not raised."""
+    import time
+
+    from slurm_pool.adapters.runner import CommandError
+    from slurm_pool.metrics.charges import usage_by_tier
+
+    end = time.time() if now is None else now
+    start = end - hours * 3600
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
+    try:
+        runs = slurm.accounting_jobs("-a", "-X", "-D", "-S", since, "-E", "now")
+        rows = slurm.sacctmgr_show("qos", ["Name", "UsageFactor"])
+    except CommandError as exc:
+        return {"hours": hours, "error": str(exc)}
+    factors = {}
+    for row in rows:
+        try:
+            factors[row["Name"]] = float(row["UsageFactor"])
+        except (KeyError, ValueError):
+            continue
+    return {"hours": hours, "tiers": usage_by_tier(runs, factors, start, end)}
+
+
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (schema in slurm_pool.metrics.status).")
 @click.option(
@@ -70,9 +95,18 @@ def tail_preemptions(state_dir: str, tail: int = TAIL_BYTES) -> Iterator[dict[st
 )
 @click.option("--last", default=DEFAULT_LAST, show_default=True, type=click.IntRange(0), help="Preemptions listed.")
 @click.option(
+    "--usage-hours",
+    default=24.0,
+    show_default=True,
+    type=Finite(min=0),
+    help="Also show GPU-hours used and charged per tier over this many hours (sacct); 0 leaves it out.",
+)
+@click.option(
     "--slurm-timeout", default=20.0, show_default=True, type=Finite(min=0.001), help="Seconds one Slurm query may take."
 )
-def status(as_json: bool, spec_path: str | None, state_dir: str | None, last: int, slurm_timeout: float) -> None:
+def status(
+    as_json: bool, spec_path: str | None, state_dir: str | None, last: int, usage_hours: float, slurm_timeout: float
+) -> None:
     """Show GPUs by state, tier and project, pending demand, lent nodes and the last preemptions."""
     from slurm_pool.adapters.runner import SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
@@ -91,7 +125,8 @@ def status(as_json: bool, spec_path: str | None, state_dir: str | None, last: in
     nodes = slurm.nodes()
     jobs = slurm.jobs()
     pre = list(tail_preemptions(state_dir)) if state_dir else []
-    data = build(nodes, jobs, pre, lend_partition=lend_partition, last=last)
+    usage = tier_usage(slurm, usage_hours) if usage_hours > 0 else None
+    data = build(nodes, jobs, pre, lend_partition=lend_partition, last=last, usage=usage)
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=False))
         return

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from slurm_pool.clitypes import Finite
-from slurm_pool.sim.engine import Result, standard_policies
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
 from slurm_pool.sim.nodes import nodes_from_spec, simulate_nodes
 from slurm_pool.sim.report import write_report
@@ -18,8 +18,19 @@ from slurm_pool.sim.sizing import summary as sizing_summary
 from slurm_pool.textio import read_json
 
 
-def summary(r: Result, base: Result) -> dict[str, Any]:
-    """One replay's figures, utilisation also as a ratio to the dedicated baseline."""
+def summary(r: Result, base: Result, prices: dict[str, tuple[str, float]] | None = None) -> dict[str, Any]:
+    """One replay's figures, utilisation also as a ratio to the dedicated baseline.
+
+    ``prices``: the spec tier and usage factor each simulated tier (guaranteed, borrowed) is charged as.
+    """
+    extra: dict[str, Any] = {}
+    if prices:
+        named: dict[str, float] = {}
+        for t, sec in r.tier_gpu_seconds.items():
+            named[prices[t][0]] = named.get(prices[t][0], 0.0) + sec
+        extra["gpu_hours_by_tier"] = Result(r.policy, r.window, r.capacity, tier_gpu_seconds=named).charges(
+            {name: factor for name, factor in prices.values()}
+        )
     return {
         "policy": r.policy,
         "utilization": round(r.utilization, 4),
@@ -30,7 +41,34 @@ def summary(r: Result, base: Result) -> dict[str, Any]:
         "lost_gpu_hours": round(r.lost_gpu_seconds / 3600, 2),
         "borrower_jobs_done": r.borrower_jobs_done,
         "unfinished_owner_jobs": r.unfinished_owner_jobs,
+        **extra,
     }
+
+
+def tier_prices(spec: Any, spot_tier: str | None) -> dict[str, tuple[str, float]]:
+    """The spec tier, and its usage factor, that guaranteed and borrowed GPU time is charged as.
+
+    Guaranteed time is the highest-priority tier's; borrowed time is ``spot_tier``'s, by default the
+    lowest-priority preemptible tier some project may use, other than the bridge's lend tier.
+    """
+    from slurm_pool.spec.bridge import bridge_of
+
+    lend = next((p.tier for p in spec.partitions if p.name == bridge_of(spec).partition), None)
+    used = {t for p in spec.projects if p.users for t in p.tiers}
+    preemptible = {t for tier in spec.tiers for t in tier.preempt}
+    top = max(spec.tiers, key=lambda t: t.priority)
+    if spot_tier is None:
+        spots = [t for t in spec.tiers if t.name in preemptible and t.name in used and t.name != lend]
+        spot = min(spots, key=lambda t: t.priority) if spots else top
+    else:
+        found = next((t for t in spec.tiers if t.name == spot_tier), None)
+        if found is None:
+            raise click.BadParameter(
+                f"{spot_tier!r} is not a tier of the spec ({', '.join(t.name for t in spec.tiers)})",
+                param_hint="--spot-tier",
+            )
+        spot = found
+    return {GUARANTEED: (top.name, top.usage_factor), BORROWED: (spot.name, spot.usage_factor)}
 
 
 def default_grace(spec: Any) -> int:
@@ -89,6 +127,12 @@ def default_grace(spec: Any) -> int:
     default=None,
     help="Also write PNG plots and report.md into this directory.",
 )
+@click.option(
+    "--spot-tier",
+    default=None,
+    help="The tier borrowed GPU time is charged as (default: the spec's lowest-priority preemptible tier "
+    "its projects use, other than the bridge's).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def simulate(
     spec_path: str,
@@ -99,6 +143,7 @@ def simulate(
     on_nodes: bool,
     sizing: bool,
     report_dir: str | None,
+    spot_tier: str | None,
     as_json: bool,
 ) -> None:
     """Replay a sacct export on the spec's servers: dedicated per project vs one pool."""
@@ -106,6 +151,7 @@ def simulate(
     from slurm_pool.spec import load_spec
 
     spec = load_spec(spec_path)
+    prices = tier_prices(spec, spot_tier)
     capacity = history.owned_gpus(spec)
     if not capacity:
         raise click.ClickException(f"{spec_path}: no project owns a node group with GPUs (projects[].owns)")
@@ -142,7 +188,7 @@ def simulate(
                     "owner_jobs": owners,
                     "borrower_jobs": len(hist.jobs) - owners,
                     "skipped": dict(hist.skipped),
-                    "results": [summary(r, base) for _, r in results],
+                    "results": [summary(r, base, prices) for _, r in results],
                     **({"sizing": sizing_summary(sized)} if sized is not None else {}),
                 },
                 indent=2,
@@ -169,6 +215,16 @@ def simulate(
             f"{label:32} {r.utilization:>13.1%} {ratio:>12} {s['owner_wait_p50_seconds']:>14,.0f}s "
             f"{s['owner_wait_p95_seconds']:>9,.0f}s {r.preemptions:>11,} {s['lost_gpu_hours']:>10,.1f}"
         )
+    click.echo(
+        "\nGPU-hours used / charged (UsageFactor): "
+        + ", ".join(f"{name} x{factor:g}" for name, factor in dict(prices.values()).items())
+    )
+    for label, r in results:
+        rows = summary(r, base, prices)["gpu_hours_by_tier"]
+        used = sum(v["gpu_hours"] for v in rows.values())
+        paid = sum(v["charged_gpu_hours"] for v in rows.values())
+        cells = ", ".join(f"{t} {v['gpu_hours']:,.1f} / {v['charged_gpu_hours']:,.1f}" for t, v in rows.items())
+        click.echo(f"{label:32} {used:>10,.1f} / {paid:>10,.1f}   ({cells or 'no GPU time'})")
     if sized is not None:
         echo_sizing(sized)
 

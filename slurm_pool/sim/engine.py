@@ -105,6 +105,9 @@ class Result:
     #: ``(time, guaranteed GPUs busy, other GPUs busy)`` whenever either changed inside the window.
     #: A preemptor's GPUs count as guaranteed from the moment it is placed (its victims' grace).
     tier_timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    #: GPU-seconds held per tier (guaranteed, borrowed) inside the window: from each run's start of work to its
+    #: end or preemption, kept work and lost work alike (grace waits and restart overhead are counted apart).
+    tier_gpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def utilization(self) -> float:
@@ -116,9 +119,26 @@ class Result:
         """The share of capacity that did owners' work."""
         return self.owner_gpu_seconds / (self.capacity * self.window) if self.capacity and self.window else 0.0
 
+    def charges(self, factors: dict[str, float]) -> dict[str, dict[str, float]]:
+        """GPU-hours used and charged per tier, at ``factors`` (tier -> price; a tier without one pays 1)."""
+        return {
+            tier: {
+                "usage_factor": factors.get(tier, 1.0),
+                "gpu_hours": round(sec / 3600, 4),
+                "charged_gpu_hours": round(sec * factors.get(tier, 1.0) / 3600, 4),
+            }
+            for tier, sec in sorted(self.tier_gpu_seconds.items())
+        }
+
     def wait_quantile(self, q: float) -> float:
         """The ``q`` quantile of owner jobs' queue wait (nearest rank), seconds."""
         return quantile(self.owner_waits, q)
+
+
+def note_held(res: Result, tier: str, gpu_seconds: float) -> None:
+    """Add a run's GPU-seconds to its tier's in ``res.tier_gpu_seconds``."""
+    if gpu_seconds > 0:
+        res.tier_gpu_seconds[tier] = res.tier_gpu_seconds.get(tier, 0.0) + gpu_seconds
 
 
 def note_tiers(res: Result, now: float, guaranteed: int, busy: int) -> None:
@@ -178,6 +198,7 @@ class _Sim:
         if job.project is not None:
             self.res.owner_gpu_seconds += useful
         self.res.lost_gpu_seconds += self._segment(run.start + kept, until, job.gpus)
+        note_held(self.res, run.tier, self._segment(run.start, until, job.gpus))
 
     # -- starting jobs -------------------------------------------------------
     def _take_idle(self, g: int, prefer: str | None) -> dict[str, int]:

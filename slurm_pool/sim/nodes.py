@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Iterable
 
-from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result, note_tiers
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result, note_held, note_tiers
 from slurm_pool.sim.freeindex import FreeIndex
 from slurm_pool.spec.hosts import expand
 
@@ -193,6 +193,7 @@ class _Sim:
         if run.job.project is not None:
             self.res.owner_gpu_seconds += useful
         self.res.lost_gpu_seconds += self._segment(run.start + kept, until, run.job.gpus)
+        note_held(self.res, run.tier, self._segment(run.start, until, run.job.gpus))
 
     def _record(self, run: _Run, end: float, outcome: str) -> None:
         nodes = tuple((self.nodes[n].name, c) for n, c in sorted(run.alloc.items()))

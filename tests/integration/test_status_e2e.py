@@ -155,5 +155,21 @@ def test_status_json_matches_sinfo_and_squeue(cluster):
         assert "[bold]swap a fan (human)" in res.stdout
         assert "Lent nodes (k8s-lend): b-gpu1" in res.stdout
         assert "shared" in res.stdout and "scavenger" in res.stdout and "proja" in res.stdout
+        assert "GPU-hours by tier, last 24 h" in res.stdout
+
+        # Spot pricing: the scavenger job's GPU time, from sacct, charged at its QOS's UsageFactor in slurmdbd.
+        def charged() -> dict | None:
+            out = status(cluster, "--json")
+            assert out.returncode == 0, out.stderr
+            usage = json.loads(out.stdout)["usage"]
+            assert "error" not in usage, usage
+            return usage if "scavenger" in usage["tiers"] else None
+
+        usage = wait_for(charged, 60, "status to charge the scavenger job's GPU time")
+        factors = {t.name: t.usage_factor for t in spec.tiers}
+        assert usage["tiers"]["scavenger"]["usage_factor"] == factors["scavenger"] == 0.3
+        for tier, row in usage["tiers"].items():
+            assert row["usage_factor"] == pytest.approx(factors[tier]), tier
+            assert row["charged_gpu_hours"] == pytest.approx(row["gpu_hours"] * row["usage_factor"], abs=2e-4), tier
     finally:
         cluster.run(["scontrol", "update", f"NodeName={drained}", "State=RESUME"])

@@ -362,7 +362,9 @@ def test_status_json_command(slurm_replay, tmp_path, version):
     (tmp_path / "a-gpu1" / "outcomes.jsonl").write_text(
         rec(job_id="3") + "\n" + rec(job_id="4", event_time=95.0) + "\n"
     )
-    res = CliRunner().invoke(cli, ["status", "--json", "--state-dir", str(tmp_path), "--last", "1"])
+    res = CliRunner().invoke(
+        cli, ["status", "--json", "--state-dir", str(tmp_path), "--last", "1", "--usage-hours", "0"]
+    )
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)
     want = st.build(*scene(version, "busy"), [st.preemption("a-gpu1", rec(job_id="4", event_time=95.0))], now=0)
