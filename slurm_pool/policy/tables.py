@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from slurm_pool.mig import catalogue
 from slurm_pool.mig.profiles import GEOMETRIES
-from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import PoolSpec
+from slurm_pool.spec.rules import partition_groups
 from slurm_pool.versions import SlurmVersion
 
 _GB_RE = re.compile(r"\.(\d+)gb")
@@ -116,26 +116,8 @@ def _group_gpu_types(spec: PoolSpec, version: SlurmVersion) -> dict[str, list[Gp
 
 def _partition_groups(spec: PoolSpec, entries: list[str]) -> list[str]:
     """Names of the node groups a partition's ``nodes`` entries touch, in spec order."""
-    names = [g.name for g in spec.node_groups]
-    if "ALL" in entries:
-        return names
-    host_group: dict[str, str] = {}
-    for g in spec.node_groups:
-        try:
-            for host in expand(g.hosts):
-                host_group.setdefault(host, g.name)
-        except HostlistError:
-            continue
-    hit: set[str] = set()
-    for entry in entries:
-        if entry in names:
-            hit.add(entry)
-            continue
-        try:
-            hit.update(host_group[h] for h in expand(entry) if h in host_group)
-        except HostlistError:
-            continue
-    return [n for n in names if n in hit]
+    hit = partition_groups(spec, entries)
+    return [g.name for g in spec.node_groups if g.name in hit]
 
 
 def _route(spec: PoolSpec, account: str, tier: str) -> str | None:

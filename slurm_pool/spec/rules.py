@@ -202,7 +202,13 @@ def _check_layouts(spec: PoolSpec, gi: int) -> Iterator[Issue]:
 def partition_groups(spec: PoolSpec, entries: list[str], node_owner: dict[str, str] | None = None) -> set[str]:
     """Names of the node groups whose nodes a partition's ``nodes`` entries name (``node_owner``: node -> group)."""
     if node_owner is None:
-        node_owner = {n: g.name for g in spec.node_groups for n in expand(g.hosts)}
+        node_owner = {}
+        for g in spec.node_groups:
+            try:
+                for n in expand(g.hosts):
+                    node_owner.setdefault(n, g.name)
+            except HostlistError:
+                continue  # reported with the group
     if "ALL" in entries:
         return {g.name for g in spec.node_groups}
     names = {g.name for g in spec.node_groups}

@@ -15,6 +15,7 @@ from slurm_pool.spec import load_spec, load_spec_text
 from slurm_pool.spec.notebooks import limit_seconds
 from slurm_pool.versions import SlurmVersion
 from tests.support.notebooks import notebook_spec, notebook_spec_text
+from tests.support.refusal import assert_render_refuses
 from tests.support.shards import shard_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
@@ -169,16 +170,7 @@ BAD = [
 
 @pytest.mark.parametrize("case,text,path,words", BAD, ids=[c[0] for c in BAD])
 def test_bad_notebook_specs_exit_2_and_name_the_path(tmp_path, capsys, case, text, path, words) -> None:
-    spec = tmp_path / "bad.yaml"
-    spec.write_text(text)
-    out = tmp_path / "out"
-    out.mkdir()
-    with pytest.raises(SystemExit) as exc:
-        main(["render", str(spec), "-o", str(out), "--slurm-version", "26.05"])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and f"error: {path}" in err and words in err, err
-    assert "Traceback" not in err
-    assert list(out.iterdir()) == []
+    assert_render_refuses(tmp_path, capsys, text, path, words)
 
 
 def test_notebook_shards_are_refused_before_23_11_5(tmp_path, capsys) -> None:

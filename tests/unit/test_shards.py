@@ -17,6 +17,7 @@ from slurm_pool.render.site import Site
 from slurm_pool.spec import load_spec, load_spec_text
 from slurm_pool.versions import SlurmVersion
 from tests.support.lua_policy import LUA_VERSIONS, LuaPolicy, unset_job
+from tests.support.refusal import assert_render_refuses
 from tests.support.shards import shard_spec, shard_spec_text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
@@ -79,15 +80,7 @@ BAD = [
 
 @pytest.mark.parametrize("case,text,path,words", BAD, ids=[c[0] for c in BAD])
 def test_bad_shard_specs_exit_2_and_name_the_path(tmp_path, capsys, case, text, path, words) -> None:
-    spec = tmp_path / "bad.yaml"
-    spec.write_text(text)
-    out = tmp_path / "out"
-    out.mkdir()
-    with pytest.raises(SystemExit) as exc:
-        main(["render", str(spec), "-o", str(out), "--slurm-version", "26.05"])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and f"error: {path}" in err and words in err, err
-    assert list(out.iterdir()) == []
+    assert_render_refuses(tmp_path, capsys, text, path, words)
 
 
 @pytest.mark.parametrize("version", ["22.05", "23.11.4"])
