@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 # The newer end of the Slurm releases the tests run on, built from ../shared/slurm.
 SLURM_NEW ?= 26.05
 
-.PHONY: deps demo test test-unit lint bench k8s-build slurm-build notebooks-build clean
+.PHONY: deps demo test test-unit lint bench k8s-build slurm-build notebooks-build elastic-build clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -24,9 +24,13 @@ slurm-build: deps
 notebooks-build: deps
 	$(PY) -m slurm_pool.localcluster.notebooks build
 
+# torch 2.15.0 for the elastic-training tests only (a ~5.4 GB venv: its wheel pulls the nvidia-* packages), cached.
+elastic-build: deps
+	$(PY) -m tests.support.elastic_env build
+
 # Everything on Debian's Slurm 22.05, then every test that needs Slurm daemons
 # again on $(SLURM_NEW), built from source.
-test: deps k8s-build slurm-build notebooks-build
+test: deps k8s-build slurm-build notebooks-build elastic-build
 	@echo "== every test, daemons on $$(slurmctld -V)"
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	@echo "== the daemon tests again, on Slurm $(SLURM_NEW) from $$($(PY) -m slurm_pool.localcluster.slurmbuild prefix $(SLURM_NEW))"

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "rebalance": "slurm_pool.bridge.cli:rebalance",
     "fence-node": "slurm_pool.bridge.cli:fence_node",
     "simulate": "slurm_pool.sim.cli:simulate",
+    "elastic": "slurm_pool.elastic.cli:elastic",
 }
 
 

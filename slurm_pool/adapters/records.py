@@ -137,6 +137,8 @@ class NodeRecord:
     cpus: int | None = None
     memory_mb: int | None = None
     version: str = ""
+    #: Where the node is reached (slurm.conf NodeAddr; its name when unset).
+    address: str = ""
 
     @property
     def drained(self) -> bool:
@@ -175,6 +177,7 @@ def node_record(n: Mapping[str, Any]) -> NodeRecord:
         cpus=number(n.get("cpus")),
         memory_mb=number(n.get("real_memory")),
         version=_text(n.get("version")),
+        address=_text(n.get("address")),
     )
 
 

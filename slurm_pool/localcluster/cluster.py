@@ -438,15 +438,15 @@ class LocalCluster:
 
     def up_notebooks(self, timeout: float = 120.0, log: IO[str] = sys.stderr) -> "Hub":
         """Start JupyterHub beside the running cluster (its environment is built once, cached)."""
-        from slurm_pool.localcluster.notebooks import NotebookEnv, NotebookError
+        from slurm_pool.localcluster.cachedenv import EnvError
+        from slurm_pool.localcluster.notebooks import NOTEBOOKS, NotebookError
 
         if self.spec.notebooks is None:
             raise ClusterError(f"{self.spec_path} has no notebooks section, so no notebook tier to start a hub for")
         try:
-            nbenv = NotebookEnv.default().build(log)
             hub = self.hub()
-            hub.start(nbenv, timeout)
-        except NotebookError as exc:
+            hub.start(NOTEBOOKS.build(log), timeout)
+        except (EnvError, NotebookError) as exc:
             raise ClusterError(str(exc)) from None
         return hub
 

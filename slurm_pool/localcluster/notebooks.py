@@ -1,13 +1,10 @@
 """JupyterHub beside the local cluster: ``slurm-pool cluster up --with-notebooks``.
 
-The hub runs from a venv cached outside the repository
-(``<cache>/notebooks-<hash>``, the cache of :mod:`.slurmbuild`), made with
-Debian's ``/usr/bin/python3`` so the pool's users can run its
-``jupyterhub-singleuser`` in their jobs (a venv under ``/root`` they could
-not).  It holds PyPI's jupyterhub, batchspawner, jupyterlab and
-jupyterhub-idle-culler, and npm's configurable-http-proxy.  ``build.json`` is
-written last, so an interrupted install starts again; a lock lets concurrent
-callers share one.
+The hub runs from an environment cached outside the repository
+(:mod:`.cachedenv`, ``<cache>/notebooks-<hash>``), which the pool's users can
+run ``jupyterhub-singleuser`` from in their jobs.  It holds PyPI's jupyterhub,
+batchspawner, jupyterlab and jupyterhub-idle-culler, and npm's
+configurable-http-proxy.
 
 The hub loads the rendered ``jupyterhub_config.py`` (the pool's part) and
 ``hub_local.py`` (this machine's part: loopback ports, ``runuser`` instead of
@@ -18,22 +15,17 @@ sudo, one shared password), which reads its values from ``hub.json``.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import secrets
-import shutil
-import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from slurm_pool.errors import PoolError
+from slurm_pool.localcluster.cachedenv import CachedEnv, EnvError
 from slurm_pool.localcluster.procs import ProcTable, wait_for
-from slurm_pool.localcluster.slurmbuild import cache_root
 
 #: Versions measured to work together here (../shared/jupyterhub/README.md).
 PYPI: tuple[str, ...] = (
@@ -44,79 +36,18 @@ PYPI: tuple[str, ...] = (
     "jupyterhub-idle-culler==2.0.0",
 )
 NPM: tuple[str, ...] = ("configurable-http-proxy@5.3.0",)
-#: Debian's interpreter: world-executable, unlike a venv's python under /root.
-SYSTEM_PYTHON = "/usr/bin/python3"
-LOCAL_CONFIG = Path(__file__).with_name("hub_local.py")
-_STAMP = "build.json"
 HUB = "jupyterhub"
+LOCAL_CONFIG = Path(__file__).with_name("hub_local.py")
+NOTEBOOKS = CachedEnv(
+    "notebooks",
+    PYPI,
+    NPM,
+    programs=("venv/bin/jupyterhub", "venv/bin/jupyterhub-singleuser", "npm/node_modules/.bin/configurable-http-proxy"),
+)
 
 
 class NotebookError(PoolError, RuntimeError):
-    """The notebook environment could not be built, or the hub did not start."""
-
-
-@dataclass(frozen=True)
-class NotebookEnv:
-    """A built hub environment: the venv and configurable-http-proxy."""
-
-    root: Path
-
-    @classmethod
-    def default(cls) -> "NotebookEnv":
-        digest = hashlib.sha256("\n".join(PYPI + NPM).encode()).hexdigest()[:10]
-        return cls(cache_root() / f"notebooks-{digest}")
-
-    @property
-    def bin(self) -> Path:
-        return self.root / "venv" / "bin"
-
-    @property
-    def proxy(self) -> Path:
-        return self.root / "npm" / "node_modules" / ".bin" / "configurable-http-proxy"
-
-    def is_built(self) -> bool:
-        return (self.root / _STAMP).is_file()
-
-    def build(self, log: IO[str] = sys.stderr) -> "NotebookEnv":
-        """Install it unless it is there (one install at a time; waiters reuse it)."""
-        self.root.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.root.with_name(self.root.name + ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not self.is_built():
-                self._build_locked(log)
-        return self
-
-    def _build_locked(self, log: IO[str]) -> None:
-        for program in (SYSTEM_PYTHON, "npm"):
-            if shutil.which(program) is None:
-                raise NotebookError(f"{program} is missing (run: make deps)")
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root.mkdir(parents=True)
-        steps = [
-            [SYSTEM_PYTHON, "-m", "venv", str(self.root / "venv")],
-            [str(self.bin / "pip"), "install", "--quiet", *PYPI],
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(self.root / "npm"), *NPM],
-        ]
-        for argv in steps:
-            print("+ " + " ".join(argv), file=log, flush=True)
-            res = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT)
-            if res.returncode != 0:
-                raise NotebookError(f"{argv[0]} {argv[1]} failed with exit status {res.returncode}")
-        for path in (self.bin / "jupyterhub", self.bin / "jupyterhub-singleuser", self.proxy):
-            if not path.exists():
-                raise NotebookError(f"the install did not make {path}")
-        _world_readable(self.root)
-        (self.root / _STAMP).write_text(json.dumps({"pypi": list(PYPI), "npm": list(NPM)}, indent=2) + "\n")
-
-
-def _world_readable(root: Path) -> None:
-    """Users' jobs run jupyterhub-singleuser from here: directories and files readable, programs runnable."""
-    for dirpath, _dirs, filenames in os.walk(root):
-        os.chmod(dirpath, 0o755)
-        for name in filenames:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.stat().st_mode & 0o100 else 0))
+    """The hub did not start."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +78,7 @@ class Hub:
     def running(self) -> bool:
         return self.procs.running(HUB)
 
-    def start(self, nbenv: NotebookEnv, timeout: float = 120.0) -> None:
+    def start(self, nbenv: CachedEnv = NOTEBOOKS, timeout: float = 120.0) -> None:
         """Start the hub unless it runs, and wait until it answers through its proxy."""
         fragment = self.etc / "jupyterhub_config.py"
         if not fragment.is_file():
@@ -162,7 +93,7 @@ class Hub:
             "bind_url": self.url,
             "hub_port": self.port("hub"),
             "proxy_api_url": f"http://127.0.0.1:{self.port('proxy_api')}",
-            "proxy": str(nbenv.proxy),
+            "proxy": str(nbenv.npm_bin("configurable-http-proxy")),
             "password": self.password(),
             "state": str(self.root),
         }
@@ -200,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python3 -m slurm_pool.localcluster.notebooks build", file=sys.stderr)
         return 2
     try:
-        env = NotebookEnv.default().build()
-    except NotebookError as exc:
+        env = NOTEBOOKS.build()
+    except EnvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(env.root)
