@@ -35,6 +35,7 @@ BENCHES: dict[str, tuple[list[str], bool]] = {
     "preempt_resume": (["preempt_resume.py"], True),
     "reclaim_latency": (["reclaim_latency.py"], True),
     "sim_validate": (["sim_validate.py"], True),
+    "elastic": (["elastic.py"], True),
 }
 
 HEADER = """# Benchmarks

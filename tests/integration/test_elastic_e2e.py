@@ -24,7 +24,7 @@ import pytest
 
 from slurm_pool.adapters.records import parse_jobs
 from slurm_pool.localcluster.procs import wait_for
-from tests.support.elastic_env import TORCH
+from tests.support.elastic_env import TORCH, progress, worlds
 
 pytestmark = pytest.mark.slurm
 
@@ -47,22 +47,6 @@ def workdir() -> Path:
     return d
 
 
-def _progress(workdir: Path) -> list[dict]:
-    path = workdir / "progress.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-
-
-def _worlds(rows: list[dict]) -> list[int]:
-    """World sizes in the order the training ran at them (repeats folded)."""
-    out: list[int] = []
-    for r in rows:
-        if not out or out[-1] != r["world"]:
-            out.append(r["world"])
-    return out
-
-
 def _reference(torchrun: str, workdir: Path) -> list[list[float]]:
     """The same training, uninterrupted, in one process."""
     ref = workdir / "reference"
@@ -78,13 +62,13 @@ def _reference(torchrun: str, workdir: Path) -> list[list[float]]:
 
 def _wait_progress(workdir: Path, what: str, check, timeout: float = 240) -> list[dict]:
     try:
-        return wait_for(lambda: (lambda rows: rows if check(rows) else None)(_progress(workdir)), timeout, what)
+        return wait_for(lambda: (lambda rows: rows if check(rows) else None)(progress(workdir)), timeout, what)
     except TimeoutError as exc:
-        rows = _progress(workdir)
+        rows = progress(workdir)
         outs = "\n".join(
             f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in sorted(workdir.glob("*.out"))
         )
-        raise AssertionError(f"{exc}; worlds so far {_worlds(rows)}, {len(rows)} steps\n{outs}") from None
+        raise AssertionError(f"{exc}; worlds so far {worlds(rows)}, {len(rows)} steps\n{outs}") from None
 
 
 def test_elastic_training_grows_into_idle_gpus_and_reforms_when_preempted(cluster, workdir, torchrun):
@@ -116,7 +100,7 @@ def test_elastic_training_grows_into_idle_gpus_and_reforms_when_preempted(cluste
     # a-gpu2's GPUs come free: both extensions start and the job grows to three nodes.
     cluster.run(["scancel", str(blocker)], check=True)
     grown = _wait_progress(workdir, "the job to grow to 3 nodes", lambda rows: rows and rows[-1]["world"] == 3)
-    assert _worlds(grown)[0] == 1
+    assert worlds(grown)[0] == 1
 
     # An owner takes one GPU of a-gpu2 back: one extension leaves, the job re-forms at two.
     owner = cluster.sbatch(
@@ -124,12 +108,12 @@ def test_elastic_training_grows_into_idle_gpus_and_reforms_when_preempted(cluste
         user="alice", script=SLEEP,
     )  # fmt: skip
     cluster.wait_state(owner, ["RUNNING"], timeout=120)
-    _wait_progress(workdir, "the job to re-form at 2 nodes", lambda rows: _worlds(rows)[-1:] == [2])
+    _wait_progress(workdir, "the job to re-form at 2 nodes", lambda rows: worlds(rows)[-1:] == [2])
     wait_for(lambda: (workdir / "final.json").is_file(), 300, "the training to finish")
     cluster.wait_state(core, ["COMPLETED"], timeout=120)
 
-    rows = _progress(workdir)
-    assert _worlds(rows)[:3] == [1, 3, 2] and rows[-1]["step"] == STEPS, _worlds(rows)
+    rows = progress(workdir)
+    assert worlds(rows)[:3] == [1, 3, 2] and rows[-1]["step"] == STEPS, worlds(rows)
     final = json.loads((workdir / "final.json").read_text())
     assert final["step"] == STEPS
     want = _reference(torchrun, workdir)

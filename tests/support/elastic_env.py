@@ -9,11 +9,30 @@ venv), so it is installed once, only for these tests, into
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from slurm_pool.localcluster.cachedenv import CachedEnv, EnvError
 
 TORCH = CachedEnv("elastic-torch", ("torch==2.15.0",), programs=("venv/bin/torchrun",))
+
+
+def progress(workdir: Path) -> list[dict]:
+    """The training's ``progress.jsonl`` (examples/elastic_train.py): one row per step rank 0 ran."""
+    path = workdir / "progress.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def worlds(rows: list[dict]) -> list[int]:
+    """World sizes in the order the training ran at them (repeats folded)."""
+    out: list[int] = []
+    for r in rows:
+        if not out or out[-1] != r["world"]:
+            out.append(r["world"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
