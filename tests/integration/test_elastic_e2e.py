@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ import pytest
 from slurm_pool.adapters.records import parse_jobs
 from slurm_pool.localcluster.procs import wait_for
 from tests.support.elastic_env import TORCH, progress, worlds
+from tests.support.slurm_cluster import job_workdir
 
 pytestmark = pytest.mark.slurm
 
@@ -41,10 +41,7 @@ def torchrun() -> str:
 
 @pytest.fixture
 def workdir() -> Path:
-    d = Path("/tmp") / f"sp-elastic-{time.time_ns()}"
-    d.mkdir(mode=0o777)
-    d.chmod(0o777)
-    return d
+    return job_workdir("sp-elastic")
 
 
 def _reference(torchrun: str, workdir: Path) -> list[list[float]]:

@@ -17,7 +17,6 @@ cluster refuses to start on it, naming the field.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from slurm_pool.errors import SpecError
 from slurm_pool.localcluster.procs import wait_for
 from tests.conftest import TEST_SLURM
 from tests.support.shards import shard_spec_text
+from tests.support.slurm_cluster import job_workdir
 
 pytestmark = pytest.mark.slurm
 
@@ -91,10 +91,7 @@ def _refused(path: Path) -> bool:
 
 @pytest.fixture
 def workdir() -> Path:
-    d = Path("/tmp") / f"sp-shards-{time.time_ns()}"
-    d.mkdir(mode=0o777)
-    d.chmod(0o777)
-    return d
+    return job_workdir("sp-shards")
 
 
 def _dev_jobs(cluster, workdir: Path, n: int = 4) -> dict[int, Path]:

@@ -43,6 +43,14 @@ def free_port_base(n_nodes: int, tries: int = 50) -> int:
     raise RuntimeError("no free block of loopback ports found")
 
 
+def job_workdir(prefix: str) -> Path:
+    """A fresh directory under /tmp that every job user may write (their jobs' logs and files)."""
+    d = Path("/tmp") / f"{prefix}-{time.time_ns()}"
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)
+    return d
+
+
 def self_requeue(version: SlurmVersion) -> str:
     """What a preempted job's trap runs before it leaves, as `slurm-pool run` does: before 24.05 a
     job that exits in its grace time ends COMPLETED, so it requeues itself; from 24.05 slurmctld
