@@ -457,7 +457,9 @@ class LocalCluster:
         """Stop the processes ``up`` started, newest first."""
         stopped = []
         # The hub first: on the way down it cancels its servers' jobs, which needs slurmctld.
-        order = ["jupyterhub"] + [f"slurmd-{n}" for n in self.nodes()] + ["slurmctld", "slurmdbd", "mysql", "munge"]
+        if self.procs.get("jupyterhub") is not None and self.hub().stop():
+            stopped.append("jupyterhub")
+        order = [f"slurmd-{n}" for n in self.nodes()] + ["slurmctld", "slurmdbd", "mysql", "munge"]
         known = {p.name for p in self.procs.all()}
         for name in order + sorted(known - set(order)):
             if self.procs.stop(name):

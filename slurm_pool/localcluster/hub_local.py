@@ -29,6 +29,7 @@ c.ConfigurableHTTPProxy.command = [settings["proxy"]]
 c.JupyterHub.db_url = "sqlite:///" + os.path.join(settings["state"], "jupyterhub.sqlite")
 c.JupyterHub.cookie_secret_file = os.path.join(settings["state"], "cookie_secret")
 c.JupyterHub.pid_file = os.path.join(settings["state"], "jupyterhub.pid")
+c.ConfigurableHTTPProxy.pid_file = os.path.join(settings["state"], "jupyterhub-proxy.pid")
 
 c.JupyterHub.authenticator_class = "jupyterhub.authenticators.shared.SharedPasswordAuthenticator"
 c.SharedPasswordAuthenticator.user_password = settings["password"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import sys
 import urllib.request
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ class Hub:
         env["SLURM_POOL_HUB_SETTINGS"] = str(self.root / "hub.json")
         log = self.root / "jupyterhub.log"
         argv = [str(nbenv.bin / "jupyterhub"), "-f", str(LOCAL_CONFIG)]
-        self.procs.start(HUB, argv, log, env=env)
+        self.procs.start(HUB, argv, log, env=env, cwd=self.root)
         try:
             wait_for(self._healthy, timeout, f"JupyterHub at {self.url}", interval=0.5)
         except TimeoutError as exc:
@@ -120,9 +121,40 @@ class Hub:
         except OSError:
             return False
 
-    def stop(self) -> bool:
-        """Stop the hub (its proxy and culler are its children; servers are Slurm jobs and stay)."""
-        return self.procs.stop(HUB)
+    def stop(self, timeout: float = 60.0) -> bool:
+        """Stop the hub, which stops its servers' jobs, its proxy and its culler on the way out; whatever of
+        those it left (it was killed after ``timeout``) is stopped here.  True if the hub was running."""
+        was = self.procs.stop(HUB, timeout)
+        for pid in self.leftovers():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        return was
+
+    def leftovers(self) -> list[int]:
+        """Pids of this hub's proxy and idle culler, which outlive a hub that was killed."""
+        api = f"127.0.0.1:{self.port('hub')}".encode()
+        proxy_api = f"--api-port\0{self.port('proxy_api')}\0".encode()
+        return [
+            pid
+            for pid, cmdline, environ in _processes()
+            if (b"configurable-http-proxy" in cmdline and proxy_api in cmdline)
+            or (b"jupyterhub_idle_culler" in cmdline and api in environ)
+        ]
+
+
+def _processes() -> list[tuple[int, bytes, bytes]]:
+    """(pid, cmdline, environ) of every process this user may read."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            out.append((int(proc.name), (proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()))
+        except OSError:
+            continue
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

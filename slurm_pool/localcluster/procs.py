@@ -64,8 +64,10 @@ class ProcTable:
         p = self.get(name)
         return bool(p and p.alive())
 
-    def start(self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> Proc:
-        """Start ``argv`` in its own session with output to ``log``."""
+    def start(
+        self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
+    ) -> Proc:
+        """Start ``argv`` in its own session with output to ``log`` (in ``cwd``, default this one)."""
         full_env = dict(os.environ)
         if env:
             full_env.update(env)
@@ -76,6 +78,7 @@ class ProcTable:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=full_env,
+                cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
             )

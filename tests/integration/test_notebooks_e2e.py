@@ -53,6 +53,9 @@ def hub_cluster(tmp_path_factory):
         raise RuntimeError(f"JupyterHub did not start; its log:\n{tail}") from None
     yield handle, hub
     stop_session_cluster(handle, state)
+    # Nothing of the hub outlives the cluster, and it wrote nothing into the checkout.
+    wait_for(lambda: not hub.leftovers(), 30, "the hub's proxy and idle culler to stop")
+    assert not (REPO / "jupyterhub-proxy.pid").exists()
 
 
 @pytest.fixture
