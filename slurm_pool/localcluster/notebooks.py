@@ -148,7 +148,7 @@ def _processes() -> list[tuple[int, bytes, bytes]]:
     """(pid, cmdline, environ) of every process this user may read."""
     out = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not (proc.name.isascii() and proc.name.isdigit()):
             continue
         try:
             out.append((int(proc.name), (proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()))

@@ -91,7 +91,7 @@ def _server_environ(job_id: int) -> dict[str, str]:
 
     uid = pwd.getpwnam(USER).pw_uid
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not (proc.name.isascii() and proc.name.isdigit()):
             continue
         try:
             if proc.stat().st_uid != uid or b"jupyterhub-singleuser" not in (proc / "cmdline").read_bytes():

@@ -205,6 +205,31 @@ def test_eviction_respects_pod_disruption_budget(k8s_api, k8s_namespace: str):
     wait_for(replaced, timeout=60, what="replacement pod running")
 
 
+def _kserve_state(k8s_api, ns: str, dep: str, kserve: KServe) -> str:
+    """What the cluster looked like, for a failed wait: the predictor, its pods, the nodes, events, KServe's log."""
+    from kubernetes import client
+
+    core, apps = client.CoreV1Api(k8s_api), client.AppsV1Api(k8s_api)
+    lines = []
+    try:
+        d = apps.read_namespaced_deployment(dep, ns)
+        lines.append(f"deployment: spec {d.spec.replicas}, ready {d.status.ready_replicas}, {d.status.conditions}")
+    except Exception as exc:  # noqa: BLE001 - a diagnostic: say what went wrong and go on
+        lines.append(f"deployment: {exc}")
+    for p in core.list_namespaced_pod(ns).items:
+        lines.append(f"pod {p.metadata.name}: {p.status.phase} on {p.spec.node_name} {p.status.conditions}")
+    for n in core.list_node().items:
+        ready = [c.status for c in n.status.conditions or [] if c.type == "Ready"]
+        lines.append(
+            f"node {n.metadata.name}: Ready={ready} unschedulable={n.spec.unschedulable} taints={n.spec.taints}"
+        )
+    for e in core.list_namespaced_event(ns).items[-15:]:
+        lines.append(f"event {e.involved_object.kind}/{e.involved_object.name}: {e.reason} {e.message}")
+    log = kserve.log_path
+    lines.append("kserve-manager log:\n" + (log.read_text(errors="replace")[-3000:] if log.is_file() else "(none)"))
+    return "\n".join(lines)
+
+
 def test_kserve_scales_the_predictor_with_min_replicas(k8s_api, k8s_namespace: str, kserve: KServe):
     from kubernetes import client
     from kubernetes.client.rest import ApiException
@@ -227,7 +252,13 @@ def test_kserve_scales_the_predictor_with_min_replicas(k8s_api, k8s_namespace: s
     def ready() -> bool:
         return is_ready(custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm"))
 
-    wait_for(lambda: serving(2) and ready(), timeout=120, what=f"{dep} at 2 ready replicas, llm Ready")
+    def wait(check, timeout: float, what: str) -> None:
+        try:
+            wait_for(check, timeout=timeout, what=what)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{_kserve_state(k8s_api, ns, dep, kserve)}") from None
+
+    wait(lambda: serving(2) and ready(), 120, f"{dep} at 2 ready replicas, llm Ready")
     d = apps.read_namespaced_deployment(dep, ns)
     assert d.metadata.owner_references[0].kind == "InferenceService"
     limits = {c.name: (c.resources.limits or {}) for c in d.spec.template.spec.containers}
@@ -239,14 +270,14 @@ def test_kserve_scales_the_predictor_with_min_replicas(k8s_api, k8s_namespace: s
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL, "llm", {"spec": {"predictor": {"minReplicas": 3}}}, _content_type=MERGE
     )
-    wait_for(lambda: serving(3), timeout=90, what=f"{dep} grown to 3 after the merge patch")
+    wait(lambda: serving(3), 90, f"{dep} grown to 3 after the merge patch")
     hpa = scaling.read_namespaced_horizontal_pod_autoscaler(dep, ns)
     assert hpa.status.desired_replicas == 3
 
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL, "llm", {"spec": {"predictor": {"minReplicas": 1}}}, _content_type=MERGE
     )
-    wait_for(lambda: serving(1), timeout=90, what=f"{dep} shrunk to 1 after the merge patch")
+    wait(lambda: serving(1), 90, f"{dep} shrunk to 1 after the merge patch")
 
     # Deleting the service lets the garbage collector remove its predictor.
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm")
