@@ -258,7 +258,7 @@ def test_kserve_scales_the_predictor_with_min_replicas(k8s_api, k8s_namespace: s
         except TimeoutError as exc:
             raise AssertionError(f"{exc}\n{_kserve_state(k8s_api, ns, dep, kserve)}") from None
 
-    wait(lambda: serving(2) and ready(), 120, f"{dep} at 2 ready replicas, llm Ready")
+    wait(lambda: serving(2) and ready(), 300, f"{dep} at 2 ready replicas, llm Ready")
     d = apps.read_namespaced_deployment(dep, ns)
     assert d.metadata.owner_references[0].kind == "InferenceService"
     limits = {c.name: (c.resources.limits or {}) for c in d.spec.template.spec.containers}
@@ -270,14 +270,14 @@ def test_kserve_scales_the_predictor_with_min_replicas(k8s_api, k8s_namespace: s
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL, "llm", {"spec": {"predictor": {"minReplicas": 3}}}, _content_type=MERGE
     )
-    wait(lambda: serving(3), 90, f"{dep} grown to 3 after the merge patch")
+    wait(lambda: serving(3), 240, f"{dep} grown to 3 after the merge patch")
     hpa = scaling.read_namespaced_horizontal_pod_autoscaler(dep, ns)
     assert hpa.status.desired_replicas == 3
 
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL, "llm", {"spec": {"predictor": {"minReplicas": 1}}}, _content_type=MERGE
     )
-    wait(lambda: serving(1), 90, f"{dep} shrunk to 1 after the merge patch")
+    wait(lambda: serving(1), 240, f"{dep} shrunk to 1 after the merge patch")
 
     # Deleting the service lets the garbage collector remove its predictor.
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm")
