@@ -67,7 +67,9 @@ def up(spec: str | None, state_dir: str | None, port_base: int | None, slurm: st
 
 def _hub_users(spec) -> set[str]:
     part = next(p for p in spec.partitions if p.name == spec.notebooks.partition)
-    return {u for p in spec.projects if part.tier in p.tiers for u in p.users}
+    from slurm_pool.spec.notebooks import notebook_users
+
+    return set(notebook_users(spec, part.tier))
 
 
 @cluster.command()

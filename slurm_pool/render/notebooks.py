@@ -14,7 +14,7 @@ from typing import Any
 from slurm_pool.errors import Issue, SpecError
 from slurm_pool.render.context import unit_type
 from slurm_pool.spec.model import PoolSpec
-from slurm_pool.spec.notebooks import limit_seconds
+from slurm_pool.spec.notebooks import limit_seconds, notebook_users
 from slurm_pool.spec.rules import group_profiles, partition_groups
 from slurm_pool.versions import SlurmVersion
 
@@ -86,7 +86,7 @@ def notebook_context(spec: PoolSpec, version: SlurmVersion) -> dict[str, Any]:
     limit = limit_seconds(nb.time_limit)
     assert limit is not None
     interval = min(MAX_ACTIVITY_INTERVAL, max(10, nb.idle_timeout // 4))
-    users = sorted({u for p in spec.projects if part.tier in p.tiers for u in p.users})
+    users = notebook_users(spec, part.tier)
     culler = {
         "name": CULLER,
         "command": ["@PYTHON@", "-m", "jupyterhub_idle_culler", f"--timeout={nb.idle_timeout}"]

@@ -12,11 +12,14 @@ The rules that relate these fields to the rest of the spec live in
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import Field, field_validator, model_validator
 
 from slurm_pool.spec.base import Strict
+
+if TYPE_CHECKING:
+    from slurm_pool.spec.model import PoolSpec
 
 #: A Slurm time limit: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]].
 LIMIT_RE = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+))?(?::(\d+))?|(\d+)(?::(\d+))?(?::(\d+))?)$")
@@ -74,3 +77,8 @@ class Notebooks(Strict):
         if seconds < 60:
             raise ValueError(f"{v!r} is under a minute")
         return v
+
+
+def notebook_users(spec: "PoolSpec", tier: str) -> list[str]:
+    """The users who may start notebook servers in ``tier``: those of every project that may use it, sorted."""
+    return sorted({u for p in spec.projects if tier in p.tiers for u in p.users})

@@ -248,7 +248,7 @@ def _check_tier_shards(spec: PoolSpec, node_owner: dict[str, str]) -> Iterator[I
 
 def _check_notebooks(spec: PoolSpec, node_owner: dict[str, str]) -> Iterator[Issue]:
     """``notebooks``: a partition users may start servers in, its preemption as stated, a GPU its nodes have."""
-    from slurm_pool.spec.notebooks import limit_seconds
+    from slurm_pool.spec.notebooks import limit_seconds, notebook_users
 
     nb = spec.notebooks
     assert nb is not None
@@ -282,8 +282,7 @@ def _check_notebooks(spec: PoolSpec, node_owner: dict[str, str]) -> Iterator[Iss
             f"tier {tier.name!r} demands checkpointing (policy.checkpoint: {tier.policy.checkpoint}), "
             "which a notebook server cannot do",
         )
-    users = [u for p in spec.projects if tier.name in p.tiers for u in p.users]
-    if not users:
+    if not notebook_users(spec, tier.name):
         yield Issue("notebooks.partition", f"no project with users may use tier {tier.name!r}")
     limit, most = limit_seconds(nb.time_limit), limit_seconds(part.max_time)
     if limit is not None and most is not None and limit > most:
