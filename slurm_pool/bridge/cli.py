@@ -74,7 +74,7 @@ def rebalance(
     from slurm_pool.bridge.reconcile import reconcile
     from slurm_pool.bridge.slurm_side import SlurmSide
     from slurm_pool.spec import load_spec
-    from slurm_pool.spec.bridge import bridge_of, check_bridge
+    from slurm_pool.spec.bridge import bridge_of, check_bridge, lend_preemptors
 
     spec = load_spec(spec_path)
     config = bridge_of(spec)
@@ -94,7 +94,15 @@ def rebalance(
         raise click.ClickException(f"cannot reach Kubernetes: {exc}") from None
     try:
         report = reconcile(
-            slurm, k8s, config, now=when, dry_run=dry_run, force_after=force_after, forecast=forecast, notes=notes
+            slurm,
+            k8s,
+            config,
+            now=when,
+            dry_run=dry_run,
+            force_after=force_after,
+            forecast=forecast,
+            notes=notes,
+            preemptors=lend_preemptors(spec, config),
         )
     except LeaseHeld as exc:  # another run is at work: nothing wrong, nothing to do
         click.echo(f"skipped: {exc}", err=True)

@@ -8,7 +8,7 @@ keeps lent so far and the :class:`~slurm_pool.bridge.forecast.Forecast`.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.model import Snapshot
@@ -19,6 +19,23 @@ from slurm_pool.spec.bridge import Bridge
 def gpus_of(snap: Snapshot, names: Sequence[str]) -> int:
     """GPUs Kubernetes can allocate on ``names``."""
     return sum(snap.k8s_nodes[n].gpus for n in names if n in snap.k8s_nodes)
+
+
+def resources_of(snap: Snapshot, names: Sequence[str], gpu_resource: str) -> dict[str, int]:
+    """GPU-like resources (``gpu_resource``, MIG slices ``nvidia.com/mig-*``) Kubernetes can allocate on ``names``."""
+    out: dict[str, int] = {}
+    for n in names:
+        k = snap.k8s_nodes.get(n)
+        if k is None:
+            continue
+        for r, v in (k.gpu_resources or {gpu_resource: k.gpus}).items():
+            out[r] = out.get(r, 0) + v
+    return out
+
+
+def shortfall(need: Mapping[str, int], have: Mapping[str, int]) -> dict[str, int]:
+    """Per resource, how much of ``need`` ``have`` leaves unmet (only the unmet ones)."""
+    return {r: v - have.get(r, 0) for r, v in sorted(need.items()) if v > have.get(r, 0)}
 
 
 def lease_left(snap: Snapshot, n: str, t: float, config: Bridge) -> float:

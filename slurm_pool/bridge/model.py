@@ -130,6 +130,10 @@ class PendingJob:
     gpu_types: tuple[tuple[str, int], ...] = ()
     node_count: int = 1
     features: str = ""
+    qos: str = ""
+    #: Its tier preempts the placeholders (``spec.bridge.lend_preemptors``): Slurm itself may take
+    #: a lent node back for it.  A job that cannot gets only lent nodes that serve no pod.
+    preempts_lend: bool = True
 
     def could_use(self, node: SlurmNodeView) -> bool:
         """Its partitions and node lists allow ``node``, and one node's share of its request fits there."""
@@ -262,6 +266,17 @@ class Snapshot:
         managed = set(self.managed)
         return sum(v.gpus for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable)
 
+    def base_resources(self, gpu_resource: str) -> dict[str, int]:
+        """:attr:`base_gpus` per GPU-like resource, MIG slices included."""
+        managed = set(self.managed)
+        out: dict[str, int] = {}
+        for n, v in self.k8s_nodes.items():
+            if n in managed or v.unschedulable:
+                continue
+            for r, c in (v.gpu_resources or {gpu_resource: v.gpus}).items():
+                out[r] = out.get(r, 0) + c
+        return out
+
     def placeholders_on(self, node: str) -> list[Placeholder]:
         return [p for p in self.placeholders if p.node == node and p.active]
 
@@ -344,11 +359,14 @@ def build_snapshot(
     hpas: Iterable[Mapping[str, Any]] = (),
     serving_runtimes: Iterable[Mapping[str, Any]] = (),
     cluster_serving_runtimes: Iterable[Mapping[str, Any]] = (),
+    preemptors: Iterable[str] | None = None,
 ) -> Snapshot:
     """Both systems' raw data -> :class:`Snapshot`.
 
     ``pods`` are all live pods, bound or not: unbound ones count only as inference demand.
+    ``preemptors``: the QOS whose jobs preempt placeholders (None: every job's does).
     """
+    may_preempt = None if preemptors is None else frozenset(preemptors)
     nodes = {
         n.name: SlurmNodeView(
             n.name, n.state, n.reason, n.partitions, tuple(sorted(gpu_counts(n.gres).items())), n.features
@@ -380,6 +398,8 @@ def build_snapshot(
                     gpu_types=tuple(sorted(job.gpu_types.items())),
                     node_count=job.node_count or 1,
                     features=job.features,
+                    qos=job.qos,
+                    preempts_lend=may_preempt is None or job.qos in may_preempt,
                 )
             )
     k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}

@@ -25,7 +25,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from slurm_pool.bridge.cost import ahead_returns, gpus_of, lease_left, lend_cost, slurm_veto
+from slurm_pool.bridge.cost import (
+    ahead_returns,
+    gpus_of,
+    lease_left,
+    lend_cost,
+    resources_of,
+    shortfall,
+    slurm_veto,
+)
 from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT, K8sNodeView, Snapshot
 from slurm_pool.bridge.windows import off_peak, parse_time
@@ -87,6 +95,9 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
     #: The forecast behind the plan (:meth:`Forecast.summary`); None without one.
     forecast: dict[str, Any] | None = None
+    #: Demand and what stays lent per GPU-like resource (``gpu_resource`` and MIG slices).
+    demand_by_resource: dict[str, int] = field(default_factory=dict)
+    lent_by_resource: dict[str, int] = field(default_factory=dict)
 
     @property
     def steps(self) -> list[Step]:
@@ -102,6 +113,8 @@ class Plan:
             "demand_gpus": self.demand_gpus,
             "base_gpus": self.base_gpus,
             "lent_gpus": self.lent_gpus,
+            "demand_by_resource": dict(self.demand_by_resource),
+            "lent_by_resource": dict(self.lent_by_resource),
             "notes": list(self.notes),
             "forecast": self.forecast,
             "nodes": [
@@ -122,21 +135,29 @@ class Plan:
 # -- planning --------------------------------------------------------------------
 
 
-def claims(snap: Snapshot, config: Bridge) -> dict[str, list[int]]:
-    """Node -> the pending jobs that claim it.
+def claims(snap: Snapshot, config: Bridge) -> tuple[dict[str, list[int]], list[int]]:
+    """Node -> the pending jobs that claim it, and the jobs left waiting for inference.
 
     A job claims as many nodes as it asks for, of those it could run on
     (``PendingJob.could_use``: partitions, node lists, one node's share of its
     GPUs by type, simple constraints): idle nodes first, then the lent ones with
     the fewest pods, then busy ones.  So a job that fits nowhere claims nothing,
-    and a 1-node job takes back at most one node.
+    and a 1-node job takes back at most one node.  A job whose tier does not
+    preempt the placeholders (``PendingJob.preempts_lend``: a spot job) never
+    claims a lent node that serves pods: taking it would cost inference a cold
+    start for work that pays less.  Such a job is in the second list when that
+    left it with fewer nodes than it asks for.
     """
     out: dict[str, list[int]] = {}
+    waiting: list[int] = []
+
+    def lent(name: str) -> bool:
+        k = snap.k8s_nodes.get(name)
+        return bool(snap.placeholders_on(name)) or (k is not None and k.lent)
 
     def cost(name: str) -> tuple[int, int, str]:
         """Idle Slurm nodes first (the job can start there now), then lent ones, then busy ones."""
-        k = snap.k8s_nodes.get(name)
-        if snap.placeholders_on(name) or (k is not None and k.lent):
+        if lent(name):
             rank = 1
         else:
             rank = 2 if snap.busy.get(name) or not snap.slurm_nodes[name].idle else 0
@@ -146,9 +167,15 @@ def claims(snap: Snapshot, config: Bridge) -> dict[str, list[int]]:
         if job.reason in config.ignore_pending_reasons:
             continue
         fit = [n for n, s in snap.slurm_nodes.items() if not s.unavailable and job.could_use(s)]
-        for name in sorted(fit, key=cost)[: max(job.node_count, 1)]:
+        want = max(job.node_count, 1)
+        if not job.preempts_lend:
+            allowed = [n for n in fit if not (lent(n) and snap.workload_pods(n))]
+            if len(allowed) < min(want, len(fit)):
+                waiting.append(job.job_id)
+            fit = allowed
+        for name in sorted(fit, key=cost)[:want]:
             out.setdefault(name, []).append(job.job_id)
-    return out
+    return out, waiting
 
 
 def _blockers(
@@ -182,7 +209,7 @@ def _blockers(
     else:
         if k.cordoned_by_someone_else:
             out.append("kubernetes: cordoned by someone else")
-        if k.gpus <= 0:
+        if k.gpus <= 0 and not any(k.gpu_resources.values()):
             out.append("kubernetes: no allocatable GPUs")
     requeued = [p.job_id for p in ph if p.requeued]
     if requeued:
@@ -204,13 +231,31 @@ def plan(
     window = off_peak(config, now)
     lend_allowed = window or config.lend_outside_off_peak
     managed = snap.managed
-    need = max(0, snap.demand_gpus - snap.base_gpus)
+    gres = config.gpu_resource
+    base = snap.base_resources(gres)
+    # Demand per GPU-like resource beyond what Kubernetes has outside Slurm's nodes: whole GPUs
+    # (``gpu_resource``) and each MIG slice (``nvidia.com/mig-*``) are met only by themselves.
+    wanted = dict(snap.demand_by_resource or {gres: snap.demand_gpus})
+    wanted[gres] = snap.demand_gpus
+    need_by = {r: max(0, v - base.get(r, 0)) for r, v in wanted.items()}
+    need = need_by[gres]
     fc = forecast
     warmup = config.forecast.warmup_seconds if config.forecast else 0
     horizon = config.min_lease_seconds + config.return_ahead_seconds
     if fc is not None and fc.inference is not None:
         need = max(need, math.ceil(fc.inference.peak(t, warmup) - 1e-9) - snap.base_gpus)
-    claimed = claims(snap, config)
+        need_by[gres] = need
+
+    def supply(names: list[str]) -> dict[str, int]:
+        return resources_of(snap, names, gres)
+
+    def covered_without(n: str, rest: list[str]) -> bool:
+        """The rest meets every resource's need, with the hysteresis on those ``n`` offers."""
+        mine, have = supply([n]), supply(rest)
+        pad = {r: config.hysteresis_gpus if r in mine and v > 0 else 0 for r, v in need_by.items()}
+        return all(have.get(r, 0) >= v + pad[r] for r, v in need_by.items())
+
+    claimed, spot_waiting = claims(snap, config)
     blockers = {n: _blockers(snap, config, n, lend_allowed, claimed) for n in managed}
 
     def pods(n: str) -> int:
@@ -231,14 +276,14 @@ def plan(
         rest = [m for m in keep if m != n]
         if len(keep) > cap:
             dropped[n] = f"more than bridge.max_lent_nodes ({cap}) lent"
-        elif gpus_of(snap, rest) >= need + config.hysteresis_gpus:
+        elif covered_without(n, rest):
             left = lease_left(snap, n, t, config)
             if left > 0:
                 held[n] = f"kept for its minimum lease ({left:.0f}s left) though demand dropped"
                 continue
             dropped[n] = (
-                f"inference demand dropped: {need + snap.base_gpus} GPU(s) wanted, "
-                f"{snap.base_gpus + gpus_of(snap, rest)} without this node"
+                f"inference demand dropped: {_amounts(need_by, base, gres)} wanted, "
+                f"{_amounts(supply(rest), base, gres)} without this node"
             )
         else:
             continue
@@ -251,8 +296,15 @@ def plan(
     closing = not config.lend_outside_off_peak and not off_peak(
         config, now + timedelta(seconds=config.stagger_seconds * len(keep))
     )
-    while free and gpus_of(snap, keep) < need and len(keep) < cap:
-        n = min(free, key=lambda n: lend_cost(snap, n, keep, fc, t, horizon))
+    while free and len(keep) < cap:
+        # The scarcest resource still short first (a MIG slice few nodes offer), then the cheapest node.
+        short = shortfall(need_by, supply(keep))
+        offers = {r: [n for n in free if supply([n]).get(r, 0) > 0] for r in short}
+        offers = {r: ns for r, ns in offers.items() if ns}
+        if not offers:
+            break
+        scarce = min(offers, key=lambda r: (len(offers[r]), r))
+        n = min(offers[scarce], key=lambda n: lend_cost(snap, n, keep, fc, t, horizon))
         free.remove(n)
         veto = slurm_veto(snap, n, keep, fc, t, horizon)
         if closing:
@@ -275,19 +327,33 @@ def plan(
             plans.append(_fence(snap, n, tuple(blockers[n]) or ("inference demand is met",)))
     plans += _orphans(snap, config, set(managed))
     notes = []
-    unmet = need - gpus_of(snap, keep)
-    if unmet > 0:
-        notes.append(f"{unmet} GPU(s) of inference demand cannot be met by lending")
+    if spot_waiting:
+        notes.append(
+            "pending job(s) " + ",".join(map(str, spot_waiting)) + " of tiers that do not preempt "
+            f"{config.qos} wait: the lent nodes they fit serve inference"
+        )
+    for r, unmet in shortfall(need_by, supply(keep)).items():
+        what = "GPU(s)" if r == gres else f"{r} slice(s)"
+        notes.append(f"{unmet} {what} of inference demand cannot be met by lending")
     return Plan(
         now=now,
         window_open=window,
         demand_gpus=snap.demand_gpus,
         base_gpus=snap.base_gpus,
         lent_gpus=gpus_of(snap, keep),
+        demand_by_resource={r: v for r, v in sorted(wanted.items()) if v},
+        lent_by_resource=supply(keep),
         nodes=tuple(plans),
         notes=tuple(notes),
         forecast=fc.summary(t, warmup, horizon) if fc is not None and fc.enabled else None,
     )
+
+
+def _amounts(by: dict[str, int], base: dict[str, int], gres: str) -> str:
+    """``by`` plus what Kubernetes has outside Slurm, as text: ``4 GPU(s) + 2 nvidia.com/mig-3g.20gb``."""
+    total = {r: by.get(r, 0) + base.get(r, 0) for r in sorted(set(by) | set(base) | {gres})}
+    parts = [f"{total.pop(gres)} GPU(s)"] + [f"{v} {r}" for r, v in total.items() if v]
+    return " + ".join(parts)
 
 
 def _orphans(snap: Snapshot, config: Bridge, managed: set[str]) -> list[NodePlan]:

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from slurm_pool.bridge import lease
+from slurm_pool.bridge.demand import MIG_PREFIX
 from slurm_pool.bridge.execute import Executor, StepResult
 from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.k8s import K8sAPI, K8sError, NotFound
@@ -60,6 +61,15 @@ class Report:
             f"({p.base_gpus} outside Slurm), {p.lent_gpus} GPU(s) lent after this run"
             + (" [dry run]" if self.dry_run else "")
         ]
+        slices = {r: v for r, v in p.demand_by_resource.items() if r.startswith(MIG_PREFIX)}
+        if slices or any(r.startswith(MIG_PREFIX) for r in p.lent_by_resource):
+            lines.append(
+                "MIG slices: "
+                + ", ".join(
+                    f"{r} {slices.get(r, 0)} wanted, {p.lent_by_resource.get(r, 0)} lent"
+                    for r in sorted(set(slices) | {r for r in p.lent_by_resource if r.startswith(MIG_PREFIX)})
+                )
+            )
         lines += [f"note: {n}" for n in p.notes]
         if p.forecast is not None:
             f = p.forecast
@@ -84,8 +94,11 @@ class Report:
         return "\n".join(lines)
 
 
-def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge) -> Snapshot:
-    """Read both systems once (and, for a placeholder on a node not listed, whether Kubernetes has it)."""
+def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge, preemptors: frozenset[str] | None = None) -> Snapshot:
+    """Read both systems once (and, for a placeholder on a node not listed, whether Kubernetes has it).
+
+    ``preemptors``: the QOS that preempt placeholders (``spec.bridge.lend_preemptors``; None: all).
+    """
     snap = build_snapshot(
         config,
         slurm.nodes(),
@@ -97,6 +110,7 @@ def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge) -> Snapshot:
         hpas=k8s.list_hpas(),
         serving_runtimes=k8s.list_serving_runtimes(),
         cluster_serving_runtimes=k8s.list_cluster_serving_runtimes(),
+        preemptors=preemptors,
     )
     unlisted = sorted({p.node for p in snap.placeholders if p.active} - set(snap.k8s_nodes))
     unselected = set()
@@ -149,6 +163,7 @@ def reconcile(
     holder: str | None = None,
     forecast: Forecast | None = None,
     notes: Sequence[str] = (),
+    preemptors: frozenset[str] | None = None,
 ) -> Report:
     """Observe, plan and (unless ``dry_run``) carry out; errors of steps land in the report.
 
@@ -156,7 +171,7 @@ def reconcile(
     overlap (:class:`~slurm_pool.bridge.lease.LeaseHeld` otherwise); a dry run
     only reads.  ``now`` is the time the plan is made for; the Lease always
     uses the clock.  ``forecast`` (:func:`slurm_pool.bridge.history.build_forecast`)
-    lets the plan look ahead; ``notes`` go into the report.
+    lets the plan look ahead; ``notes`` go into the report; ``preemptors``: see :func:`observe`.
     """
     began = time.monotonic()
     now = now or datetime.now(timezone.utc)
@@ -164,7 +179,9 @@ def reconcile(
     if not dry_run:
         take_lease(k8s, config, holder, datetime.now(timezone.utc))
     try:
-        the_plan = plan(observe(slurm, k8s, config), config, now, force_after=force_after, forecast=forecast)
+        the_plan = plan(
+            observe(slurm, k8s, config, preemptors), config, now, force_after=force_after, forecast=forecast
+        )
         if notes:
             the_plan = replace(the_plan, notes=(*the_plan.notes, *notes))
         report = Report(the_plan, dry_run=dry_run)

@@ -161,6 +161,16 @@ def bridge_of(spec: "PoolSpec") -> Bridge:
     return spec.bridge if spec.bridge is not None else Bridge()
 
 
+def lend_preemptors(spec: "PoolSpec", bridge: Bridge | None = None) -> frozenset[str]:
+    """The tiers (QOS) whose jobs preempt the bridge's placeholders: Slurm takes a lent node back for them.
+
+    A pending job of any other tier waits for the bridge, which gives it only a lent
+    node that serves no inference pod (no cold start for a job that cannot preempt).
+    """
+    b = bridge or bridge_of(spec)
+    return frozenset(t.name for t in spec.tiers if b.qos in t.preempt)
+
+
 def check_bridge(spec: "PoolSpec", bridge: Bridge | None = None) -> list[str]:
     """Cross-checks against the rest of the spec: the names the bridge uses exist."""
     b = bridge or bridge_of(spec)

@@ -44,7 +44,9 @@ class BridgeBed:
 
     def reconcile(self, now: datetime = NIGHT, **kw: Any):
         from slurm_pool.bridge.reconcile import reconcile
+        from slurm_pool.spec.bridge import lend_preemptors
 
+        kw.setdefault("preemptors", lend_preemptors(self.cluster.spec, self.config))
         return reconcile(self.slurm, self.k8s, self.config, now=now, **kw)
 
     # -- Kubernetes --------------------------------------------------------------
@@ -65,11 +67,11 @@ class BridgeBed:
             t.key == "slurm-pool/reclaimed" and t.effect == "NoSchedule" for t in n.spec.taints or []
         )
 
-    def create_isvc(self, name: str, replicas: int, gpus: int = 1) -> None:
+    def create_isvc(self, name: str, replicas: int, gpus: int = 1, resource: str = "nvidia.com/gpu") -> None:
         """An InferenceService for KServe (Standard mode): ``replicas`` is its minReplicas."""
         from tests.support.kserve import GROUP, PLURAL, VERSION, isvc_manifest
 
-        body = isvc_manifest(name, min_replicas=replicas, gpus=gpus)
+        body = isvc_manifest(name, min_replicas=replicas, gpus=gpus, resource=resource)
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
 
     def isvc(self, name: str = "llm") -> dict[str, Any]:

@@ -457,3 +457,74 @@ def test_a_run_finding_another_runs_lease_changes_nothing_and_exits_0(bridge, mo
         if freed:
             bridge.k8s.write_lease(ns, freed)
     assert bridge.reconcile(NIGHT).ok, "the next run takes the freed Lease"
+
+
+def _job_info(bridge, job: int) -> dict[str, str]:
+    out = bridge.cluster.run(["scontrol", "show", "job", "-o", str(job)], check=True).stdout
+    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+
+def test_a_spot_job_waits_for_a_lent_node_that_serves_no_pod(bridge):
+    """The example's scavenger tier does not preempt k8s-lend: a spot job that fits only the lent node
+    leaves its predictors alone through several scheduling passes (Slurm preempts nothing, the bridge
+    reclaims nothing and says why).  Once inference no longer needs the node, it goes back and the job runs."""
+    _lend_one(bridge)
+    placeholder = int(bridge.placeholders()[0]["id"])
+    spot = bridge.cluster.sbatch(
+        "-p", "scavenger", "--qos=scavenger", "-A", "proja", "-w", "a-gpu1", "--gres=gpu:1",
+        "--signal=B:USR1@30", "-o", "/dev/null", "-D", "/tmp", user="alice", script=OWNER_JOB,
+    )  # fmt: skip
+    submitted = datetime.fromisoformat(_job_info(bridge, spot)["SubmitTime"])
+    passes = 2 * bridge.cluster.spec.scheduler.bf_interval + 2
+
+    def evaluated() -> bool:
+        """It left PENDING (Slurm preempted for it), or the scheduler looked at it ``passes``s after its submit."""
+        info = _job_info(bridge, spot)
+        last = datetime.fromisoformat(info["LastSchedEval"])
+        return info["JobState"] != "PENDING" or (last - submitted).total_seconds() >= passes
+
+    wait_for(evaluated, timeout=120, what=f"the scheduler (main and backfill) evaluating the spot job for {passes}s")
+    assert bridge.cluster.job_field(spot, "%T") == "PENDING"
+    assert _job_info(bridge, placeholder)["PreemptTime"] in ("None", "Unknown"), "Slurm preempted for a spot job"
+    report = bridge.reconcile(NIGHT)
+    assert report.ok, report.text()
+    assert report.plan.node("a-gpu1").intent == "lent", report.text()
+    assert any(f"pending job(s) {spot} of tiers that do not preempt k8s-lend wait" in n for n in report.plan.notes)
+    assert sorted(bridge.running_on().values()) == ["a-gpu1", "a-gpu1"] and bridge.lent("a-gpu1")
+
+    from tests.support.kserve import GROUP, PLURAL, VERSION
+
+    bridge.custom.delete_namespaced_custom_object(GROUP, VERSION, bridge.namespace, PLURAL, "llm")
+    wait_for(lambda: not bridge.predictors(), timeout=90, what="llm's predictors gone")
+    report = bridge.reconcile(NIGHT)
+    assert report.ok, report.text()
+    assert report.plan.node("a-gpu1").intent == "reclaim", report.text()
+    bridge.cluster.wait_state(spot, ["RUNNING"], timeout=60)
+    assert bridge.fenced("a-gpu1") and not bridge.placeholders()
+
+
+def test_a_mig_node_is_lent_for_a_service_on_a_mig_slice(bridge):
+    """Real KServe: a predictor asking for one nvidia.com/mig-3g.20gb makes the bridge lend c-gpu1 (the
+    example's MIG node, which the device plugin shows as 1 GPU + 1 slice), and only c-gpu1; the service
+    becomes Ready there.  Deleted, its node goes back to Slurm."""
+    from tests.support.k8s import MIG_SLICE
+    from tests.support.kserve import GROUP, PLURAL, VERSION
+
+    _fence_all(bridge)
+    bridge.create_isvc("small", replicas=1, resource=MIG_SLICE)
+    wait_for(lambda: len(bridge.predictors("small")) == 1, timeout=30, what="1 predictor pod created")
+    report = bridge.reconcile(NIGHT)
+    assert report.ok, report.text()
+    assert report.plan.demand_by_resource == {MIG_SLICE: 1}, report.text()
+    assert [n for n in NODES if report.plan.node(n).intent == "lend"] == ["c-gpu1"], report.text()
+    assert f"MIG slices: {MIG_SLICE} 1 wanted, 1 lent" in report.text()
+    bridge.wait_predictors(1, "c-gpu1", name="small")
+    wait_for(lambda: is_ready(bridge.isvc("small")), timeout=90, what="small Ready through KServe")
+    assert [p["node"] for p in bridge.placeholders()] == ["c-gpu1"]
+    assert bridge.reconcile(NIGHT).plan.steps == []
+
+    bridge.custom.delete_namespaced_custom_object(GROUP, VERSION, bridge.namespace, PLURAL, "small")
+    wait_for(lambda: not bridge.predictors("small"), timeout=90, what="small's predictor gone")
+    report = bridge.reconcile(NIGHT)
+    assert report.ok and report.plan.node("c-gpu1").intent == "reclaim", report.text()
+    assert bridge.fenced("c-gpu1") and not bridge.placeholders()

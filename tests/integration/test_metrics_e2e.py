@@ -30,7 +30,7 @@ from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
 from tests.support.slurm_cluster import self_requeue
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.k8s]
 
 REPO = Path(__file__).resolve().parent.parent.parent
 # Long enough to outlive every wait of a test on a loaded machine; the cluster fixture cancels it.
@@ -93,16 +93,20 @@ class Daemon:
 
 
 @pytest.fixture(scope="module")
-def exporter(slurm_cluster, tmp_path_factory):
-    """``slurm-pool exporter`` on a free loopback port, talking to the test cluster."""
+def exporter(slurm_cluster, k8s_kubeconfig, tmp_path_factory):
+    """``slurm-pool exporter`` on a free loopback port, talking to the test cluster, and given the
+    example spec and the session's Kubernetes (real KServe) so it exports the inference demand too."""
+    import yaml
+
     port = free_port()
     env = {**os.environ, **slurm_cluster.env, "PYTHONPATH": str(REPO)}
     logs = tmp_path_factory.mktemp("exporter")
-    d = Daemon(
-        [sys.executable, "-m", "slurm_pool.metrics.cli", "--listen", f"127.0.0.1:{port}", "--reclaim-interval", "1"],
-        logs / "exporter.log",
-        env,
-    )
+    data = yaml.safe_load((REPO / "examples" / "pool.yaml").read_text())
+    data["bridge"]["kserve_namespace"] = "metrics-e2e"  # no InferenceService there: a demand of 0
+    spec = logs / "pool.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    argv = [sys.executable, "-m", "slurm_pool.metrics.cli", "--listen", f"127.0.0.1:{port}", "--reclaim-interval", "1"]
+    d = Daemon([*argv, "--spec", str(spec), "--kubeconfig", str(k8s_kubeconfig)], logs / "exporter.log", env)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
 

@@ -39,6 +39,10 @@ from tests.support.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_
 #: The example pool's nodes (examples/pool.yaml): 2 GPUs, 4 CPUs, 8000 MB each.
 DEFAULT_NODE_NAMES: tuple[str, ...] = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
 GPU_RESOURCE = "nvidia.com/gpu"
+#: c-gpu1's MIG slice (the example's ``gpus.mig`` 3g.20gb on one of its two A100s) as the
+#: NVIDIA device plugin's mixed strategy advertises it: one whole GPU plus one slice.
+MIG_SLICE = "nvidia.com/mig-3g.20gb"
+DEFAULT_SLICES: dict[str, dict[str, int]] = {"c-gpu1": {MIG_SLICE: 1}}
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 #: Label put on every node the control plane creates.
 NODE_LABEL = "slurm-pool.testing/kwok-node"
@@ -60,9 +64,12 @@ class NodeSpec:
     cpus: int = 4
     memory: str = "8000Mi"
     labels: dict[str, str] = field(default_factory=dict)
+    #: MIG resources (``nvidia.com/mig-*``) besides its whole GPUs.
+    slices: dict[str, int] = field(default_factory=dict)
 
     def manifest(self) -> dict:
         capacity = {"cpu": str(self.cpus), "memory": self.memory, "pods": "110", GPU_RESOURCE: str(self.gpus)}
+        capacity |= {r: str(v) for r, v in self.slices.items()}
         labels = {
             "kubernetes.io/hostname": self.name,
             "kubernetes.io/os": "linux",
@@ -88,7 +95,13 @@ def node_specs(nodes: Iterable[str | NodeSpec] | None) -> list[NodeSpec]:
     if nodes is None:
         env = os.environ.get("SLURM_POOL_K8S_NODES", "").split()
         nodes = env or DEFAULT_NODE_NAMES
-    return [n if isinstance(n, NodeSpec) else NodeSpec(n) for n in nodes]
+    return [n if isinstance(n, NodeSpec) else _default_spec(n) for n in nodes]
+
+
+def _default_spec(name: str) -> NodeSpec:
+    """A node named like the example pool's: a MIG node has one whole GPU per slice fewer."""
+    slices = DEFAULT_SLICES.get(name, {})
+    return NodeSpec(name, gpus=2 - sum(slices.values()), slices=dict(slices))
 
 
 def free_port() -> int:

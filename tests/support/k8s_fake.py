@@ -12,11 +12,13 @@ from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT
 NODES = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
 
 
-def node_manifest(name: str, gpus: int = 2) -> dict[str, Any]:
+def node_manifest(name: str, gpus: int = 2, slices: dict[str, int] | None = None) -> dict[str, Any]:
+    """A Node; ``slices``: MIG resources as the device plugin's mixed strategy names them."""
+    alloc = {"nvidia.com/gpu": str(gpus)} | {k: str(v) for k, v in (slices or {}).items()}
     return {
         "metadata": {"name": name, "labels": {}, "annotations": {}, "resourceVersion": "1"},
         "spec": {},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+        "status": {"allocatable": alloc},
     }
 
 
@@ -28,10 +30,10 @@ def pod_manifest(name: str, node: str, ns: str = "serve", **meta: Any) -> dict[s
     }
 
 
-def isvc(name: str, replicas: int, gpus: int = 1) -> dict[str, Any]:
+def isvc(name: str, replicas: int, gpus: int = 1, resource: str = "nvidia.com/gpu") -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "serve"},
-        "spec": {"predictor": {"minReplicas": replicas, "model": {"resources": {"limits": {"nvidia.com/gpu": gpus}}}}},
+        "spec": {"predictor": {"minReplicas": replicas, "model": {"resources": {"limits": {resource: gpus}}}}},
     }
 
 

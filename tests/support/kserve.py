@@ -218,11 +218,13 @@ class KServe:
         self.stop()
 
 
-def isvc_manifest(name: str, min_replicas: int, gpus: int = 1, max_replicas: int | None = None) -> dict:
-    """An InferenceService in Standard mode on the Hugging Face runtime, ``gpus`` GPUs per predictor pod."""
+def isvc_manifest(
+    name: str, min_replicas: int, gpus: int = 1, max_replicas: int | None = None, resource: str = "nvidia.com/gpu"
+) -> dict:
+    """An InferenceService in Standard mode on the Hugging Face runtime, ``gpus`` of ``resource`` per predictor pod."""
     predictor: dict = {
         "minReplicas": min_replicas,
-        "model": {"modelFormat": {"name": "huggingface"}, "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}},
+        "model": {"modelFormat": {"name": "huggingface"}, "resources": {"limits": {resource: str(gpus)}}},
     }
     if max_replicas is not None:
         predictor["maxReplicas"] = max_replicas

@@ -524,6 +524,39 @@ def test_a_pending_one_gpu_scavenger_job_takes_back_at_most_one_node():
     assert any("could run here" in r for r in p.node("a-gpu2").reasons)
 
 
+@pytest.mark.parametrize(
+    "qos, preemptors, pods_on, reclaimed",
+    [
+        # A spot tier that does not preempt k8s-lend never takes a node that serves pods ...
+        ("scavenger", {"guaranteed", "shared"}, ["a-gpu1", "a-gpu2", "b-gpu1"], []),
+        # ... but takes an empty lent node (no cold start), the one job at most one node.
+        ("scavenger", {"guaranteed", "shared"}, ["a-gpu1", "b-gpu1"], ["a-gpu2"]),
+        # A tier that preempts the placeholders claims as before: the emptiest lent node.
+        ("shared", {"guaranteed", "shared"}, ["a-gpu1", "a-gpu2", "b-gpu1"], ["a-gpu1"]),
+        # Without the spec's preemption graph (None) every job counts as preempting.
+        ("scavenger", None, ["a-gpu1", "a-gpu2", "b-gpu1"], ["a-gpu1"]),
+    ],
+)
+def test_a_spot_job_never_costs_inference_a_cold_start(qos, preemptors, pods_on, reclaimed):
+    w = world(6)
+    assert w.run().ok and all(w.k8s.lent(n) for n in ("a-gpu1", "a-gpu2", "b-gpu1"))
+    w.k8s.pods += [pod_manifest(f"llm-{i}", n) for i, n in enumerate(pods_on)]
+    w.slurm.drains["c-gpu1"] = "maintenance"  # the one node Slurm kept cannot take it
+    job = w.slurm.add("PENDING", qos, state_reason="Priority", tres_req_str="gres/gpu=1", qos=qos)
+    snap = observe(w.side, w.k8s, w.config, None if preemptors is None else frozenset(preemptors))
+    p = plan(snap, w.config, NIGHT)
+    assert sorted(n for n, i in intents(p).items() if i == "reclaim") == reclaimed, p.to_dict()
+    waits = any(f"pending job(s) {job} of tiers that do not preempt k8s-lend wait" in n for n in p.notes)
+    assert waits is (not reclaimed), p.notes
+
+
+def test_the_example_spec_lets_no_spot_job_preempt_inference():
+    from slurm_pool.spec import load_spec
+    from slurm_pool.spec.bridge import lend_preemptors
+
+    assert lend_preemptors(load_spec(EXAMPLE_SPEC)) == {"guaranteed", "shared"}
+
+
 @pytest.mark.parametrize("name", list(RECLAIMS))
 def test_reclaim_table(name):
     change, now, config, fragment = RECLAIMS[name]
@@ -951,3 +984,66 @@ def test_lease_shorter_than_a_run_is_a_spec_error():
         "bridge.lease_seconds: 100 is shorter than a run can take (placeholder_start_timeout + reclaim_wait "
         "+ 60 = 135): a slow run would lose its Lease to the next one"
     ]
+
+
+# -- MIG nodes -----------------------------------------------------------------------------
+
+SLICE = "nvidia.com/mig-3g.20gb"
+GPU_RES = "nvidia.com/gpu"
+
+
+def mig_world(*isvcs: dict) -> World:
+    """c-gpu1 as the NVIDIA device plugin (mixed strategy) shows the example's node: one whole GPU, one 3g.20gb."""
+    w = World()
+    w.k8s.nodes["c-gpu1"] = node_manifest("c-gpu1", 1, {SLICE: 1})
+    w.settle()
+    w.k8s.isvcs.extend(isvcs)
+    return w
+
+
+@pytest.mark.parametrize(
+    "isvcs, lent_nodes, note",
+    [
+        # Only c-gpu1 offers the slice: it is lent, though a-gpu1 comes first by name.
+        ([isvc("small", 1, resource=SLICE)], ["c-gpu1"], None),
+        # Whole GPUs and a slice: the slice's node plus the whole GPUs still missing.
+        ([isvc("llm", 2), isvc("small", 1, resource=SLICE)], ["a-gpu1", "c-gpu1"], None),
+        ([isvc("llm", 1), isvc("small", 1, resource=SLICE)], ["c-gpu1"], None),  # c-gpu1's whole GPU serves llm
+        # A slice no node has is reported, and lends nothing.
+        (
+            [isvc("tiny", 2, resource="nvidia.com/mig-1g.10gb")],
+            [],
+            "2 nvidia.com/mig-1g.10gb slice(s) of inference demand cannot be met by lending",
+        ),
+    ],
+)
+def test_mig_nodes_are_lent_for_their_slices(isvcs, lent_nodes, note):
+    w = mig_world(*isvcs)
+    p = w.plan()
+    assert sorted(n for n, i in intents(p).items() if i == "lend") == lent_nodes, p.to_dict()
+    assert (note in p.notes) if note else not p.notes, p.notes
+    assert w.run().ok and sorted(w.placeholders()) == lent_nodes
+    assert w.plan().steps == []
+
+
+def test_a_mig_node_goes_back_when_its_slices_are_no_longer_wanted():
+    w = mig_world(isvc("llm", 2), isvc("small", 1, resource=SLICE))
+    assert w.run().ok and sorted(w.placeholders()) == ["a-gpu1", "c-gpu1"]
+    w.k8s.isvcs[:] = [isvc("llm", 2)]
+    p = w.plan()
+    assert intents(p)["c-gpu1"] == "reclaim" and intents(p)["a-gpu1"] == "lent", p.to_dict()
+    assert "inference demand dropped: 2 GPU(s) wanted, 2 GPU(s) without this node" in p.node("c-gpu1").reasons
+    assert p.lent_by_resource == {GPU_RES: 2} and p.demand_by_resource == {GPU_RES: 2}
+
+
+def test_a_node_with_only_mig_slices_may_be_lent():
+    w = World()
+    w.k8s.nodes["c-gpu1"] = node_manifest("c-gpu1", 0, {SLICE: 2})
+    w.settle()
+    w.k8s.isvcs.append(isvc("small", 2, resource=SLICE))
+    p = w.plan()
+    assert intents(p)["c-gpu1"] == "lend", p.to_dict()
+    assert p.lent_by_resource == {SLICE: 2}
+    from slurm_pool.bridge.reconcile import Report
+
+    assert f"MIG slices: {SLICE} 2 wanted, 2 lent" in Report(p, dry_run=True).text()

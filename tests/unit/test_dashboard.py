@@ -34,6 +34,7 @@ REQUIRED = {
     "preemptions and checkpoint outcomes": "slurm_pool_preemptions_total",
     "job runs by reason": "slurm_pool_job_runs_total",
     "drains": "slurm_pool_drained_nodes",
+    "inference demand": "slurm_pool_inference_demand_gpus",
 }
 
 
@@ -53,7 +54,8 @@ def exported_names(tmp_path: Path) -> set[str]:
     r.on(["sinfo", "--json"], (DATA / "nodes-lent.json").read_text())
     r.on(["squeue", "--json"], (DATA / "squeue-lent.json").read_text())
     reg = CollectorRegistry()
-    reg.register(PoolCollector(SlurmClient(r), state_dir=str(tmp_path)))
+    inference = lambda: {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}  # noqa: E731 - the bridge's reader
+    reg.register(PoolCollector(SlurmClient(r), state_dir=str(tmp_path), inference=inference))
     names = set()
     for fam in reg.collect():
         names.add(fam.name)
