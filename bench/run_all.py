@@ -26,6 +26,7 @@ RESULTS = BENCH / "results"
 BENCHES: dict[str, tuple[list[str], bool]] = {
     "render_scale": (["render_scale.py"], False),
     "mig_pack": (["mig_pack.py"], False),
+    "mig_replay": (["mig_replay.py"], False),
     "pool_sim": (["pool_sim.py"], False),
     "pool_size": (["pool_size.py"], False),
     "sim_speed": (["sim_speed.py"], False),

@@ -25,6 +25,10 @@ nodes.  The model:
   reservation (the earliest time and nodes where it fits, from running jobs'
   time limits); up to ``bf_depth`` jobs behind it may start now if they fit on
   free GPUs and either end before that time or stay off the reserved nodes.
+* With ``NodePolicy.release_delay``, a finished job's GPUs stay taken that
+  many seconds more (Slurm's epilog, the COMPLETING state and the pass that
+  starts the next job); a preemptor may claim them, and starts once they are
+  released.
 
 Simplified against Slurm: one reservation per queue head (not one per waiting
 job), no bf_window or bf_resolution, backfilled jobs do not preempt, the
@@ -74,6 +78,9 @@ class NodePolicy(Policy):
     #: Owner jobs beyond the share borrow (False: they wait for their own nodes, as jobs routed
     #: only to the owner's partition do).
     owners_borrow: bool = True
+    #: Seconds a finished job's GPUs stay taken before another job can start on them: Slurm's
+    #: epilog and COMPLETING state, then the scheduling pass that starts the next job (0: at once).
+    release_delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -556,8 +563,14 @@ class _Sim:
             del self.runs[job_id]
             if self.pol.time_limit is not None and self.now < self._limit_end(run):
                 self.epoch += 1  # ended before its limit: reservations may come earlier
-            self._release(run)
             self._record(run, self.now, "done")
+            if self.pol.release_delay > 0:  # completing: its GPUs come free a little later
+                run.free_at = self.now + self.pol.release_delay
+                for n in run.alloc:
+                    self.ver[n] += 1
+                self.push(run.free_at, "released", run)
+            else:
+                self._release(run)
             assert st.first_start is not None
             wait = st.first_start - run.job.arrival
             if run.job.project is None:
@@ -578,6 +591,9 @@ class _Sim:
                 self.push(self.now + self.pol.requeue_delay, "eligible", payload.job)
             else:
                 self.queues[payload.job.project].appendleft(payload.job)
+        elif kind == "released":
+            assert isinstance(payload, _Run)
+            self._release(payload)
         elif kind == "eligible":  # a requeued job's hold is over: it keeps its place at the front
             assert isinstance(payload, Job)
             self.queues[payload.project].appendleft(payload)

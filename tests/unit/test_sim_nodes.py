@@ -188,6 +188,26 @@ def test_a_requeued_job_is_held_for_the_requeue_delay(delay, again):
     assert runs(r) == {"x": [(0, ("a0",)), (again, ("a0",))], "o": [(15, ("a0",))]}
 
 
+@pytest.mark.parametrize(
+    ("delay", "expected"),
+    [
+        # b waits for a's GPU: it starts when a ends (100), or once a's epilog and COMPLETING are over
+        (0, {"a": [(0, ("n0",))], "b": [(100, ("n0",))], "o": [(160, ("a0",))]}),
+        (2.5, {"a": [(0, ("n0",))], "b": [(102.5, ("n0",))], "o": [(162.5, ("a0",))]}),
+    ],
+)
+def test_a_finished_jobs_gpus_come_free_after_the_release_delay(delay, expected):
+    """b waits for a on n0; o (no preemption) waits for the borrower x on its own a0.  Each starts when
+    the GPUs of the job before it are released: at its end, or ``delay`` later."""
+    policy = NodePolicy("pool", grace=60, restart_overhead=0, release_delay=delay, preempt=False)
+    nodes = [n("n0", 1), n("a0", 1, "a")]
+    jobs = [j("a", None, 0, 100, 1), j("b", None, 10, 50, 1), j("x", None, 0, 160, 1), j("o", "a", 150, 10, 1)]
+    r = simulate_nodes(nodes, jobs, policy, window=10_000)
+    got = runs(r)
+    assert {k: got[k] for k in expected} == expected
+    assert r.useful_gpu_seconds == pytest.approx(100 + 50 + 160 + 10)  # completing time is not work
+
+
 def test_a_victim_signalled_while_restarting_pays_only_the_restart_it_spent():
     jobs = [j("x", None, 0, 100, 1), j("o1", "a", 10, 10, 1), j("o2", "a", 60, 10, 1)]
     pol = NodePolicy("restart", grace=30, restart_overhead=20)
@@ -273,7 +293,15 @@ def workloads(draw, whole_node_owners: bool = False):  # type: ignore[no-untyped
     return nodes, jobs
 
 
-POLICIES = [POOL, FIFO, PERIODIC, NO_PREEMPT, DEDICATED, NodePolicy("overhead", grace=30, restart_overhead=20)]
+POLICIES = [
+    POOL,
+    FIFO,
+    PERIODIC,
+    NO_PREEMPT,
+    DEDICATED,
+    NodePolicy("overhead", grace=30, restart_overhead=20),
+    NodePolicy("completing", grace=30, restart_overhead=0, release_delay=3),
+]
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
