@@ -133,6 +133,25 @@ def test_cordoned_and_tainted_nodes_get_no_new_pods(k8s_control_plane: ControlPl
         core.patch_node(tainted, {"spec": {"taints": None}}, _content_type=MERGE)
 
 
+def test_a_running_pod_marked_not_ready_becomes_ready_again(k8s_api, k8s_namespace: str):
+    """As a kubelet does once its node is back: the node lifecycle controller's NotReady mark (here
+    written the way it writes it) does not stick to a Running pod (kwok stage slurm-pool-pod-ready-again)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_api)
+    core.create_namespaced_pod(k8s_namespace, pod("flap"))
+
+    def ready() -> str | None:
+        p = core.read_namespaced_pod("flap", k8s_namespace)
+        conds = {c.type: c.status for c in p.status.conditions or []}
+        return conds.get("Ready") if p.status.phase == "Running" and p.status.pod_ip else None
+
+    wait_for(lambda: ready() == "True", timeout=60, what="pod flap Running and Ready")
+    mark = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}}
+    core.patch_namespaced_pod_status("flap", k8s_namespace, mark)
+    wait_for(lambda: ready() == "True", timeout=60, what="pod flap Ready again")
+
+
 def test_eviction_respects_pod_disruption_budget(k8s_api, k8s_namespace: str):
     from kubernetes import client
     from kubernetes.client.rest import ApiException

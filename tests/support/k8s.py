@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from tests.support.k8s_build import BuildError, Toolset, kserve_toolset, require_binaries
+from tests.support.k8s_build import BuildError, Toolset, kserve_toolset, module_dir_of, require_binaries
 from tests.support.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
 
 #: The example pool's nodes (examples/pool.yaml): 2 GPUs, 4 CPUs, 8000 MB each.
@@ -49,6 +49,55 @@ NODE_LABEL = "slurm-pool.testing/kwok-node"
 #: Order of start; stop goes the other way.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 _PR_SET_PDEATHSIG = 1
+
+
+KWOK_CONFIG = "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n"
+#: kwok's own default pod stages (its ``kustomize/stage/pod/fast``), read from its module at run time.
+KWOK_POD_STAGES = ("pod-ready", "pod-complete", "pod-delete")
+#: One stage of ours beside them.  kwok plays the kubelets, and a kubelet sets a pod Ready again
+#: once its node is back; kwok's stages never do.  So one moment of a node seen NotReady on this
+#: loaded machine (the node lifecycle controller then marks its pods NotReady) would leave a
+#: Running pod unready for good, and its Deployment short of ready replicas.
+POD_READY_AGAIN = """apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: slurm-pool-pod-ready-again
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.status.podIP'
+      operator: 'Exists'
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'In'
+      values: ['False']
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: ContainersReady
+"""
+
+
+def kwok_pod_stages(tools: Toolset) -> list[str]:
+    """kwok's default pod stages from its module source, plus :data:`POD_READY_AGAIN`.
+
+    Any pod stage in kwok's config replaces all of its defaults, so they come along.
+    """
+    src = module_dir_of(tools.module_dir / "kwok", "sigs.k8s.io/kwok") / "kustomize" / "stage" / "pod" / "fast"
+    return [(src / f"{name}.yaml").read_text() for name in KWOK_POD_STAGES] + [POD_READY_AGAIN]
 
 
 class ControlPlaneError(RuntimeError):
@@ -206,7 +255,7 @@ class ControlPlane:
             for name, args in (
                 ("kube-controller-manager", self._controller_manager_args()),
                 ("kube-scheduler", self._scheduler_args()),
-                ("kwok", self._kwok_args()),
+                ("kwok", self._kwok_args(tools)),
             ):
                 self._spawn(tools, name, args)
             core = client.CoreV1Api(api)
@@ -370,10 +419,10 @@ class ControlPlane:
             "--profiling=false",
         ]
 
-    def _kwok_args(self) -> list[str]:
+    def _kwok_args(self, tools: Toolset) -> list[str]:
         assert self.state_dir is not None
         config = self.state_dir / "kwok.yaml"
-        config.write_text("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n")
+        config.write_text("---\n".join([KWOK_CONFIG, *kwok_pod_stages(tools)]))
         selector = "=".join(KWOK_ANNOTATION)
         return [
             f"--kubeconfig={self.kubeconfig}",

@@ -147,7 +147,7 @@ class Toolset:
         recorded = self.build_info().get("module_source")
         if recorded and Path(recorded).is_dir():
             return Path(recorded)
-        return _module_dir(self.module_dir / "kserve", KSERVE_MODULE)
+        return module_dir_of(self.module_dir / "kserve", KSERVE_MODULE)
 
     @property
     def bin_dir(self) -> Path:
@@ -219,7 +219,7 @@ class Toolset:
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         if "kserve" in self.modules:
-            record["module_source"] = str(_module_dir(self.module_dir / "kserve", KSERVE_MODULE))
+            record["module_source"] = str(module_dir_of(self.module_dir / "kserve", KSERVE_MODULE))
         (staging / _STAMP).write_text(json.dumps(record, indent=2) + "\n")
         shutil.rmtree(self.directory, ignore_errors=True)
         staging.rename(self.directory)
@@ -239,11 +239,13 @@ def require_binaries(module_dir: Path | None = None) -> Toolset:
     return tools
 
 
-def _module_dir(wrapper: Path, module: str) -> Path:
-    """Where the Go module cache holds ``module`` as the wrapper module pins it."""
+def module_dir_of(wrapper: Path, module: str) -> Path:
+    """Where the Go module cache holds ``module`` as the wrapper module ``wrapper`` pins it."""
     go = shutil.which("go")
     if not go:
-        raise BuildError("the Go toolchain (`go`) is not on PATH; it locates KServe's files in the module cache")
+        raise BuildError(
+            "the Go toolchain (`go`) is not on PATH; it locates KServe's and kwok's files in the module cache"
+        )
     done = subprocess.run(
         [go, "list", "-m", "-f", "{{.Dir}}", module], cwd=wrapper, capture_output=True, text=True, check=False
     )
