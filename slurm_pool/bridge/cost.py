@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Mapping, Sequence
 
 from slurm_pool.bridge.forecast import Forecast
-from slurm_pool.bridge.model import Snapshot
+from slurm_pool.bridge.model import Snapshot, sum_resources
 from slurm_pool.bridge.windows import off_peak
 from slurm_pool.spec.bridge import Bridge
 
@@ -23,14 +23,7 @@ def gpus_of(snap: Snapshot, names: Sequence[str]) -> int:
 
 def resources_of(snap: Snapshot, names: Sequence[str], gpu_resource: str) -> dict[str, int]:
     """GPU-like resources (``gpu_resource``, MIG slices ``nvidia.com/mig-*``) Kubernetes can allocate on ``names``."""
-    out: dict[str, int] = {}
-    for n in names:
-        k = snap.k8s_nodes.get(n)
-        if k is None:
-            continue
-        for r, v in (k.gpu_resources or {gpu_resource: k.gpus}).items():
-            out[r] = out.get(r, 0) + v
-    return out
+    return sum_resources((snap.k8s_nodes[n] for n in names if n in snap.k8s_nodes), gpu_resource)
 
 
 def shortfall(need: Mapping[str, int], have: Mapping[str, int]) -> dict[str, int]:

@@ -130,7 +130,6 @@ class PendingJob:
     gpu_types: tuple[tuple[str, int], ...] = ()
     node_count: int = 1
     features: str = ""
-    qos: str = ""
     #: Its tier preempts the placeholders (``spec.bridge.lend_preemptors``): Slurm itself may take
     #: a lent node back for it.  A job that cannot gets only lent nodes that serve no pod.
     preempts_lend: bool = True
@@ -192,6 +191,10 @@ class K8sNodeView:
     def lent(self) -> bool:
         return self.labels.get(LENT_LABEL) == "true"
 
+    def resources(self, gpu_resource: str) -> Mapping[str, int]:
+        """Allocatable per GPU-like resource (a view built without them: ``gpus`` of ``gpu_resource``)."""
+        return self.gpu_resources or {gpu_resource: self.gpus}
+
     @property
     def fenced(self) -> bool:
         """Closed to new pods by the bridge (cordon plus our taint)."""
@@ -209,6 +212,15 @@ class K8sNodeView:
     @property
     def reclaim_since(self) -> str | None:
         return self.annotations.get(RECLAIM_SINCE)
+
+
+def sum_resources(views: Iterable[K8sNodeView], gpu_resource: str) -> dict[str, int]:
+    """The GPU-like resources of ``views`` added up."""
+    out: dict[str, int] = {}
+    for v in views:
+        for r, c in v.resources(gpu_resource).items():
+            out[r] = out.get(r, 0) + c
+    return out
 
 
 @dataclass(frozen=True)
@@ -269,13 +281,9 @@ class Snapshot:
     def base_resources(self, gpu_resource: str) -> dict[str, int]:
         """:attr:`base_gpus` per GPU-like resource, MIG slices included."""
         managed = set(self.managed)
-        out: dict[str, int] = {}
-        for n, v in self.k8s_nodes.items():
-            if n in managed or v.unschedulable:
-                continue
-            for r, c in (v.gpu_resources or {gpu_resource: v.gpus}).items():
-                out[r] = out.get(r, 0) + c
-        return out
+        return sum_resources(
+            (v for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable), gpu_resource
+        )
 
     def placeholders_on(self, node: str) -> list[Placeholder]:
         return [p for p in self.placeholders if p.node == node and p.active]
@@ -398,7 +406,6 @@ def build_snapshot(
                     gpu_types=tuple(sorted(job.gpu_types.items())),
                     node_count=job.node_count or 1,
                     features=job.features,
-                    qos=job.qos,
                     preempts_lend=may_preempt is None or job.qos in may_preempt,
                 )
             )

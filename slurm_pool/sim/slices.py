@@ -78,18 +78,20 @@ def profile_of(model: str, milli: int) -> str:
     return name
 
 
-def peak_demand(model: str, jobs: Iterable[SliceJob]) -> dict[str, int]:
-    """Per profile, the most jobs running at once if each started on arrival."""
-    events: list[tuple[float, int, str]] = []
-    for j in jobs:
-        p = profile_of(model, j.milli)
-        events += [(j.arrival, 1, p), (j.arrival + j.work, -1, p)]
+def _peaks(spans: Iterable[tuple[float, float, str]]) -> dict[str, int]:
+    """Per key, the most of its (start, end, key) spans open at once (an end before a start at one instant)."""
+    events = [(t, d, k) for start, end, k in spans for t, d in ((start, 1), (end, -1))]
     now: Counter[str] = Counter()
     peak: Counter[str] = Counter()
-    for _, d, p in sorted(events):  # ends (-1) before starts at one instant
-        now[p] += d
-        peak[p] = max(peak[p], now[p])
+    for _, d, k in sorted(events):
+        now[k] += d
+        peak[k] = max(peak[k], now[k])
     return dict(sorted(peak.items()))
+
+
+def peak_demand(model: str, jobs: Iterable[SliceJob]) -> dict[str, int]:
+    """Per profile, the most jobs running at once if each started on arrival."""
+    return _peaks((j.arrival, j.arrival + j.work, profile_of(model, j.milli)) for j in jobs)
 
 
 def planned_layouts(model: str, gpus: int, demand: dict[str, int]) -> list[Layout | None]:
@@ -197,9 +199,4 @@ def size_pool(model: str, jobs: Sequence[SliceJob], max_wait: float = 0.0) -> Sl
 
 def peak_demand_whole(jobs: Iterable[SliceJob]) -> int:
     """The most jobs running at once if each started on arrival (whole GPUs for zero wait)."""
-    events = [(t, d) for j in jobs for t, d in ((j.arrival, 1), (j.arrival + j.work, -1))]
-    now = peak = 0
-    for _, d in sorted(events):  # ends (-1) before starts at one instant
-        now += d
-        peak = max(peak, now)
-    return peak
+    return _peaks((j.arrival, j.arrival + j.work, WHOLE) for j in jobs).get(WHOLE, 0)
