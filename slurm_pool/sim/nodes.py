@@ -49,6 +49,7 @@ from typing import Any, Iterable
 
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result, note_held, note_tiers
 from slurm_pool.sim.freeindex import FreeIndex
+from slurm_pool.sim.nodelend import Lender, LendRule, LendStats
 from slurm_pool.spec.hosts import expand
 
 ALL = "*"  # the scope of every node
@@ -81,6 +82,8 @@ class NodePolicy(Policy):
     #: Seconds a finished job's GPUs stay taken before another job can start on them: Slurm's
     #: epilog and COMPLETING state, then the scheduling pass that starts the next job (0: at once).
     release_delay: float = 0.0
+    #: Lend whole idle nodes to the inference tier (:mod:`.nodelend`; None: no lending).
+    lend: LendRule | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class NodeResult(Result):
 
     schedule: list[Placement] = field(default_factory=list)
     backfilled: int = 0
+    #: What lending to the inference tier did (None: the policy lends nothing).
+    lending: LendStats | None = None
 
 
 @dataclass
@@ -172,6 +177,7 @@ class _Sim:
         self.tcache: dict[tuple[int, int, bool], tuple[int, float]] = {}  # node's time for a need, by version
         self.resv: dict[str | None, tuple[str, int, float, dict[int, int]]] = {}
         self.owner_jobs = self.owner_done = 0
+        self.lender = Lender(self, policy.lend) if policy.lend is not None else None
 
     def _note(self, n: int) -> None:
         f = self.free[n]
@@ -280,6 +286,8 @@ class _Sim:
         alloc = self._fit(job, p)
         if alloc is not None:
             self._launch(job, GUARANTEED, alloc, alloc, self.now)
+            return True
+        if self._reclaim(job, GUARANTEED, p):
             return True
         if not (self.pol.pooled and self.pol.preempt) or self.borrowed_on[p] == 0:
             return False
@@ -398,6 +406,8 @@ class _Sim:
                     break
                 avail += c
                 t = end
+            if avail < need:  # lent to the inference tier: no job's end frees it
+                t = math.inf
             times.append((t, n))
             if cache:
                 self.tcache[key] = (self.ver[n], t)
@@ -480,7 +490,17 @@ class _Sim:
             if alloc is not None:
                 self._launch(job, BORROWED, alloc, alloc, self.now)
                 return True
+            return self._reclaim(job, BORROWED, ALL)
         return False
+
+    def _reclaim(self, job: Job, tier: str, scope: str) -> bool:
+        """Start ``job`` on lent nodes whose placeholders it preempts (the lowest tier goes first)."""
+        got = self.lender.reclaim(job, tier, scope) if self.lender is not None else None
+        if got is None:
+            return False
+        alloc, ready = got
+        self._launch(job, tier, alloc, alloc, ready)
+        return True
 
     def schedule(self) -> None:
         """Start what can start now: each project's queue, then the borrowers'."""
@@ -508,13 +528,21 @@ class _Sim:
         for job in sorted(jobs, key=lambda j: (j.arrival, j.id)):
             self._check(job)
             self.push(job.arrival, "arrive", job)
+        if self.lender is not None:
+            for t in self.lender.ticks():
+                self.push(t, "lend", None)
         while self.events:
             t = self.events[0][0]
+            tick = False
             while self.events and self.events[0][0] == t:
                 _, _, kind, payload = heapq.heappop(self.events)
                 self.now = t
+                tick |= kind == "lend"
                 self._handle(kind, payload)
             self.schedule()
+            if tick and self.lender is not None:  # cron runs after the scheduler's pass at that moment
+                self.lender.tick()
+                self.schedule()  # what it gave back may start a job
             self._note_idle()
             if self.now >= self.window and self.owner_done == self.owner_jobs:
                 break
@@ -523,6 +551,9 @@ class _Sim:
                 self._account(run, self.now, max(0.0, self.now - run.start))
             self._record(run, max(self.now, run.begin), "running" if run.free_at is None else "preempted")
         self.res.unfinished_owner_jobs = self.owner_jobs - self.owner_done
+        if self.lender is not None:
+            self.lender.close()
+            self.res.lending = self.lender.stats
         return self.res
 
     def _check(self, job: Job) -> None:
@@ -545,7 +576,8 @@ class _Sim:
             line = self.res.idle_timeline
             if not line or line[-1][1] != idle:
                 line.append((self.now, idle))
-            note_tiers(self.res, self.now, sum(self.used.values()), self.res.capacity - idle)
+            lent = self.lender.lent_gpus() if self.lender is not None else 0
+            note_tiers(self.res, self.now, sum(self.used.values()), self.res.capacity - idle - lent)
 
     def _handle(self, kind: str, payload: object) -> None:
         if kind == "arrive":
@@ -594,6 +626,8 @@ class _Sim:
         elif kind == "released":
             assert isinstance(payload, _Run)
             self._release(payload)
+        elif kind == "lend":  # a cron tick: run after the scheduler's pass (see run)
+            pass
         elif kind == "eligible":  # a requeued job's hold is over: it keeps its place at the front
             assert isinstance(payload, Job)
             self.queues[payload.project].appendleft(payload)

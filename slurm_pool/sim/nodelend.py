@@ -1,0 +1,183 @@
+"""Lending whole idle nodes to the inference tier, inside the node engine (pure).
+
+The bridge (``slurm-pool rebalance``, from cron) holds each lent node with a
+placeholder job in the lowest tier (``k8s-lend``).  Here a lent node is taken
+from Slurm's jobs whole, as that placeholder takes it:
+
+* Every ``period`` seconds (a cron tick, after the scheduler's pass at that
+  moment), while ``window`` allows lending, the rebalancer lends whole idle
+  nodes (no job on them, none reserved for a waiting job by backfill),
+  nobody's nodes first, then by index, until the lent GPUs cover
+  ``demand`` (no demand given: every such node) or ``max_nodes`` are lent.
+  Beyond the demand it gives back the newest lends; when the window closes,
+  all of them.
+* A job whose tier is in ``preemptors`` and that fits no free GPUs preempts
+  placeholders before any other job (they are the lowest tier): it takes the
+  best-fitting lent node in its scope (or lent whole nodes beside free ones,
+  for a job bigger than a node) and starts ``grace`` seconds later, the
+  placeholder's GraceTime plus the fence.  A job of another tier (a spot tier
+  that does not preempt ``k8s-lend``) waits for the rebalancer.
+
+Simplified against the bridge: no forecast, no minimum lease and no cost
+model (nodes are taken in a fixed order), and the rest of a reclaimed node
+is free for other jobs at once, not after the placeholder's grace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
+
+if TYPE_CHECKING:  # pragma: no cover
+    from slurm_pool.sim.nodes import _Sim
+
+
+@dataclass(frozen=True)
+class LendRule:
+    """How the rebalancer lends, for :class:`~.nodes.NodePolicy.lend`."""
+
+    period: float = 300.0
+    #: Lending allowed at this time (None: always).
+    window: Callable[[float], bool] | None = None
+    #: GPUs the inference tier wants at this time (None: every idle node is wanted).
+    demand: Callable[[float], float] | None = None
+    max_nodes: int | None = None
+    #: Seconds from a reclaim until the preemptor holds the node (placeholder's GraceTime + fence).
+    grace: float = 10.0
+    #: Simulated tiers whose jobs preempt placeholders (``spec.bridge.lend_preemptors``).
+    preemptors: frozenset[str] = frozenset({GUARANTEED, BORROWED})
+
+    def __post_init__(self) -> None:
+        if not self.period > 0:
+            raise ValueError(f"lend.period: {self.period} is not positive")
+        if not self.grace >= 0:
+            raise ValueError(f"lend.grace: {self.grace} is negative")
+        if self.max_nodes is not None and self.max_nodes < 0:
+            raise ValueError(f"lend.max_nodes: {self.max_nodes} is negative")
+        unknown = self.preemptors - {GUARANTEED, BORROWED}
+        if unknown:
+            raise ValueError(f"lend.preemptors: {sorted(unknown)} are not simulated tiers ({GUARANTEED}, {BORROWED})")
+
+
+@dataclass
+class LendStats:
+    """What lending did in one replay (inside the window)."""
+
+    lent_gpu_seconds: float = 0.0
+    #: Inference demand met by lent GPUs (``min(demand, lent)`` over time; no demand: all lent time).
+    served_gpu_seconds: float = 0.0
+    demand_gpu_seconds: float = 0.0
+    lends: int = 0
+    reclaims: int = 0  # placeholders Slurm's jobs preempted
+    given_back: int = 0  # nodes the rebalancer returned (demand fell, window closed)
+    #: Each lease: node, lent at, ended at, and how it ended ("reclaimed", "given back" or "lent").
+    leases: list[tuple[str, float, float, str]] = field(default_factory=list)
+
+
+class Lender:
+    """The lent nodes of one replay, changed by cron ticks and by reclaims."""
+
+    def __init__(self, sim: _Sim, rule: LendRule):
+        self.sim = sim
+        self.rule = rule
+        self.lent: dict[int, float] = {}  # node -> lent at (insertion order: oldest first)
+        self.stats = LendStats()
+        self.since = 0.0  # last time the integrals were brought up to date
+        self.wanted = 0.0  # demand at the last tick
+
+    # -- integrals ---------------------------------------------------------------
+    def lent_gpus(self) -> int:
+        return sum(self.sim.size[n] for n in self.lent)
+
+    def _flush(self, until: float | None = None) -> None:
+        now = min(self.sim.now if until is None else until, self.sim.window)
+        dt = max(0.0, now - self.since)
+        if dt:
+            lent = self.lent_gpus()
+            self.stats.lent_gpu_seconds += lent * dt
+            self.stats.served_gpu_seconds += (lent if self.rule.demand is None else min(lent, self.wanted)) * dt
+            self.stats.demand_gpu_seconds += (lent if self.rule.demand is None else self.wanted) * dt
+        self.since = max(self.since, now)
+
+    def ticks(self) -> list[float]:
+        return [k * self.rule.period for k in range(math.ceil(self.sim.window / self.rule.period))]
+
+    # -- the rebalancer ----------------------------------------------------------
+    def tick(self) -> None:
+        """One cron run: lend or give back toward the demand, inside the window."""
+        sim, rule = self.sim, self.rule
+        self._flush()
+        allowed = rule.window is None or rule.window(sim.now)
+        self.wanted = rule.demand(sim.now) if rule.demand is not None else math.inf
+        if not allowed:
+            for n in list(self.lent):
+                self._give_back(n)
+            return
+        while self.lent:  # beyond the demand: the newest lend goes back first
+            newest = next(reversed(self.lent))
+            if self.lent_gpus() - sim.size[newest] < self.wanted:
+                break
+            self._give_back(newest)
+        reserved = {n for entry in sim.resv.values() for n in entry[3]}
+        order = sorted(range(len(sim.size)), key=lambda n: (sim.owner[n] is not None, n))
+        for n in order:
+            if self.lent_gpus() >= self.wanted or (rule.max_nodes is not None and len(self.lent) >= rule.max_nodes):
+                break
+            if n not in self.lent and n not in reserved and sim.free[n] == sim.size[n] and not sim.on_node[n]:
+                self.lent[n] = sim.now
+                self.stats.lends += 1
+                sim._set_free(n, 0)
+
+    def _give_back(self, n: int) -> None:
+        self._end(n, "given back")
+        self.stats.given_back += 1
+
+    def _end(self, n: int, how: str) -> None:
+        sim = self.sim
+        self.stats.leases.append((sim.nodes[n].name, self.lent.pop(n), sim.now, how))
+        sim._set_free(n, sim.size[n])
+
+    # -- Slurm's side --------------------------------------------------------------
+    def reclaim(self, job: Job, tier: str, scope: str) -> tuple[dict[int, int], float] | None:
+        """Preempt placeholders so ``job`` fits in ``scope``: its allocation and start, or None."""
+        gpus = job.gpus
+        if tier not in self.rule.preemptors or not self.lent:
+            return None
+        sim = self.sim
+        members = set(sim.index[scope].members)
+        lent = [n for n in self.lent if n in members]
+        if not lent:
+            return None
+        if gpus <= sim.index[scope].top:
+            fits = [n for n in lent if sim.size[n] >= gpus]
+            if not fits:
+                return None
+            chosen = [min(fits, key=lambda n: (sim.size[n], n))]
+        else:
+            whole = [n for n in members if sim.free[n] == sim.size[n]]
+            have = sum(sim.size[n] for n in whole)
+            chosen = []
+            for n in sorted(lent, key=lambda n: (-sim.size[n], n)):
+                if have >= gpus:
+                    break
+                chosen.append(n)
+                have += sim.size[n]
+            if have < gpus:
+                return None
+        self._flush()
+        for n in chosen:
+            self._end(n, "reclaimed")
+            self.stats.reclaims += 1
+        alloc = sim._fit(job, scope)
+        assert alloc is not None, "a reclaimed node must make the job fit"
+        return alloc, sim.now + self.rule.grace
+
+    def close(self) -> None:
+        """The replay ended: integrals up to the window's end (or later), where open leases end, "lent"."""
+        end = max(self.sim.now, self.sim.window)
+        self._flush(end)
+        for n, since in self.lent.items():
+            self.stats.leases.append((self.sim.nodes[n].name, since, end, "lent"))

@@ -1,0 +1,214 @@
+"""The node engine lending whole idle nodes to the inference tier: hand-worked replays, bad input, invariants."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
+from slurm_pool.sim.nodelend import LendRule
+from slurm_pool.sim.nodes import Node, NodePolicy, NodeResult, simulate_nodes
+
+PERIOD = 100.0
+OWNERS_ONLY = frozenset({GUARANTEED})
+
+
+def pol(**lend: object) -> NodePolicy:
+    rule = LendRule(**{"period": PERIOD, "grace": 10.0, **lend})  # type: ignore[arg-type]
+    return NodePolicy("lend", grace=60, restart_overhead=0, lend=rule)
+
+
+def starts(r: NodeResult) -> dict[str, tuple[float, tuple[str, ...]]]:
+    return {p.job: (p.start, tuple(name for name, _ in p.nodes)) for p in r.schedule}
+
+
+def leases(r: NodeResult) -> list[tuple[str, float, float, str]]:
+    assert r.lending is not None
+    return sorted(r.lending.leases)
+
+
+TWO = [Node("a0", 2, "A"), Node("x0", 2)]
+
+# (id, nodes, jobs, lend rule, window, job starts, leases)
+CASES = [
+    (
+        # nothing to do: both nodes lent at the first tick, for the whole window
+        "idle-nodes-are-lent",
+        TWO,
+        [],
+        {},
+        1000.0,
+        {},
+        [("a0", 0, 1000, "lent"), ("x0", 0, 1000, "lent")],
+    ),
+    (
+        # the owner's job preempts the placeholder on its own node and starts after its grace; the
+        # node is lent again at the first tick that finds it idle
+        "an-owner-reclaims-its-node",
+        TWO,
+        [Job("o", "A", 50, 100, 1)],
+        {},
+        400.0,
+        {"o": (60, ("a0",))},
+        [("a0", 0, 50, "reclaimed"), ("a0", 200, 400, "lent"), ("x0", 0, 400, "lent")],
+    ),
+    (
+        # a spot job (its tier does not preempt k8s-lend) waits for the window to close
+        "a-spot-job-waits-for-the-rebalancer",
+        TWO,
+        [Job("s", None, 50, 100, 1)],
+        {"preemptors": OWNERS_ONLY, "window": lambda t: t < 300},
+        600.0,
+        {"s": (300, ("a0",))},
+        [("a0", 0, 300, "given back"), ("x0", 0, 300, "given back")],
+    ),
+    (
+        # a borrower whose tier preempts placeholders takes the best-fitting lent node
+        "a-borrower-reclaims-when-its-tier-may",
+        [Node("a0", 4, "A"), Node("x0", 2)],
+        [Job("b", None, 50, 100, 2)],
+        {},
+        300.0,
+        {"b": (60, ("x0",))},
+        [("a0", 0, 300, "lent"), ("x0", 0, 50, "reclaimed"), ("x0", 200, 300, "lent")],
+    ),
+    (
+        # demand for 2 GPUs: one node lent, nobody's first; demand 0 from 200: given back
+        "lending-follows-demand",
+        TWO,
+        [],
+        {"demand": lambda t: 2.0 if t < 200 else 0.0},
+        400.0,
+        {},
+        [("x0", 0, 200, "given back")],
+    ),
+    (
+        # a job bigger than a node takes lent whole nodes
+        "a-multi-node-job-reclaims-whole-nodes",
+        TWO,
+        [Job("m", None, 50, 100, 4)],
+        {"max_nodes": 2},
+        300.0,
+        {"m": (60, ("a0", "x0"))},
+        [("a0", 0, 50, "reclaimed"), ("a0", 200, 300, "lent"), ("x0", 0, 50, "reclaimed"), ("x0", 200, 300, "lent")],
+    ),
+    (
+        # the owner's second job takes the lent node, not the borrower's GPUs: placeholders go first
+        "placeholders-before-borrowers",
+        [Node("a0", 2, "A"), Node("a1", 2, "A")],
+        [Job("b", None, 0, 250, 2), Job("o", "A", 50, 100, 2)],
+        {"max_nodes": 1},
+        300.0,
+        {"b": (0, ("a0",)), "o": (60, ("a1",))},
+        [("a1", 0, 50, "reclaimed"), ("a1", 200, 300, "lent")],
+    ),
+    (
+        # at most max_nodes
+        "max-nodes",
+        TWO,
+        [],
+        {"max_nodes": 1},
+        200.0,
+        {},
+        [("x0", 0, 200, "lent")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "jobs", "rule", "window", "expected", "expected_leases"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_lending_schedules(nodes, jobs, rule, window, expected, expected_leases):
+    r = simulate_nodes(nodes, jobs, pol(**rule), window)
+    assert {k: v for k, v in starts(r).items()} == expected
+    assert leases(r) == [(n, float(a), float(b), how) for n, a, b, how in expected_leases]
+    assert r.preemptions == 0  # a placeholder is not a job of Slurm's users
+
+
+def test_lent_and_reclaim_counts():
+    r = simulate_nodes(TWO, [Job("o", "A", 50, 100, 1)], pol(), 400.0)
+    assert r.lending is not None
+    assert (r.lending.lends, r.lending.reclaims, r.lending.given_back) == (3, 1, 0)
+    assert r.lending.lent_gpu_seconds == 2 * 50 + 2 * 200 + 2 * 400
+    assert r.lending.served_gpu_seconds == r.lending.lent_gpu_seconds  # no demand given: all of it is wanted
+
+
+def test_served_is_demand_met():
+    r = simulate_nodes(TWO, [], pol(demand=lambda t: 3.0), 100.0)
+    assert r.lending is not None
+    assert r.lending.lent_gpu_seconds == 400  # two 2-GPU nodes cover 3 GPUs
+    assert (r.lending.served_gpu_seconds, r.lending.demand_gpu_seconds) == (300, 300)
+
+
+def test_lent_gpus_are_not_busy_gpus():
+    r = simulate_nodes(TWO, [], pol(), 100.0)
+    assert r.utilization == 0
+    assert all(busy == 0 and g == 0 for _, g, busy in r.tier_timeline)
+
+
+def test_no_lending_without_a_rule():
+    r = simulate_nodes(TWO, [Job("o", "A", 50, 100, 1)], NodePolicy("plain", grace=60), 400.0)
+    assert r.lending is None
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ({"period": 0}, "lend.period: 0 is not positive"),
+        ({"grace": -1}, "lend.grace: -1 is negative"),
+        ({"max_nodes": -1}, "lend.max_nodes: -1 is negative"),
+        ({"preemptors": frozenset({"spot"})}, "lend.preemptors: ['spot'] are not simulated tiers"),
+    ],
+)
+def test_bad_rules(rule, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        LendRule(**rule)
+
+
+jobs_st = st.lists(
+    st.tuples(
+        st.sampled_from(["A", "B", None]),
+        st.integers(0, 2000),
+        st.integers(1, 400),
+        st.integers(1, 8),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    jobs_st,
+    st.sampled_from([frozenset({GUARANTEED, BORROWED}), OWNERS_ONLY, frozenset()]),
+    st.integers(0, 6),
+    st.booleans(),
+)
+def test_no_gpu_is_used_by_both_sides(raw, preemptors, demand, windowed):
+    """A lent node runs no job while lent, every lease is disjoint, and owners all finish."""
+    nodes = [Node("a0", 4, "A"), Node("a1", 2, "A"), Node("b0", 4, "B"), Node("x0", 4), Node("x1", 2)]
+    jobs = []
+    for i, (p, t, w, g) in enumerate(raw):
+        limit = {"A": 6, "B": 4, None: 16}[p]
+        jobs.append(Job(f"j{i}", p, float(t), float(w), min(g, limit)))
+    window = (lambda t: (t // 500) % 2 == 0) if windowed else None
+    rule = LendRule(period=70.0, grace=10.0, preemptors=preemptors, demand=lambda t: float(demand), window=window)
+    r = simulate_nodes(nodes, jobs, NodePolicy("p", grace=30, restart_overhead=0, lend=rule), 2500.0)
+    assert r.lending is not None and r.unfinished_owner_jobs == 0
+    by_node: dict[str, list[tuple[float, float, str]]] = {}
+    for name, a, b, _ in r.lending.leases:
+        by_node.setdefault(name, []).append((a, b, "lease"))
+    for p in r.schedule:
+        for name, _ in p.nodes:
+            by_node.setdefault(name, []).append((p.placed, p.end, p.job))
+    for name, spans in by_node.items():
+        leased = sorted((a, b) for a, b, who in spans if who == "lease")
+        for (_, b1), (a2, _) in zip(leased, leased[1:], strict=False):
+            assert b1 <= a2, f"{name}: leases overlap"
+        for a, b, who in spans:
+            if who != "lease":
+                for la, lb in leased:
+                    assert b <= la or a >= lb, f"{name}: job {who} [{a}, {b}) inside lease [{la}, {lb})"
+    assert r.lending.reclaims == sum(1 for *_, how in r.lending.leases if how == "reclaimed")
