@@ -11,7 +11,8 @@ import click
 from slurm_pool.clitypes import Finite
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
-from slurm_pool.sim.nodes import nodes_from_spec, simulate_nodes
+from slurm_pool.sim.nodelend import LendRule, LendStats
+from slurm_pool.sim.nodes import NodePolicy, NodeResult, nodes_from_spec, simulate_nodes
 from slurm_pool.sim.report import write_report
 from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool
 from slurm_pool.sim.sizing import summary as sizing_summary
@@ -42,7 +43,44 @@ def summary(r: Result, base: Result, prices: dict[str, tuple[str, float]] | None
         "borrower_jobs_done": r.borrower_jobs_done,
         "unfinished_owner_jobs": r.unfinished_owner_jobs,
         **extra,
+        **({"lending": lending_summary(r.lending)} if isinstance(r, NodeResult) and r.lending is not None else {}),
     }
+
+
+def lending_summary(st: LendStats) -> dict[str, Any]:
+    """What lending to the inference tier did in one replay."""
+    return {
+        "lent_gpu_hours": round(st.lent_gpu_seconds / 3600, 2),
+        "lends": st.lends,
+        "reclaims": st.reclaims,
+        "given_back": st.given_back,
+    }
+
+
+def lend_rule(spec: Any, start: float, period: float, prices: dict[str, tuple[str, float]]) -> LendRule:
+    """The spec's bridge as the node engine's lending: its off-peak windows from the history's first
+    submission (``start``, epoch seconds), its node cap, the lend tier's GraceTime, and which simulated
+    tiers preempt placeholders (those charged as a tier that preempts the lend QOS)."""
+    from datetime import datetime, timedelta, timezone
+
+    from slurm_pool.bridge.windows import off_peak
+    from slurm_pool.spec.bridge import bridge_of, lend_preemptors
+
+    bridge = bridge_of(spec)
+    t0 = datetime.fromtimestamp(start, timezone.utc)
+
+    def window(t: float) -> bool:
+        return off_peak(bridge, t0 + timedelta(seconds=t))
+
+    preempting = lend_preemptors(spec, bridge)
+    lend_tier = next((t for t in spec.tiers if t.name == bridge.qos), None)
+    return LendRule(
+        period=period,
+        window=None if bridge.lend_outside_off_peak else window,
+        max_nodes=bridge.max_lent_nodes,
+        grace=float(lend_tier.grace_time if lend_tier is not None else 0),
+        preemptors=frozenset(sim for sim, (name, _) in prices.items() if name in preempting),
+    )
 
 
 def tier_prices(spec: Any, spot_tier: str | None) -> dict[str, tuple[str, float]]:
@@ -133,6 +171,19 @@ def default_grace(spec: Any) -> int:
     help="The tier borrowed GPU time is charged as (default: the spec's lowest-priority preemptible tier "
     "its projects use, other than the bridge's).",
 )
+@click.option(
+    "--lend",
+    is_flag=True,
+    help="With --nodes: the bridge lends whole idle nodes to the inference tier inside the spec's off-peak "
+    "windows, and jobs whose tier preempts k8s-lend take them back.",
+)
+@click.option(
+    "--lend-period",
+    type=Finite(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds between the rebalancer's cron runs, with --lend.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def simulate(
     spec_path: str,
@@ -144,12 +195,16 @@ def simulate(
     sizing: bool,
     report_dir: str | None,
     spot_tier: str | None,
+    lend: bool,
+    lend_period: float,
     as_json: bool,
 ) -> None:
     """Replay a sacct export on the spec's servers: dedicated per project vs one pool."""
     from slurm_pool.sim import history
     from slurm_pool.spec import load_spec
 
+    if lend and not on_nodes:
+        raise click.BadParameter("lending places whole nodes: give --nodes too", param_hint="--lend")
     spec = load_spec(spec_path)
     prices = tier_prices(spec, spot_tier)
     capacity = history.owned_gpus(spec)
@@ -160,8 +215,10 @@ def simulate(
     nodes = nodes_from_spec(spec)
     policies = standard_policies(grace, checkpoint_interval, restart_overhead)
     if on_nodes:
+        rule = lend_rule(spec, hist.start, lend_period, prices) if lend else None
         results: list[tuple[str, Result]] = [
-            (label, simulate_nodes(nodes, hist.jobs, pol, hist.window)) for label, pol in policies
+            (label, simulate_nodes(nodes, hist.jobs, NodePolicy(**vars(pol), lend=rule), hist.window))
+            for label, pol in policies
         ]
     else:
         results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in policies]
@@ -225,6 +282,15 @@ def simulate(
         paid = sum(v["charged_gpu_hours"] for v in rows.values())
         cells = ", ".join(f"{t} {v['gpu_hours']:,.1f} / {v['charged_gpu_hours']:,.1f}" for t, v in rows.items())
         click.echo(f"{label:32} {used:>10,.1f} / {paid:>10,.1f}   ({cells or 'no GPU time'})")
+    if lend:
+        click.echo("\nlent to the inference tier (whole idle nodes, off-peak):")
+        for label, r in results:
+            if isinstance(r, NodeResult) and r.lending is not None:
+                ls = r.lending
+                click.echo(
+                    f"{label:32} {ls.lent_gpu_seconds / 3600:>10,.1f} GPU-h in {ls.lends:,} leases, "
+                    f"{ls.reclaims:,} taken back by Slurm's jobs"
+                )
     if sized is not None:
         echo_sizing(sized)
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_pool.cli import cli
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
 from slurm_pool.sim.nodelend import LendRule
 from slurm_pool.sim.nodes import Node, NodePolicy, NodeResult, simulate_nodes
@@ -212,3 +217,76 @@ def test_no_gpu_is_used_by_both_sides(raw, preemptors, demand, windowed):
                 for la, lb in leased:
                     assert b <= la or a >= lb, f"{name}: job {who} [{a}, {b}) inside lease [{la}, {lb})"
     assert r.lending.reclaims == sum(1 for *_, how in r.lending.leases if how == "reclaimed")
+
+
+# -- slurm-pool simulate --nodes --lend ------------------------------------------------
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
+MONDAY_8PM_UTC = 1767643200  # 2026-01-05 20:00 UTC, inside the example's 19:00-07:00 window
+MONDAY_10AM_UTC = MONDAY_8PM_UTC - 10 * 3600
+
+
+def _spec_in_utc(tmp_path: Path) -> Path:
+    text = EXAMPLE.read_text().replace("  max_lent_nodes: 3\n", "  max_lent_nodes: 3\n  timezone: UTC\n")
+    assert "timezone: UTC" in text
+    out = tmp_path / "pool.yaml"
+    out.write_text(text)
+    return out
+
+
+def _sacct(t0: int) -> str:
+    def job(i: int, submit: int, end: int, gpus: int) -> dict:
+        gres = [{"type": "gres", "name": "gpu", "count": gpus}]
+        return {
+            "job_id": i,
+            "account": "proja",
+            "time": {"submission": submit, "start": submit, "end": end},
+            "tres": {"allocated": gres},
+        }
+
+    return json.dumps({"jobs": [job(1, t0, t0 + 1000, 1), job(2, t0 + 100, t0 + 200, 2)]})
+
+
+@pytest.mark.parametrize(
+    ("t0", "waits", "reclaims", "lends"),
+    [
+        # off-peak: a-gpu2, b-gpu1 and c-gpu1 are lent at once (max_lent_nodes 3); proja's 2-GPU job
+        # takes a-gpu2 back and starts after k8s-lend's GraceTime of 10 s
+        (MONDAY_8PM_UTC, [10, 10, 10, 10], 1, 3),
+        # daytime: nothing is lent, nothing waits
+        (MONDAY_10AM_UTC, [0, 0, 0, 0], 0, 0),
+    ],
+)
+def test_cli_lend(tmp_path, t0, waits, reclaims, lends):
+    spec = _spec_in_utc(tmp_path)
+    args = ["simulate", "--spec", str(spec), "--sacct", "-", "--nodes", "--lend", "--lend-period", "60"]
+    res = CliRunner().invoke(cli, [*args, "--json"], input=_sacct(t0))
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert [r["owner_wait_p95_seconds"] for r in out["results"]] == waits
+    assert {r["lending"]["reclaims"] for r in out["results"]} == {reclaims}
+    assert all(r["lending"]["lends"] >= lends for r in out["results"])
+    res = CliRunner().invoke(cli, args, input=_sacct(t0))
+    assert res.exit_code == 0, res.output
+    assert "lent to the inference tier" in res.output
+    assert f"{reclaims} taken back by Slurm's jobs" in res.output
+
+
+def test_cli_lend_needs_nodes():
+    res = CliRunner().invoke(cli, ["simulate", "--spec", str(EXAMPLE), "--sacct", "-", "--lend"], input="{}")
+    assert res.exit_code == 2
+    assert "--lend" in res.output and "--nodes" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_the_example_lets_owners_alone_take_lent_nodes_back():
+    """scavenger (the borrowed tier's price) does not preempt k8s-lend in the example; guaranteed does."""
+    from slurm_pool.sim.cli import lend_rule, tier_prices
+    from slurm_pool.spec import load_spec
+
+    spec = load_spec(str(EXAMPLE))
+    rule = lend_rule(spec, MONDAY_8PM_UTC, 300.0, tier_prices(spec, None))
+    assert rule.preemptors == OWNERS_ONLY
+    assert (rule.grace, rule.max_nodes, rule.period) == (10.0, 3, 300.0)
+    assert rule.window is not None
+    shared = lend_rule(spec, MONDAY_8PM_UTC, 300.0, tier_prices(spec, "shared"))
+    assert shared.preemptors == frozenset({GUARANTEED, BORROWED})
