@@ -11,7 +11,7 @@ import click
 from slurm_pool.clitypes import Finite
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
-from slurm_pool.sim.nodelend import LendRule, LendStats
+from slurm_pool.sim.nodelend import OVERFLOW, LendRule, LendStats
 from slurm_pool.sim.nodes import NodePolicy, NodeResult, nodes_from_spec, simulate_nodes
 from slurm_pool.sim.report import write_report
 from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool
@@ -59,8 +59,9 @@ def lending_summary(st: LendStats) -> dict[str, Any]:
 
 def lend_rule(spec: Any, start: float, period: float, prices: dict[str, tuple[str, float]]) -> LendRule:
     """The spec's bridge as the node engine's lending: its off-peak windows from the history's first
-    submission (``start``, epoch seconds), its node cap, the lend tier's GraceTime, and which simulated
-    tiers preempt placeholders (those charged as a tier that preempts the lend QOS)."""
+    submission (``start``, epoch seconds), its node cap, the lend tier's GraceTime, and which jobs preempt
+    placeholders: guaranteed and borrowed time as ``prices`` names their tiers, an owner's job beyond its
+    share as the highest-priority other tier its owners may use (the example's ``shared``)."""
     from datetime import datetime, timedelta, timezone
 
     from slurm_pool.bridge.windows import off_peak
@@ -74,12 +75,16 @@ def lend_rule(spec: Any, start: float, period: float, prices: dict[str, tuple[st
 
     preempting = lend_preemptors(spec, bridge)
     lend_tier = next((t for t in spec.tiers if t.name == bridge.qos), None)
+    top = prices[GUARANTEED][0]
+    owned = {t for p in spec.projects if p.owns for t in p.tiers} - {top, bridge.qos}
+    overflow = max((t for t in spec.tiers if t.name in owned), key=lambda t: t.priority, default=None)
+    names = {GUARANTEED: top, BORROWED: prices[BORROWED][0], OVERFLOW: overflow.name if overflow else top}
     return LendRule(
         period=period,
         window=None if bridge.lend_outside_off_peak else window,
         max_nodes=bridge.max_lent_nodes,
         grace=float(lend_tier.grace_time if lend_tier is not None else 0),
-        preemptors=frozenset(sim for sim, (name, _) in prices.items() if name in preempting),
+        preemptors=frozenset(cls for cls, name in names.items() if name in preempting),
     )
 
 

@@ -11,7 +11,8 @@ from Slurm's jobs whole, as that placeholder takes it:
   ``demand`` (no demand given: every such node) or ``max_nodes`` are lent.
   Beyond the demand it gives back the newest lends; when the window closes,
   all of them.
-* A job whose tier is in ``preemptors`` and that fits no free GPUs preempts
+* A job whose class is in ``preemptors`` (its tier, :data:`OVERFLOW` for an
+  owner's job beyond its share) and that fits no free GPUs preempts
   placeholders before any other job (they are the lowest tier): it takes the
   best-fitting lent node in its scope (or lent whole nodes beside free ones,
   for a job bigger than a node) and starts ``grace`` seconds later, the
@@ -34,6 +35,15 @@ from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
 if TYPE_CHECKING:  # pragma: no cover
     from slurm_pool.sim.nodes import _Sim
 
+#: An owner's job beyond its share: borrowed tier, but often a higher QOS than borrowers' (``shared``).
+OVERFLOW = "overflow"
+CLASSES = frozenset({GUARANTEED, OVERFLOW, BORROWED})
+
+
+def job_class(job: Job, tier: str) -> str:
+    """Who preempts placeholders is decided per class: guaranteed, an owner's overflow, or a borrower."""
+    return OVERFLOW if tier == BORROWED and job.project is not None else tier
+
 
 @dataclass(frozen=True)
 class LendRule:
@@ -47,8 +57,8 @@ class LendRule:
     max_nodes: int | None = None
     #: Seconds from a reclaim until the preemptor holds the node (placeholder's GraceTime + fence).
     grace: float = 10.0
-    #: Simulated tiers whose jobs preempt placeholders (``spec.bridge.lend_preemptors``).
-    preemptors: frozenset[str] = frozenset({GUARANTEED, BORROWED})
+    #: Job classes (:func:`job_class`) that preempt placeholders (``spec.bridge.lend_preemptors``).
+    preemptors: frozenset[str] = CLASSES
 
     def __post_init__(self) -> None:
         if not self.period > 0:
@@ -57,9 +67,9 @@ class LendRule:
             raise ValueError(f"lend.grace: {self.grace} is negative")
         if self.max_nodes is not None and self.max_nodes < 0:
             raise ValueError(f"lend.max_nodes: {self.max_nodes} is negative")
-        unknown = self.preemptors - {GUARANTEED, BORROWED}
+        unknown = self.preemptors - CLASSES
         if unknown:
-            raise ValueError(f"lend.preemptors: {sorted(unknown)} are not simulated tiers ({GUARANTEED}, {BORROWED})")
+            raise ValueError(f"lend.preemptors: {sorted(unknown)} are not job classes ({', '.join(sorted(CLASSES))})")
 
 
 @dataclass
@@ -121,7 +131,12 @@ class Lender:
             if self.lent_gpus() - sim.size[newest] < self.wanted:
                 break
             self._give_back(newest)
-        reserved = {n for entry in sim.resv.values() for n in entry[3]}
+        reserved = {  # backfill's reservations for the queue heads still waiting
+            n
+            for key, entry in sim.resv.items()
+            if sim.queues[key] and sim.queues[key][0].id == entry[0]
+            for n in entry[3]
+        }
         order = sorted(range(len(sim.size)), key=lambda n: (sim.owner[n] is not None, n))
         for n in order:
             if self.lent_gpus() >= self.wanted or (rule.max_nodes is not None and len(self.lent) >= rule.max_nodes):
@@ -141,10 +156,14 @@ class Lender:
         sim._set_free(n, sim.size[n])
 
     # -- Slurm's side --------------------------------------------------------------
+    def reclaims(self, job: Job, tier: str) -> bool:
+        """Whether ``job``, in ``tier``, preempts placeholders."""
+        return job_class(job, tier) in self.rule.preemptors
+
     def reclaim(self, job: Job, tier: str, scope: str) -> tuple[dict[int, int], float] | None:
         """Preempt placeholders so ``job`` fits in ``scope``: its allocation and start, or None."""
         gpus = job.gpus
-        if tier not in self.rule.preemptors or not self.lent:
+        if not self.lent or not self.reclaims(job, tier):
             return None
         sim = self.sim
         members = set(sim.index[scope].members)

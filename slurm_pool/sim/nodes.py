@@ -378,8 +378,14 @@ class _Sim:
             return max(self.now, r.begin + self.pol.time_limit)
         return r.start + r.job.work - self.state[r.job.id].done
 
-    def _reserve(self, job: Job, scope: str, preemptible: bool) -> tuple[float, dict[int, int]]:
-        """The earliest time (and nodes) ``job`` fits in ``scope`` as running jobs end."""
+    def _reserve(self, job: Job, scope: str, preemptible: bool, tier: str) -> tuple[float, dict[int, int]]:
+        """The earliest time (and nodes) ``job`` fits in ``scope`` as running jobs end.
+
+        A lent node is free now to a job that preempts placeholders, and never (until the rebalancer
+        gives it back) to any other.
+        """
+        lent = self.lender.lent if self.lender is not None else {}
+        reclaims = bool(lent) and self.lender is not None and self.lender.reclaims(job, tier)
         idx = self.index[scope]
         whole = job.gpus > idx.top
         times: list[tuple[float, int]] = []
@@ -387,6 +393,9 @@ class _Sim:
         for n in idx.members:
             need = self.size[n] if whole else job.gpus
             if need > self.size[n]:
+                continue
+            if n in lent:
+                times.append((self.now if reclaims else math.inf, n))
                 continue
             key = (n, need, preemptible)
             hit = self.tcache.get(key) if cache else None
@@ -449,7 +458,7 @@ class _Sim:
             if not resolved:
                 head_tier, head_scope = self._tier(head)
                 pre = head_tier == GUARANTEED and self.pol.preempt and self.pol.pooled
-                t_res, nodes = self._reserve(head, head_scope, pre)
+                t_res, nodes = self._reserve(head, head_scope, pre, head_tier or BORROWED)
                 resolved = True
             st = self.state[job.id]
             overhead = self.pol.restart_overhead if st.done > 0 else 0.0
