@@ -82,6 +82,10 @@ class NodePolicy(Policy):
     #: Seconds a finished job's GPUs stay taken before another job can start on them: Slurm's
     #: epilog and COMPLETING state, then the scheduling pass that starts the next job (0: at once).
     release_delay: float = 0.0
+    #: Seconds between backfill passes (Slurm's bf_interval; 0: backfill at every event).  Backfill
+    #: then starts jobs only at multiples of it, while queue heads start at once (the main scheduler
+    #: runs on each submission and job end).
+    bf_interval: float = 0.0
     #: Lend whole idle nodes to the inference tier (:mod:`.nodelend`; None: no lending).
     lend: LendRule | None = None
 
@@ -145,6 +149,8 @@ class _Sim:
             raise ValueError(f"time_limit: {policy.time_limit} is not positive")
         if policy.bf_depth < 0:
             raise ValueError(f"bf_depth: {policy.bf_depth} is negative")
+        if not policy.bf_interval >= 0:
+            raise ValueError(f"bf_interval: {policy.bf_interval} is negative")
         self.nodes = nodes
         self.size = [nd.gpus for nd in nodes]
         self.owner = [nd.owner for nd in nodes]
@@ -178,6 +184,7 @@ class _Sim:
         self.resv: dict[str | None, tuple[str, int, float, dict[int, int]]] = {}
         self.owner_jobs = self.owner_done = 0
         self.lender = Lender(self, policy.lend) if policy.lend is not None else None
+        self.bf_next: float | None = None  # the backfill pass already due (with bf_interval)
 
     def _note(self, n: int) -> None:
         f = self.free[n]
@@ -518,8 +525,18 @@ class _Sim:
                 q.popleft()
             if q and key is not None and self._tier(q[0])[0] != GUARANTEED:
                 self._guaranteed_ahead(q)
-            if q and self.pol.backfill and len(q) > 1:
+            if q and self.pol.backfill and len(q) > 1 and self._backfill_now():
                 self._backfill(key, q)
+
+    def _backfill_now(self) -> bool:
+        """With ``bf_interval``: whether this is a backfill pass, else make sure the next one comes."""
+        step = self.pol.bf_interval
+        if step <= 0 or self.now == self.bf_next:
+            return True
+        if self.bf_next is None or self.bf_next < self.now:
+            self.bf_next = (math.floor(self.now / step) + 1) * step
+            self.push(self.bf_next, "backfill", None)
+        return False
 
     def _guaranteed_ahead(self, q: deque[Job]) -> None:
         """Owner jobs within the share outrank a waiting borrowed-tier head (a higher tier)."""
@@ -635,7 +652,7 @@ class _Sim:
         elif kind == "released":
             assert isinstance(payload, _Run)
             self._release(payload)
-        elif kind == "lend":  # a cron tick: run after the scheduler's pass (see run)
+        elif kind in ("lend", "backfill"):  # a cron tick (run after the scheduler's pass), a backfill pass
             pass
         elif kind == "eligible":  # a requeued job's hold is over: it keeps its place at the front
             assert isinstance(payload, Job)

@@ -37,6 +37,21 @@ def runs(r: NodeResult) -> dict[str, list[tuple[float, tuple[str, ...]]]]:
 # (id, nodes, jobs, policy, expected runs per job)
 CASES = [
     (
+        # q backfills beside the blocked m at once, or at the next backfill pass (bf_interval 10)
+        "backfill-at-once",
+        [n("n0", 4)],
+        [j("a", None, 0, 100, 3), j("m", None, 1, 50, 4), j("q", None, 2, 30, 1)],
+        POOL,
+        {"a": [(0, ("n0",))], "m": [(100, ("n0",))], "q": [(2, ("n0",))]},
+    ),
+    (
+        "backfill-at-the-next-pass",
+        [n("n0", 4)],
+        [j("a", None, 0, 100, 3), j("m", None, 1, 50, 4), j("q", None, 2, 30, 1)],
+        NodePolicy("bf10", grace=60, restart_overhead=0, bf_interval=10),
+        {"a": [(0, ("n0",))], "m": [(100, ("n0",))], "q": [(10, ("n0",))]},
+    ),
+    (
         # best fit packs both 1-GPU jobs on n0, so the 2-GPU job finds n1 whole
         "best-fit-leaves-room",
         [n("n0", 2), n("n1", 2)],
@@ -254,6 +269,8 @@ def test_bad_policy_and_window_are_named():
         simulate_nodes([n("a", 1)], [], POOL, window=0)
     with pytest.raises(ValueError, match="time_limit: -1"):
         simulate_nodes([n("a", 1)], [], NodePolicy("x", time_limit=-1), window=1)
+    with pytest.raises(ValueError, match="bf_interval: -5"):
+        simulate_nodes([n("a", 1)], [], NodePolicy("x", bf_interval=-5), window=1)
 
 
 # -- invariants ------------------------------------------------------------------
@@ -301,6 +318,7 @@ POLICIES = [
     DEDICATED,
     NodePolicy("overhead", grace=30, restart_overhead=20),
     NodePolicy("completing", grace=30, restart_overhead=0, release_delay=3),
+    NodePolicy("bf-passes", grace=30, restart_overhead=0, bf_interval=7),
 ]
 
 
