@@ -395,16 +395,9 @@ def test_cli_nodes_places_on_the_spec_nodes():
 
     spec = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
 
-    def job(i, submit, end, gpus):
-        gres = [{"type": "gres", "name": "gpu", "count": gpus}]
-        return {
-            "job_id": i,
-            "account": "proja",
-            "time": {"submission": submit, "start": submit, "end": end},
-            "tres": {"allocated": gres},
-        }
+    from tests.support.sacct import gpu_job
 
-    sacct = json.dumps({"jobs": [job(1, 1000, 2000, 1), job(2, 1010, 1110, 3)]})
+    sacct = json.dumps({"jobs": [gpu_job(1, "proja", 1000, 2000, 1), gpu_job(2, "proja", 1010, 1110, 3)]})
     out = {}
     for flag in ([], ["--nodes"]):
         res = CliRunner().invoke(cli, ["simulate", "--spec", str(spec), "--sacct", "-", "--json", *flag], input=sacct)

@@ -14,6 +14,7 @@ from slurm_pool.cli import cli
 from slurm_pool.sim.engine import GUARANTEED, Job
 from slurm_pool.sim.nodelend import CLASSES, OVERFLOW, LendRule
 from slurm_pool.sim.nodes import Node, NodePolicy, NodeResult, simulate_nodes
+from tests.support.sacct import gpu_job
 
 PERIOD = 100.0
 OWNERS_ONLY = frozenset({GUARANTEED})
@@ -246,16 +247,7 @@ def _spec_in_utc(tmp_path: Path) -> Path:
 
 
 def _sacct(t0: int) -> str:
-    def job(i: int, submit: int, end: int, gpus: int) -> dict:
-        gres = [{"type": "gres", "name": "gpu", "count": gpus}]
-        return {
-            "job_id": i,
-            "account": "proja",
-            "time": {"submission": submit, "start": submit, "end": end},
-            "tres": {"allocated": gres},
-        }
-
-    return json.dumps({"jobs": [job(1, t0, t0 + 1000, 1), job(2, t0 + 100, t0 + 200, 2)]})
+    return json.dumps({"jobs": [gpu_job(1, "proja", t0, t0 + 1000, 1), gpu_job(2, "proja", t0 + 100, t0 + 200, 2)]})
 
 
 @pytest.mark.parametrize(
