@@ -58,6 +58,7 @@ from itertools import islice
 from typing import Any, Iterable
 
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.sim.backfill import backfill
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result, note_held, note_tiers
 from slurm_pool.sim.freeindex import FreeIndex
 from slurm_pool.sim.units import check_mig, expand_units
@@ -405,106 +406,9 @@ class _Sim:
             self.used[(run.job.project, run.job.profile)] -= run.job.gpus
             self.used_eq -= self._eq(run.job, run.alloc)
 
-    # -- backfill --------------------------------------------------------------
-    def _expected_end(self, r: _Run) -> float:
-        if r.free_at is not None:
-            return r.free_at
-        if self.pol.time_limit is not None:
-            return max(self.now, r.begin + self.pol.time_limit)
-        return r.start + r.job.work - self.state[r.job.id].done
-
-    def _reserve(self, job: Job, scope: str, preemptible: bool) -> tuple[float, dict[int, int]]:
-        """The earliest time (and nodes) ``job`` fits in ``scope`` as running jobs end."""
-        idx = self.index[(scope, job.profile)]
-        whole = job.profile is None and job.gpus > idx.top
-        times: list[tuple[float, int]] = []
-        cache = self.pol.time_limit is None  # else expected ends move with the clock
-        for n in idx.members:
-            need = self.size[n] if whole else job.gpus
-            if need > self.size[n]:
-                continue
-            key = (n, need, preemptible)
-            hit = self.tcache.get(key) if cache else None
-            if hit is not None and hit[0] == self.ver[n]:
-                times.append((max(hit[1], self.now), n))
-                continue
-            avail = self.free[n] + (self.bheld[n] if preemptible else 0)
-            rel = []
-            for r in self.on_node[n].values():
-                if preemptible and r.tier == BORROWED:
-                    continue
-                rel.append((self._expected_end(r), r.alloc[n] - r.claimed.get(n, 0)))
-            rel.sort()
-            t = self.now
-            for end, c in rel:
-                if avail >= need:
-                    break
-                avail += c
-                t = end
-            times.append((t, n))
-            if cache:
-                self.tcache[key] = (self.ver[n], t)
-        if not whole:
-            times = [min(times)] if times else []  # one node: the earliest (lowest index on ties)
-        else:
-            times = [(e[0], e[2]) for e in sorted((t, -self.size[n], n) for t, n in times)]
-        got, total, t = {}, 0, math.inf
-        for tn, n in times:
-            got[n] = self.ver[n]
-            total += self.size[n] if whole else job.gpus
-            t = tn
-            if total >= job.gpus:
-                break
-        return (t, got) if total >= job.gpus else (math.inf, {})
-
+    # -- backfill (:mod:`.backfill`) ------------------------------------------
     def _backfill(self, key: str | None, q: deque[Job]) -> None:
-        head = q[0]
-        cached = self.resv.get(key)
-        resolved = bool(
-            cached
-            and cached[0] == head.id
-            and cached[1] == self.epoch
-            and all(self.ver[n] == v for n, v in cached[3].items())
-        )
-        t_res, nodes = (cached[2], dict(cached[3])) if cached and resolved else (math.inf, {})
-        started: list[Job] = []
-        # (scope, kind) -> fewest GPUs found not to fit (starts only shrink free GPUs)
-        no_fit: dict[tuple[str, str | None], int] = {}
-        no_fit_off: dict[tuple[str, str | None], int] = {}  # the same, off the reserved nodes
-        for job in islice(q, 1, 1 + self.pol.bf_depth):
-            if self.total_free == 0:
-                break
-            tier, scope = self._tier(job)
-            kind = (scope, job.profile)
-            if tier is None or job.gpus >= no_fit.get(kind, job.gpus + 1):
-                continue
-            if self._fit(job, scope) is None:
-                no_fit[kind] = job.gpus
-                continue
-            if not resolved:
-                head_tier, head_scope = self._tier(head)
-                pre = head_tier == GUARANTEED and self.pol.preempt and self.pol.pooled
-                t_res, nodes = self._reserve(head, head_scope, pre)
-                resolved = True
-            st = self.state[job.id]
-            overhead = self.pol.restart_overhead if st.done > 0 else 0.0
-            lim = self.pol.time_limit if self.pol.time_limit is not None else job.work - st.done + overhead
-            long = self.now + lim > t_res
-            if long and job.gpus >= no_fit_off.get(kind, job.gpus + 1):
-                continue
-            alloc = self._fit(job, scope, frozenset(nodes) if long else frozenset())
-            if alloc is None:
-                no_fit_off[kind] = job.gpus  # nor off the reserved nodes
-                continue
-            self._launch(job, tier, alloc, alloc, self.now)
-            self.res.backfilled += 1
-            started.append(job)
-            for n in nodes:
-                nodes[n] = self.ver[n]  # a start that keeps the reservation does not void it
-        if resolved:
-            self.resv[key] = (head.id, self.epoch, t_res, nodes)
-        for job in started:
-            q.remove(job)
+        backfill(self, key, q)
 
     # -- scheduling ------------------------------------------------------------
     def _tier(self, job: Job) -> tuple[str | None, str]:
