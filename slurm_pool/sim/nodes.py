@@ -10,8 +10,8 @@ nodes.  The model:
   free instances of its own profile; a whole-GPU job runs only on whole GPUs.
   Everything below holds per kind (whole GPUs, or one profile): shares,
   best fit, backfill and preemption (:mod:`.units`).  Accounting and the
-  timelines are in GPU-equivalents: an instance of ``Ng.XXgb`` is N of the
-  GPU's compute slices (``Node.slices_per_gpu``, 7 or 4).
+  timelines are in GPU-equivalents: an instance of ``Ng.XXgb`` counts N of
+  the GPU's ``Node.slices_per_gpu`` compute slices (7; 4 on an A30).
 * A job of at most one node's GPUs runs on one node, best fit (the node left
   with the fewest free GPUs, lowest index on ties), as cons_tres packs.  A
   larger job takes whole free nodes, largest first, until their GPUs cover it
@@ -28,10 +28,11 @@ nodes.  The model:
   signalled count first.  It starts when the last of them is gone (GraceTime
   after the signal).  A victim keeps its work up to the signal when it
   checkpoints on the signal, else up to its last periodic checkpoint.
-* With ``NodePolicy.backfill``, when a queue's head cannot start, it gets one
-  reservation (the earliest time and nodes where it fits, from running jobs'
-  time limits); up to ``bf_depth`` jobs behind it may start now if they fit on
-  free GPUs and either end before that time or stay off the reserved nodes.
+* With ``NodePolicy.backfill`` (:mod:`.backfill`), when a queue's head
+  cannot start, it gets one reservation (the earliest time and nodes where it
+  fits, from running jobs' time limits); up to ``bf_depth`` jobs behind it may
+  start now if they fit on free GPUs and either end before that time or stay
+  off the reserved nodes.
 * With ``NodePolicy.release_delay``, a finished job's GPUs stay taken that
   many seconds more (Slurm's epilog, the COMPLETING state and the pass that
   starts the next job); a preemptor may claim them, and starts once they are
