@@ -444,3 +444,17 @@ def test_cli_nodes_places_mig_jobs_on_instances():
     assert res.exit_code == 0, res.output
     assert "c-gpu1 1 + (3g.20gb, 2g.10gb, 2x1g.5gb)" in res.output
     assert "3 jobs on MIG instances" in res.output
+
+
+# -- sizing ----------------------------------------------------------------------------
+def test_sizing_keeps_mig_jobs_placeable():
+    """Only u1 has 1g.5gb instances: no pool tried goes without it (nobody's servers may go otherwise)."""
+    from slurm_pool.sim.sizing import floors, pool_sizes
+
+    nodes = [n("a0", 2, "a", ("3g.20gb", "3g.20gb")), n("a1", 2, "a"), n("u0", 1), n("u1", 1, None, C_GPU1)]
+    whole = [j("o", "a", 0, 10, 2)]
+    # a's biggest job needs 2 whole GPUs: a0 has only 1 beside its partitioned GPU, so a keeps both
+    assert floors(nodes, whole)["a"] == 2
+    assert any("u1" not in {nd.name for nd in pool} for pool in pool_sizes(nodes, whole))
+    sizes = pool_sizes(nodes, [*whole, j("s", None, 0, 10, 2, "1g.5gb")])
+    assert sizes and all("u1" in {nd.name for nd in pool} for pool in sizes)
