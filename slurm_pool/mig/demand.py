@@ -25,6 +25,11 @@ from slurm_pool.textio import parse_json
 _TAIL_RE = re.compile(r"(\d+)g\.(\d+)gb(\+me)?$")
 
 
+def is_mig_type(gres_type: str) -> bool:
+    """True when a GRES Type names a MIG instance (it ends in ``<slices>g.<GB>gb``), of any model."""
+    return _TAIL_RE.search(gres_type.lower()) is not None
+
+
 def profile_for_gres_type(model: str, gres_type: str) -> str | None:
     """The plain profile behind a GRES Type, or None when it is not a MIG type of ``model``."""
     geo = geometry(model)

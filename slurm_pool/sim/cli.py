@@ -16,6 +16,7 @@ from slurm_pool.sim.nodes import NodePolicy, NodeResult, nodes_from_spec, simula
 from slurm_pool.sim.report import write_report
 from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool
 from slurm_pool.sim.sizing import summary as sizing_summary
+from slurm_pool.sim.units import describe
 from slurm_pool.textio import read_json
 
 
@@ -215,7 +216,8 @@ def simulate(
     capacity = history.owned_gpus(spec)
     if not capacity:
         raise click.ClickException(f"{spec_path}: no project owns a node group with GPUs (projects[].owns)")
-    hist = history.jobs_from_sacct(read_json(sacct_path), capacity, name=sacct_path)
+    mig = history.mig_nodes(spec) if on_nodes else None  # only the node engine models MIG instances
+    hist = history.jobs_from_sacct(read_json(sacct_path), capacity, name=sacct_path, mig=mig)
     grace = float(default_grace(spec)) if grace is None else grace
     nodes = nodes_from_spec(spec)
     policies = standard_policies(grace, checkpoint_interval, restart_overhead)
@@ -239,6 +241,7 @@ def simulate(
         except OSError as exc:
             raise click.BadParameter(f"{report_dir}: {exc.strerror or exc}", param_hint="--report") from None
     owners = sum(j.project is not None for j in hist.jobs)
+    on_mig = sum(j.profile is not None for j in hist.jobs)
     if as_json:
         click.echo(
             json.dumps(
@@ -249,6 +252,7 @@ def simulate(
                     "grace_seconds": grace,
                     "owner_jobs": owners,
                     "borrower_jobs": len(hist.jobs) - owners,
+                    "mig_jobs": on_mig,
                     "skipped": dict(hist.skipped),
                     "results": [summary(r, base, prices) for _, r in results],
                     **({"sizing": sizing_summary(sized)} if sized is not None else {}),
@@ -264,8 +268,10 @@ def simulate(
     )
     click.echo("servers: " + ", ".join(f"{p} {n} GPUs" for p, n in capacity.items()) + f"; GraceTime {grace:g} s")
     if on_nodes:
-        sizes = ", ".join(f"{nd.name} {nd.gpus}" for nd in nodes)
+        sizes = ", ".join(describe(nd) for nd in nodes)
         click.echo(f"placed on {len(nodes)} nodes (GPUs: {sizes}): best fit, whole nodes for bigger jobs, backfill")
+        if on_mig:
+            click.echo(f"{on_mig} jobs on MIG instances, each on free instances of its own profile")
     click.echo(
         f"{'':32} {'GPU time used':>13} {'vs dedicated':>12} {'owner wait p50':>15} {'p95':>10} "
         f"{'preemptions':>11} {'lost GPU-h':>10}"

@@ -3,7 +3,8 @@
 The model, kept small on purpose:
 
 * Each project owns ``capacity[p]`` GPUs.  GPUs are interchangeable within
-  the pool (node boundaries and MIG are not modelled).
+  the pool (node boundaries and MIG are not modelled: a job with a MIG
+  ``profile`` is refused).
 * An owner's job runs in the **guaranteed** tier while its project's
   guaranteed jobs fit in the project's own GPUs.  Owner queues are strict
   FIFO per project (the head blocks), as a priority queue without backfill.
@@ -37,13 +38,18 @@ GUARANTEED, BORROWED = "guaranteed", "borrowed"
 
 @dataclass(frozen=True)
 class Job:
-    """One job: ``work`` GPU-seconds per GPU when run without interruption."""
+    """One job: ``work`` GPU-seconds per GPU when run without interruption.
+
+    With ``profile`` it asks ``gpus`` MIG instances of that profile (``3g.20gb``), which only the
+    node engine (:mod:`.nodes`) models.
+    """
 
     id: str
     project: str | None  # None: a borrower with no servers of its own
     arrival: float
     work: float
     gpus: int
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,11 +106,12 @@ class Result:
     #: When each borrower job finished (same order as ``borrower_waits``).
     borrower_ends: list[float] = field(default_factory=list)
     unfinished_owner_jobs: int = 0
-    #: ``(time, idle GPUs)`` whenever the count changed inside the window (for :mod:`.lending`).
-    idle_timeline: list[tuple[float, int]] = field(default_factory=list)
-    #: ``(time, guaranteed GPUs busy, other GPUs busy)`` whenever either changed inside the window.
-    #: A preemptor's GPUs count as guaranteed from the moment it is placed (its victims' grace).
-    tier_timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    #: ``(time, idle GPUs)`` whenever the count changed inside the window (for :mod:`.lending`).  Counts
+    #: are GPU-equivalents: whole numbers, except on MIG instances (one of ``3g.20gb`` is 3/7 of a GPU).
+    idle_timeline: list[tuple[float, float]] = field(default_factory=list)
+    #: ``(time, guaranteed GPUs busy, other GPUs busy)`` whenever either changed inside the window, in
+    #: GPU-equivalents.  A preemptor's GPUs count as guaranteed from the moment it is placed (its victims' grace).
+    tier_timeline: list[tuple[float, float, float]] = field(default_factory=list)
     #: GPU-seconds held per tier (guaranteed, borrowed) inside the window: from each run's start of work to its
     #: end or preemption, kept work and lost work alike (grace waits and restart overhead are counted apart).
     tier_gpu_seconds: dict[str, float] = field(default_factory=dict)
@@ -141,7 +148,7 @@ def note_held(res: Result, tier: str, gpu_seconds: float) -> None:
         res.tier_gpu_seconds[tier] = res.tier_gpu_seconds.get(tier, 0.0) + gpu_seconds
 
 
-def note_tiers(res: Result, now: float, guaranteed: int, busy: int) -> None:
+def note_tiers(res: Result, now: float, guaranteed: float, busy: float) -> None:
     """Append to ``res.tier_timeline`` when the split of busy GPUs changed."""
     point = (now, guaranteed, max(0, busy - guaranteed))
     line = res.tier_timeline
@@ -381,9 +388,16 @@ class _Sim:
             self.queues[None].append(job)
 
     def _check_new_id(self, job: Job) -> None:
-        """Job ids key the engine's state: a second job with one would corrupt the first's."""
+        """Job ids key the engine's state: a second job with one would corrupt the first's.
+
+        Also refuses MIG jobs: GPUs here are interchangeable, so instances cannot be modelled."""
         if job.id in self.ids:
             raise ValueError(f"job {job.id}: duplicate job id")
+        if job.profile is not None:
+            raise ValueError(
+                f"job {job.id}: asks MIG instances ({job.profile!r}), which the GPU-pool engine does not model "
+                "(use the node engine, slurm_pool.sim.nodes)"
+            )
         self.ids.add(job.id)
 
     def _handle(self, kind: str, payload: object) -> None:

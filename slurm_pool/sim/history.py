@@ -5,7 +5,15 @@
 dedicated servers gave, and what the pool would give, on the same jobs.
 
 * A project's servers: the GPUs of the node groups it ``owns`` (physical
-  GPUs; MIG layouts are not modelled).
+  GPUs).
+* With ``mig`` (:func:`mig_nodes`, for the node engine), a job that held
+  MIG instances (a GRES Type such as ``nvidia_a100_3g.20gb``, read as a
+  profile of the spec's MIG-partitioned GPU models) asks that many
+  instances of its profile; a whole-GPU job is checked against the whole
+  GPUs alone.  Jobs holding more than one profile, instances and whole GPUs
+  together, a MIG Type no model with layouts knows, a profile no node has or
+  more instances than one node has are left out, and counted.  Without it
+  (the GPU-pool engine, which cannot model MIG) instances count as GPUs.
 * A job belongs to the project whose name is its account; accounts without
   servers (or unknown to the spec) are borrowers.
 * Its work is its elapsed run time, its arrival its submission time, its
@@ -15,13 +23,17 @@ dedicated servers gave, and what the pool would give, on the same jobs.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from slurm_pool.adapters.records import job_record
 from slurm_pool.errors import InputError
+from slurm_pool.mig.demand import is_mig_type, profile_for_gres_type
 from slurm_pool.sim.engine import Job
+from slurm_pool.sim.nodes import nodes_from_spec
+from slurm_pool.sim.units import mig_counts
 from slurm_pool.spec.hosts import expand
 
 
@@ -58,11 +70,69 @@ def owned_gpus(spec: Any) -> dict[str, int]:
     return out
 
 
-def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct") -> History:
-    """The GPU jobs of a ``sacct --json`` document, times shifted to start at 0."""
+@dataclass(frozen=True)
+class MigNodes:
+    """What the spec's nodes offer when MIG is modelled (the node engine)."""
+
+    models: tuple[str, ...]  # GPU models with MIG layouts: a MIG GRES Type is read as a profile of one
+    most: dict[str, int]  # profile -> the most instances of it on one node
+    whole: dict[str, int]  # project -> whole (unpartitioned) GPUs of the nodes it owns
+    whole_total: int
+
+    def profile(self, gres_type: str) -> str | None:
+        """The profile behind a MIG GRES Type (one that some node has, when models differ); None: unknown."""
+        found = {p for m in self.models if (p := _profile_for(m, gres_type)) is not None}
+        pick = (found & self.most.keys()) or found
+        return min(pick) if pick else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _profile_for(model: str, gres_type: str) -> str | None:
+    return profile_for_gres_type(model, gres_type)
+
+
+def mig_nodes(spec: Any) -> MigNodes:
+    """The MIG instances and whole GPUs of the spec's nodes (:func:`.nodes.nodes_from_spec`)."""
+    nodes = nodes_from_spec(spec)
+    models = {g.gpus.model for g in spec.node_groups if g.gpus is not None and any(g.gpus.mig or [])}
+    most: dict[str, int] = {}
+    whole: Counter[str] = Counter()
+    for nd in nodes:
+        for p, c in mig_counts(nd).items():
+            most[p] = max(most.get(p, 0), c)
+        if nd.owner is not None:
+            whole[nd.owner] += nd.gpus - len(nd.mig)
+    return MigNodes(tuple(sorted(models)), most, dict(whole), sum(nd.gpus - len(nd.mig) for nd in nodes))
+
+
+def _mig_profile(types: Mapping[str, int], gpus: int, mig: MigNodes) -> tuple[str | None, str]:
+    """The profile of the MIG instances a job held (None: whole GPUs), or why it is left out."""
+    held = {t: n for t, n in types.items() if n > 0 and is_mig_type(t)}
+    if not held:
+        return None, ""
+    profiles = {mig.profile(t) for t in held}
+    if None in profiles:
+        return None, "MIG type no spec model knows"
+    if len(profiles) > 1:
+        return None, "more than one MIG profile"
+    if sum(held.values()) < gpus:
+        return None, "MIG instances and whole GPUs"
+    (p,) = profiles
+    if p not in mig.most:
+        return None, "MIG profile no node has"
+    if gpus > mig.most[p]:
+        return None, "more MIG instances than a node has"
+    return p, ""
+
+
+def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mig: MigNodes | None = None) -> History:
+    """The GPU jobs of a ``sacct --json`` document, times shifted to start at 0.
+
+    With ``mig``, jobs on MIG instances ask for instances of their profile (see the module's notes).
+    """
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
         raise HistoryError(f"{name}: not sacct --json output (no 'jobs' list)")
-    rows: list[tuple[float, str, str | None, float, int]] = []
+    rows: list[tuple[float, str, str | None, float, int, str | None]] = []
     last_end = 0.0
     skipped: Counter[str] = Counter()
     for i, raw in enumerate(data["jobs"]):
@@ -80,19 +150,22 @@ def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct") ->
             skipped["no GPU"] += 1
             continue
         project = job.account if job.account in capacity else None
-        if project is not None and gpus > capacity[project]:
-            skipped["more GPUs than the project owns"] += 1
+        profile, why = _mig_profile(job.gpu_types, gpus, mig) if mig is not None else (None, "")
+        owned, pool = (capacity, sum(capacity.values())) if mig is None else (mig.whole, mig.whole_total)
+        if not why and profile is None and project is not None and gpus > owned.get(project, 0):
+            why = "more GPUs than the project owns"
+        if not why and profile is None and project is None and gpus > pool:
+            why = "more GPUs than the pool has"
+        if why:
+            skipped[why] += 1
             continue
-        if project is None and gpus > sum(capacity.values()):
-            skipped["more GPUs than the pool has"] += 1
-            continue
-        rows.append((submit, f"{job.job_id or i}", project, end - start, gpus))
+        rows.append((submit, f"{job.job_id or i}", project, end - start, gpus, profile))
         last_end = max(last_end, float(end))
     if not rows:
         raise HistoryError(f"{name}: no GPU job that ran ({dict(skipped) or 'no jobs'})")
     t0 = min(r[0] for r in rows)
     jobs = [
-        Job(f"{job_id}#{k}", project, submit - t0, work, gpus)
-        for k, (submit, job_id, project, work, gpus) in enumerate(rows)
+        Job(f"{job_id}#{k}", project, submit - t0, work, gpus, profile)
+        for k, (submit, job_id, project, work, gpus, profile) in enumerate(rows)
     ]
     return History(dict(capacity), jobs, t0, last_end, skipped)

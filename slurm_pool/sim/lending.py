@@ -3,7 +3,8 @@
 The rebalancer (``slurm-pool rebalance``, from cron) lends whole idle nodes
 while an off-peak window is open and Slurm takes a lent node back the moment
 one of its jobs needs it (the placeholder job is in the lowest tier).  Given
-the pool's idle GPUs over time (:attr:`.engine.Result.idle_timeline`), this
+the pool's idle GPUs over time (:attr:`.engine.Result.idle_timeline`, in
+GPU-equivalents: MIG instances count as their share of a GPU), this
 replays exactly that: at each cron tick, lend ``idle // node_gpus`` nodes (up
 to ``max_nodes``) if lending is allowed, return them all when the window
 closes, and count a *reclaim* whenever Slurm's own demand takes a lent node
@@ -30,7 +31,7 @@ class LendReport:
 
 
 def replay_lending(
-    timeline: Sequence[tuple[float, int]],
+    timeline: Sequence[tuple[float, float]],
     window: float,
     node_gpus: int,
     period: float,
@@ -49,7 +50,7 @@ def replay_lending(
     for i, t in enumerate(points):
         k = bisect.bisect_right(times, t) - 1
         idle = timeline[k][1] if k >= 0 else 0
-        free_nodes = idle // node_gpus
+        free_nodes = int(idle // node_gpus)
         if lent > free_nodes:  # Slurm needed them: the placeholder job was preempted
             reclaims += lent - free_nodes
             lent = free_nodes
@@ -124,7 +125,7 @@ def _hourly(samples: Sequence[tuple[float, float]], t: float, span: float) -> li
 
 
 def replay_inference_lending(
-    idle: Sequence[tuple[float, int]],
+    idle: Sequence[tuple[float, float]],
     need: Sequence[tuple[float, float]],
     start: float,
     end: float,

@@ -88,7 +88,11 @@ class LendStats:
 
 
 class Lender:
-    """The lent nodes of one replay, changed by cron ticks and by reclaims."""
+    """The lent nodes of one replay, changed by cron ticks and by reclaims.
+
+    A node is lent whole: every unit of it (its whole GPUs and its MIG instances,
+    :mod:`.units`) is taken from Slurm's jobs while it is lent.
+    """
 
     def __init__(self, sim: _Sim, rule: LendRule):
         self.sim = sim
@@ -97,10 +101,20 @@ class Lender:
         self.stats = LendStats()
         self.since = 0.0  # last time the integrals were brought up to date
         self.wanted = 0.0  # demand at the last tick
+        self.units_of: list[list[int]] = [[] for _ in sim.nodes]
+        for u, n in enumerate(sim.units.node):
+            if sim.size[u]:
+                self.units_of[n].append(u)
 
     # -- integrals ---------------------------------------------------------------
     def lent_gpus(self) -> int:
-        return sum(self.sim.size[n] for n in self.lent)
+        """Physical GPUs lent (what the inference tier gets)."""
+        return sum(self.sim.nodes[n].gpus for n in self.lent)
+
+    def lent_eq(self) -> int:
+        """What lent units hold, in the engine's 1/den GPUs (neither idle nor busy to Slurm)."""
+        sim = self.sim
+        return sum(sim.size[u] * sim.units.cost[u] for n in self.lent for u in self.units_of[n])
 
     def _flush(self, until: float | None = None) -> None:
         now = min(self.sim.now if until is None else until, self.sim.window)
@@ -116,6 +130,10 @@ class Lender:
         return [k * self.rule.period for k in range(math.ceil(self.sim.window / self.rule.period))]
 
     # -- the rebalancer ----------------------------------------------------------
+    def _idle(self, n: int) -> bool:
+        sim = self.sim
+        return all(sim.free[u] == sim.size[u] and not sim.on_node[u] for u in self.units_of[n])
+
     def tick(self) -> None:
         """One cron run: lend or give back toward the demand, inside the window."""
         sim, rule = self.sim, self.rule
@@ -128,23 +146,24 @@ class Lender:
             return
         while self.lent:  # beyond the demand: the newest lend goes back first
             newest = next(reversed(self.lent))
-            if self.lent_gpus() - sim.size[newest] < self.wanted:
+            if self.lent_gpus() - sim.nodes[newest].gpus < self.wanted:
                 break
             self._give_back(newest)
-        reserved = {  # backfill's reservations for the queue heads still waiting
-            n
+        reserved = {  # the nodes of backfill's reservations for the queue heads still waiting
+            sim.units.node[u]
             for key, entry in sim.resv.items()
             if sim.queues[key] and sim.queues[key][0].id == entry[0]
-            for n in entry[3]
+            for u in entry[3]
         }
-        order = sorted(range(len(sim.size)), key=lambda n: (sim.owner[n] is not None, n))
+        order = sorted(range(len(sim.nodes)), key=lambda n: (sim.nodes[n].owner is not None, n))
         for n in order:
             if self.lent_gpus() >= self.wanted or (rule.max_nodes is not None and len(self.lent) >= rule.max_nodes):
                 break
-            if n not in self.lent and n not in reserved and sim.free[n] == sim.size[n] and not sim.on_node[n]:
+            if n not in self.lent and n not in reserved and self.units_of[n] and self._idle(n):
                 self.lent[n] = sim.now
                 self.stats.lends += 1
-                sim._set_free(n, 0)
+                for u in self.units_of[n]:
+                    sim._set_free(u, 0)
 
     def _give_back(self, n: int) -> None:
         self._end(n, "given back")
@@ -153,7 +172,8 @@ class Lender:
     def _end(self, n: int, how: str) -> None:
         sim = self.sim
         self.stats.leases.append((sim.nodes[n].name, self.lent.pop(n), sim.now, how))
-        sim._set_free(n, sim.size[n])
+        for u in self.units_of[n]:
+            sim._set_free(u, sim.size[u])
 
     # -- Slurm's side --------------------------------------------------------------
     def reclaims(self, job: Job, tier: str) -> bool:
@@ -166,29 +186,30 @@ class Lender:
         if not self.lent or not self.reclaims(job, tier):
             return None
         sim = self.sim
-        members = set(sim.index[scope].members)
-        lent = [n for n in self.lent if n in members]
+        idx = sim.index[(scope, job.profile)]
+        lent = [u for u in idx.members if sim.units.node[u] in self.lent]  # units of its kind, on lent nodes
         if not lent:
             return None
-        if gpus <= sim.index[scope].top:
-            fits = [n for n in lent if sim.size[n] >= gpus]
+        if gpus <= idx.top:
+            fits = [u for u in lent if sim.size[u] >= gpus]
             if not fits:
                 return None
-            chosen = [min(fits, key=lambda n: (sim.size[n], n))]
+            chosen = [min(fits, key=lambda u: (sim.size[u], u))]
+        elif job.profile is not None:
+            return None  # MIG instances on one node only
         else:
-            whole = [n for n in members if sim.free[n] == sim.size[n]]
-            have = sum(sim.size[n] for n in whole)
+            have = sum(sim.size[u] for u in idx.members if sim.free[u] == sim.size[u])
             chosen = []
-            for n in sorted(lent, key=lambda n: (-sim.size[n], n)):
+            for u in sorted(lent, key=lambda u: (-sim.size[u], u)):
                 if have >= gpus:
                     break
-                chosen.append(n)
-                have += sim.size[n]
+                chosen.append(u)
+                have += sim.size[u]
             if have < gpus:
                 return None
         self._flush()
-        for n in chosen:
-            self._end(n, "reclaimed")
+        for u in chosen:
+            self._end(sim.units.node[u], "reclaimed")
             self.stats.reclaims += 1
         alloc = sim._fit(job, scope)
         assert alloc is not None, "a reclaimed node must make the job fit"

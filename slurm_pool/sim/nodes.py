@@ -5,6 +5,13 @@ nodes.  The model:
 
 * Each node has a GPU count and an owner project (or none).  A project's
   *share* is the GPUs of the nodes it owns.
+* A node's GPUs may be MIG-partitioned (``Node.mig``): a job with a
+  ``profile`` asks that many instances of it, on one node, and runs only on
+  free instances of its own profile; a whole-GPU job runs only on whole GPUs.
+  Everything below holds per kind (whole GPUs, or one profile): shares,
+  best fit, backfill and preemption (:mod:`.units`).  Accounting and the
+  timelines are in GPU-equivalents: an instance of ``Ng.XXgb`` counts N of
+  the GPU's ``Node.slices_per_gpu`` compute slices (7; 4 on an A30).
 * A job of at most one node's GPUs runs on one node, best fit (the node left
   with the fewest free GPUs, lowest index on ties), as cons_tres packs.  A
   larger job takes whole free nodes, largest first, until their GPUs cover it
@@ -21,10 +28,11 @@ nodes.  The model:
   signalled count first.  It starts when the last of them is gone (GraceTime
   after the signal).  A victim keeps its work up to the signal when it
   checkpoints on the signal, else up to its last periodic checkpoint.
-* With ``NodePolicy.backfill``, when a queue's head cannot start, it gets one
-  reservation (the earliest time and nodes where it fits, from running jobs'
-  time limits); up to ``bf_depth`` jobs behind it may start now if they fit on
-  free GPUs and either end before that time or stay off the reserved nodes.
+* With ``NodePolicy.backfill`` (:mod:`.backfill`), when a queue's head
+  cannot start, it gets one reservation (the earliest time and nodes where it
+  fits, from running jobs' time limits); up to ``bf_depth`` jobs behind it may
+  start now if they fit on free GPUs and either end before that time or stay
+  off the reserved nodes.
 * With ``NodePolicy.release_delay``, a finished job's GPUs stay taken that
   many seconds more (Slurm's epilog, the COMPLETING state and the pass that
   starts the next job); a preemptor may claim them, and starts once they are
@@ -35,7 +43,10 @@ job), no bf_window or bf_resolution, backfilled jobs do not preempt, the
 queues are scheduled in a fixed order (each project's, then the borrowers'),
 time limits are the jobs' exact remaining durations unless
 ``NodePolicy.time_limit`` is given (a job past its limit is not killed, it is
-expected to end at any moment), and no CPUs, memory, MIG or topology.
+expected to end at any moment), and no CPUs, memory or topology.  MIG layouts
+are fixed through a replay, a job's instances are all of one profile, and a
+plain GPU request never lands on a MIG instance (Slurm may give one to an
+untyped ``--gpus``); a guaranteed MIG job must fit one of its project's nodes.
 """
 
 from __future__ import annotations
@@ -47,9 +58,12 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Iterable
 
+from slurm_pool.mig.profiles import geometry
+from slurm_pool.sim.backfill import backfill
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result, note_held, note_tiers
 from slurm_pool.sim.freeindex import FreeIndex
 from slurm_pool.sim.nodelend import Lender, LendRule, LendStats
+from slurm_pool.sim.units import check_mig, expand_units
 from slurm_pool.spec.hosts import expand
 
 ALL = "*"  # the scope of every node
@@ -62,6 +76,11 @@ class Node:
     name: str
     gpus: int
     owner: str | None = None
+    #: The MIG layouts of its partitioned GPUs, one tuple of profile names each (``()``: MIG on, no
+    #: instances); its other ``gpus - len(mig)`` GPUs are whole.
+    mig: tuple[tuple[str, ...], ...] = ()
+    #: Compute slices of one of its GPUs (4 on an A30): an instance of ``Ng.XXgb`` counts N of them.
+    slices_per_gpu: int = 7
 
 
 @dataclass(frozen=True)
@@ -99,9 +118,10 @@ class Placement:
     placed: float  # when the scheduler gave it the GPUs (a preemptor then waits for its victims)
     start: float  # when it holds them (``placed`` plus any grace wait)
     end: float  # finished, or gone at the end of its grace window, or when the replay stopped
-    nodes: tuple[tuple[str, int], ...]
+    nodes: tuple[tuple[str, int], ...]  # (node, GPUs or, with ``profile``, instances held there)
     outcome: str  # "done", "preempted" or "running"
     signalled: float | None = None  # preempted: when it was signalled (its work stops there)
+    profile: str | None = None  # MIG instances of this profile (None: whole GPUs)
 
 
 @dataclass
@@ -118,11 +138,12 @@ class NodeResult(Result):
 class _Run:
     job: Job
     tier: str
-    alloc: dict[int, int]  # node -> GPUs held
+    alloc: dict[int, int]  # unit -> GPUs (or instances) held
     placed: float
     begin: float  # holds its GPUs from here
     start: float  # useful work from here (after a restart)
     version: int
+    w: float  # GPU-equivalents it counts for (its GPUs; for instances, their share of the GPU)
     free_at: float | None = None  # signalled: gone at this time
     claimed: dict[int, int] = field(default_factory=dict)  # GPUs owners took over while it leaves
 
@@ -145,6 +166,7 @@ class _Sim:
             names.add(nd.name)
             if nd.gpus < 1:
                 raise ValueError(f"nodes: node {nd.name!r} has gpus {nd.gpus}, not at least 1")
+            check_mig(nd)
         if policy.time_limit is not None and not policy.time_limit > 0:
             raise ValueError(f"time_limit: {policy.time_limit} is not positive")
         if policy.bf_depth < 0:
@@ -152,25 +174,32 @@ class _Sim:
         if not policy.bf_interval >= 0:
             raise ValueError(f"bf_interval: {policy.bf_interval} is negative")
         self.nodes = nodes
-        self.size = [nd.gpus for nd in nodes]
-        self.owner = [nd.owner for nd in nodes]
+        # Per unit (:mod:`.units`; unit n < len(nodes) is node n's whole GPUs), and keyed (scope, kind).
+        self.units = units = expand_units(nodes)
+        self.size = units.size
+        self.owner = [nodes[n].owner for n in units.node]
         self.free = list(self.size)
         self.total_free = sum(self.size)
-        self.bheld = [0] * len(nodes)  # GPUs held by borrowed runs, not yet claimed by an owner
-        self.on_node: list[dict[str, _Run]] = [{} for _ in nodes]
-        self.ver = [0] * len(nodes)
+        self.all_eq = self.free_eq = sum(s * c for s, c in zip(self.size, units.cost, strict=True))  # 1/den GPUs
+        self.bheld = [0] * len(self.size)  # GPUs held by borrowed runs, not yet claimed by an owner
+        self.on_node: list[dict[str, _Run]] = [{} for _ in self.size]
+        self.ver = [0] * len(self.size)
         projects = sorted({o for o in self.owner if o is not None})
-        self.share = {p: sum(nd.gpus for nd in nodes if nd.owner == p) for p in projects}
-        self.owned = {p: [i for i, nd in enumerate(nodes) if nd.owner == p] for p in projects}
-        self.index = {p: FreeIndex(self.size, m) for p, m in self.owned.items()}
-        self.index[ALL] = FreeIndex(self.size, list(range(len(nodes))))
-        for i in range(len(nodes)):
-            self._note(i)
-        self.used = {p: 0 for p in projects}  # guaranteed GPUs per project
-        self.borrowed_on = {p: 0 for p in projects}
+        kinds = sorted(set(units.kind), key=lambda k: (k is not None, k or ""))
+        self.owned: dict[tuple[str, str | None], list[int]] = {(s, k): [] for s in [*projects, ALL] for k in kinds}
+        for u, k in enumerate(units.kind):
+            for s in {ALL, self.owner[u] or ALL} if self.size[u] else ():
+                self.owned[(s, k)].append(u)
+        self.share = {key: sum(self.size[u] for u in m) for key, m in self.owned.items()}
+        self.index = {key: FreeIndex(self.size, m) for key, m in self.owned.items()}
+        for u in range(len(self.size)):
+            self._note(u)
+        self.used = {key: 0 for key in self.owned if key[0] != ALL}  # guaranteed GPUs per project and kind
+        self.used_eq = 0  # ... all of them, in 1/den GPUs
+        self.borrowed_on = dict(self.used)
         self.pol = policy
         self.window = window
-        self.res = NodeResult(policy.name, window, sum(self.size))
+        self.res = NodeResult(policy.name, window, sum(nd.gpus for nd in nodes))
         self.queues: dict[str | None, deque[Job]] = {p: deque() for p in projects}
         self.queues[None] = deque()
         self.runs: dict[str, _Run] = {}
@@ -187,14 +216,17 @@ class _Sim:
         self.bf_next: float | None = None  # the backfill pass already due (with bf_interval)
 
     def _note(self, n: int) -> None:
-        f = self.free[n]
-        self.index[ALL].note(n, f)
+        if not self.size[n]:
+            return  # a node whose GPUs are all partitioned: no whole GPUs to place on
+        f, k = self.free[n], self.units.kind[n]
+        self.index[(ALL, k)].note(n, f)
         o = self.owner[n]
         if o is not None:
-            self.index[o].note(n, f)
+            self.index[(o, k)].note(n, f)
 
     def _set_free(self, n: int, f: int) -> None:
         self.total_free += f - self.free[n]
+        self.free_eq += (f - self.free[n]) * self.units.cost[n]
         self.free[n] = f
         self.ver[n] += 1
         self._note(n)
@@ -204,31 +236,35 @@ class _Sim:
         heapq.heappush(self.events, (t, self.seq, kind, payload))
 
     # -- accounting ------------------------------------------------------------
-    def _segment(self, s: float, e: float, gpus: int) -> float:
+    def _segment(self, s: float, e: float, gpus: float) -> float:
         return max(0.0, min(e, self.window) - max(s, 0.0)) * gpus
 
     def _account(self, run: _Run, until: float, kept: float) -> None:
-        useful = self._segment(run.start, run.start + kept, run.job.gpus)
+        useful = self._segment(run.start, run.start + kept, run.w)
         self.res.useful_gpu_seconds += useful
         if run.job.project is not None:
             self.res.owner_gpu_seconds += useful
-        self.res.lost_gpu_seconds += self._segment(run.start + kept, until, run.job.gpus)
-        note_held(self.res, run.tier, self._segment(run.start, until, run.job.gpus))
+        self.res.lost_gpu_seconds += self._segment(run.start + kept, until, run.w)
+        note_held(self.res, run.tier, self._segment(run.start, until, run.w))
 
     def _record(self, run: _Run, end: float, outcome: str) -> None:
-        nodes = tuple((self.nodes[n].name, c) for n, c in sorted(run.alloc.items()))
+        nodes = tuple((self.nodes[self.units.node[u]].name, c) for u, c in sorted(run.alloc.items()))
         sig = None if run.free_at is None else run.free_at - self.pol.grace
-        self.res.schedule.append(Placement(run.job.id, run.tier, run.placed, run.begin, end, nodes, outcome, sig))
+        self.res.schedule.append(
+            Placement(run.job.id, run.tier, run.placed, run.begin, end, nodes, outcome, sig, run.job.profile)
+        )
 
     # -- placing ---------------------------------------------------------------
     def _fit(self, job: Job, scope: str, skip: frozenset[int] = frozenset()) -> dict[int, int] | None:
-        """Free GPUs for ``job`` in ``scope`` now: best fit on one node, or whole nodes."""
-        idx = self.index[scope]
+        """Free GPUs (of its kind) for ``job`` in ``scope`` now: best fit on one node, or whole nodes."""
+        idx = self.index[(scope, job.profile)]
         if job.gpus <= idx.top:
             n = idx.best_fit(self.free, job.gpus)
             if n is not None and n in skip:  # look past the reserved nodes
                 n = idx.best_fit(self.free, job.gpus, skip)
             return None if n is None else {n: job.gpus}
+        if job.profile is not None:
+            return None  # MIG instances on one node only
         got = idx.whole_nodes(self.free, job.gpus, skip)
         return None if got is None else {n: self.size[n] for n in got}
 
@@ -244,26 +280,32 @@ class _Sim:
         self.bheld[n] += c
         o = self.owner[n]
         if o is not None:
-            self.borrowed_on[o] += c
+            self.borrowed_on[(o, self.units.kind[n])] += c
+
+    def _eq(self, job: Job, alloc: dict[int, int]) -> int:
+        """The GPUs (or instances) ``job`` counts for, in 1/den GPUs (every unit of an alloc is of one kind)."""
+        return job.gpus * self.units.cost[next(iter(alloc))]
 
     def _launch(self, job: Job, tier: str, alloc: dict[int, int], free_part: dict[int, int], ready: float) -> None:
         st = self.state[job.id]
         overhead = self.pol.restart_overhead if st.done > 0 else 0.0
-        self.res.grace_gpu_seconds += self._segment(self.now, ready, job.gpus)
-        self.res.restart_gpu_seconds += self._segment(ready, ready + overhead, job.gpus)
+        w = job.gpus * self.units.weight(next(iter(alloc)))
+        self.res.grace_gpu_seconds += self._segment(self.now, ready, w)
+        self.res.restart_gpu_seconds += self._segment(ready, ready + overhead, w)
         if st.first_start is None:
             st.first_start = ready
         st.runs += 1
         if tier == GUARANTEED:
             assert job.project is not None
-            self.used[job.project] += job.gpus
-        run = _Run(job, tier, alloc, self.now, ready, ready + overhead, st.runs)
+            self.used[(job.project, job.profile)] += job.gpus
+            self.used_eq += self._eq(job, alloc)
+        run = _Run(job, tier, alloc, self.now, ready, ready + overhead, st.runs, w)
         self.runs[job.id] = run
         self._take(run, free_part)
         self.push(run.start + job.work - st.done, "finish", (job.id, run.version))
 
     def _risk(self, r: _Run) -> tuple[bool, float, str]:
-        return (r.job.project is not None, (self.now - r.start) * r.job.gpus, r.job.id)
+        return (r.job.project is not None, (self.now - r.start) * r.w, r.job.id)
 
     def _plan_node(self, n: int, need: int) -> tuple[float, list[tuple[_Run, int]]] | None:
         """Borrowers on node ``n`` giving ``need`` GPUs: signalled ones first, then least risk."""
@@ -290,19 +332,20 @@ class _Sim:
     def _try_guaranteed(self, job: Job) -> bool:
         p = job.project
         assert p is not None
+        key = (p, job.profile)
         alloc = self._fit(job, p)
         if alloc is not None:
             self._launch(job, GUARANTEED, alloc, alloc, self.now)
             return True
         if self._reclaim(job, GUARANTEED, p):
             return True
-        if not (self.pol.pooled and self.pol.preempt) or self.borrowed_on[p] == 0:
+        if not (self.pol.pooled and self.pol.preempt) or self.borrowed_on[key] == 0:
             return False
-        idx = self.index[p]
+        idx = self.index[key]
         plans: list[tuple[int, int, list[tuple[_Run, int]]]] = []  # (node, GPUs from free, takes)
         if job.gpus <= idx.top:
             best: tuple[float, int, list[tuple[_Run, int]]] | None = None
-            for n in self.owned[p]:
+            for n in self.owned[key]:
                 if self.bheld[n] and self.free[n] + self.bheld[n] >= job.gpus:
                     plan = self._plan_node(n, job.gpus - self.free[n])
                     if plan is not None and (best is None or (plan[0], n) < (best[0], best[1])):
@@ -311,8 +354,9 @@ class _Sim:
                 return False
             plans.append((best[1], self.free[best[1]], best[2]))
         else:
+            assert job.profile is None  # a guaranteed MIG job fits one of its nodes (_tier)
             cands = []
-            for n in self.owned[p]:
+            for n in self.owned[key]:
                 if self.free[n] + self.bheld[n] == self.size[n]:
                     plan = self._plan_node(n, self.bheld[n])
                     assert plan is not None
@@ -338,7 +382,7 @@ class _Sim:
                 r.claimed[n] = r.claimed.get(n, 0) + c
                 self.ver[n] += 1  # what the victim will free there changed
                 self.bheld[n] -= c
-                self.borrowed_on[p] -= c
+                self.borrowed_on[key] -= c
                 ready = max(ready, r.free_at)
         self._launch(job, GUARANTEED, alloc, free_part, ready)
         return True
@@ -354,7 +398,7 @@ class _Sim:
         self._account(run, self.now, kept - st.done)
         st.done = kept
         # signalled while still loading its checkpoint: the rest of the restart never happens
-        self.res.restart_gpu_seconds -= self._segment(self.now, run.start, run.job.gpus)
+        self.res.restart_gpu_seconds -= self._segment(self.now, run.start, run.w)
         self.res.preemptions += 1
         if run.job.project is not None:
             self.res.owner_jobs_preempted += 1
@@ -375,124 +419,22 @@ class _Sim:
             del self.on_node[n][run.job.id]
         if run.tier == GUARANTEED:
             assert run.job.project is not None
-            self.used[run.job.project] -= run.job.gpus
+            self.used[(run.job.project, run.job.profile)] -= run.job.gpus
+            self.used_eq -= self._eq(run.job, run.alloc)
 
-    # -- backfill --------------------------------------------------------------
-    def _expected_end(self, r: _Run) -> float:
-        if r.free_at is not None:
-            return r.free_at
-        if self.pol.time_limit is not None:
-            return max(self.now, r.begin + self.pol.time_limit)
-        return r.start + r.job.work - self.state[r.job.id].done
-
-    def _reserve(self, job: Job, scope: str, preemptible: bool, tier: str) -> tuple[float, dict[int, int]]:
-        """The earliest time (and nodes) ``job`` fits in ``scope`` as running jobs end.
-
-        A lent node is free now to a job that preempts placeholders, and never (until the rebalancer
-        gives it back) to any other.
-        """
-        lent = self.lender.lent if self.lender is not None else {}
-        reclaims = bool(lent) and self.lender is not None and self.lender.reclaims(job, tier)
-        idx = self.index[scope]
-        whole = job.gpus > idx.top
-        times: list[tuple[float, int]] = []
-        cache = self.pol.time_limit is None  # else expected ends move with the clock
-        for n in idx.members:
-            need = self.size[n] if whole else job.gpus
-            if need > self.size[n]:
-                continue
-            if n in lent:
-                times.append((self.now if reclaims else math.inf, n))
-                continue
-            key = (n, need, preemptible)
-            hit = self.tcache.get(key) if cache else None
-            if hit is not None and hit[0] == self.ver[n]:
-                times.append((max(hit[1], self.now), n))
-                continue
-            avail = self.free[n] + (self.bheld[n] if preemptible else 0)
-            rel = []
-            for r in self.on_node[n].values():
-                if preemptible and r.tier == BORROWED:
-                    continue
-                rel.append((self._expected_end(r), r.alloc[n] - r.claimed.get(n, 0)))
-            rel.sort()
-            t = self.now
-            for end, c in rel:
-                if avail >= need:
-                    break
-                avail += c
-                t = end
-            if avail < need:  # lent to the inference tier: no job's end frees it
-                t = math.inf
-            times.append((t, n))
-            if cache:
-                self.tcache[key] = (self.ver[n], t)
-        if not whole:
-            times = [min(times)] if times else []  # one node: the earliest (lowest index on ties)
-        else:
-            times = [(e[0], e[2]) for e in sorted((t, -self.size[n], n) for t, n in times)]
-        got, total, t = {}, 0, math.inf
-        for tn, n in times:
-            got[n] = self.ver[n]
-            total += self.size[n] if whole else job.gpus
-            t = tn
-            if total >= job.gpus:
-                break
-        return (t, got) if total >= job.gpus else (math.inf, {})
-
+    # -- backfill (:mod:`.backfill`) ------------------------------------------
     def _backfill(self, key: str | None, q: deque[Job]) -> None:
-        head = q[0]
-        cached = self.resv.get(key)
-        resolved = bool(
-            cached
-            and cached[0] == head.id
-            and cached[1] == self.epoch
-            and all(self.ver[n] == v for n, v in cached[3].items())
-        )
-        t_res, nodes = (cached[2], dict(cached[3])) if cached and resolved else (math.inf, {})
-        started: list[Job] = []
-        no_fit: dict[str, int] = {}  # scope -> fewest GPUs found not to fit (starts only shrink free GPUs)
-        no_fit_off: dict[str, int] = {}  # the same, off the reserved nodes
-        for job in islice(q, 1, 1 + self.pol.bf_depth):
-            if self.total_free == 0:
-                break
-            tier, scope = self._tier(job)
-            if tier is None or job.gpus >= no_fit.get(scope, job.gpus + 1):
-                continue
-            if self._fit(job, scope) is None:
-                no_fit[scope] = job.gpus
-                continue
-            if not resolved:
-                head_tier, head_scope = self._tier(head)
-                pre = head_tier == GUARANTEED and self.pol.preempt and self.pol.pooled
-                t_res, nodes = self._reserve(head, head_scope, pre, head_tier or BORROWED)
-                resolved = True
-            st = self.state[job.id]
-            overhead = self.pol.restart_overhead if st.done > 0 else 0.0
-            lim = self.pol.time_limit if self.pol.time_limit is not None else job.work - st.done + overhead
-            long = self.now + lim > t_res
-            if long and job.gpus >= no_fit_off.get(scope, job.gpus + 1):
-                continue
-            alloc = self._fit(job, scope, frozenset(nodes) if long else frozenset())
-            if alloc is None:
-                no_fit_off[scope] = job.gpus  # nor off the reserved nodes
-                continue
-            self._launch(job, tier, alloc, alloc, self.now)
-            self.res.backfilled += 1
-            started.append(job)
-            for n in nodes:
-                nodes[n] = self.ver[n]  # a start that keeps the reservation does not void it
-        if resolved:
-            self.resv[key] = (head.id, self.epoch, t_res, nodes)
-        for job in started:
-            q.remove(job)
+        backfill(self, key, q)
 
     # -- scheduling ------------------------------------------------------------
     def _tier(self, job: Job) -> tuple[str | None, str]:
         """The tier ``job`` would run in now, and where (None: it must wait)."""
         p = job.project
-        if p is not None and self.used[p] + job.gpus <= self.share[p]:
-            return GUARANTEED, p
+        if p is not None:
+            key = (p, job.profile)
+            if self.used[key] + job.gpus <= self.share[key]:
+                if job.profile is None or job.gpus <= self.index[key].top:  # MIG: on one of its nodes
+                    return GUARANTEED, p
         if not self.pol.pooled or (p is not None and not self.pol.owners_borrow):
             return None, ALL if p is None else p
         return BORROWED, ALL
@@ -586,10 +528,18 @@ class _Sim:
         if job.id in self.state:
             raise ValueError(f"job {job.id}: duplicate job id")
         self.state[job.id] = _State()
-        if job.project is not None and job.project not in self.share:
+        if job.project is not None and (job.project, None) not in self.share:
             raise ValueError(f"job {job.id}: project {job.project!r} owns no nodes")
-        limit = self.share[job.project] if job.project is not None else self.res.capacity
-        if not 1 <= job.gpus <= limit:
+        if job.profile is not None:
+            most = self.index[(ALL, job.profile)].top if (ALL, job.profile) in self.index else 0
+            if not most:
+                raise ValueError(f"job {job.id}: profile {job.profile!r}: no node has MIG instances of it")
+            if not 1 <= job.gpus <= most:
+                raise ValueError(
+                    f"job {job.id}: gpus {job.gpus} outside 1..{most} (the most {job.profile} instances on a node)"
+                )
+        limit = self.share[(job.project or ALL, None)]
+        if job.profile is None and not 1 <= job.gpus <= limit:
             raise ValueError(f"job {job.id}: gpus {job.gpus} outside 1..{limit}")
         if not (job.work > 0 and job.arrival >= 0):
             raise ValueError(f"job {job.id}: work {job.work} and arrival {job.arrival} must be positive")
@@ -598,12 +548,13 @@ class _Sim:
 
     def _note_idle(self) -> None:
         if self.now < self.window:
-            idle = self.total_free
+            idle = self.units.equiv(self.free_eq)
             line = self.res.idle_timeline
             if not line or line[-1][1] != idle:
                 line.append((self.now, idle))
-            lent = self.lender.lent_gpus() if self.lender is not None else 0
-            note_tiers(self.res, self.now, sum(self.used.values()), self.res.capacity - idle - lent)
+            eq = self.units.equiv
+            lent = self.lender.lent_eq() if self.lender is not None else 0
+            note_tiers(self.res, self.now, eq(self.used_eq), eq(self.all_eq - self.free_eq - lent))
 
     def _handle(self, kind: str, payload: object) -> None:
         if kind == "arrive":
@@ -664,12 +615,14 @@ class _Sim:
 
 
 def nodes_from_spec(spec: Any) -> list[Node]:
-    """The spec's GPU nodes, each owned by the project that owns its node group."""
+    """The spec's GPU nodes, each owned by the project that owns its node group, with its MIG layouts."""
     owners = {g: p.name for p in spec.projects for g in p.owns}
     out = []
     for g in spec.node_groups:
         if g.gpus is not None and g.gpus.count > 0:
-            out += [Node(h, g.gpus.count, owners.get(g.name)) for h in expand(g.hosts)]
+            mig = tuple(tuple(lay) for lay in g.gpus.mig or [] if lay is not None)
+            slices = geometry(g.gpus.model).compute_slices if mig else Node.slices_per_gpu
+            out += [Node(h, g.gpus.count, owners.get(g.name), mig, slices) for h in expand(g.hosts)]
     return out
 
 

@@ -126,8 +126,8 @@ def _plot(
     return path
 
 
-def tier_steps(r: Result) -> tuple[list[float], list[int], list[int]]:
-    """``(hours, guaranteed GPUs busy, other GPUs busy)`` as steps, from the replay's tier timeline."""
+def tier_steps(r: Result) -> tuple[list[float], list[float], list[float]]:
+    """``(hours, guaranteed GPUs busy, other GPUs busy)`` as steps (GPU-equivalents), from the tier timeline."""
     xs, guaranteed, borrowed = [], [], []
     for t, g, b in r.tier_timeline:
         xs.append(t / 3600)

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from slurm_pool.sim.engine import Job, Policy, Result, simulate
 from slurm_pool.sim.nodes import Node, simulate_nodes
+from slurm_pool.sim.units import mig_counts
 
 #: Replays ``jobs`` on a pool of servers under a policy (either engine).
 Replay = Callable[[Sequence[Node], Policy], Result]
@@ -97,19 +98,20 @@ def _groups(nodes: Sequence[Node]) -> dict[str | None, list[Node]]:
 
 
 def floors(nodes: Sequence[Node], jobs: Sequence[Job]) -> dict[str | None, int]:
-    """The servers each owner keeps at least: one, and its first ones enough for its biggest job."""
+    """The servers each owner keeps at least: one, and its first ones enough for its biggest job
+    (of whole GPUs: MIG jobs are kept placeable by :func:`pool_sizes`)."""
     biggest: dict[str | None, int] = {}
     for j in jobs:
-        if j.project is not None:
+        if j.project is not None and j.profile is None:
             biggest[j.project] = max(biggest.get(j.project, 0), j.gpus)
     out: dict[str | None, int] = {}
     for owner, group in _groups(nodes).items():
         if owner is None:
             out[owner] = 0
             continue
-        k, have = 1, group[0].gpus
+        k, have = 1, group[0].gpus - len(group[0].mig)
         while k < len(group) and have < biggest.get(owner, 1):
-            have += group[k].gpus
+            have += group[k].gpus - len(group[k].mig)
             k += 1
         out[owner] = k
     return out
@@ -130,7 +132,8 @@ def removal_order(nodes: Sequence[Node], keep: dict[str | None, int]) -> list[No
 
 
 def pool_sizes(nodes: Sequence[Node], jobs: Sequence[Job], max_sizes: int = 64) -> list[tuple[Node, ...]]:
-    """The nested pools tried, largest first: all of them, or ``max_sizes`` evenly spread."""
+    """The nested pools tried, largest first: all of them, or ``max_sizes`` evenly spread, down to the
+    last one where every MIG job still finds a node with as many instances of its profile."""
     if max_sizes < 2:
         raise ValueError(f"max_sizes: {max_sizes} is less than 2")
     gone = removal_order(nodes, floors(nodes, jobs))
@@ -138,10 +141,17 @@ def pool_sizes(nodes: Sequence[Node], jobs: Sequence[Job], max_sizes: int = 64) 
     if len(counts) > max_sizes:
         step = len(gone) / (max_sizes - 1)
         counts = sorted({round(i * step) for i in range(max_sizes)})
+    asked: dict[str, int] = {}  # profile -> the most instances a job asks
+    for j in jobs:
+        if j.profile is not None:
+            asked[j.profile] = max(asked.get(j.profile, 0), j.gpus)
     out = []
     for k in counts:
         away = {n.name for n in gone[:k]}
-        out.append(tuple(n for n in nodes if n.name not in away))
+        pool = tuple(n for n in nodes if n.name not in away)
+        if any(all(mig_counts(n)[p] < c for n in pool) for p, c in asked.items()):
+            break  # smaller pools are subsets: they lack it too
+        out.append(pool)
     return out
 
 

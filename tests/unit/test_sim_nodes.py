@@ -408,7 +408,9 @@ def test_cli_nodes_places_on_the_spec_nodes():
     assert [r["owner_wait_p95_seconds"] for r in out[True]["results"]] == [990, 990, 990, 990]
     res = CliRunner().invoke(cli, ["simulate", "--spec", str(spec), "--sacct", "-", "--nodes"], input=sacct)
     assert res.exit_code == 0, res.output
-    assert "placed on 4 nodes (GPUs: a-gpu1 2, a-gpu2 2, b-gpu1 2, c-gpu1 2)" in res.output
+    assert (
+        "placed on 4 nodes (GPUs: a-gpu1 2, a-gpu2 2, b-gpu1 2, c-gpu1 1 + (3g.20gb, 2g.10gb, 2x1g.5gb))" in res.output
+    )
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,17 @@ CASES = [
         [("x1", 0, 100, "reclaimed"), ("x1", 200, 660, "lent")],
     ),
     (
+        # a MIG node is lent whole (its whole GPU and its instances); the owner's slice job takes it back,
+        # and x0 stays lent: a whole-GPU unit is not a 3g.20gb instance
+        "a-slice-job-reclaims-a-mig-node",
+        [Node("c0", 2, "C", (("3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"),)), Node("x0", 2)],
+        [Job("s", "C", 50, 100, 1, "3g.20gb")],
+        {},
+        300.0,
+        {"s": (60, ("c0",))},
+        [("c0", 0, 50, "reclaimed"), ("c0", 200, 300, "lent"), ("x0", 0, 300, "lent")],
+    ),
+    (
         # at most max_nodes
         "max-nodes",
         TWO,
@@ -206,10 +217,19 @@ jobs_st = st.lists(
 )
 def test_no_gpu_is_used_by_both_sides(raw, preemptors, demand, windowed):
     """A lent node runs no job while lent, every lease is disjoint, and owners all finish."""
-    nodes = [Node("a0", 4, "A"), Node("a1", 2, "A"), Node("b0", 4, "B"), Node("x0", 4), Node("x1", 2)]
+    nodes = [
+        Node("a0", 4, "A"),
+        Node("a1", 2, "A"),
+        Node("b0", 4, "B", (("3g.20gb", "3g.20gb"),)),
+        Node("x0", 4),
+        Node("x1", 2),
+    ]
     jobs = []
     for i, (p, t, w, g) in enumerate(raw):
-        limit = {"A": 6, "B": 4, None: 16}[p]
+        if p == "B" and g % 3 == 0:  # a slice job on b0's MIG GPU
+            jobs.append(Job(f"j{i}", p, float(t), float(w), 1 + g % 2, "3g.20gb"))
+            continue
+        limit = {"A": 6, "B": 3, None: 16}[p]
         jobs.append(Job(f"j{i}", p, float(t), float(w), min(g, limit)))
     window = (lambda t: (t // 500) % 2 == 0) if windowed else None
     rule = LendRule(period=70.0, grace=10.0, preemptors=preemptors, demand=lambda t: float(demand), window=window)
