@@ -32,7 +32,12 @@ nodes.  The model:
   cannot start, it gets one reservation (the earliest time and nodes where it
   fits, from running jobs' time limits); up to ``bf_depth`` jobs behind it may
   start now if they fit on free GPUs and either end before that time or stay
-  off the reserved nodes.
+  off the reserved nodes.  With ``NodePolicy.bf_interval`` backfill starts
+  jobs only at its passes, every that many seconds, while queue heads start
+  at once (Slurm's main scheduler runs on each submission and job end).
+* With ``NodePolicy.lend`` (:mod:`.nodelend`), whole idle nodes are lent to
+  the inference tier at cron ticks and run no job while lent; jobs whose tier
+  preempts ``k8s-lend`` take one back before preempting any borrower.
 * With ``NodePolicy.release_delay``, a finished job's GPUs stay taken that
   many seconds more (Slurm's epilog, the COMPLETING state and the pass that
   starts the next job); a preemptor may claim them, and starts once they are
@@ -64,6 +69,7 @@ from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result, not
 from slurm_pool.sim.freeindex import FreeIndex
 from slurm_pool.sim.nodelend import Lender, LendRule, LendStats
 from slurm_pool.sim.units import check_mig, expand_units
+from slurm_pool.sim.victims import plan_victims
 from slurm_pool.spec.hosts import expand
 
 ALL = "*"  # the scope of every node
@@ -304,31 +310,6 @@ class _Sim:
         self._take(run, free_part)
         self.push(run.start + job.work - st.done, "finish", (job.id, run.version))
 
-    def _risk(self, r: _Run) -> tuple[bool, float, str]:
-        return (r.job.project is not None, (self.now - r.start) * r.w, r.job.id)
-
-    def _plan_node(self, n: int, need: int) -> tuple[float, list[tuple[_Run, int]]] | None:
-        """Borrowers on node ``n`` giving ``need`` GPUs: signalled ones first, then least risk."""
-        leaving: list[tuple[_Run, int]] = []
-        running: list[tuple[_Run, int]] = []
-        for r in self.on_node[n].values():
-            if r.tier != BORROWED:
-                continue
-            left = r.alloc[n] - r.claimed.get(n, 0)
-            if left > 0:
-                (leaving if r.free_at is not None else running).append((r, left))
-        leaving.sort(key=lambda e: (e[0].free_at, e[0].job.id))
-        running.sort(key=lambda e: self._risk(e[0]))
-        out, risk = [], 0.0
-        for r, left in leaving + running:
-            if need <= 0:
-                break
-            out.append((r, min(left, need)))
-            need -= left
-            if r.free_at is None:
-                risk += self._risk(r)[1]
-        return (risk, out) if need <= 0 else None
-
     def _try_guaranteed(self, job: Job) -> bool:
         p = job.project
         assert p is not None
@@ -341,35 +322,9 @@ class _Sim:
             return True
         if not (self.pol.pooled and self.pol.preempt) or self.borrowed_on[key] == 0:
             return False
-        idx = self.index[key]
-        plans: list[tuple[int, int, list[tuple[_Run, int]]]] = []  # (node, GPUs from free, takes)
-        if job.gpus <= idx.top:
-            best: tuple[float, int, list[tuple[_Run, int]]] | None = None
-            for n in self.owned[key]:
-                if self.bheld[n] and self.free[n] + self.bheld[n] >= job.gpus:
-                    plan = self._plan_node(n, job.gpus - self.free[n])
-                    if plan is not None and (best is None or (plan[0], n) < (best[0], best[1])):
-                        best = (plan[0], n, plan[1])
-            if best is None:
-                return False
-            plans.append((best[1], self.free[best[1]], best[2]))
-        else:
-            assert job.profile is None  # a guaranteed MIG job fits one of its nodes (_tier)
-            cands = []
-            for n in self.owned[key]:
-                if self.free[n] + self.bheld[n] == self.size[n]:
-                    plan = self._plan_node(n, self.bheld[n])
-                    assert plan is not None
-                    cands.append((plan[0], n, plan[1]))
-            cands.sort(key=lambda c: (c[0], -self.size[c[1]], c[1]))
-            total = 0
-            for _, n, takes in cands:
-                if total >= job.gpus:
-                    break
-                plans.append((n, self.free[n], takes))
-                total += self.size[n]
-            if total < job.gpus:
-                return False
+        plans = plan_victims(self, job, key)
+        if plans is None:
+            return False
         ready = self.now
         alloc, free_part = {}, {}
         for n, from_free, takes in plans:

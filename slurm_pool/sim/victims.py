@@ -1,0 +1,81 @@
+"""Which borrowers a guaranteed job preempts in the node engine, as preempt/qos picks them (pure).
+
+A guaranteed job that fits no free GPUs of its project takes borrowed GPUs
+on ONE of its nodes (or on the whole nodes it needs): the node with the least
+work at risk, and there the borrowers already signalled first, then the
+least work at risk (borrowers with no servers before owners' overflow).
+Functions of the engine's state (:class:`.nodes._Sim`), split from
+:mod:`.nodes` for size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from slurm_pool.sim.engine import BORROWED, Job
+
+if TYPE_CHECKING:  # pragma: no cover
+    from slurm_pool.sim.nodes import _Run, _Sim
+
+#: Per node: (node, GPUs it gives from free, [(victim, GPUs taken from it)]).
+Plan = list[tuple[int, int, list[tuple["_Run", int]]]]
+
+
+def risk(sim: _Sim, r: _Run) -> tuple[bool, float, str]:
+    """How much preempting ``r`` costs: owners' overflow last, then work done since its start."""
+    return (r.job.project is not None, (sim.now - r.start) * r.w, r.job.id)
+
+
+def plan_node(sim: _Sim, n: int, need: int) -> tuple[float, list[tuple[_Run, int]]] | None:
+    """Borrowers on unit ``n`` giving ``need`` GPUs: signalled ones first, then least risk."""
+    leaving: list[tuple[_Run, int]] = []
+    running: list[tuple[_Run, int]] = []
+    for r in sim.on_node[n].values():
+        if r.tier != BORROWED:
+            continue
+        left = r.alloc[n] - r.claimed.get(n, 0)
+        if left > 0:
+            (leaving if r.free_at is not None else running).append((r, left))
+    leaving.sort(key=lambda e: (e[0].free_at, e[0].job.id))
+    running.sort(key=lambda e: risk(sim, e[0]))
+    out, total = [], 0.0
+    for r, left in leaving + running:
+        if need <= 0:
+            break
+        out.append((r, min(left, need)))
+        need -= left
+        if r.free_at is None:
+            total += risk(sim, r)[1]
+    return (total, out) if need <= 0 else None
+
+
+def plan_victims(sim: _Sim, job: Job, key: tuple[str, str | None]) -> Plan | None:
+    """The nodes and victims that make room for guaranteed ``job`` of ``key`` (project, kind); None: none do."""
+    idx = sim.index[key]
+    plans: Plan = []
+    if job.gpus <= idx.top:
+        best: tuple[float, int, list[tuple[_Run, int]]] | None = None
+        for n in sim.owned[key]:
+            if sim.bheld[n] and sim.free[n] + sim.bheld[n] >= job.gpus:
+                plan = plan_node(sim, n, job.gpus - sim.free[n])
+                if plan is not None and (best is None or (plan[0], n) < (best[0], best[1])):
+                    best = (plan[0], n, plan[1])
+        if best is None:
+            return None
+        plans.append((best[1], sim.free[best[1]], best[2]))
+        return plans
+    assert job.profile is None  # a guaranteed MIG job fits one of its nodes (_tier)
+    cands = []
+    for n in sim.owned[key]:
+        if sim.free[n] + sim.bheld[n] == sim.size[n]:
+            plan = plan_node(sim, n, sim.bheld[n])
+            assert plan is not None
+            cands.append((plan[0], n, plan[1]))
+    cands.sort(key=lambda c: (c[0], -sim.size[c[1]], c[1]))
+    total = 0
+    for _, n, takes in cands:
+        if total >= job.gpus:
+            break
+        plans.append((n, sim.free[n], takes))
+        total += sim.size[n]
+    return plans if total >= job.gpus else None
