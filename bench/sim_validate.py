@@ -34,10 +34,13 @@ one per Slurm release).
 from __future__ import annotations
 
 import argparse
+import json
+import random
+import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -222,6 +225,57 @@ def diff(sim: float, real: float) -> str:
     return f"{(sim - real) / real:+.0%}" if real else ("0" if sim == real else "-")
 
 
+def jittered(jobs: list[Job], seed: int) -> list[Job]:
+    """The jobs with submit times somewhere in the whole second sacct recorded (seed 0: as recorded)."""
+    if seed == 0:
+        return jobs
+    rng = random.Random(seed)
+    return [replace(j, arrival=j.arrival + rng.random()) for j in jobs]
+
+
+def rows_of(m: Measured, window: float) -> list[float]:
+    return [
+        m.busy[GUARANTEED] / window,
+        m.busy[BORROWED] / window,
+        sum(m.busy.values()) / window,
+        quantile(m.owner_waits, 0.5),
+        quantile(m.owner_waits, 0.95),
+        quantile(m.borrower_waits, 0.95),
+        float(m.preemptions),
+        m.makespan,
+    ]
+
+
+NAMES = [
+    ("GPU utilisation in the arrival window, owners (guaranteed)", "{:.1%}"),
+    ("GPU utilisation in the arrival window, borrowers (scavenger)", "{:.1%}"),
+    ("GPU utilisation in the arrival window, all", "{:.1%}"),
+    ("owners' wait p50, s", "{:.0f}"),
+    ("owners' wait p95, s", "{:.0f}"),
+    ("borrowers' wait p95, s", "{:.0f}"),
+    ("preemptions", "{:.0f}"),
+    ("last job ends, s after the first submit", "{:.0f}"),
+]
+
+
+def save_run(path: Path, version: str, wall: float, real: Measured, jobs: list[Job], gaps: list[float]) -> None:
+    """What the real run gave, so that the simulator's side can be made again without Slurm (``--from``)."""
+    doc = {
+        "slurm": version,
+        "wall_seconds": round(wall, 1),
+        "release_gaps": gaps,
+        "jobs": [[j.id, j.project, j.arrival, j.work, j.gpus] for j in jobs],
+        "measured": asdict(real),
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def load_run(path: Path) -> tuple[str, float, Measured, list[Job], list[float]]:
+    doc = json.loads(path.read_text())
+    jobs = [Job(k, p, float(a), float(w), int(g)) for k, p, a, w, g in doc["jobs"]]
+    return doc["slurm"], doc["wall_seconds"], Measured(**doc["measured"]), jobs, doc["release_gaps"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--start-hour", type=float, default=612.0, help="where the slice starts in the 30-day trace")
@@ -231,72 +285,65 @@ def main() -> int:
     ap.add_argument("--min", dest="lo", type=int, default=5, help="shortest job, seconds")
     ap.add_argument("--max", dest="hi", type=int, default=90, help="longest job, seconds")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the queue to drain")
+    ap.add_argument("--replays", type=int, default=31, help="simulator replays, submit times jittered in their second")
+    ap.add_argument("--from", dest="run", type=Path, help="a saved real run (…run.json): no Slurm needed")
     ap.add_argument("--out", help="result section (default: bench/results/sim_validate-<slurm>.md)")
     args = ap.parse_args()
-    version = sh("sinfo", "--version").split()[-1]
-    out = Path(args.out or REPO / "bench" / "results" / f"sim_validate-{'.'.join(version.split('.')[:2])}.md")
     specs = slice_jobs(args.start_hour, args.hours, args.span, args.load, args.lo, args.hi)
-    t = time.monotonic()
-    ids = replay(specs, args.timeout)
-    wall = time.monotonic() - t
-    real, jobs, gaps = measured_slurm(ids, args.span)
+    if args.run is not None:
+        version, wall, real, jobs, gaps = load_run(args.run)
+    else:
+        version = sh("sinfo", "--version").split()[-1]
+        t = time.monotonic()
+        ids = replay(specs, args.timeout)
+        wall = time.monotonic() - t
+        real, jobs, gaps = measured_slurm(ids, args.span)
+    stem = REPO / "bench" / "results" / f"sim_validate-{'.'.join(version.split('.')[:2])}"
+    out = Path(args.out or f"{stem}.md")
+    if args.run is None:
+        save_run(Path(f"{stem}.run.json"), version, wall, real, jobs, gaps)
     release = sum(gaps) / len(gaps) if gaps else 0.0
-    sims = (
-        measured_sim(jobs, args.span),
-        measured_sim(jobs, args.span, release),
-        measured_sim(jobs, args.span, release, BF_INTERVAL),
-    )
     window = GPUS * args.span
-
-    def rows_of(m: Measured) -> list[float]:
-        return [
-            m.busy[GUARANTEED] / window,
-            m.busy[BORROWED] / window,
-            sum(m.busy.values()) / window,
-            quantile(m.owner_waits, 0.5),
-            quantile(m.owner_waits, 0.95),
-            quantile(m.borrower_waits, 0.95),
-            float(m.preemptions),
-            m.makespan,
-        ]
-
-    names = [
-        ("GPU utilisation in the arrival window, owners (guaranteed)", "{:.1%}"),
-        ("GPU utilisation in the arrival window, borrowers (scavenger)", "{:.1%}"),
-        ("GPU utilisation in the arrival window, all", "{:.1%}"),
-        ("owners' wait p50, s", "{:.0f}"),
-        ("owners' wait p95, s", "{:.0f}"),
-        ("borrowers' wait p95, s", "{:.0f}"),
-        ("preemptions", "{:.0f}"),
-        ("last job ends, s after the first submit", "{:.0f}"),
-    ]
-    variants, measured = [rows_of(m) for m in sims], rows_of(real)
+    variants = []
+    for rel, bf in ((0.0, 0.0), (release, 0.0), (release, BF_INTERVAL)):
+        runs = [rows_of(measured_sim(jittered(jobs, k), args.span, rel, bf), window) for k in range(args.replays)]
+        variants.append([sorted(r[m] for r in runs) for m in range(len(NAMES))])
+    measured = rows_of(real, window)
     owners = sum(s.project is not None for s in specs)
     lines = [
         f"## The simulator against Slurm {version}: a compressed Philly slice (issue 12)",
         "",
         f"Command: `python3 bench/sim_validate.py --start-hour {args.start_hour:g} --hours {args.hours:g} "
-        f"--span {args.span:g} --load {args.load:g}` (local cluster on Slurm {version}).  "
+        f"--span {args.span:g} --load {args.load:g}` (local cluster on Slurm {version}; the run is kept in "
+        f"`{Path(f'{stem}.run.json').relative_to(REPO).as_posix()}`, and `--from` that file makes the simulator's "
+        f"side again without Slurm).  "
         f"{len(specs)} jobs ({owners} of owners A and B, {len(specs) - owners} of a borrower) from hours "
         f"{args.start_hour:g}-{args.start_hour + args.hours:g} of `bench/traces/philly_vc_arrivals_30d.csv`, "
         f"arrivals compressed into {args.span:g} s, durations {args.lo}-{args.hi} s for an offered load of "
-        f"{args.load:.0%} on a-gpu[1-2] and b-gpu1 (6 GPUs).  The replay took {wall:.0f} s.  The simulator "
-        "(`slurm_pool.sim.nodes`) replays the same jobs at the submit times sacct recorded, once with GPUs "
-        "free the moment a job ends, once with `NodePolicy.release_delay`, the mean gap this run "
-        f"measured from a job's end to the start of a job waiting for its node: {release:.2f} s over "
-        f"{len(gaps)} such starts (Slurm's epilog, COMPLETING and the next scheduling pass; sacct keeps whole "
-        "seconds), and once more with `NodePolicy.bf_interval`: backfill starts jobs only at its passes, every "
-        f"{BF_INTERVAL:g} s (the spec's `scheduler.bf_interval`), while a queue's head starts at once (the main "
-        "scheduler runs on each submission and job end).  Differences are (simulator - Slurm) / Slurm.",
+        f"{args.load:.0%} on a-gpu[1-2] and b-gpu1 (6 GPUs).  The replay took {wall:.0f} s.",
+        "",
+        "The simulator (`slurm_pool.sim.nodes`) replays the same jobs at the submit times sacct recorded.  sacct "
+        f"keeps whole seconds, so it replays them {args.replays} times, each job's submit time moved by a seeded "
+        "draw within its second (the first replay as recorded), and the table gives the median and, in brackets, "
+        "the range: how much the model's own schedule moves with a fraction of a second.  Three variants: GPUs free "
+        "the moment a job ends; with `NodePolicy.release_delay`, the mean gap this run measured from a job's end to "
+        f"the start of a job waiting for its node, {release:.2f} s over {len(gaps)} such starts (Slurm's epilog, "
+        "COMPLETING and the next scheduling pass); and with `NodePolicy.bf_interval` as well, backfill starting "
+        f"jobs only at its passes every {BF_INTERVAL:g} s (the spec's `scheduler.bf_interval`) while a queue's "
+        "head starts at once.  Differences are (simulator median - Slurm) / Slurm.",
         "",
         "| measure | Slurm | simulator, GPUs free at once | difference | simulator, release delay | difference | "
         f"simulator, release delay and backfill every {BF_INTERVAL:g} s | difference |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for k, (name, fmt) in enumerate(names):
+    for k, (name, fmt) in enumerate(NAMES):
         r = measured[k]
-        cells = " | ".join(f"{fmt.format(v[k])} | {diff(v[k], r)}" for v in variants)
-        lines.append(f"| {name} | {fmt.format(r)} | {cells} |")
+        cells = []
+        for v in variants:
+            xs = v[k]
+            mid = statistics.median(xs)
+            cells.append(f"{fmt.format(mid)} ({fmt.format(xs[0])}-{fmt.format(xs[-1])}) | {diff(mid, r)}")
+        lines.append(f"| {name} | {fmt.format(r)} | {' | '.join(cells)} |")
     lines.append("")
     emit(lines, out)
     return 0
