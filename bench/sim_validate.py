@@ -176,7 +176,7 @@ def release_gaps(by: dict[int, list], t0: float) -> list[float]:
     return gaps
 
 
-def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Job], list[float]]:
+def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Job], list[float], dict[str, list]]:
     slurm = SlurmClient(SubprocessRunner(default_timeout=60))
     recs = slurm.accounting_jobs("--allusers", "--duplicates", "--allocations", "-j", ",".join(map(str, ids)))
     by: dict[int, list] = {}
@@ -201,7 +201,10 @@ def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Jo
             s, e = r.start_time - t0, r.end_time - t0
             end = max(end, e)
             busy[GUARANTEED if spec.project else BORROWED] += max(0.0, min(e, span) - max(s, 0.0)) * spec.gpus
-    return Measured(busy, owner_waits, borrower_waits, preemptions, end), jobs, release_gaps(by, t0)
+    runs = {  # per job: each run's start and end (s after the first submit) and its nodes
+        ids[jid].key: sorted([r.start_time - t0, r.end_time - t0, r.nodes] for r in rs) for jid, rs in by.items()
+    }
+    return Measured(busy, owner_waits, borrower_waits, preemptions, end), jobs, release_gaps(by, t0), runs
 
 
 def measured_sim(jobs: list[Job], span: float, release: float = 0.0, bf_interval: float = 0.0) -> Measured:
@@ -258,7 +261,9 @@ NAMES = [
 ]
 
 
-def save_run(path: Path, version: str, wall: float, real: Measured, jobs: list[Job], gaps: list[float]) -> None:
+def save_run(
+    path: Path, version: str, wall: float, real: Measured, jobs: list[Job], gaps: list[float], runs: dict[str, list]
+) -> None:
     """What the real run gave, so that the simulator's side can be made again without Slurm (``--from``)."""
     doc = {
         "slurm": version,
@@ -266,6 +271,7 @@ def save_run(path: Path, version: str, wall: float, real: Measured, jobs: list[J
         "release_gaps": gaps,
         "jobs": [[j.id, j.project, j.arrival, j.work, j.gpus] for j in jobs],
         "measured": asdict(real),
+        "runs": runs,
     }
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
@@ -297,11 +303,11 @@ def main() -> int:
         t = time.monotonic()
         ids = replay(specs, args.timeout)
         wall = time.monotonic() - t
-        real, jobs, gaps = measured_slurm(ids, args.span)
+        real, jobs, gaps, runs = measured_slurm(ids, args.span)
     stem = REPO / "bench" / "results" / f"sim_validate-{'.'.join(version.split('.')[:2])}"
     out = Path(args.out or f"{stem}.md")
     if args.run is None:
-        save_run(Path(f"{stem}.run.json"), version, wall, real, jobs, gaps)
+        save_run(Path(f"{stem}.run.json"), version, wall, real, jobs, gaps, runs)
     release = sum(gaps) / len(gaps) if gaps else 0.0
     window = GPUS * args.span
     variants = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
 
@@ -85,22 +85,45 @@ def reserve(sim: _Sim, job: Job, scope: str, preemptible: bool, tier: str) -> tu
     return (t, got) if total >= job.gpus else (math.inf, {})
 
 
-def backfill(sim: _Sim, key: str | None, q: deque[Job]) -> None:
-    """Start jobs behind queue ``key``'s blocked head that do not delay its reservation."""
+def head_reservation(sim: _Sim, key: str | None, q: deque[Job]) -> tuple[float, dict[int, int]]:
+    """Queue ``key``'s blocked head's reservation: when and where it fits (kept while nothing changed)."""
     head = q[0]
     cached = sim.resv.get(key)
-    resolved = bool(
+    if (
         cached
         and cached[0] == head.id
         and cached[1] == sim.epoch
         and all(sim.ver[n] == v for n, v in cached[3].items())
-    )
-    t_res, nodes = (cached[2], dict(cached[3])) if cached and resolved else (math.inf, {})
+    ):
+        return cached[2], dict(cached[3])
+    head_tier, head_scope = sim._tier(head)
+    pre = head_tier == GUARANTEED and sim.pol.preempt and sim.pol.pooled
+    t_res, nodes = reserve(sim, head, head_scope, pre, head_tier or BORROWED)
+    sim.resv[key] = (head.id, sim.epoch, t_res, nodes)
+    return t_res, dict(nodes)
+
+
+def backfill(
+    sim: _Sim,
+    key: str | None,
+    q: deque[Job],
+    higher: Sequence[tuple[str | None, deque[Job]]] = (),
+    from_head: bool = False,
+) -> None:
+    """Start jobs behind queue ``key``'s blocked head that delay neither its reservation nor those of the
+    blocked heads of the queues scheduled before it (``higher``, as Slurm's backfill reserves for every
+    pending job in priority order).  ``from_head``: the head itself is a candidate too (it waits only
+    because the main scheduler's pass left a blocked queue's nodes alone); if it starts, that is all."""
+    head = q[0]
+    resolved = False
+    t_res = math.inf
+    nodes: dict[int, int] = {}
+    above: list[tuple[float, frozenset[int]]] | None = None  # the higher heads' reservations
     started: list[Job] = []
     # (scope, kind) -> fewest GPUs found not to fit (starts only shrink free GPUs)
     no_fit: dict[tuple[str, str | None], int] = {}
-    no_fit_off: dict[tuple[str, str | None], int] = {}  # the same, off the reserved nodes
-    for job in islice(q, 1, 1 + sim.pol.bf_depth):
+    no_fit_off: dict[tuple[tuple[str, str | None], frozenset[int]], int] = {}  # the same, off reserved nodes
+    for job in islice(q, 0 if from_head else 1, 1 + sim.pol.bf_depth):
         if sim.total_free == 0:
             break
         tier, scope = sim._tier(job)
@@ -110,24 +133,27 @@ def backfill(sim: _Sim, key: str | None, q: deque[Job]) -> None:
         if sim._fit(job, scope) is None:
             no_fit[kind] = job.gpus
             continue
-        if not resolved:
-            head_tier, head_scope = sim._tier(head)
-            pre = head_tier == GUARANTEED and sim.pol.preempt and sim.pol.pooled
-            t_res, nodes = reserve(sim, head, head_scope, pre, head_tier or BORROWED)
+        if above is None:
+            above = [(t, frozenset(n)) for t, n in (head_reservation(sim, k, hq) for k, hq in higher)]
+        if not resolved and job is not head:
+            t_res, nodes = head_reservation(sim, key, q)
             resolved = True
         st = sim.state[job.id]
         overhead = sim.pol.restart_overhead if st.done > 0 else 0.0
         lim = sim.pol.time_limit if sim.pol.time_limit is not None else job.work - st.done + overhead
-        long = sim.now + lim > t_res
-        if long and job.gpus >= no_fit_off.get(kind, job.gpus + 1):
+        ends = sim.now + lim
+        skip = frozenset(nodes if ends > t_res else ()).union(*(n for t, n in above if ends > t))
+        if skip and job.gpus >= no_fit_off.get((kind, skip), job.gpus + 1):
             continue
-        alloc = sim._fit(job, scope, frozenset(nodes) if long else frozenset())
+        alloc = sim._fit(job, scope, skip)
         if alloc is None:
-            no_fit_off[kind] = job.gpus  # nor off the reserved nodes
+            no_fit_off[(kind, skip)] = job.gpus  # nor off the reserved nodes
             continue
         sim._launch(job, tier, alloc, alloc, sim.now)
         sim.res.backfilled += 1
         started.append(job)
+        if job is head:
+            break  # the next pass schedules the rest behind the new head
         for n in nodes:
             nodes[n] = sim.ver[n]  # a start that keeps the reservation does not void it
     if resolved:

@@ -219,6 +219,9 @@ class _Sim:
         self.resv: dict[str | None, tuple[str, int, float, dict[int, int]]] = {}
         self.owner_jobs = self.owner_done = 0
         self.lender = Lender(self, policy.lend) if policy.lend is not None else None
+        #: The units of each scope's nodes (a project's partition, or all of them).
+        self.scope_units = {p: frozenset(u for u, o in enumerate(self.owner) if o == p) for p in projects}
+        self.scope_units[ALL] = frozenset(range(len(self.size)))
         self.bf_next: float | None = None  # the backfill pass already due (with bf_interval)
 
     def _note(self, n: int) -> None:
@@ -378,9 +381,6 @@ class _Sim:
             self.used_eq -= self._eq(run.job, run.alloc)
 
     # -- backfill (:mod:`.backfill`) ------------------------------------------
-    def _backfill(self, key: str | None, q: deque[Job]) -> None:
-        backfill(self, key, q)
-
     # -- scheduling ------------------------------------------------------------
     def _tier(self, job: Job) -> tuple[str | None, str]:
         """The tier ``job`` would run in now, and where (None: it must wait)."""
@@ -394,12 +394,13 @@ class _Sim:
             return None, ALL if p is None else p
         return BORROWED, ALL
 
-    def _try(self, job: Job) -> bool:
+    def _try(self, job: Job, skip: frozenset[int] = frozenset()) -> bool:
+        """Start ``job`` now if it can; a borrowed-tier job off the ``skip`` units."""
         tier, scope = self._tier(job)
         if tier == GUARANTEED:
             return self._try_guaranteed(job)
         if tier == BORROWED:
-            alloc = self._fit(job, ALL)
+            alloc = self._fit(job, ALL, skip)
             if alloc is not None:
                 self._launch(job, BORROWED, alloc, alloc, self.now)
                 return True
@@ -416,14 +417,26 @@ class _Sim:
         return True
 
     def schedule(self) -> None:
-        """Start what can start now: each project's queue, then the borrowers'."""
+        """Start what can start now: each project's queue, then the borrowers'.
+
+        As Slurm's main scheduler, a pass starts no borrower on the nodes of a project whose queue
+        head could not start (job_scheduler.c: a job that fails for resources removes its partition's
+        nodes from the rest of the pass); backfill may, around that head's reservation.
+        """
+        blocked: set[int] = set()
+        higher: list[tuple[str | None, deque[Job]]] = []  # queues whose head waits, scheduled before
         for key, q in self.queues.items():
-            while q and self._try(q[0]):
+            skip = frozenset(blocked) if key is None else frozenset()
+            while q and self._try(q[0], skip):
                 q.popleft()
             if q and key is not None and self._tier(q[0])[0] != GUARANTEED:
                 self._guaranteed_ahead(q)
-            if q and self.pol.backfill and len(q) > 1 and self._backfill_now():
-                self._backfill(key, q)
+            head_held = bool(q and skip and self._tier(q[0])[0] is not None and self._fit(q[0], ALL) is not None)
+            if q and self.pol.backfill and (len(q) > 1 or head_held) and self._backfill_now():
+                backfill(self, key, q, higher, from_head=head_held)
+            if q and key is not None:
+                blocked |= self.scope_units[self._tier(q[0])[1]]
+                higher.append((key, q))
 
     def _backfill_now(self) -> bool:
         """With ``bf_interval``: whether this is a backfill pass, else make sure the next one comes."""

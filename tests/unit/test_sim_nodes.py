@@ -35,7 +35,26 @@ def runs(r: NodeResult) -> dict[str, list[tuple[float, tuple[str, ...]]]]:
 
 
 # (id, nodes, jobs, policy, expected runs per job)
+OWNERS_WAIT = NodePolicy("owners-wait", grace=60, restart_overhead=0, owners_borrow=False)
+
 CASES = [
+    (
+        # a2 waits for a1 on a0: the pass starts no borrower on a's nodes (Slurm's main scheduler drops a
+        # failed partition's nodes), and backfill keeps b, which would run past a2's start at 100, off them
+        "a-waiting-owner-keeps-borrowers-off-its-nodes",
+        [n("a0", 2, "a")],
+        [j("a1", "a", 0, 100, 1), j("a2", "a", 1, 50, 2), j("b", None, 2, 200, 1)],
+        OWNERS_WAIT,
+        {"a1": [(0, ("a0",))], "a2": [(100, ("a0",))], "b": [(150, ("a0",))]},
+    ),
+    (
+        # ... a borrower that ends before then backfills beside it
+        "a-short-borrower-backfills-before-the-owners-reservation",
+        [n("a0", 2, "a")],
+        [j("a1", "a", 0, 100, 1), j("a2", "a", 1, 50, 2), j("b", None, 2, 50, 1)],
+        OWNERS_WAIT,
+        {"a1": [(0, ("a0",))], "a2": [(100, ("a0",))], "b": [(2, ("a0",))]},
+    ),
     (
         # q backfills beside the blocked m at once, or at the next backfill pass (bf_interval 10)
         "backfill-at-once",
