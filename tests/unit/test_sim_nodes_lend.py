@@ -216,7 +216,8 @@ jobs_st = st.lists(
     st.booleans(),
 )
 def test_no_gpu_is_used_by_both_sides(raw, preemptors, demand, windowed):
-    """A lent node runs no job while lent, every lease is disjoint, and owners all finish."""
+    """A lent node runs no job while lent, every lease is disjoint, and owners all finish when they may
+    take lent nodes back or the window closes."""
     nodes = [
         Node("a0", 4, "A"),
         Node("a1", 2, "A"),
@@ -234,7 +235,9 @@ def test_no_gpu_is_used_by_both_sides(raw, preemptors, demand, windowed):
     window = (lambda t: (t // 500) % 2 == 0) if windowed else None
     rule = LendRule(period=70.0, grace=10.0, preemptors=preemptors, demand=lambda t: float(demand), window=window)
     r = simulate_nodes(nodes, jobs, NodePolicy("p", grace=30, restart_overhead=0, lend=rule), 2500.0)
-    assert r.lending is not None and r.unfinished_owner_jobs == 0
+    assert r.lending is not None
+    if windowed or {GUARANTEED, OVERFLOW} <= preemptors:  # else an owner may wait on a lent node for good
+        assert r.unfinished_owner_jobs == 0
     by_node: dict[str, list[tuple[float, float, str]]] = {}
     for name, a, b, _ in r.lending.leases:
         by_node.setdefault(name, []).append((a, b, "lease"))
