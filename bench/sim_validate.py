@@ -19,7 +19,8 @@ the whole GraceTime and loses its work, as the model's victim with no
 checkpoint does.  Every job asks for ``-t 5`` minutes.
 
 The simulator (:mod:`slurm_pool.sim.nodes`) then replays the same jobs, at the
-submit times ``sacct`` recorded, on the same three nodes: best fit, backfill
+submit times ``sacct`` recorded and for as long as each one's finishing run took
+(the sleep and Slurm's launch and teardown), on the same three nodes: best fit, backfill
 on 300 s limits, preempt/qos with the spec's GraceTime, no checkpoints,
 owners only on their own nodes (their partitions), and Slurm's requeue hold
 (a requeued job starts again no sooner than 121 s later: job_mgr.c,
@@ -193,7 +194,8 @@ def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Jo
         submit_t = min(r.submit_time for r in rs) - t0
         first = min(r.start_time for r in rs) - t0
         (owner_waits if spec.project else borrower_waits).append(first - submit_t)
-        jobs.append(Job(spec.key, spec.project, submit_t, float(spec.seconds), spec.gpus))
+        last = max(rs, key=lambda r: r.start_time)  # the run that finished the job
+        jobs.append(Job(spec.key, spec.project, submit_t, ran_for(last.start_time, last.end_time, spec), spec.gpus))
         # runs that ended in a requeue: records so marked, extra records, or Slurm's restart count
         marked = sum(r.state.any({"PREEMPTED", "REQUEUED"}) for r in rs)
         preemptions += max(marked, len(rs) - 1, max(r.restart_count for r in rs))
@@ -205,6 +207,12 @@ def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Jo
         ids[jid].key: sorted([r.start_time - t0, r.end_time - t0, r.nodes] for r in rs) for jid, rs in by.items()
     }
     return Measured(busy, owner_waits, borrower_waits, preemptions, end), jobs, release_gaps(by, t0), runs
+
+
+def ran_for(start: float, end: float, spec: Spec | None = None) -> float:
+    """A job's work as sacct measured its finishing run (as ``slurm-pool simulate`` takes it): the sleep
+    plus Slurm's launch and teardown, a second or so that adds up along a queue of 5 s jobs."""
+    return float(end - start) if end > start else float(spec.seconds if spec else 1)
 
 
 def measured_sim(jobs: list[Job], span: float, release: float = 0.0, bf_interval: float = 0.0) -> Measured:
@@ -278,7 +286,11 @@ def save_run(
 
 def load_run(path: Path) -> tuple[str, float, Measured, list[Job], list[float]]:
     doc = json.loads(path.read_text())
-    jobs = [Job(k, p, float(a), float(w), int(g)) for k, p, a, w, g in doc["jobs"]]
+    runs = doc.get("runs", {})
+    jobs = [
+        Job(k, p, float(a), ran_for(*max(runs[k])[:2]) if k in runs else float(w), int(g))
+        for k, p, a, w, g in doc["jobs"]
+    ]
     return doc["slurm"], doc["wall_seconds"], Measured(**doc["measured"]), jobs, doc["release_gaps"]
 
 
@@ -310,6 +322,7 @@ def main() -> int:
         save_run(Path(f"{stem}.run.json"), version, wall, real, jobs, gaps, runs)
     release = sum(gaps) / len(gaps) if gaps else 0.0
     window = GPUS * args.span
+    kept = Path(f"{stem}.run.json").relative_to(REPO).as_posix()
     variants = []
     for rel, bf in ((0.0, 0.0), (release, 0.0), (release, BF_INTERVAL)):
         runs = [rows_of(measured_sim(jittered(jobs, k), args.span, rel, bf), window) for k in range(args.replays)]
@@ -321,14 +334,16 @@ def main() -> int:
         "",
         f"Command: `python3 bench/sim_validate.py --start-hour {args.start_hour:g} --hours {args.hours:g} "
         f"--span {args.span:g} --load {args.load:g}` (local cluster on Slurm {version}; the run is kept in "
-        f"`{Path(f'{stem}.run.json').relative_to(REPO).as_posix()}`, and `--from` that file makes the simulator's "
-        f"side again without Slurm).  "
+        f"`{kept}`, and {'this table was made again from it with' if args.run else 'adding'} `--from {kept}` "
+        "makes the simulator's side again without Slurm).  "
         f"{len(specs)} jobs ({owners} of owners A and B, {len(specs) - owners} of a borrower) from hours "
         f"{args.start_hour:g}-{args.start_hour + args.hours:g} of `bench/traces/philly_vc_arrivals_30d.csv`, "
         f"arrivals compressed into {args.span:g} s, durations {args.lo}-{args.hi} s for an offered load of "
         f"{args.load:.0%} on a-gpu[1-2] and b-gpu1 (6 GPUs).  The replay took {wall:.0f} s.",
         "",
-        "The simulator (`slurm_pool.sim.nodes`) replays the same jobs at the submit times sacct recorded.  sacct "
+        "The simulator (`slurm_pool.sim.nodes`) replays the same jobs at the submit times sacct recorded, each "
+        "running as long as its finishing run did in Slurm (the sleep plus Slurm's launch and teardown, as "
+        "`slurm-pool simulate` reads a history).  sacct "
         f"keeps whole seconds, so it replays them {args.replays} times, each job's submit time moved by a seeded "
         "draw within its second (the first replay as recorded), and the table gives the median and, in brackets, "
         "the range: how much the model's own schedule moves with a fraction of a second.  Three variants: GPUs free "
