@@ -287,9 +287,10 @@ def node_lending_section(
         "",
         "Node-shaped lending gets three quarters of the interchangeable-GPU bound: a node is lent only when "
         "all 8 of its GPUs are idle.  Each reclaim delays one job by the placeholder's GraceTime; the owners' "
-        "p95 moves more than that because a delayed start changes which job takes an owner's node next (here "
-        "a two-day job of project c got c's node 10 s earlier in the order of things, and c's next 8-GPU jobs "
-        "borrowed and waited): a schedule's sensitivity to one start, not a cost of lending as such.  Borrowers "
+        "p95 can move by more than that, either way, because one delayed start changes which job takes an "
+        "owner's node next (an earlier version of this replay saw a two-day job of project c take c's node "
+        "first, and c's next 8-GPU jobs borrow and wait, +12 %): a schedule's sensitivity to one start, not "
+        "a cost of lending as such.  Borrowers "
         "that may not preempt k8s-lend wait for the rebalancer (the window's end), which costs them little "
         "here: a borrower job that fits no free GPUs off-peak mostly fits no lent node either.",
         "",

@@ -334,8 +334,8 @@ def main() -> int:
         "",
         f"Command: `python3 bench/sim_validate.py --start-hour {args.start_hour:g} --hours {args.hours:g} "
         f"--span {args.span:g} --load {args.load:g}` (local cluster on Slurm {version}; the run is kept in "
-        f"`{kept}`, and {'this table was made again from it with' if args.run else 'adding'} `--from {kept}` "
-        "makes the simulator's side again without Slurm).  "
+        f"`{kept}`, and with `--from {kept}` the same command makes the simulator's side again without Slurm"
+        f"{', as it did for this table' if args.run else ''}).  "
         f"{len(specs)} jobs ({owners} of owners A and B, {len(specs) - owners} of a borrower) from hours "
         f"{args.start_hour:g}-{args.start_hour + args.hours:g} of `bench/traces/philly_vc_arrivals_30d.csv`, "
         f"arrivals compressed into {args.span:g} s, durations {args.lo}-{args.hi} s for an offered load of "
