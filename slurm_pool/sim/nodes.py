@@ -380,8 +380,7 @@ class _Sim:
             self.used[(run.job.project, run.job.profile)] -= run.job.gpus
             self.used_eq -= self._eq(run.job, run.alloc)
 
-    # -- backfill (:mod:`.backfill`) ------------------------------------------
-    # -- scheduling ------------------------------------------------------------
+    # -- scheduling (backfill: :mod:`.backfill`) ----------------------------------
     def _tier(self, job: Job) -> tuple[str | None, str]:
         """The tier ``job`` would run in now, and where (None: it must wait)."""
         p = job.project
