@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import click
@@ -55,22 +52,16 @@ def render(spec: str, outdir: str, slurm_version: str | None, templates: str | N
 
     Everything is rendered in memory first; on any error nothing is written.
     """
+    from slurm_pool.outfiles import check_targets, write_all
+    from slurm_pool.text import shown
     from slurm_pool.render import render_all
 
     s = load_spec(spec)
-    files = render_all(s, version=target_version(slurm_version), templates_dir=Path(templates) if templates else None)
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
-    try:
-        for name, text in files.items():
-            (stage / name).write_text(text)
-        for name in files:
-            os.replace(stage / name, out / name)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    for name in files:
-        click.echo(str(out / name))
+    check_targets(out, [])  # -o below a file: say so before rendering
+    files = render_all(s, version=target_version(slurm_version), templates_dir=Path(templates) if templates else None)
+    for path in write_all(out, files):
+        click.echo(shown(str(path)))
 
 
 @click.group()

@@ -132,6 +132,10 @@ FACTS: tuple[Fact, ...] = (
 _FACTS = {f.name: f for f in FACTS}
 
 
+#: How releases name themselves: ``22.05``, ``24.11.5``, ``slurm 26.05.3``, ``slurm-wlm 22.05.8``, ``23.02.7-1``.
+_VERSION_RE = re.compile(r"(?:slurm(?:-wlm)? )?([0-9]{2})\.([0-9]{1,2})(?:\.([0-9]{1,3}))?(?:-[0-9A-Za-z.]{1,32})?")
+
+
 @dataclass(frozen=True, order=True)
 class SlurmVersion:
     """A Slurm release: ``major.minor`` and, when known, the maintenance release."""
@@ -141,9 +145,13 @@ class SlurmVersion:
     patch: int | None = None
 
     @classmethod
-    def parse(cls, text: str, *, what: str = "--slurm-version") -> "SlurmVersion":
-        """``22.05``, ``23.02.7``, ``slurm 26.05.3`` or ``slurm-wlm 22.05.8``."""
-        m = re.search(r"(?<!\d)(\d{2})\.(\d{1,2})(?:\.(\d{1,3}))?", text or "")
+    def parse(cls, text: str, *, what: str = "--slurm-version", output: bool = False) -> "SlurmVersion":
+        """``22.05``, ``23.02.7``, ``slurm 26.05.3`` or ``slurm-wlm 22.05.8``, in full.
+
+        ``output``: ``text`` is a command's output (``scontrol --version``), whose
+        surrounding white space (its newline) is dropped first; an option is taken as given.
+        """
+        m = _VERSION_RE.fullmatch((text or "").strip() if output else (text or ""))
         if not m:
             raise VersionError(f"{what}: {text!r} is not a Slurm version like 22.05 or 24.11.5")
         v = cls(int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) is not None else None)

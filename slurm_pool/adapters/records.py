@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
 from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, parse_duration, states
 from slurm_pool.errors import InputError
+from slurm_pool.text import shown
 from slurm_pool.textio import parse_json
 from slurm_pool.versions import SlurmVersion
 
@@ -195,7 +196,33 @@ def _document(text: str, what: str) -> dict[str, Any]:
         raise RecordError(str(exc)) from None
     if not isinstance(data, dict):
         raise RecordError(f"{what}: not a JSON object")
+    errors = data.get("errors")
+    if errors:  # Slurm's own complaint: the records beside it are not the whole answer
+        raise RecordError(f"{what}: Slurm reported errors: {_error_text(errors)}")
     return data
+
+
+def _error_text(errors: Any) -> str:
+    """Slurm's ``errors`` list as one line (``error``/``description`` of each; anything else as JSON)."""
+    if not isinstance(errors, list):
+        return f"'errors' is not a list ({type(errors).__name__})"
+    parts = []
+    for e in errors[:5]:
+        if isinstance(e, dict):
+            text = e.get("description") or e.get("error") or e.get("error_number") or e.get("errno") or e
+        else:
+            text = e
+        parts.append(str(text))
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return shown("; ".join(parts))[:500] + more
+
+
+def _records(items: list[Any], what: str, key: str) -> list[Mapping[str, Any]]:
+    """The entries of a records list, each an object; RecordError naming the first that is not."""
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RecordError(f"{what}: {key}[{i}] is {type(item).__name__}, not an object")
+    return items
 
 
 def node_command(version: SlurmVersion) -> list[str]:
@@ -220,11 +247,10 @@ def parse_nodes(text: str, what: str = "node records") -> list[NodeRecord]:
     if not isinstance(nodes, list):
         raise RecordError(f"{what}: 'nodes' is not a list")
     out: dict[str, NodeRecord] = {}
-    for i, n in enumerate(nodes):
-        if isinstance(n, dict):
-            rec = _convert(node_record, n, f"{what}: nodes[{i}]")
-            if rec.name:
-                out.setdefault(rec.name, rec)
+    for i, n in enumerate(_records(nodes, what, "nodes")):
+        rec = _convert(node_record, n, f"{what}: nodes[{i}]")
+        if rec.name:
+            out.setdefault(rec.name, rec)
     return list(out.values())
 
 
@@ -428,7 +454,7 @@ def parse_jobs(text: str, what: str = "job records") -> list[JobRecord]:
 
 def job_records(jobs: Iterable[Any], what: str = "job records") -> list[JobRecord]:
     """Job records from a parsed ``jobs`` list; RecordError naming a job with a value of the wrong type."""
-    return [_convert(job_record, j, f"{what}: jobs[{i}]") for i, j in enumerate(jobs) if isinstance(j, dict)]
+    return [_convert(job_record, j, f"{what}: jobs[{i}]") for i, j in enumerate(_records(list(jobs), what, "jobs"))]
 
 
 def _parse_stamp(v: str) -> float | None:

@@ -36,7 +36,9 @@ class SlurmClient:
     def version(self) -> SlurmVersion:
         """The Slurm these commands are (``sinfo --version``), asked once per client."""
         if self._version is None:
-            self._version = SlurmVersion.parse(self.runner.run(["sinfo", "--version"]).stdout, what="sinfo --version")
+            self._version = SlurmVersion.parse(
+                self.runner.run(["sinfo", "--version"]).stdout, what="sinfo --version", output=True
+            )
         return self._version
 
     def _read(self, argv: Sequence[str], parse: Any) -> Any:
@@ -111,5 +113,5 @@ def installed_version(runner: Runner | None = None) -> SlurmVersion | None:
     for argv in (["sinfo", "--version"], ["slurmctld", "-V"]):
         res = runner.run(argv, check=False, timeout=20)
         if res.ok:
-            return SlurmVersion.parse(res.stdout, what=" ".join(argv))
+            return SlurmVersion.parse(res.stdout, what=" ".join(argv), output=True)
     return None

@@ -48,8 +48,8 @@ def number(value: Any) -> int | None:
         if not value.get("set", True) or value.get("infinite"):
             return None
         value = value.get("number")
-    if isinstance(value, bool):
-        return int(value)
+    if isinstance(value, bool):  # not a count: JSON's true is no 1
+        return None
     if isinstance(value, (int, float)):
         return None if value >= INFINITE else int(value)
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():

@@ -324,7 +324,7 @@ class Supervisor:
         and the wrapper requeues itself, which every release accepts."""
         res = self.runner.run([self.st.scontrol, "--version"], check=False, timeout=15)
         try:
-            return res.ok and SlurmVersion.parse(res.stdout, what="scontrol --version").has(
+            return res.ok and SlurmVersion.parse(res.stdout, what="scontrol --version", output=True).has(
                 "preempt_requeues_exited_job"
             )
         except VersionError:

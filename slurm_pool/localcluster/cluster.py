@@ -189,7 +189,7 @@ class LocalCluster:
         out = self.runner.run(["slurmctld", "-V"], check=False)
         if not out.ok:
             raise ClusterError(f"slurmctld -V failed: {(out.stderr or out.stdout).strip()[:200]}")
-        return SlurmVersion.parse(out.stdout)
+        return SlurmVersion.parse(out.stdout, what="slurmctld -V", output=True)
 
     def device_layouts(self) -> dict[str, list]:
         """MIG layouts the emulated GPUs hold now, for nodes changed since ``up``."""

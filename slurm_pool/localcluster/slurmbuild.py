@@ -234,7 +234,7 @@ def resolve_prefix(wanted: str) -> Path:
         if not os.access(path / "sbin" / "slurmctld", os.X_OK):
             raise BuildError(f"--slurm: {wanted} holds no sbin/slurmctld")
         return path.resolve()
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", wanted):
+    if not re.fullmatch(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?", wanted):
         raise BuildError(f"--slurm: {wanted!r} is neither a Slurm version (like 26.05) nor an install prefix")
     matches = [p for v, p in cached_builds() if v == wanted or v.startswith(wanted + ".")]
     if not matches:

@@ -10,11 +10,11 @@ without ``bridge:`` gets the example pool's names (partition and QOS
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from slurm_pool.spec.base import NAME_RE, USER_RE, Strict
+from slurm_pool.spec.base import CommandLine, K8sLabel, K8sName, Name, PlainPath, Strict, User
 
 if TYPE_CHECKING:  # pragma: no cover
     from slurm_pool.spec.model import PoolSpec
@@ -25,7 +25,30 @@ DAYS: tuple[Day, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 LEASE_MARGIN = 60
 #: Seconds the placeholder's fence needs beyond the pods' grace (the API calls, Slurm's signal).
 FENCE_MARGIN = 5
-CLOCK_RE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^24:00$")
+CLOCK_RE = re.compile(r"(?:[01][0-9]|2[0-3]):[0-5][0-9]|24:00")
+#: A Kubernetes extended resource name (``nvidia.com/gpu``, ``nvidia.com/mig-3g.20gb``).
+RESOURCE_RE = re.compile(r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+#: A Slurm job state reason (``JobHeldUser``).
+REASON_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+#: A Kubernetes label selector (``app=x,tier!=y``, ``env in (a,b)``): printable ASCII, no quotes.
+SELECTOR_RE = re.compile(r"[A-Za-z0-9 ._/=!,()-]*")
+#: An http(s) URL without spaces or quotes.
+URL_RE = re.compile(r"https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+")
+
+
+def _matching(pattern: "re.Pattern[str]", shape: str) -> AfterValidator:
+    def check(v: str) -> str:
+        if not pattern.fullmatch(v):
+            raise ValueError(f"{v!r} does not match {shape}")
+        return v
+
+    return AfterValidator(check)
+
+
+Resource = Annotated[str, _matching(RESOURCE_RE, "a Kubernetes resource name such as nvidia.com/gpu")]
+Reason = Annotated[str, _matching(REASON_RE, "a Slurm job reason such as JobHeldUser")]
+Selector = Annotated[str, _matching(SELECTOR_RE, "a Kubernetes label selector (letters, digits, . _ / = ! , ( ) -)")]
+Url = Annotated[str, _matching(URL_RE, "an http:// or https:// URL")]
 
 
 class OffPeakWindow(Strict):
@@ -42,7 +65,7 @@ class OffPeakWindow(Strict):
     @field_validator("start", "end")
     @classmethod
     def _clock(cls, v: str) -> str:
-        if not CLOCK_RE.match(v):
+        if not CLOCK_RE.fullmatch(v):
             raise ValueError(f"{v!r} is not a time of day (HH:MM, 00:00 to 24:00)")
         return v
 
@@ -69,8 +92,8 @@ class ForecastSettings(Strict):
     #: A model's cold start: nodes are lent this far ahead of a forecast inference rise.
     warmup_seconds: int = Field(default=600, ge=0, le=86400)
     #: Where the exporter's inference demand (``inference_query``) is kept.
-    prometheus_url: str = Field(default="http://127.0.0.1:9090", pattern=r"^https?://[^\s]+$")
-    inference_query: str = Field(default="slurm_pool_inference_demand_gpus", pattern=r"^[^\x00-\x1f]+$")
+    prometheus_url: Url = "http://127.0.0.1:9090"
+    inference_query: str = Field(default="slurm_pool_inference_demand_gpus", min_length=1, max_length=4096)
 
 
 class Bridge(Strict):
@@ -78,10 +101,10 @@ class Bridge(Strict):
 
     enabled: bool = True
     #: Slurm side: the placeholder job that holds a lent node.
-    partition: str = Field(default="k8s-lend", pattern=NAME_RE)
-    qos: str = Field(default="k8s-lend", pattern=NAME_RE)
-    account: str = Field(default="k8s-bridge", pattern=NAME_RE)
-    user: Optional[str] = Field(default="slurmpool", pattern=USER_RE)
+    partition: Name = "k8s-lend"
+    qos: Name = "k8s-lend"
+    account: Name = "k8s-bridge"
+    user: Optional[User] = "slurmpool"
     #: When lending is allowed (an allow-list; empty: at any time).  Outside every window lent
     #: nodes are reclaimed, unless ``lend_outside_off_peak`` lets inference demand alone decide.
     off_peak: list[OffPeakWindow] = [OffPeakWindow(start="19:00", end="07:00")]
@@ -89,17 +112,17 @@ class Bridge(Strict):
     lend_outside_off_peak: bool = False
     max_lent_nodes: Optional[int] = Field(default=None, ge=0)
     #: Kubernetes side.
-    kserve_namespace: Optional[str] = None
-    kserve_selector: str = ""
-    node_selector: str = ""
-    gpu_resource: str = "nvidia.com/gpu"
+    kserve_namespace: Optional[K8sLabel] = None
+    kserve_selector: Selector = ""
+    node_selector: Selector = ""
+    gpu_resource: Resource = "nvidia.com/gpu"
     #: Seconds one run waits for a placeholder to start and for evicted pods to go.
     placeholder_start_timeout: int = Field(default=30, ge=0)
     reclaim_wait: int = Field(default=45, ge=0)
     #: One run at a time: the Kubernetes Lease a run holds (:mod:`slurm_pool.bridge.lease`), and for how
     #: long; it must outlast a run's waits, so that a live run never loses it.
-    lease_namespace: str = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-    lease_name: str = Field(default="slurm-pool-rebalance", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    lease_namespace: K8sLabel = "default"
+    lease_name: K8sName = "slurm-pool-rebalance"
     lease_seconds: int = Field(default=300, ge=1, le=86400)
     #: Delete pods whose eviction is still refused this many seconds after the
     #: reclaim began (``None``: never force; ``--force-after`` overrides).
@@ -110,13 +133,13 @@ class Bridge(Strict):
     #: ``fence_kubeconfig`` is a kubeconfig on the nodes, readable by ``user``; without it
     #: there is no fence and pods leave at the next run.  ``fence_command`` is slurm-pool
     #: on the nodes.  The tier's GraceTime must cover ``fence_seconds`` (checked).
-    fence_kubeconfig: Optional[str] = Field(default=None, pattern=r"^/[^\x00-\x1f]*$")
-    fence_command: str = Field(default="slurm-pool", pattern=r"^[^\x00-\x1f]+$")
+    fence_kubeconfig: Optional[PlainPath] = None
+    fence_command: CommandLine = "slurm-pool"
     fence_seconds: int = Field(default=30, ge=1, le=3600)
     #: The Kubernetes user names the rendered RBAC (``k8s-bridge-rbac.yaml``) grants to: the
     #: rebalancer's, and each node's fence (``{node}``: the node's name).
-    k8s_user: str = Field(default="slurm-pool-rebalancer", pattern=r"^[^\x00-\x1f]+$")
-    fence_user: str = Field(default="slurm-pool-node:{node}", pattern=r"^[^\x00-\x1f]*\{node\}[^\x00-\x1f]*$")
+    k8s_user: str = Field(default="slurm-pool-rebalancer", min_length=1, max_length=253)
+    fence_user: str = Field(default="slurm-pool-node:{node}", min_length=1, max_length=253)
     #: The cost model.  A node lent stays lent at least ``min_lease_seconds`` (from its
     #: placeholder's start) unless Slurm needs it, and is returned for a drop in inference
     #: demand only once the rest covers it with ``hysteresis_gpus`` to spare.  Before a
@@ -128,7 +151,7 @@ class Bridge(Strict):
     stagger_seconds: int = Field(default=300, ge=0, le=86400)
     forecast: Optional[ForecastSettings] = None
     #: Pending jobs held for these reasons do not claim a node back.
-    ignore_pending_reasons: list[str] = [
+    ignore_pending_reasons: list[Reason] = [
         "JobHeldUser",
         "JobHeldAdmin",
         "BeginTime",
@@ -141,6 +164,13 @@ class Bridge(Strict):
         "PartitionDown",
         "PartitionInactive",
     ]
+
+    @field_validator("fence_user")
+    @classmethod
+    def _per_node(cls, v: str) -> str:
+        if "{node}" not in v:
+            raise ValueError(f"{v!r} does not name the node: put {{node}} where its name goes")
+        return v
 
     @field_validator("timezone")
     @classmethod

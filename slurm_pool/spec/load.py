@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from slurm_pool.errors import Issue, SpecError, fmt_path
 from slurm_pool.spec import rules
+from slurm_pool.spec.base import NestedValueError
 from slurm_pool.spec.model import PoolSpec
 
 SUPPORTED_VERSIONS = (1,)
@@ -42,6 +43,8 @@ def _describe(err: dict[str, Any]) -> Issue:
     if kind == "literal_error":
         return Issue(path, f"{value!r} is not one of {ctx.get('expected')}")
     msg = err.get("msg", "is invalid")
+    if isinstance(ctx.get("error"), NestedValueError):  # a value inside a list or dict: name its place
+        return Issue(fmt_path((*loc, *ctx["error"].loc)), str(ctx["error"]))
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
         return Issue(path, msg)

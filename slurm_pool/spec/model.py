@@ -7,34 +7,38 @@ has no cycle, MIG layouts fit their GPU) live in :mod:`slurm_pool.spec.rules`.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
+from slurm_pool import text
 from slurm_pool.mig.catalogue import canonical_model
-from slurm_pool.spec.base import NAME_RE, USER_RE, Strict
+from slurm_pool.spec.base import Feature, Host, Name, PlainPath, SlurmTime, Strict, User
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.spec.notebooks import Notebooks
-
-TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d{2}){0,2})$")
-TRES_KEY_RE = re.compile(r"^(cpu|mem|node|billing|gres/gpu(:[a-z0-9._-]+)?)$")
 
 PreemptMode = Literal["off", "cancel", "requeue", "suspend"]
 
 
 class Cluster(Strict):
-    name: str = Field(pattern=NAME_RE)
-    control_host: str = "localhost"
+    name: Name
+    #: slurm.conf's SlurmctldHost.
+    control_host: Host = "localhost"
 
 
 #: Bounds that keep rendered numbers sane (Slurm's own fields are 16/32/64-bit).
 MAX_CPUS = 65535
 MAX_MEMORY_MB = 2**40
 MAX_WARN_SECONDS = 86400
-FEATURE_RE = r"^[A-Za-z0-9_.+-]{1,64}$"
-#: sacctmgr -P separates fields with "|"; a description is one printable line without it.
-DESCRIPTION_RE = r"^[^|\x00-\x1f\x7f'\"]*$"
+
+
+def _description(v: str) -> str:
+    """sacctmgr -P separates fields with "|"; a description is one printable line without it or quotes."""
+    return text.check_free_text(v, "", max_len=120, forbid="|'\"")
+
+
+#: A QOS or account description (sacctmgr's Description=).
+Description = Annotated[str, AfterValidator(_description)]
 #: Signals sbatch --signal can send that a job may catch (not KILL or STOP).
 #: Shards per GPU: Slurm counts them in 64 bits, but more jobs than this on one GPU make no sense.
 MAX_SHARDS_PER_GPU = 1024
@@ -65,7 +69,7 @@ class Gpus(Strict):
         from slurm_pool.mig.features import LAYOUT_FEATURE_RE
 
         for name in v or {}:
-            if not re.match(LAYOUT_FEATURE_RE, name):
+            if not text.matches(LAYOUT_FEATURE_RE, name):
                 raise ValueError(
                     f"layout name {name!r} is not a Slurm node feature name (a letter or '_', then letters, "
                     "digits, '_' or '.'; at most 64)"
@@ -82,13 +86,13 @@ class Gpus(Strict):
 
 
 class NodeGroup(Strict):
-    name: str = Field(pattern=NAME_RE)
+    name: Name
     hosts: str = Field(min_length=1)
     cpus: int = Field(ge=1, le=MAX_CPUS)
     memory_mb: int = Field(ge=1, le=MAX_MEMORY_MB)
     gpus: Optional[Gpus] = None
     # Written into slurm.conf's Features=: a word, never a separator or a newline.
-    features: list[Annotated[str, Field(pattern=FEATURE_RE)]] = []
+    features: list[Feature] = []
 
 
 class TierPolicy(Strict):
@@ -104,10 +108,10 @@ class TierPolicy(Strict):
 class Tier(Strict):
     """A pool tier: one Slurm QOS, used by one or more partitions."""
 
-    name: str = Field(pattern=NAME_RE)
-    description: str = Field(default="", max_length=120, pattern=DESCRIPTION_RE)
+    name: Name
+    description: Description = ""
     priority: int = Field(ge=0)
-    preempt: list[str] = []
+    preempt: list[Name] = []
     preempt_mode: PreemptMode = "off"
     grace_time: int = Field(default=0, ge=0)
     usage_factor: float = Field(default=1.0, ge=0)
@@ -119,7 +123,7 @@ class Tier(Strict):
     @classmethod
     def _tres(cls, v: dict[str, int]) -> dict[str, int]:
         for key, val in v.items():
-            if not TRES_KEY_RE.match(key):
+            if not text.matches("tres", key):
                 raise ValueError(f"{key!r} is not a TRES name (cpu, mem, node, billing, gres/gpu[:type])")
             if val < 0:
                 raise ValueError(f"{key}={val} is negative")
@@ -127,43 +131,28 @@ class Tier(Strict):
 
 
 class Partition(Strict):
-    name: str = Field(pattern=NAME_RE)
+    name: Name
     nodes: list[str] = Field(min_length=1)
-    tier: str
+    tier: Name
     priority_tier: int = Field(ge=0, le=65533)
     preempt_mode: Optional[PreemptMode] = None
     grace_time: Optional[int] = Field(default=None, ge=0)
     default: bool = False
-    max_time: str = "UNLIMITED"
-    default_time: Optional[str] = None
-    allow_accounts: Optional[list[str]] = None
-
-    @field_validator("max_time", "default_time")
-    @classmethod
-    def _time(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not TIME_RE.match(v):
-            raise ValueError(f"{v!r} is not a Slurm time ([days-]hours:minutes:seconds, minutes, or UNLIMITED)")
-        return v
+    max_time: SlurmTime = "UNLIMITED"
+    default_time: Optional[SlurmTime] = None
+    allow_accounts: Optional[list[Name]] = None
 
 
 class Project(Strict):
     """A project: one Slurm account, its users, owned nodes and allowed tiers."""
 
-    name: str = Field(pattern=NAME_RE)
-    description: str = Field(default="", max_length=120, pattern=DESCRIPTION_RE)
-    users: list[str] = []
-    owns: list[str] = []
-    tiers: list[str] = Field(min_length=1)
-    default_tier: Optional[str] = None
+    name: Name
+    description: Description = ""
+    users: list[User] = []
+    owns: list[Name] = []
+    tiers: list[Name] = Field(min_length=1)
+    default_tier: Optional[Name] = None
     fairshare: int = Field(default=1, ge=0)
-
-    @field_validator("users")
-    @classmethod
-    def _users(cls, v: list[str]) -> list[str]:
-        for u in v:
-            if not re.match(USER_RE, u):
-                raise ValueError(f"{u!r} is not a valid user name")
-        return v
 
 
 class Scheduler(Strict):
@@ -188,27 +177,19 @@ class Policy(Strict):
 
     job_submit: bool = True
     on_error: Literal["reject", "accept"] = "reject"
-    default_tier: Optional[str] = None
+    default_tier: Optional[Name] = None
     right_size_mig: bool = True
-    admin_contact: str = "your cluster administrators"
+    #: Named in job_submit.lua's messages to users.
+    admin_contact: str = Field(default="your cluster administrators", min_length=1, max_length=200)
 
 
 class Checkpoint(Strict):
     """Defaults for checkpoint-on-preempt."""
 
-    base_dir: str = "/var/lib/slurm-pool/checkpoints"
-    signal: str = Field(default="USR1", pattern=r"^(SIG)?[A-Z0-9]+$")
+    base_dir: PlainPath = "/var/lib/slurm-pool/checkpoints"
+    signal: str = "USR1"
     warn_seconds: int = Field(default=120, ge=0, le=MAX_WARN_SECONDS)
     max_self_requeues: int = Field(default=5, ge=0, le=1000)
-
-    @field_validator("base_dir")
-    @classmethod
-    def _absolute_plain_path(cls, v: str) -> str:
-        if not v.startswith("/") or any(part in (".", "..") for part in v.split("/")):
-            raise ValueError(f"{v!r} must be an absolute path without '.' or '..' components")
-        if not v.isascii() or not v.isprintable() or any(ch.isspace() for ch in v):
-            raise ValueError(f"{v!r} must be printable ASCII without spaces")
-        return v
 
     @field_validator("signal")
     @classmethod

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from slurm_pool.spec.base import Strict
+from slurm_pool.spec.base import MigProfile, Name, Strict
 
 if TYPE_CHECKING:
     from slurm_pool.spec.model import PoolSpec
 
 #: A Slurm time limit: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]].
-LIMIT_RE = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+))?(?::(\d+))?|(\d+)(?::(\d+))?(?::(\d+))?)$")
+LIMIT_RE = re.compile(r"([0-9]+)-([0-9]+)(?::([0-9]+))?(?::([0-9]+))?|([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
 #: The culler's timeout: from a minute (it checks a few times per timeout) to a week.
 MIN_IDLE_TIMEOUT = 60
 MAX_IDLE_TIMEOUT = 7 * 86400
@@ -32,7 +32,7 @@ def limit_seconds(text: str) -> Optional[int]:
     """Seconds of a Slurm time limit; None for UNLIMITED/INFINITE (raises ValueError when malformed)."""
     if text in ("UNLIMITED", "INFINITE"):
         return None
-    m = LIMIT_RE.match(text)
+    m = LIMIT_RE.fullmatch(text)
     if not m:
         raise ValueError(f"{text!r} is not a Slurm time ([days-]hours:minutes:seconds, minutes, or UNLIMITED)")
     d, dh, dm, ds, a, b, c = m.groups()
@@ -46,7 +46,7 @@ def limit_seconds(text: str) -> Optional[int]:
 class NotebookGpu(Strict):
     """What one notebook server holds: a MIG slice (a profile such as ``1g.10gb``) or shards, not both."""
 
-    mig: Optional[str] = Field(default=None, pattern=r"^[1-7]g\.\d+gb(\+me)?$")
+    mig: Optional[MigProfile] = None
     shards: Optional[int] = Field(default=None, ge=1, le=1024)
 
     @model_validator(mode="after")
@@ -59,7 +59,7 @@ class NotebookGpu(Strict):
 class Notebooks(Strict):
     """JupyterHub's notebook servers, one Slurm job each (``slurm-pool render`` emits jupyterhub_config.py)."""
 
-    partition: str
+    partition: Name
     gpu: Optional[NotebookGpu] = None
     #: Whether a higher tier may preempt a server (it then ends; a notebook cannot be requeued).
     preemptible: bool = False

@@ -77,7 +77,7 @@ projects:
   - {name: guests, users: [gus, dora], tiers: [low, normal]}
 policy:
   default_tier: low
-  admin_contact: "Ops \\"desk\\"\\nroom 12, 100% of the time"
+  admin_contact: "Ops \\"desk\\" ]] room 12, 100% of the time \\\\ %s"
 """
 
 
@@ -922,7 +922,7 @@ def test_admin_contact_is_escaped_and_quoted(runtime) -> None:
     out = lua.submit(lua.lua.eval(EXPLODING))
     assert out.user == [
         "slurm-pool: the pool's job policy failed on this request, so it was rejected. "
-        'Please contact Ops "desk"\nroom 12, 100% of the time.'
+        'Please contact Ops "desk" ]] room 12, 100% of the time \\ %s.'
     ]
 
 

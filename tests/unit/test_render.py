@@ -79,10 +79,26 @@ def test_version_specific_parameters(spec, version, present, absent):
     assert present in text and absent not in text
 
 
-@pytest.mark.parametrize("bad", ["21.08", "banana", "30.01"])
+@pytest.mark.parametrize(
+    "bad",
+    ["21.08", "banana", "30.01", "26.05\nX", "26.05\n", " 26.05", "x26.05", "26.05 and more", "２６.05", "26.05.3.1"],
+    ids=ascii,
+)
 def test_unsupported_version_is_a_clear_error(bad):
+    # Issue 30: "26.05\nX" was read as 26.05 (the version was searched for, not matched in full).
     with pytest.raises(SpecError, match="--slurm-version"):
         SlurmVersion.parse(bad)
+
+
+@pytest.mark.parametrize(
+    "output,want",
+    [("slurm 22.05.8\n", "22.05.8"), ("slurm-wlm 22.05.8\n", "22.05.8"), ("26.05.3", "26.05.3"),
+     ("slurm 23.02.7-1\n", "23.02.7")],
+)  # fmt: skip
+def test_a_command_s_version_output_is_read_with_its_newline(output, want):
+    assert str(SlurmVersion.parse(output, what="scontrol --version", output=True)) == want
+    with pytest.raises(SpecError, match="scontrol --version"):
+        SlurmVersion.parse(output + "garbage\n", what="scontrol --version", output=True)
 
 
 def test_fragment_is_the_same_content_as_in_slurm_conf(spec):
@@ -109,3 +125,74 @@ def test_emulated_site_names_every_device(spec):
     lines = [ln for ln in gres.splitlines() if ln.startswith("NodeName=c-gpu1")]
     assert len(lines) == 5  # 4 MIG instances on GPU 0 and one whole GPU 1
     assert any("File=/x/dev/c-gpu1/nvidia0-mig3" in ln for ln in lines)
+
+
+# -- render writes every file or none (issue 30, class 6) ------------------------------------------------
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    """Every entry below ``root``: a file's bytes, a directory or a link by its kind."""
+    out: dict[str, bytes | str] = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        out[rel] = "link" if p.is_symlink() else ("dir" if p.is_dir() else p.read_bytes())
+    return out
+
+
+def _spoil_target_dir(out: Path) -> None:
+    (out / "slurm.conf").write_text("old\n")
+    (out / "job_submit.lua").mkdir()  # a later target that cannot be replaced
+
+
+def _spoil_target_link(out: Path) -> None:
+    (out / "gres.conf").symlink_to("/etc/hostname")
+
+
+@pytest.mark.parametrize(
+    "spoil,words",
+    [(_spoil_target_dir, "job_submit.lua exists and is not a regular file"),
+     (_spoil_target_link, "gres.conf is a symbolic link")],
+    ids=["a-target-is-a-directory", "a-target-is-a-symlink"],
+)  # fmt: skip
+def test_render_checks_every_target_before_writing_any(tmp_path, capsys, spoil, words):
+    out = tmp_path / "out"
+    out.mkdir()
+    spoil(out)
+    before = _tree(out)
+    with pytest.raises(SystemExit) as exc:
+        main(["render", str(EXAMPLE), "-o", str(out), "--slurm-version", "26.05"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "nothing written" in err and "Traceback" not in err, err
+    assert _tree(out) == before
+
+
+def test_render_below_a_file_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SystemExit) as exc:
+        main(["render", str(EXAMPLE), "-o", str(tmp_path / "f" / "out"), "--slurm-version", "26.05"])
+    assert exc.value.code == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert (tmp_path / "f").read_text() == "x"
+
+
+def test_a_failed_move_puts_back_the_files_already_moved(tmp_path, capsys, monkeypatch):
+    from slurm_pool import outfiles
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "slurm.conf").write_text("old slurm.conf\n")
+    before = _tree(out)
+    real, calls = os.replace, []
+
+    def failing_third(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(outfiles.os, "replace", failing_third)
+    with pytest.raises(SystemExit) as exc:
+        main(["render", str(EXAMPLE), "-o", str(out), "--slurm-version", "26.05"])
+    assert exc.value.code == 1 and "put back" in capsys.readouterr().err
+    assert _tree(out) == before  # slurm.conf is the old one again; no new file stays

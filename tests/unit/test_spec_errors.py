@@ -123,12 +123,17 @@ CASES = [
         "scheduler.max_batch_requeue",
         "65000",
     ),
-    ("bar-in-description", mutate(_set(["tiers", 0, "description"], "gpu | cpu")), "tiers[0].description", "match"),
+    (
+        "bar-in-description",
+        mutate(_set(["tiers", 0, "description"], "gpu | cpu")),
+        "tiers[0].description",
+        "holds one of",
+    ),
     (
         "newline-in-description",
         mutate(_set(["projects", 0, "description"], "a\nb")),
         "projects[0].description",
-        "match",
+        "control characters",
     ),
     ("duplicate-key", EXAMPLE.read_text().replace("version: 1", "version: 1\nversion: 1", 1), "", "given twice"),
 ]

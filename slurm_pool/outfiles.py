@@ -1,0 +1,79 @@
+"""Writing a set of output files all or nothing.
+
+:func:`write_all` checks every target first (the directory is one, each
+target is absent or a regular file), writes every file into a staging
+directory beside the targets, then moves them into place one by one; if a
+move fails, the files already moved are put back as they were.  Readers
+never see a half-written file: each target is replaced by a rename.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from slurm_pool.errors import InputError, PoolError
+
+
+def _problem(target: Path) -> str | None:
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{target}: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{target} is a symbolic link, not a file (replace it by hand or render elsewhere)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{target} exists and is not a regular file"
+    return None
+
+
+def check_targets(outdir: Path, names: list[str], option: str = "-o") -> None:
+    """InputError naming every target that cannot be replaced, before anything is written."""
+    for parent in (outdir, *outdir.parents):
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                raise InputError(f"{option} {outdir}: {parent} is not a directory; nothing written")
+            break
+    problems = [p for p in (_problem(outdir / n) for n in names) if p]
+    if problems:
+        raise InputError("\n".join(f"{option} {outdir}: {p}; nothing written" for p in problems))
+
+
+def write_all(outdir: Path, files: Mapping[str, str], option: str = "-o") -> list[Path]:
+    """Write ``files`` (name -> text) into ``outdir``: every one, or none.  The paths written, in order."""
+    names = list(files)
+    check_targets(outdir, names, option)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=".slurm-pool-", dir=outdir))
+    except OSError as exc:
+        raise PoolError(f"{option} {outdir}: {exc.strerror or exc}; nothing written") from None
+    moved: list[tuple[Path, Path | None]] = []  # (target, its old content kept in the stage, or None)
+    try:
+        for name, text in files.items():
+            (stage / name).write_text(text)
+        for name in names:
+            target = outdir / name
+            old: Path | None = stage / f".old-{name}"
+            try:
+                os.link(target, old)  # type: ignore[arg-type]
+            except FileNotFoundError:
+                old = None
+            os.replace(stage / name, target)
+            moved.append((target, old))
+    except OSError as exc:
+        for target, old in reversed(moved):
+            if old is None:
+                target.unlink(missing_ok=True)
+            else:
+                os.replace(old, target)
+        raise PoolError(f"{option} {outdir}: {exc}; nothing written (the files already moved were put back)") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [outdir / n for n in names]
