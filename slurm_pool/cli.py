@@ -12,6 +12,7 @@ import sys
 import click
 
 from slurm_pool.errors import PoolError
+from slurm_pool.text import shown
 
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
@@ -59,7 +60,7 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except PoolError as exc:
             for line in exc.lines():
-                click.echo(f"error: {line}", err=True)
+                click.echo(f"error: {shown(line)}", err=True)  # a value quoted in it may hold terminal controls
             raise click.exceptions.Exit(exc.exit_code) from None
 
 
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(status, int) and status:
             sys.exit(status)
     except click.ClickException as exc:
+        exc.message = shown(exc.message)
         exc.show()
         sys.exit(exc.exit_code)
     except click.Abort:

@@ -51,6 +51,21 @@ RULES: dict[str, Pattern[str]] = {
     "path": re.compile(r"/[A-Za-z0-9._+@/-]*"),
 }
 
+#: What each rule's words look like, for error messages.
+SHAPES = {
+    "name": "a lower-case letter, then up to 62 lower-case letters, digits, '_' or '-'",
+    "user": "a login name: a lower-case letter or '_', then up to 31 lower-case letters, digits, '_' or '-'",
+    "node": "a node name: a letter or digit, then up to 127 letters, digits, '.', '_' or '-'",
+    "host": "a host name or address: letters, digits, '.', '-' or ':'",
+    "feature": "1 to 64 letters, digits, '_', '.', '+' or '-'",
+    "time": "a Slurm time: [days-]hours:minutes:seconds, minutes, or UNLIMITED",
+    "tres": "a TRES name: cpu, mem, node, billing or gres/gpu[:type]",
+    "mig-profile": "a MIG profile such as 3g.20gb",
+    "k8s-label": "a Kubernetes DNS label: lower-case letters, digits and '-', at most 63",
+    "k8s-name": "a Kubernetes object name: lower-case letters, digits, '-' and '.', at most 253",
+    "path": "an absolute path of letters, digits and . _ + @ - /",
+}
+
 
 def matches(rule: str | Pattern[str], value: object) -> bool:
     """``value`` is a string that matches ``rule`` (a name in :data:`RULES`, or a pattern) in full."""
@@ -81,7 +96,7 @@ def check(rule: str, value: object, what: str = "value") -> str:
     if not isinstance(value, str):
         raise ValueError(f"{_at(what)}{value!r} is not a string")
     if not matches(rule, value):
-        raise ValueError(f"{_at(what)}{value!r} is not a valid {rule}")
+        raise ValueError(f"{_at(what)}{value!r} does not match {SHAPES.get(rule, rule)}")
     return value
 
 

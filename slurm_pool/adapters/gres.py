@@ -146,7 +146,7 @@ def tres_list_gpus(items: Iterable[Any]) -> tuple[int, Counter[str]]:
     return (total or sum(typed.values())), typed
 
 
-_SHARD_REQUEST_RE = re.compile(r"^gres[:/]shard(?::(?!\d+$)[^:=]+)?(?::(\d+))?$")
+_SHARD_REQUEST_RE = re.compile(r"gres[:/]shard(?::(?![0-9]+\Z)[^:=]+)?(?::([0-9]+))?")
 
 
 def tres_shards(value: Any) -> int:
@@ -172,7 +172,7 @@ def tres_shards(value: Any) -> int:
         return typed
     total = 0
     for item in value.split(","):
-        m = _SHARD_REQUEST_RE.match(item.strip())
+        m = _SHARD_REQUEST_RE.fullmatch(item.strip())
         if m:
             total += int(m.group(1) or 1)
     return total

@@ -87,7 +87,7 @@ _ARCH = {
     13: "rubin",
 }
 _XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\): (\d+)")
-_MINOR_RE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
+_MINOR_RE = re.compile(r"gpu([0-9]+)/gi([0-9]+)(?:/ci([0-9]+))?/access\s+([0-9]+)")
 
 
 class GpuSource(Protocol):
@@ -176,7 +176,7 @@ def parse_mig_minors(text: str) -> dict[tuple[int, int, int | None], int]:
     """``{(gpu minor, gi, ci or None): cap minor}`` from ``mig-minors``."""
     out: dict[tuple[int, int, int | None], int] = {}
     for line in text.splitlines():
-        m = _MINOR_RE.match(line.strip())
+        m = _MINOR_RE.fullmatch(line.strip())
         if m:
             ci = None if m.group(3) is None else int(m.group(3))
             out[(int(m.group(1)), int(m.group(2)), ci)] = int(m.group(4))

@@ -75,7 +75,7 @@ _USER_TEXT_KEYS = frozenset(
         "Licenses",
     }
 )
-_REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")
+_REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*\Z")
 
 
 @dataclass(frozen=True)
@@ -509,7 +509,7 @@ def gpu_type_totals(jobs: Iterable[JobRecord]) -> Counter[str]:
 
 # -- configuration -------------------------------------------------------------------
 
-_CONFIG_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[\d+\])?\s*=\s?(.*)$")
+_CONFIG_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[[0-9]+\])?\s*=\s?(.*)")
 
 
 def parse_config_text(text: str) -> dict[str, str]:
@@ -520,7 +520,7 @@ def parse_config_text(text: str) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     for line in text.splitlines():
-        m = _CONFIG_LINE.match(line.strip())
+        m = _CONFIG_LINE.fullmatch(line.strip())
         if not m:
             continue
         key, value = m.group(1), m.group(2).strip()

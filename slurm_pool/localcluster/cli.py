@@ -27,7 +27,24 @@ def cluster() -> None:
 
 
 _spec_opt = click.option("--spec", type=click.Path(dir_okay=False), help=f"Pool spec (default: {DEFAULT_SPEC}).")
-_state_opt = click.option("--state-dir", type=click.Path(file_okay=False), help="State directory.")
+
+
+def _plain_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The state directory goes into slurm.conf's paths: absolute, and a plain path (no spaces, no controls)."""
+    from slurm_pool.text import check_path
+
+    if value is None:
+        return None
+    absolute = str(Path(value).absolute())
+    try:
+        return check_path(absolute, "")
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc} (it is written into slurm.conf)") from None
+
+
+_state_opt = click.option(
+    "--state-dir", type=click.Path(file_okay=False), callback=_plain_dir, help="State directory (a plain path)."
+)
 
 
 @cluster.command()

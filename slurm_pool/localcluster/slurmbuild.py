@@ -66,8 +66,8 @@ PROGRAMS: tuple[str, ...] = (
     "bin/srun",
 )
 _STAMP = "build.json"
-_TARBALL_RE = re.compile(r"^slurm-(\d+\.\d+\.\d+(?:-\d+)?)\.tar\.(?:gz|bz2|xz)$")
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_TARBALL_RE = re.compile(r"slurm-([0-9]+\.[0-9]+\.[0-9]+(?:-[0-9]+)?)\.tar\.(?:gz|bz2|xz)")
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
 
 
 class BuildError(PoolError, RuntimeError):
@@ -89,7 +89,7 @@ def default_source() -> Path | None:
         return Path(env)
     shared = Path(__file__).resolve().parents[3] / "shared" / "slurm"
     found = sorted(
-        (p for p in shared.glob("slurm-*.tar.*") if _TARBALL_RE.match(p.name)),
+        (p for p in shared.glob("slurm-*.tar.*") if _TARBALL_RE.fullmatch(p.name)),
         key=lambda p: version_key(tarball_version(p)),
     )
     return found[-1] if found else None
@@ -97,7 +97,7 @@ def default_source() -> Path | None:
 
 def tarball_version(path: Path) -> str:
     """``26.05.3`` from ``slurm-26.05.3.tar.gz``."""
-    m = _TARBALL_RE.match(path.name)
+    m = _TARBALL_RE.fullmatch(path.name)
     if not m:
         raise BuildError(f"--source: {path.name!r} is not named like slurm-26.05.3.tar.gz")
     return m.group(1)
@@ -123,7 +123,7 @@ def expected_sha256(tarball: Path, given: str | None = None) -> str:
             given = side.read_text().split()[0]
         except (OSError, IndexError):
             raise BuildError(f"no checksum for {tarball.name}: give --sha256 or put it in {side.name}") from None
-    if not _SHA_RE.match(given.lower()):
+    if not _SHA_RE.fullmatch(given.lower()):
         raise BuildError(f"--sha256: {given!r} is not a sha256 (64 hex digits)")
     return given.lower()
 

@@ -16,25 +16,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
 from slurm_pool import text
 
-#: What each rule's words look like, for the error messages.
-_SHAPES = {
-    "name": "a lower-case letter, then up to 62 lower-case letters, digits, '_' or '-'",
-    "user": "a login name: a lower-case letter or '_', then up to 31 lower-case letters, digits, '_' or '-'",
-    "host": "a host name or address: letters, digits, '.', '-' or ':'",
-    "feature": "1 to 64 letters, digits, '_', '.', '+' or '-'",
-    "time": "a Slurm time: [days-]hours:minutes:seconds, minutes, or UNLIMITED",
-    "tres": "a TRES name: cpu, mem, node, billing or gres/gpu[:type]",
-    "mig-profile": "a MIG profile such as 3g.20gb",
-    "k8s-label": "a Kubernetes DNS label: lower-case letters, digits and '-', at most 63",
-    "k8s-name": "a Kubernetes object name: lower-case letters, digits, '-' and '.', at most 253",
-    "path": "an absolute path of letters, digits and . _ + @ - /",
-}
-
 
 def _word(rule: str) -> AfterValidator:
     def check(v: str) -> str:
         if not text.matches(rule, v):
-            raise ValueError(f"{v!r} does not match {_SHAPES[rule]}")
+            raise ValueError(f"{v!r} does not match {text.SHAPES[rule]}")
         return v
 
     return AfterValidator(check)
@@ -42,7 +28,7 @@ def _word(rule: str) -> AfterValidator:
 
 def _plain_path(v: str) -> str:
     if not text.matches("path", v):
-        raise ValueError(f"{v!r} does not match {_SHAPES['path']}")
+        raise ValueError(f"{v!r} does not match {text.SHAPES['path']}")
     if any(part in (".", "..") for part in v.split("/")):
         raise ValueError(f"{v!r} must be an absolute path without '.' or '..' components")
     return v

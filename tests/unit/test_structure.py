@@ -7,6 +7,10 @@ import fails here too.
 
 from __future__ import annotations
 
+import ast
+import re
+from typing import Iterator
+
 import pytest
 
 from tests.support.imports import CORE, PKG, closure, component_graph, cycles, imports_of, modules
@@ -77,5 +81,65 @@ def test_digit_checks_are_ascii() -> None:
         for path in modules().values()
         for no, line in enumerate(path.read_text().splitlines(), 1)
         if ".isdigit()" in line and ".isascii()" not in line
+    ]
+    assert bad == []
+
+
+#: The ``re`` functions whose first argument is a pattern.
+_RE_CALLS = frozenset({"compile", "match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer"})
+#: A ``$`` anchor: at the end, or before ``)`` or ``|``, and not escaped (``\$``) -- in a class (``[$]``) it is a character.
+_DOLLAR_ANCHOR = re.compile(r"(?<!\\)\$(?=\)|\||\Z)")
+
+
+def _patterns(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """String constants used as regular expressions: ``re.X(pattern, ...)``, ``pattern=``, ``*_RE = ...``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in _RE_CALLS
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "re"
+                and node.args
+            ):
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    yield node.lineno, arg.value
+            for kw in node.keywords:
+                if kw.arg == "pattern" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                    yield node.lineno, kw.value.value
+        elif (
+            isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        ):
+            if any(isinstance(t, ast.Name) and t.id.endswith("_RE") for t in node.targets):
+                yield node.lineno, node.value.value
+
+
+@pytest.mark.parametrize(
+    "source,found",
+    [
+        ('X_RE = re.compile(r"^a$")', 1),
+        ('re.match(r"(a$|b)", s)', 1),
+        ('Field(pattern=r"^x$")', 1),
+        ('NAME_RE = r"[a-z]+$"', 1),
+        ('re.fullmatch(r"[a-z]+", s)', 0),
+        ('re.compile(r"a\\Z")', 0),
+        ('re.compile(r"[$&]+")', 0),
+        ('re.compile(r"costs \\$")', 0),
+    ],
+)
+def test_the_dollar_finder(source: str, found: int) -> None:
+    assert sum(bool(_DOLLAR_ANCHOR.search(p)) for _, p in _patterns(ast.parse(source))) == found
+
+
+def test_no_pattern_anchors_with_dollar() -> None:
+    # Issue 30, class 2: `$` also matches before a trailing newline, so re.match(r"...$") took "n1\n" and the
+    # name split the gres.conf line it reached.  Patterns match in full (re.fullmatch) or end with \Z.
+    bad = [
+        f"{path.relative_to(PKG.parent)}:{no}: {pattern!r}"
+        for path in modules().values()
+        for no, pattern in _patterns(ast.parse(path.read_text()))
+        if _DOLLAR_ANCHOR.search(pattern)
     ]
     assert bad == []
