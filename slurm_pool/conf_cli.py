@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from slurm_pool.spec import load_spec
+from slurm_pool.text import shown
 
 
 def target_version(explicit: str | None):
@@ -53,7 +54,6 @@ def render(spec: str, outdir: str, slurm_version: str | None, templates: str | N
     Everything is rendered in memory first; on any error nothing is written.
     """
     from slurm_pool.outfiles import check_targets, write_all
-    from slurm_pool.text import shown
     from slurm_pool.render import render_all
 
     s = load_spec(spec)
@@ -79,7 +79,9 @@ def apply_accounting_cmd(spec: str, dry_run: bool, prune: bool) -> None:
     from slurm_pool.adapters.slurm import SlurmClient
 
     # A failed sacctmgr call is a CommandError (PoolError): cli.main reports it, exit 1.
-    apply_accounting(load_spec(spec), SlurmClient(), prune=prune, dry_run=dry_run, echo=click.echo)
+    apply_accounting(
+        load_spec(spec), SlurmClient(), prune=prune, dry_run=dry_run, echo=lambda line: click.echo(shown(line))
+    )
 
 
 @click.command()
@@ -96,10 +98,10 @@ def doctor(spec_path: str) -> None:
     try:
         findings, lines = doc.run(s, SubprocessRunner())
     except CommandError as exc:
-        click.echo(f"slurm-pool doctor: cannot ask Slurm: {exc}", err=True)
+        click.echo(f"slurm-pool doctor: cannot ask Slurm: {shown(exc)}", err=True)
         raise SystemExit(1) from None
-    for line in lines:
-        click.echo(line)
+    for line in lines:  # node names, GRES and reasons as Slurm printed them
+        click.echo(shown(line))
     if findings:
         raise SystemExit(1)
 

@@ -19,6 +19,7 @@ from slurm_pool.elastic.plan import (
     extension_script,
     torchrun_argv,
 )
+from slurm_pool.text import shown
 
 #: Nodes one elastic job may span (torchrun's own limit is far higher; this keeps typos out).
 MAX_NODES = 256
@@ -150,7 +151,7 @@ def node(
         raise click.ClickException(f"cannot read the core job {core_id}: {exc}") from None
     if core is None or not core.running or not core.nodes:
         state = "gone" if core is None else str(core.state)
-        click.echo(f"slurm-pool elastic: core job {core_id} is {state}; nothing to join", err=True)
+        click.echo(f"slurm-pool elastic: core job {core_id} is {shown(state)}; nothing to join", err=True)
         raise SystemExit(0)
     host = expand(core.nodes)[0]
     try:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from slurm_pool.text import shown
+
 DEFAULT_SPEC = "examples/pool.yaml"
 
 
@@ -144,9 +146,12 @@ def status(spec: str | None, state_dir: str | None) -> None:
     try:
         click.echo("\nNODE        STATE            GRES")
         for n in slurm.nodes():
-            click.echo(f"{n.name:11s} {'+'.join(n.state):16s} {n.gres}{'  (' + n.reason + ')' if n.reason else ''}")
-        click.echo(c.runner.run(["sinfo", "-o", "%P %a %l %D %N"]).stdout)
+            line = f"{n.name:11s} {'+'.join(n.state):16s} {n.gres}{'  (' + n.reason + ')' if n.reason else ''}"
+            click.echo(shown(line))
+        click.echo(
+            "\n".join(shown(line) for line in c.runner.run(["sinfo", "-o", "%P %a %l %D %N"]).stdout.splitlines())
+        )
         for row in slurm.sacctmgr_show("qos", ["Name", "Priority", "Preempt", "PreemptMode", "GraceTime"]):
-            click.echo("  ".join(f"{k}={v}" for k, v in row.items()))
+            click.echo(shown("  ".join(f"{k}={v}" for k, v in row.items())))
     except CommandError as exc:
         raise click.ClickException(str(exc)) from None
