@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(status, int) and status:
             sys.exit(status)
     except click.ClickException as exc:
-        exc.message = shown(exc.message)
+        setattr(exc, "message", shown(exc.message))  # noqa: B010 -- click types it Final; a value quoted in it may hold controls
         exc.show()
         sys.exit(exc.exit_code)
     except click.Abort:

@@ -1,12 +1,17 @@
 """``slurm-pool mig``: check layouts, plan them from demand, apply a plan.
 
-Bad input exits 2 with a message naming the bad value.
+Bad input exits 2 with a message naming the bad value.  Every option that
+reaches a file or a command is checked before anything changes; what the
+commands print from data (node names, drain reasons, remote output) is shown
+with its control characters escaped and never read as Rich markup.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -16,15 +21,63 @@ import click
 import yaml
 
 from slurm_pool.conf_cli import slurm_version_option, target_version
-from slurm_pool.errors import InputError
+from slurm_pool.errors import InputError, PoolError
 from slurm_pool.mig.catalogue import canonical_model, known_models
 from slurm_pool.mig.profiles import GEOMETRIES
+from slurm_pool.text import check as check_rule
+from slurm_pool.text import check_free_text, check_path, markup_safe, matches, shown, strict_float, strict_int
 from slurm_pool.textio import read_json, read_text
 from slurm_pool.versions import SlurmVersion
 
 
 class MigInputError(InputError):
     """Bad user input: exit status 2."""
+
+
+class MigFailed(PoolError):
+    """``mig apply`` could not start (a file it must edit, a node it must read): exit status 1."""
+
+
+#: ``--nvidia-smi``: a program name on the nodes' PATH (a path is checked as a path).
+_PROGRAM_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+class StrictInt(click.ParamType):
+    """A whole number in ASCII digits (no ``1_0``, no other scripts' digits), within bounds."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, maximum: int | None = None):
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            out = strict_int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a whole number in ASCII digits", param, ctx)
+        if out < self.minimum or (self.maximum is not None and out > self.maximum):
+            top = "" if self.maximum is None else f" and at most {self.maximum}"
+            self.fail(f"{out} is not at least {self.minimum}{top}", param, ctx)
+        return out
+
+
+class PositiveSeconds(click.ParamType):
+    """A finite number of seconds above zero (no NaN or infinity)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            out = strict_float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if out <= 0:
+            self.fail(f"{value!r} is not above zero", param, ctx)
+        return out
+
+
+#: ``--gpus`` at most: far more GPUs than a pool has, few enough to plan for.
+MAX_GPUS = 100_000
 
 
 def _model(model: str) -> str:
@@ -69,7 +122,7 @@ def check(model: str, layout: str) -> None:
         problem = layout_problem(model, profiles)
         placement = list(find_placement(model, profiles) or ()) if not problem else []
     if problem:
-        raise MigInputError(f"{','.join(items) or '(empty)'} is not a valid {model} layout: {problem}")
+        raise MigInputError(f"{shown(','.join(items)) or '(empty)'} is not a valid {model} layout: {problem}")
     click.echo(f"{model}: {','.join(profiles) or '(empty)'} is valid")
     click.echo(_diagram(model, placement))
     for prof, pos in sorted(placement, key=lambda t: t[1]):
@@ -89,7 +142,7 @@ def _parse_busy(text: str) -> set[tuple[str, int]]:
     out = set()
     for item in filter(None, (s.strip() for s in text.split(","))):
         node, sep, idx = item.rpartition(":")
-        if not sep or not node or not (idx.isascii() and idx.isdigit()):
+        if not sep or not matches("node", node) or not (idx.isascii() and idx.isdigit()):
             raise MigInputError(f"bad --busy entry {item!r} (expected NODE:GPUINDEX)")
         out.add((node, int(idx)))
     return out
@@ -104,7 +157,7 @@ def _gpus_from_spec(path: str, model: str | None, busy: set[tuple[str, int]]) ->
     try:
         spec = load_spec(path)
     except SpecError as exc:
-        raise MigInputError(f"{path}: " + "; ".join(str(i) for i in exc.issues)) from None
+        raise MigInputError(shown(f"{path}: " + "; ".join(str(i) for i in exc.issues))) from None
     except OSError as exc:
         raise MigInputError(f"cannot read spec {path!r}: {exc}") from None
     models = sorted({g.gpus.model for g in spec.node_groups if g.gpus and g.gpus.model in GEOMETRIES})
@@ -146,7 +199,7 @@ def _load_plan(plan_path: str) -> Any:
 
 @mig.command()
 @click.option("--model", help="GPU model (default: the only MIG-capable model in --spec).")
-@click.option("--gpus", "count", type=click.IntRange(min=0), help="Plan for N empty, idle GPUs.")
+@click.option("--gpus", "count", type=StrictInt(0, MAX_GPUS), help="Plan for N empty, idle GPUs.")
 @click.option("--spec", "spec_path", help="Plan for the GPUs of a pool spec (its gpus.mig are the current layouts).")
 @click.option("--busy", default="", help="GPUs with running jobs, never changed: NODE:IDX,...")
 @click.option("--demand", "demand_text", help="Counts per profile: 1g.10gb=10,3g.40gb=3.")
@@ -216,11 +269,21 @@ def plan(
     doc["notes"] = result.notes
     doc["outputs"] = _outputs(result, target_version(slurm_version))
     if out_path:
-        Path(out_path).write_text(json.dumps(doc, indent=2) + "\n")
+        _write_whole(out_path, json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
     _print_plan(result, elapsed)
+
+
+def _write_whole(path: str, text: str) -> None:
+    """Write ``--out`` whole (a temporary file renamed over it) or not at all."""
+    from slurm_pool.checkpoint.store import atomic_write
+
+    try:
+        atomic_write(str(Path(path)), text.encode())
+    except OSError as exc:
+        raise MigInputError(f"--out: cannot write {path!r}: {exc.strerror or exc}") from None
 
 
 def _outputs(result: Any, version: SlurmVersion) -> dict[str, Any]:
@@ -256,7 +319,7 @@ def _print_plan(result: Any, elapsed: float) -> None:
     for g, lay in zip(result.gpus, result.layouts, strict=False):
         tag = "busy" if g.busy else ("CHANGE" if lay != g.current else "keep")
         arrow = f"{_fmt(g.current)} -> {_fmt(lay)}" if lay != g.current else _fmt(lay)
-        click.echo(f"  {g.node}:{g.index}  {tag:6}  {arrow}")
+        click.echo(f"  {shown(g.node)}:{g.index}  {tag:6}  {arrow}")
     for p in sorted(result.demand):
         line = f"  demand {p}: {result.demand[p]}, covered {result.covered[p]}"
         if result.unmet[p]:
@@ -265,21 +328,45 @@ def _print_plan(result: Any, elapsed: float) -> None:
     if any(result.unmet.values()):
         click.echo("unmet demand: " + ", ".join(f"{p}={n}" for p, n in sorted(result.unmet.items()) if n), err=True)
     for note in result.notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {shown(note)}", err=True)
 
 
 def _load_controls(spec: str, result: Any) -> tuple[Any, Any]:
     module, _, attr = spec.partition(":")
     try:
         factory = getattr(importlib.import_module(module), attr or "controls")
-    except (ImportError, AttributeError) as exc:
-        raise MigInputError(f"cannot load --controls {spec!r}: {exc}") from None
-    return factory(result)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise MigInputError(f"cannot load --controls {spec!r}: {shown(exc)}") from None
+    try:
+        return factory(result)
+    except Exception as exc:  # noqa: BLE001 - a site's factory: its failure is reported, nothing changed
+        raise MigFailed(f"--controls {spec!r}: {shown(exc)}") from None
 
 
-def _positive(name: str, value: int | None, minimum: int) -> None:
-    if value is not None and value < minimum:
-        raise MigInputError(f"{name}: {value} must be at least {minimum}")
+def _check_options(ssh: dict[str, Any]) -> None:
+    """Exit 2 naming the option when one that reaches a file or a command cannot be used."""
+    paths = [("--dev-dir", ssh["dev_dir"].replace("{node}", "node")), ("--gres-conf", ssh["gres_conf"])]
+    paths += [("--slurm-conf", p) for p in ssh["slurm_conf"]]
+    for option, value in paths:
+        try:
+            check_path(value, option)
+        except ValueError as exc:
+            raise MigInputError(shown(exc)) from None
+    program = ssh["nvidia_smi"].replace("{node}", "node")
+    if not (matches(_PROGRAM_RE, program) or matches("path", program)):
+        raise MigInputError(f"--nvidia-smi: {ssh['nvidia_smi']!r} is not a program name or an absolute path")
+    if ssh["controller"] is not None:
+        try:
+            check_rule("host", ssh["controller"], "--controller")
+        except ValueError as exc:
+            raise MigInputError(shown(exc)) from None
+    for option in ("ssh_options", "restart_slurmctld", "restart_slurmd"):
+        flag = "--" + option.replace("_", "-")
+        try:
+            check_free_text(ssh[option], flag)
+            shlex.split(ssh[option])
+        except ValueError as exc:
+            raise MigInputError(f"{flag}: {ssh[option]!r} cannot be used ({shown(exc)})") from None
 
 
 @mig.command()
@@ -291,10 +378,22 @@ def _positive(name: str, value: int | None, minimum: int) -> None:
     help="`ssh` (the nodes over ClusterShell's ssh, Slurm from here), or MODULE:FACTORY returning "
     "(NodeControl, MigBackend) for a plan.",
 )
-@click.option("--timeout", default=3600.0, show_default=True, help="Seconds to wait for a drained node to become idle.")
+@click.option(
+    "--timeout",
+    type=PositiveSeconds(),
+    default=3600.0,
+    show_default=True,
+    help="Seconds to wait for a drained node to become idle.",
+)
 @click.option("--gres-mode", type=click.Choice(["explicit", "autodetect"]), default="explicit", show_default=True)
-@click.option("--max-drained", default=1, show_default=True, help="Nodes drained for the change at once.")
-@click.option("--max-gpus", type=int, help="Churn budget: GPUs repartitioned in this run at most (others deferred).")
+@click.option(
+    "--max-drained", type=StrictInt(1, 1024), default=1, show_default=True, help="Nodes drained for the change at once."
+)
+@click.option(
+    "--max-gpus",
+    type=StrictInt(0),
+    help="Churn budget: GPUs repartitioned in this run at most (others deferred).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @slurm_version_option
 @click.option("--ssh-options", default="-o BatchMode=yes", show_default=True, help="ssh: options for ssh.")
@@ -334,8 +433,7 @@ def apply(
     from slurm_pool.mig.apply import apply_plan
     from slurm_pool.mig.emit import nvidia_smi_commands
 
-    _positive("--max-drained", max_drained, 1)
-    _positive("--max-gpus", max_gpus, 0)
+    _check_options(ssh)
     result = _load_plan(plan_path)
     if controls is None:
         if not dry_run:
@@ -353,19 +451,24 @@ def apply(
         nodes, backend = _ssh_controls(result.model, version, ssh)
     else:
         nodes, backend = _load_controls(controls, result)
-    report = apply_plan(
-        result,
-        nodes,
-        backend,
-        dry_run=dry_run,
-        timeout=timeout,
-        gres_mode=gres_mode,  # type: ignore[arg-type]
-        version=version,
-        max_drained=max_drained,
-        max_gpus=max_gpus,
-        on_step=None if as_json else _progress(),
-        dev_dir=ssh["dev_dir"],
-    )
+    try:
+        report = apply_plan(
+            result,
+            nodes,
+            backend,
+            dry_run=dry_run,
+            timeout=timeout,
+            gres_mode=gres_mode,  # type: ignore[arg-type]
+            version=version,
+            max_drained=max_drained,
+            max_gpus=max_gpus,
+            on_step=None if as_json else _progress(),
+            dev_dir=ssh["dev_dir"],
+        )
+    except InputError as exc:  # a file it must edit, checked before anything changed
+        raise MigInputError(shown(exc)) from None
+    except PoolError as exc:  # a file it cannot replace, or a command that failed while checking
+        raise MigFailed(shown(exc)) from None
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -377,14 +480,17 @@ def apply(
 def _ssh_controls(model: str, version: SlurmVersion, opts: dict[str, Any]) -> tuple[Any, Any]:
     from slurm_pool.mig.remote import RemoteSettings, ssh_controls
 
-    settings = RemoteSettings(
-        gres_conf=opts["gres_conf"],
-        slurm_confs=tuple(opts["slurm_conf"]),
-        controller=opts["controller"],
-        restart_slurmctld=opts["restart_slurmctld"],
-        restart_slurmd=opts["restart_slurmd"],
-        reconfigure=opts["reconfigure"],
-    )
+    try:
+        settings = RemoteSettings(
+            gres_conf=opts["gres_conf"],
+            slurm_confs=tuple(opts["slurm_conf"]),
+            controller=opts["controller"],
+            restart_slurmctld=opts["restart_slurmctld"],
+            restart_slurmd=opts["restart_slurmd"],
+            reconfigure=opts["reconfigure"],
+        )
+    except ValueError as exc:
+        raise MigInputError(shown(exc)) from None
     return ssh_controls(model, version, settings, ssh_options=opts["ssh_options"], nvidia_smi=opts["nvidia_smi"])
 
 
@@ -393,24 +499,25 @@ def _progress() -> Any:
     from rich.console import Console
 
     console = Console(stderr=True, highlight=False)
-    return lambda node, label: console.print(f"[bold]{node}[/bold]: {label}")
+    return lambda node, label: console.print(f"[bold]{markup_safe(node)}[/bold]: {markup_safe(label)}")
 
 
 def _print_report(report: Any) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     for r in report.results:
-        click.echo(f"{r.node}: {r.status}" + (f" ({r.error})" if r.error else ""))
+        click.echo(shown(f"{r.node}: {r.status}" + (f" ({r.error})" if r.error else "")))
         for a in r.actions:
-            click.echo(f"  {a}")
+            click.echo(f"  {shown(a)}")
     if not report.results:
         click.echo("nothing to change")
         return
     table = Table("node", "status", "GPUs", "detail", title="mig apply")
     for r in report.results:
-        table.add_row(r.node, r.status, str(r.gpus), r.error)
-    Console(stderr=True).print(table)
+        table.add_row(*(Text(shown(v)) for v in (r.node, r.status, r.gpus, r.error)))
+    Console(stderr=True, highlight=False).print(table)
     changed = [r for r in report.results if r.status == "applied"]
     click.echo(
         f"changed {sum(r.gpus for r in changed)} GPU(s) on {len(changed)} node(s)"
@@ -434,7 +541,7 @@ def emit_cmd(plan_path: str, what: str, slurm_version: str | None) -> None:
         click.echo(yaml.safe_dump(out["mig_parted"], sort_keys=False), nl=False)
     elif what == "commands":
         for node, cmds in sorted(out["nvidia_smi"].items()):
-            click.echo(f"# {node}")
+            click.echo(f"# {shown(node)}")
             for c in cmds:
                 click.echo(c)
     else:
@@ -457,7 +564,7 @@ def helper_cmd(feature: str | None, node: str | None, layouts_path: str | None, 
 
     result = main(feature, node, layouts_path, backend)
     for line in result.out:
-        click.echo(line)
+        click.echo(shown(line))
     for line in result.err:
-        click.echo(f"error: {line}" if result.code else line, err=True)
+        click.echo(shown(f"error: {line}" if result.code else line), err=True)
     sys.exit(result.code)

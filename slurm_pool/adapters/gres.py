@@ -100,6 +100,9 @@ def gpu_counts(text: str | None) -> dict[str, int]:
     return out
 
 
+_COUNT_RE = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,9})?")
+
+
 def parse_tres(text: str | None) -> dict[str, float]:
     """``cpu=1,mem=1G,gres/gpu=2`` -> {"cpu": 1, "gres/gpu": 2}; sizes like ``1G`` are skipped."""
     out: dict[str, float] = {}
@@ -107,10 +110,8 @@ def parse_tres(text: str | None) -> dict[str, float]:
         key, sep, val = part.strip().partition("=")
         if not sep or not key:
             continue
-        try:
+        if _COUNT_RE.fullmatch(val):  # ASCII digits only: float() also takes "1_0", "١" and "nan"
             out[key] = float(val)
-        except ValueError:
-            continue
     return out
 
 

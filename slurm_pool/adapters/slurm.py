@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError, node_command, parse_jobs, parse_nodes
-from slurm_pool.adapters.runner import CommandError, Result, Runner, SubprocessRunner
+from slurm_pool.adapters.records import JobRecord, NodeRecord, node_command, parse_jobs, parse_nodes
+from slurm_pool.adapters.runner import Runner, SubprocessRunner
 from slurm_pool.versions import SlurmVersion
 
 
@@ -43,10 +43,9 @@ class SlurmClient:
 
     def _read(self, argv: Sequence[str], parse: Any) -> Any:
         res = self.runner.run(list(argv))
-        try:
-            return parse(res.stdout, " ".join(argv))
-        except RecordError as exc:
-            raise CommandError(Result(res.argv, 1, res.stdout[:200], str(exc))) from None
+        # It ran, but what it printed is not records (or carries Slurm's errors): a RecordError (exit 2)
+        # that says so, not a failed command.
+        return parse(res.stdout, f"{' '.join(argv)} printed no readable records")
 
     def nodes(self) -> list[NodeRecord]:
         """Every node's record, from the command that has them on this Slurm."""

@@ -23,14 +23,17 @@ import socket
 import time
 from typing import Any, BinaryIO, Callable, Mapping, NamedTuple, Union
 
+from slurm_pool.text import strict_float, strict_int
+
 MANIFEST = "MANIFEST.json"
 FORMAT = "slurm-pool-checkpoint"
 VERSION = 1
 DEFAULT_FILE = "state"
 STEP_MAX = 10**12 - 1
 
-_CKPT_RE = re.compile(r"^ckpt-(\d{12})$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+#: A committed checkpoint's directory and a file name in it; both matched in full (``re.fullmatch``), ASCII only.
+_CKPT_RE = re.compile(r"ckpt-([0-9]{12})")
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 
 Payload = Union[bytes, bytearray, memoryview, Callable[[BinaryIO], Any]]
 
@@ -110,7 +113,7 @@ def _manifest_bytes(body: dict[str, Any]) -> bytes:
 def read_manifest(path: str) -> CheckpointInfo | None:
     """The checkpoint in directory ``path`` if its manifest is intact and every
     file has the recorded size; None otherwise."""
-    m = _CKPT_RE.match(os.path.basename(path.rstrip("/")))
+    m = _CKPT_RE.fullmatch(os.path.basename(path.rstrip("/")))
     if not m:
         return None
     try:
@@ -119,15 +122,20 @@ def read_manifest(path: str) -> CheckpointInfo | None:
         body = {k: v for k, v in doc.items() if k != "checksum"}
         if doc.get("checksum") != hashlib.sha256(_canonical(body)).hexdigest():
             return None
-        if body.get("format") != FORMAT or body.get("step") != int(m.group(1)):
+        step = body.get("step")
+        if body.get("format") != FORMAT or type(step) is not int or step != int(m.group(1)):
             return None
         files = body["files"]
         for name, rec in files.items():
-            if not _NAME_RE.match(name) or os.stat(os.path.join(path, name)).st_size != rec["size"]:
+            size = rec["size"]
+            if not _NAME_RE.fullmatch(name) or type(size) is not int or not isinstance(rec["sha256"], str):
                 return None
+            if os.stat(os.path.join(path, name)).st_size != size:
+                return None
+        saved = strict_float(body.get("time", 0.0), "time")
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-    return CheckpointInfo(body["step"], path, float(body.get("time", 0.0)), files, body.get("meta") or {})
+    return CheckpointInfo(step, path, saved, files, body.get("meta") or {})
 
 
 def verify(info: CheckpointInfo) -> bool:
@@ -147,7 +155,7 @@ def steps(directory: str) -> list[int]:
         names = os.listdir(directory)
     except OSError:
         return []
-    return sorted(int(m.group(1)) for n in names if (m := _CKPT_RE.match(n)))
+    return sorted(int(m.group(1)) for n in names if (m := _CKPT_RE.fullmatch(n)))
 
 
 def list_checkpoints(directory: str, *, verify_data: bool = False) -> list[CheckpointInfo]:
@@ -179,6 +187,14 @@ def load(info: CheckpointInfo, name: str = DEFAULT_FILE) -> bytes:
     if len(data) != rec["size"] or hashlib.sha256(data).hexdigest() != rec["sha256"]:
         raise CorruptCheckpoint(f"{info.path}/{name} does not match its manifest")
     return data
+
+
+def _restart_count() -> int | None:
+    """``SLURM_RESTART_COUNT`` (0 outside Slurm); None if it is not a whole number."""
+    try:
+        return strict_int(os.environ.get("SLURM_RESTART_COUNT") or "0", "SLURM_RESTART_COUNT")
+    except ValueError:
+        return None
 
 
 def _write_file(path: str, payload: Payload) -> None:
@@ -268,7 +284,7 @@ def write(
     if not files:
         raise ValueError("a checkpoint needs at least one file")
     for name in files:
-        if not _NAME_RE.match(name) or name == MANIFEST:
+        if not _NAME_RE.fullmatch(name) or name == MANIFEST:
             raise ValueError(f"bad checkpoint file name {name!r}")
     os.makedirs(directory, 0o700, exist_ok=True)
     final = os.path.join(directory, final_name)
@@ -293,7 +309,7 @@ def write(
             "files": records,
             "meta": dict(meta or {}),
             "job_id": os.environ.get("SLURM_JOB_ID"),
-            "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+            "restart_count": _restart_count(),
         }
         _write_file(os.path.join(tmp, MANIFEST), _manifest_bytes(body))
         fsync_dir(tmp)

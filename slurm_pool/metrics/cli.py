@@ -12,6 +12,7 @@ controller (or pass ``--listen`` explicitly) to expose it.  A scrape config::
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 from typing import Any, Callable, Mapping
@@ -21,18 +22,30 @@ import click
 from slurm_pool import nodeconf
 from slurm_pool.clitypes import Finite
 from slurm_pool.metrics.collector import DEFAULT_DEADLINE, DEFAULT_LEND_PARTITION
+from slurm_pool.text import check_free_text, matches, shown
 
 DEFAULT_LISTEN = "127.0.0.1:9877"
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """``host:port``, ``[v6]:port`` or ``:port`` (loopback) -> (host, port)."""
+    """``host:port``, ``[v6]:port`` or ``:port`` (loopback) -> (host, port); the host a name or an address."""
+    import ipaddress
+
     host, sep, port = value.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
+    if not sep or not _PORT_RE.fullmatch(port) or not 0 <= int(port) <= 65535:
         raise ValueError(f"{value!r} is not HOST:PORT")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    if host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not matches("host", host):
+                raise ValueError(f"{value!r}: {host!r} is not a host name or address") from None
     return host or "127.0.0.1", int(port)
+
+
+_PORT_RE = re.compile(r"[0-9]{1,5}")
 
 
 def default_state_dir(env: Mapping[str, str] | None = None) -> str:
@@ -184,6 +197,10 @@ def exporter(
         host, port = parse_listen(listen)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from exc
+    try:
+        check_free_text(lend_partition, "--lend-partition", max_len=256)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lend-partition") from None
     if kubeconfig and not spec_path:
         raise click.BadParameter("needs --spec (the bridge section says what to read)", param_hint="--kubeconfig")
     if state_dir is None:
@@ -204,7 +221,10 @@ def exporter(
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)
         return
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise click.ClickException(shown(f"cannot listen on {host}:{port}: {exc.strerror or exc}")) from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

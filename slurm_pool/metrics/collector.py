@@ -41,7 +41,10 @@ instances, each one GRES unit)::
                                                     slices (nvidia.com/mig-*) included
 
 A failed Kubernetes read leaves the two inference families out of that scrape
-(a gap in the history, not a false 0).
+(a gap in the history, not a false 0).  Label values and help texts come from
+Slurm, Kubernetes or the command line: each goes through
+:func:`slurm_pool.text.shown`, so ``--once`` never writes a control character
+to a terminal (the exposition format escapes only ``\\``, ``"`` and newlines).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics.outcomes import OutcomeTally
 from slurm_pool.metrics.parse import lent_nodes, node_gpu_states
 from slurm_pool.metrics.reclaims import ReclaimTally
+from slurm_pool.text import shown
 
 log = logging.getLogger(__name__)
 
@@ -253,11 +257,11 @@ def node_metrics(nodes: Iterable[NodeRecord]) -> list[Metric]:
     for node in sorted(nodes, key=lambda n: n.name):
         for gtype, row in node_gpu_states(node.state, node.gres, node.gres_used).items():
             for state in GPU_STATES:
-                gpus.add_metric([node.name, gtype, state], float(row[state]))
+                gpus.add_metric([shown(node.name), shown(gtype), state], float(row[state]))
         if node.drained:
             owner = drain_owner(node)
             owners[owner] += 1
-            drained.add_metric([node.name, owner, node.reason[:MAX_REASON]], 1.0)
+            drained.add_metric([shown(node.name), owner, shown(node.reason[:MAX_REASON])], 1.0)
     for owner in DRAIN_OWNERS:
         drained_count.add_metric([owner], float(owners[owner]))
     return [gpus, drained, drained_count]
@@ -278,7 +282,7 @@ def job_metrics(jobs: Iterable[JobRecord]) -> list[Metric]:
     )
     counts: Counter[tuple[str, str, str]] = Counter((j.partition, j.qos, job_state_label(j)) for j in jobs)
     for key in sorted(counts):
-        fam.add_metric(list(key), float(counts[key]))
+        fam.add_metric([shown(v) for v in key], float(counts[key]))
     return [fam]
 
 
@@ -315,35 +319,36 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
         part_held[part] += n
         tier_held[tier] += n
     for part in sorted(set(part_total) | set(part_held)):
-        by_part.add_metric([part], _ratio(part_held[part], part_total[part]))
+        by_part.add_metric([shown(part)], _ratio(part_held[part], part_total[part]))
     by_tier = GaugeMetricFamily(
         "slurm_pool_tier_gpu_utilization_ratio",
         "GPU units held by a tier's (QOS's) jobs / all GPU units of the pool.",
         labels=["tier"],
     )
     for tier in sorted(tier_held):
-        by_tier.add_metric([tier], _ratio(tier_held[tier], total))
+        by_tier.add_metric([shown(tier)], _ratio(tier_held[tier], total))
     held_fam = GaugeMetricFamily(
         "slurm_pool_allocated_gpus",
         "GPU units held by running jobs by partition and tier.",
         labels=["partition", "tier"],
     )
     for key in sorted(held):
-        held_fam.add_metric(list(key), float(held[key]))
+        held_fam.add_metric([shown(v) for v in key], float(held[key]))
     project_fam = GaugeMetricFamily(
         "slurm_pool_project_allocated_gpus",
         "GPU units held by running jobs by project (the jobs' account).",
         labels=["project"],
     )
     for project in sorted(by_project):
-        project_fam.add_metric([project], float(by_project[project]))
+        project_fam.add_metric([shown(project)], float(by_project[project]))
     names = {n.name for n in nodes}
+    part = shown(lend_partition)
     per_node = GaugeMetricFamily(
-        "slurm_pool_node_lent", f"1 if the node runs a job of the {lend_partition} partition.", labels=["node"]
+        "slurm_pool_node_lent", f"1 if the node runs a job of the {part} partition.", labels=["node"]
     )
     for name in sorted(names):
-        per_node.add_metric([name], 1.0 if name in lent else 0.0)
-    count = GaugeMetricFamily("slurm_pool_lent_nodes", f"Nodes running a job of the {lend_partition} partition.")
+        per_node.add_metric([shown(name)], 1.0 if name in lent else 0.0)
+    count = GaugeMetricFamily("slurm_pool_lent_nodes", f"Nodes running a job of the {part} partition.")
     count.add_metric([], float(len(lent & names)))
     return [util, by_part, by_tier, held_fam, project_fam, per_node, count]
 
@@ -377,7 +382,9 @@ def outcome_metrics(tally: OutcomeTally) -> list[Metric]:
 
 def inference_metrics(demand: Mapping[str, int], gpu_resource: str) -> list[Metric]:
     """The inference tier's demand as KServe shows it (see :mod:`slurm_pool.bridge.demand`)."""
-    gpus = GaugeMetricFamily("slurm_pool_inference_demand_gpus", f"GPUs ({gpu_resource}) the InferenceServices want")
+    gpus = GaugeMetricFamily(
+        "slurm_pool_inference_demand_gpus", f"GPUs ({shown(gpu_resource)}) the InferenceServices want"
+    )
     gpus.add_metric([], float(demand.get(gpu_resource, 0)))
     each = GaugeMetricFamily(
         "slurm_pool_inference_demand",
@@ -385,5 +392,5 @@ def inference_metrics(demand: Mapping[str, int], gpu_resource: str) -> list[Metr
         labels=["resource"],
     )
     for resource, count in sorted(demand.items()):
-        each.add_metric([resource], float(count))
+        each.add_metric([shown(resource)], float(count))
     return [gpus, each]

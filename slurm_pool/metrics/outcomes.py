@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from slurm_pool.checkpoint.slurmjob import REASONS
+from slurm_pool.text import matches
 
 FILE_NAME = "outcomes.jsonl"
 #: Upper bounds (seconds) of the checkpoint-age histogram: work lost at an event.
 AGE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
-NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 #: Longest line taken as a record; longer ones are counted as bad and skipped.
 MAX_LINE = 64 * 1024
 #: Most bytes read from one file per scrape (the rest waits for the next one).
@@ -89,6 +89,8 @@ class OutcomeTally:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(f"{path}: not a regular file")
             ident = (st.st_dev, st.st_ino)
             state = self._files.get(path)
             if state is None or state.ident != ident or st.st_size < state.offset:
@@ -131,7 +133,7 @@ def outcome_files(state_dir: str) -> list[tuple[str, str]]:
     return [
         (node, os.path.join(state_dir, node, FILE_NAME))
         for node in sorted(os.listdir(state_dir))
-        if NODE_RE.match(node)
+        if matches("node", node)
     ]
 
 

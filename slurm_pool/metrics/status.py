@@ -44,14 +44,17 @@ from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION, drain_owner
 from slurm_pool.metrics.outcomes import load_record, record_fields
 from slurm_pool.metrics.parse import job_nodes, lent_nodes, node_gpu_states
+from slurm_pool.text import shown
 
 SCHEMA = 1
 #: Every GPU unit is in exactly one of these.
 STATES = ("allocated", "lent", "idle", "drained", "down")
 #: Preemptions listed by default.
 DEFAULT_LAST = 10
-_JOB_ID = re.compile(r"^[0-9]+(?:[_+][0-9]+)?$")
-_WORD = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+#: A job id as the epilog writes it (array and het suffixes allowed); matched in full.
+_JOB_ID = re.compile(r"[0-9]{1,20}(?:[_+][0-9]{1,10})?")
+#: A user name as listed; matched in full.
+_WORD = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def _lent_units(
@@ -105,8 +108,8 @@ def preemption(node: str, line: bytes | str) -> dict[str, Any] | None:
     return {
         "time": float(stamp) if _is_time(stamp) else None,
         "node": node,
-        "job_id": job_id if _JOB_ID.match(job_id) else "",
-        "user": user if isinstance(user, str) and _WORD.match(user) else "",
+        "job_id": job_id if _JOB_ID.fullmatch(job_id) else "",
+        "user": user if isinstance(user, str) and _WORD.fullmatch(user) else "",
         "checkpointed": rec["checkpointed"],
         "checkpoint_age_s": rec["checkpoint_age_s"],
         "requeued": requeued if isinstance(requeued, bool) else None,
@@ -213,8 +216,18 @@ def _stamp(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "?"
 
 
+def _cell(value: Any) -> Any:
+    """One table cell from data: a rich ``Text`` (never markup) with every control character shown."""
+    from rich.text import Text
+
+    return Text(shown(value))
+
+
 def tables(status: Mapping[str, Any]) -> list[Any]:
-    """The status as rich renderables: GPUs by state, tier and project, nodes, pending, lent, preemptions."""
+    """The status as rich renderables: GPUs by state, tier and project, nodes, pending, lent, preemptions.
+
+    Every cell that holds Slurm's or the user's text goes through :func:`_cell`.
+    """
     from rich.table import Table
     from rich.text import Text
 
@@ -232,7 +245,7 @@ def tables(status: Mapping[str, Any]) -> list[Any]:
     for col in ("GRES type", "total", *STATES):
         by_type.add_column(col, justify="left" if col == "GRES type" else "right")
     for gtype, row in gpus["by_type"].items():
-        by_type.add_row(Text(gtype or "(untyped)"), str(row["total"]), *(str(row[s]) for s in STATES))
+        by_type.add_row(_cell(gtype or "(untyped)"), str(row["total"]), *(str(row[s]) for s in STATES))
 
     held = Table(title="Allocated by tier and project", title_justify="left")
     held.add_column("tier (QOS)")
@@ -244,26 +257,28 @@ def tables(status: Mapping[str, Any]) -> list[Any]:
     for i in range(max(len(tier_rows), len(proj_rows), 1)):
         t = tier_rows[i] if i < len(tier_rows) else ("", "")
         p = proj_rows[i] if i < len(proj_rows) else ("", "")
-        held.add_row(Text(t[0] or ("-" if i == 0 else "")), str(t[1]), Text(p[0] or ("-" if i == 0 else "")), str(p[1]))
+        held.add_row(
+            _cell(t[0] or ("-" if i == 0 else "")), str(t[1]), _cell(p[0] or ("-" if i == 0 else "")), str(p[1])
+        )
 
     nodes = Table(title="Nodes", title_justify="left")
     for col in ("node", "slurm state", *STATES, "reason"):
         nodes.add_column(col, justify="right" if col in STATES else "left")
     for n in status["nodes"]:
         reason = n["reason"] + (f" ({n['drain_owner']})" if n["drain_owner"] else "")
-        nodes.add_row(Text(n["name"]), Text(n["state"]), *(str(n[s]) for s in STATES), Text(reason))
+        nodes.add_row(_cell(n["name"]), _cell(n["state"]), *(str(n[s]) for s in STATES), _cell(reason))
 
     pending = Table(title=f"Pending demand by tier (pending jobs: {status['jobs']['pending']})", title_justify="left")
     pending.add_column("tier (QOS)")
     pending.add_column("jobs", justify="right")
     pending.add_column("GPU units", justify="right")
     for tier, row in status["pending"].items():
-        pending.add_row(Text(tier), str(row["jobs"]), str(row["gpus"]))
+        pending.add_row(_cell(tier), str(row["jobs"]), str(row["gpus"]))
     if not status["pending"]:
         pending.add_row("-", "0", "0")
 
     lent = Text(
-        f"Lent nodes ({status['lend_partition']}): " + (", ".join(status["lent_nodes"]) or "none"), style="bold"
+        shown(f"Lent nodes ({status['lend_partition']}): " + (", ".join(status["lent_nodes"]) or "none")), style="bold"
     )
 
     pre = Table(title=f"Last preemptions ({len(status['preemptions'])} shown)", title_justify="left")
@@ -273,9 +288,9 @@ def tables(status: Mapping[str, Any]) -> list[Any]:
         age = p["checkpoint_age_s"]
         pre.add_row(
             _stamp(p["time"]),
-            Text(p["node"]),
-            Text(p["job_id"]),
-            Text(p["user"]),
+            _cell(p["node"]),
+            _cell(p["job_id"]),
+            _cell(p["user"]),
             "yes" if p["checkpointed"] else "no",
             "?" if age is None else f"{age:.0f}",
         )
@@ -288,7 +303,6 @@ def tables(status: Mapping[str, Any]) -> list[Any]:
 def usage_table(usage: Mapping[str, Any]) -> Any:
     """GPU-hours used and charged per tier (a MIG instance counts as one GPU, as in Slurm's gres/gpu)."""
     from rich.table import Table
-    from rich.text import Text
 
     table = Table(
         title=f"GPU-hours by tier, last {usage['hours']:g} h (charged at the QOS UsageFactor)", title_justify="left"
@@ -296,10 +310,10 @@ def usage_table(usage: Mapping[str, Any]) -> Any:
     for col in ("tier (QOS)", "usage factor", "runs", "GPU-hours used", "GPU-hours charged"):
         table.add_column(col, justify="left" if col == "tier (QOS)" else "right")
     if "error" in usage:
-        table.add_row(Text(f"sacct failed: {usage['error']}"), "", "", "", "")
+        table.add_row(_cell(usage["error"]), "", "", "", "")
         return table
     for tier, row in usage["tiers"].items():
-        table.add_row(Text(tier), f"{row['usage_factor']:g}", str(row["runs"]), f"{row['gpu_hours']:.2f}",
+        table.add_row(_cell(tier), f"{row['usage_factor']:g}", str(row["runs"]), f"{row['gpu_hours']:.2f}",
                       f"{row['charged_gpu_hours']:.2f}")  # fmt: skip
     if not usage["tiers"]:
         table.add_row("-", "", "0", "0.00", "0.00")

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import click
 
 from slurm_pool.clitypes import Finite
+from slurm_pool.errors import InputError
 from slurm_pool.metrics.outcomes import outcome_files
 from slurm_pool.metrics.status import DEFAULT_LAST, build, preemption, tables
+from slurm_pool.text import shown, strict_float
 
 #: Bytes read from the end of each node's outcome file.
 TAIL_BYTES = 256 * 1024
@@ -54,28 +56,64 @@ def tail_preemptions(state_dir: str, tail: int = TAIL_BYTES) -> Iterator[dict[st
                 yield entry
 
 
+def read_records(slurm: Any, argv: list[str], parse: Callable[[str, str], list[Any]], kind: str) -> list[Any]:
+    """The records ``argv`` prints, read by ``parse``.
+
+    A command that fails raises :class:`~slurm_pool.errors.PoolError` (exit 1);
+    one whose output cannot be read raises
+    :class:`~slurm_pool.adapters.records.RecordError` (exit 2) saying so, e.g.
+    ``squeue --json printed no readable job records: not JSON: ...``.  Both
+    messages show Slurm's words, never pass them to the terminal raw.
+    """
+    from slurm_pool.adapters.records import RecordError
+    from slurm_pool.adapters.runner import CommandError
+    from slurm_pool.errors import PoolError
+
+    cmd = " ".join(argv)
+    try:
+        res = slurm.runner.run(argv)
+    except CommandError as exc:
+        raise PoolError(shown(exc)) from None
+    except OSError as exc:  # could not be run at all (not executable, say)
+        raise PoolError(shown(f"{cmd}: {exc}")) from None
+    try:
+        return parse(res.stdout, cmd)
+    except RecordError as exc:
+        raise RecordError(shown(f"{cmd} printed no readable {kind}: {str(exc).removeprefix(cmd + ': ')}")) from None
+
+
 def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, Any]:
     """GPU-hours used and charged per tier over the last ``hours``: every run (``sacct -D``) of every user's
-    jobs, priced at its QOS's UsageFactor as slurmdbd has it.  A failed query is reported, not raised."""
+    jobs, priced at its QOS's UsageFactor as slurmdbd has it.  A failed or unreadable query is reported,
+    not raised."""
     import time
 
+    from slurm_pool.adapters.records import parse_jobs
     from slurm_pool.adapters.runner import CommandError
+    from slurm_pool.errors import PoolError
     from slurm_pool.metrics.charges import usage_by_tier
 
     end = time.time() if now is None else now
     start = end - hours * 3600
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
+    argv = ["sacct", "--json", "-a", "-X", "-D", "-S", since, "-E", "now"]
     try:
-        runs = slurm.accounting_jobs("-a", "-X", "-D", "-S", since, "-E", "now")
+        runs = read_records(slurm, argv, parse_jobs, "job records")
         rows = slurm.sacctmgr_show("qos", ["Name", "UsageFactor"])
     except CommandError as exc:
-        return {"hours": hours, "error": str(exc)}
+        return {"hours": hours, "error": shown(f"sacctmgr failed: {exc}")}
+    except PoolError as exc:
+        failed = not isinstance(exc, InputError)
+        return {"hours": hours, "error": f"sacct failed: {exc}" if failed else str(exc)}
     factors = {}
     for row in rows:
         try:
-            factors[row["Name"]] = float(row["UsageFactor"])
-        except (KeyError, ValueError):
-            continue
+            factor = strict_float(row["UsageFactor"], f"UsageFactor of QOS {row['Name']!r}")
+            if factor < 0:
+                raise ValueError(f"UsageFactor of QOS {row['Name']!r}: {factor:g} is negative")
+        except (KeyError, ValueError) as exc:
+            return {"hours": hours, "error": shown(f"sacctmgr show qos printed no readable UsageFactor: {exc}")}
+        factors[row["Name"]] = factor
     return {"hours": hours, "tiers": usage_by_tier(runs, factors, start, end)}
 
 
@@ -108,8 +146,10 @@ def status(
     as_json: bool, spec_path: str | None, state_dir: str | None, last: int, usage_hours: float, slurm_timeout: float
 ) -> None:
     """Show GPUs by state, tier and project, pending demand, lent nodes and the last preemptions."""
-    from slurm_pool.adapters.runner import SubprocessRunner
+    from slurm_pool.adapters.records import node_command, parse_jobs, parse_nodes
+    from slurm_pool.adapters.runner import CommandError, SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.errors import PoolError
     from slurm_pool.metrics.cli import default_state_dir
     from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
 
@@ -122,8 +162,12 @@ def status(
     if state_dir is None:
         state_dir = default_state_dir()
     slurm = SlurmClient(SubprocessRunner(default_timeout=slurm_timeout))
-    nodes = slurm.nodes()
-    jobs = slurm.jobs()
+    try:
+        version = slurm.version()
+    except CommandError as exc:
+        raise PoolError(shown(exc)) from None
+    nodes = read_records(slurm, node_command(version), parse_nodes, "node records")
+    jobs = read_records(slurm, ["squeue", "--json"], parse_jobs, "job records")
     pre = list(tail_preemptions(state_dir)) if state_dir else []
     usage = tier_usage(slurm, usage_hours) if usage_hours > 0 else None
     data = build(nodes, jobs, pre, lend_partition=lend_partition, last=last, usage=usage)

@@ -12,7 +12,10 @@ cluster and unit-test fakes.  Guarantees, per node:
   failure before gres.conf is written puts the GPUs back as they were;
 * at most ``max_drained`` nodes change at once, within a churn budget of GPUs;
 * re-running is idempotent: GPUs already in their target layout are left
-  alone, and a node left drained by an earlier failed run is picked up again.
+  alone, and a node left drained by an earlier failed run is picked up again;
+* nothing is touched before the plan's node names and device directories are
+  checked, and, where the NodeControl has ``check_files(nodes)``, every file
+  the change will edit (it raises when one cannot be edited).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
 from slurm_pool.adapters.runner import Runner
-from slurm_pool.errors import PoolError
+from slurm_pool.errors import InputError, PoolError
 from slurm_pool.mig.emit import (
     MigDevice,
     gres_conf_autodetect,
@@ -37,6 +40,7 @@ from slurm_pool.mig.emit import (
 from slurm_pool.mig.placement import Layout, canonical
 from slurm_pool.mig.planner import Plan
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.text import check_path, matches, shown
 from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion
 
 REASON = "slurm-pool: mig reconfigure"
@@ -51,7 +55,11 @@ class NodeStatus:
 
 
 class NodeControl(Protocol):
-    """Slurm-side control of one node."""
+    """Slurm-side control of one node.
+
+    It may also have ``check_files(nodes)``, which raises when a file the change
+    of ``nodes`` edits cannot be edited; :func:`apply_plan` calls it first.
+    """
 
     def status(self, node: str) -> NodeStatus: ...
 
@@ -150,12 +158,21 @@ def apply_plan(
     ``max_gpus`` GPUs are repartitioned in this run (the churn budget), taking
     nodes in name order: a node that does not fit the budget left is
     ``deferred`` and untouched.  Restarts never overlap.  ``dev_dir`` is where
-    the nodes keep their device files (``{node}``: the node's name).
+    the nodes keep their device files (``{node}``: the node's name).  A bad node
+    name or device directory, or a file that cannot be edited, raises before
+    anything changes.
     """
     if max_drained < 1:
         raise ValueError(f"max_drained must be at least 1, not {max_drained}")
     if max_gpus is not None and max_gpus < 0:
         raise ValueError(f"max_gpus must not be negative, not {max_gpus}")
+    for g in plan.gpus:
+        if not matches("node", g.node):
+            raise InputError(f"plan: node {g.node!r} is not a node name")
+        try:
+            check_path(dev_dir.replace("{node}", g.node), "dev_dir")
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
     serial = _Serialized(nodes)
     hook = on_step or (lambda node, label: None)
     todo: list[tuple[str, dict[int, Layout | None]]] = []
@@ -170,6 +187,9 @@ def apply_plan(
         if budget is not None:
             budget -= len(targets)
         todo.append((node, targets))
+    check_files = getattr(nodes, "check_files", None)
+    if todo and callable(check_files):
+        check_files([node for node, _ in todo])
 
     def one(item: tuple[str, dict[int, Layout | None]]) -> NodeResult:
         node, targets = item
@@ -329,7 +349,8 @@ def _resume_if_ours(nodes: NodeControl, node: str, res: NodeResult) -> None:
 
 
 def _short(text: str, limit: int = 120) -> str:
-    text = " ".join(text.split())
+    """``text`` on one line, its controls shown escaped, at most ``limit`` characters (a drain reason)."""
+    text = shown(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -368,8 +389,8 @@ def _write(
 
 # ---------------------------------------------------------------- nvidia-smi
 
-_LGI_RE = re.compile(r"\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|")
-_LCI_RE = re.compile(r"\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|")
+_LGI_RE = re.compile(r"\|\s*([0-9]+)\s+MIG\s+(\S+)\s+([0-9]+)\s+([0-9]+)\s+([0-9]+):([0-9]+)\s*\|")
+_LCI_RE = re.compile(r"\|\s*([0-9]+)\s+([0-9]+)\s+MIG\s+(\S+)\s+([0-9]+)\s+([0-9]+)\s+([0-9]+):([0-9]+)\s*\|")
 
 
 def parse_lgi(text: str) -> list[tuple[int, str, int, int]]:
@@ -408,15 +429,25 @@ class NvidiaSmiBackend:
         for line in out.splitlines():
             if "," in line:
                 idx, mode = (s.strip() for s in line.split(",", 1))
+                if not (idx.isascii() and idx.isdigit()):
+                    raise ApplyError(f"nvidia-smi on {node}: {shown(line)!r} does not start with a GPU index")
                 modes[int(idx)] = mode.lower() == "enabled"
         return modes
+
+    def _lgi(self, node: str) -> list[tuple[int, str, int, int]]:
+        rows = parse_lgi(self._run(node, ["nvidia-smi", "mig", "-lgi"], check=False))
+        profiles = geometry(self.model).profiles
+        for _, prof, _, _ in rows:
+            if prof not in profiles:
+                raise ApplyError(f"nvidia-smi on {node} lists {shown(prof)!r}, which is not a {self.model} profile")
+        return rows
 
     def layouts(self, node: str) -> dict[int, Layout | None]:
         modes = self._modes(node)
         geo = geometry(self.model)
         found: dict[int, list[str]] = {i: [] for i, on in modes.items() if on}
         if found:
-            for gpu, prof, _, _ in parse_lgi(self._run(node, ["nvidia-smi", "mig", "-lgi"], check=False)):
+            for gpu, prof, _, _ in self._lgi(node):
                 found.setdefault(gpu, []).append(prof)
         return {i: (canonical(geo, found[i]) if on else None) for i, on in modes.items()}
 
@@ -427,10 +458,7 @@ class NvidiaSmiBackend:
             self._run(node, cmd, check=not destroy)  # destroying nothing exits non-zero
 
     def devices(self, node: str) -> list[MigDevice]:
-        gis = {
-            (g, gi): (prof, start)
-            for g, prof, gi, start in parse_lgi(self._run(node, ["nvidia-smi", "mig", "-lgi"], check=False))
-        }
+        gis = {(g, gi): (prof, start) for g, prof, gi, start in self._lgi(node)}
         out = []
         for g, gi, ci in parse_lci(self._run(node, ["nvidia-smi", "mig", "-lci"], check=False)):
             prof, start = gis.get((g, gi), ("", None))

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from slurm_pool.text import has_control
 from slurm_pool.versions import SlurmVersion
 
 
@@ -87,7 +88,7 @@ def mig_type_by_profile(nvml_name: str, profile: str) -> str:
     return f"{mig_type_stem(nvml_name)}_{underscorify_tolower(profile)}"
 
 
-_PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
+_PROFILE_RE = re.compile(r"([0-9]+)g\.([0-9]+)gb(\+me)?")
 
 
 def _gpu(name: str, gib: int, nvml: str, mig: dict[str, int] | None = None) -> GpuModel:
@@ -167,7 +168,7 @@ _MODEL_INDEX = _model_index()
 
 def canonical_model(name: str) -> str | None:
     """The catalogue name of a GPU model given by its name, an alias or its NVML name (any case); None if unknown."""
-    if not isinstance(name, str):
+    if not isinstance(name, str) or has_control(name):
         return None
     return _MODEL_INDEX.get(_model_key(name))
 
@@ -183,7 +184,7 @@ def known_models(names: Iterable[str] | None = None) -> str:
 
 
 def _split(profile: str) -> tuple[int, int]:
-    m = _PROFILE_RE.match(profile)
+    m = _PROFILE_RE.fullmatch(profile)
     if not m:
         raise ValueError(f"not a MIG profile name: {profile!r} (expected e.g. 3g.40gb or 1g.10gb+me)")
     return int(m.group(1)), int(m.group(2))

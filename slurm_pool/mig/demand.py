@@ -15,14 +15,18 @@ import re
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
-from slurm_pool.adapters.records import RecordError, job_records
+from slurm_pool.adapters.records import job_records, parse_jobs
 from slurm_pool.errors import InputError
 from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_types
-from slurm_pool.mig.planner import PlanError, demand_from_needs
+from slurm_pool.mig.planner import MAX_DEMAND, PlanError, demand_from_needs
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.text import strict_float, strict_int
 from slurm_pool.textio import parse_json
 
-_TAIL_RE = re.compile(r"(\d+)g\.(\d+)gb(\+me)?$")
+#: The tail of a MIG GRES Type; searched for, and it must end the string.
+_TAIL_RE = re.compile(r"([0-9]+)g\.([0-9]+)gb(\+me)?\Z")
+#: The largest GPU memory (GB) a needs row may ask for; far above any GPU's.
+MAX_NEED_GB = 100_000
 
 
 def is_mig_type(gres_type: str) -> bool:
@@ -52,28 +56,54 @@ def parse_needs(text: str) -> list[tuple[float, float, int]]:
 
     CSV needs a header with ``gpu_mem_gb`` (or ``memory_gb``) and optionally
     ``compute`` (fraction of a GPU, 0..1) and ``count``; JSON is a list of
-    objects with the same keys.
+    objects with the same keys (or an object whose ``needs`` is that list).
+    Every number must be finite and plain: PlanError names the row and field.
     """
     text = text.strip()
-    rows: list[dict[str, Any]]
+    rows: Any
     if text.startswith("[") or text.startswith("{"):
         try:
             data = parse_json(text, "needs")
         except InputError as exc:
             raise PlanError(str(exc)) from None
-        rows = data if isinstance(data, list) else data.get("needs", []) if isinstance(data, dict) else []
+        rows = data.get("needs") if isinstance(data, dict) else data
+        if not isinstance(rows, list):
+            raise PlanError("needs: expected a JSON list of objects, or an object with a 'needs' list")
     else:
-        rows = list(csv.DictReader(io.StringIO(text)))
-    out = []
-    for i, r in enumerate(rows):
-        mem = r.get("gpu_mem_gb", r.get("memory_gb"))
-        if mem in (None, ""):
-            raise PlanError(f"needs row {i + 1}: missing gpu_mem_gb")
+        reader = csv.DictReader(io.StringIO(text))
+        rows = list(reader)
+        header = reader.fieldnames or []
+        if text and not {"gpu_mem_gb", "memory_gb"} & set(header):
+            raise PlanError(f"needs: the CSV header {','.join(header)!r} has no gpu_mem_gb column")
+    return [_need_row(i, r) for i, r in enumerate(rows, 1)]
+
+
+def _need_row(n: int, row: object) -> tuple[float, float, int]:
+    """One needs row as (memory GB, compute fraction, count)."""
+    where = f"needs row {n}"
+    if not isinstance(row, dict):
+        raise PlanError(f"{where}: {row!r} is not an object")
+    key = "gpu_mem_gb" if "gpu_mem_gb" in row else "memory_gb"
+    if row.get(key) in (None, ""):
+        raise PlanError(f"{where}: missing gpu_mem_gb")
+
+    def number(field: str, read: Any, default: float, lo: float, hi: float) -> Any:
+        value = row.get(field)
+        if value is None or value == "":
+            return default
         try:
-            out.append((float(mem), float(r.get("compute") or 0), int(r.get("count") or 1)))
-        except (TypeError, ValueError):
-            raise PlanError(f"needs row {i + 1}: bad number in {dict(r)}") from None
-    return out
+            out = read(value, f"{where}: {field}")
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        if not lo <= out <= hi:
+            raise PlanError(f"{where}: {field}: {value!r} is not between {lo:g} and {hi:g}")
+        return out
+
+    return (
+        number(key, strict_float, 0.0, 0.0, MAX_NEED_GB),
+        number("compute", strict_float, 0.0, 0.0, 1.0),
+        number("count", strict_int, 1, 0, MAX_DEMAND),
+    )
 
 
 def demand_from_needs_text(model: str, text: str) -> tuple[dict[str, int], int]:
@@ -88,15 +118,14 @@ def demand_from_sacct(model: str, text: str) -> tuple[dict[str, int], dict[str, 
     instances of each profile in use at once; otherwise the total requested.
     """
     try:
-        data = parse_json(text, "sacct JSON")
+        if text.lstrip().startswith("{"):  # sacct's own answer: its 'errors' are refused too
+            records = parse_jobs(text, "sacct JSON")
+        else:
+            jobs = parse_json(text, "sacct JSON")
+            if not isinstance(jobs, list):
+                raise PlanError("sacct JSON: no 'jobs' list")
+            records = job_records(jobs, "sacct JSON")
     except InputError as exc:
-        raise PlanError(str(exc)) from None
-    jobs = data.get("jobs", []) if isinstance(data, dict) else data
-    if not isinstance(jobs, list):
-        raise PlanError("sacct JSON: no 'jobs' list")
-    try:
-        records = job_records(jobs, "sacct JSON")
-    except RecordError as exc:
         raise PlanError(str(exc)) from None
     events: dict[str, list[tuple[float, int]]] = defaultdict(list)
     totals: Counter[str] = Counter()

@@ -28,6 +28,7 @@ from typing import Iterable, Mapping, Sequence
 from slurm_pool.mig.catalogue import GPU_MODELS, mig_device_type, mig_gres_type
 from slurm_pool.mig.placement import Layout, find_placement
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.text import check, check_path
 from slurm_pool.versions import SlurmVersion
 
 GIS_PER_GPU = 15
@@ -95,14 +96,14 @@ def nvidia_smi_commands(model: str, gpu_index: int, layout: Layout | None, mig_e
     return cmds
 
 
-_MINOR_RE = re.compile(r"^(\S+)\s+(\d+)\s*$")
+_MINOR_RE = re.compile(r"(\S+)\s+([0-9]+)")
 
 
 def parse_mig_minors(text: str) -> dict[str, int]:
     """``/proc/driver/nvidia-caps/mig-minors`` as ``{"gpu0/gi1/access": 12, ...}``."""
     out: dict[str, int] = {}
     for line in text.splitlines():
-        m = _MINOR_RE.match(line.strip())
+        m = _MINOR_RE.fullmatch(line.strip())
         if m:
             out[m.group(1)] = int(m.group(2))
     return out
@@ -131,8 +132,10 @@ def gres_conf_explicit(
     """Explicit gres.conf lines: ``MultipleFiles`` per MIG device, ``File`` per whole GPU.
 
     ``whole_gpus`` lists ``(index, minor)`` of GPUs with MIG off; ``dev_dir`` is where the
-    node keeps its device files.
+    node keeps its device files.  ValueError for a node name or directory that gres.conf cannot hold.
     """
+    check("node", node, "node")
+    check_path(dev_dir, "dev_dir")
     lines = []
     rows: list[tuple[int, int, str]] = []
     for idx, minor in whole_gpus:
@@ -161,6 +164,8 @@ def gres_conf_explicit(
 
 def gres_conf_autodetect(node: str | None = None) -> list[str]:
     """gres.conf for NVML autodetection (Types then come from the rule in catalogue)."""
+    if node is not None:
+        check("node", node, "node")
     return [f"NodeName={node} AutoDetect=nvml" if node else "AutoDetect=nvml"]
 
 

@@ -37,9 +37,14 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from slurm_pool.mig.placement import Layout, canonical
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.text import check_path, matches
 
 #: Slurm's ``_is_feature_valid`` without ``=`` (kept for key=value features), at most 64 characters.
-LAYOUT_FEATURE_RE = r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$"
+#: Anchored with ``\Z`` (never ``$``, which matches before a final newline): whole-string with
+#: ``re.match`` as with ``re.fullmatch``.
+LAYOUT_FEATURE_RE = r"^[A-Za-z_][A-Za-z0-9_.]{0,63}\Z"
+#: A ``NodeName=`` hostlist in helpers.conf (``c-gpu[1-2],d-gpu1``).
+_HOSTLIST_RE = re.compile(r"[A-Za-z0-9._\[\],-]+")
 HELPER_PROGRAM = "slurm-pool-mig-helper"
 #: The per-node layout table, next to slurm.conf (the Helper finds it through ``$SLURM_CONF``).
 LAYOUTS_FILE = "slurm-pool-mig-layouts.json"
@@ -75,6 +80,8 @@ def table_error(table: object) -> str | None:
     if not isinstance(table, dict) or not isinstance(table.get("nodes"), dict):
         return "expected an object with a 'nodes' object"
     for node, entry in table["nodes"].items():
+        if not matches("node", node):
+            return f"nodes: {node!r} is not a node name"
         where = f"nodes.{node}"
         if not isinstance(entry, dict) or not isinstance(entry.get("layouts"), dict):
             return f"{where}: expected an object with 'model' and 'layouts'"
@@ -86,6 +93,8 @@ def table_error(table: object) -> str | None:
         if profiles is None:
             return f"{where}.model: {model!r} is not a MIG-capable GPU model"
         for name, per_gpu in entry["layouts"].items():
+            if not re.fullmatch(LAYOUT_FEATURE_RE, name):
+                return f"{where}.layouts: {name!r} is not a Slurm node feature name"
             ok = isinstance(per_gpu, list) and all(
                 lay is None or (isinstance(lay, list) and all(isinstance(p, str) and p in profiles for p in lay))
                 for lay in per_gpu
@@ -101,7 +110,18 @@ def helper_path(bin_dir: str, node: str | None) -> str:
 
 
 def helpers_conf_lines(entries: Iterable[tuple[str, Sequence[str], str]]) -> list[str]:
-    """``NodeName=... Feature=a,b Helper=... Flags=rebootless`` per (nodes, features, helper)."""
+    """``NodeName=... Feature=a,b Helper=... Flags=rebootless`` per (nodes, features, helper).
+
+    ValueError for a hostlist, feature or Helper path that is not one word of its kind.
+    """
+    entries = list(entries)
+    for nodes, features, helper in entries:
+        if not matches(_HOSTLIST_RE, nodes):
+            raise ValueError(f"helpers.conf NodeName: {nodes!r} is not a hostlist")
+        for feature in features:
+            if not re.fullmatch(LAYOUT_FEATURE_RE, feature):
+                raise ValueError(f"helpers.conf Feature: {feature!r} is not a Slurm node feature name")
+        check_path(helper, "helpers.conf Helper")
     return [
         f"NodeName={nodes} Feature={','.join(features)} Helper={helper} Flags=rebootless"
         for nodes, features, helper in entries
@@ -112,7 +132,7 @@ def helpers_conf_lines(entries: Iterable[tuple[str, Sequence[str], str]]) -> lis
 def parse_exec_time(text: str) -> int:
     """``ExecTime`` of a helpers.conf text (Slurm's default when absent)."""
     for line in text.splitlines():
-        m = re.match(r"^\s*ExecTime\s*=\s*(\d+)\s*(#.*)?$", line, re.IGNORECASE)
+        m = re.fullmatch(r"\s*ExecTime\s*=\s*([0-9]+)\s*(#.*)?", line, re.IGNORECASE)
         if m:
             return int(m.group(1))
     return SLURM_DEFAULT_EXEC_TIME

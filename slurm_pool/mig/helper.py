@@ -26,6 +26,7 @@ from slurm_pool.mig.features import (
     table_error,
     unknown_node,
 )
+from slurm_pool.text import matches
 from slurm_pool.textio import read_json
 
 
@@ -81,6 +82,8 @@ def main(feature: str | None, node: str | None, layouts_path: str | None, backen
     if problem:
         return HelperResult(USAGE, err=[f"MIG layout table {path}: {problem}"])
     node = node or socket.gethostname().split(".")[0]
+    if not matches("node", node):
+        return HelperResult(USAGE, err=[f"--node: {node!r} is not a node name"])
     unknown = unknown_node(table, node)
     if unknown:
         return unknown

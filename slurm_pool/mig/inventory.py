@@ -21,6 +21,7 @@ from slurm_pool.mig.catalogue import GPU_MODELS, canonical_model, mig_gres_type,
 from slurm_pool.mig.emit import MigDevice
 from slurm_pool.mig.placement import Layout, canonical
 from slurm_pool.mig.profiles import geometry
+from slurm_pool.text import strict_int
 from slurm_pool.versions import DEFAULT_VERSION
 
 
@@ -55,9 +56,12 @@ def model_for_nvml_name(name: str) -> str | None:
 def _profile(model: str, dev: Any) -> str:
     prof = _get(dev, "profile", "profile_name")
     if prof:
-        return str(prof).removeprefix("MIG ").strip()
-    slices = int(_get(dev, "gi_slices", "gpu_instance_slice_count"))
-    mib = int(_get(dev, "memory_mib", "memory_size_mb"))
+        name = str(prof).removeprefix("MIG ").strip()
+        if geometry(model).profile(name) is None:
+            raise ValueError(f"profile: {prof!r} is not a {model} MIG profile")
+        return name
+    slices = strict_int(_get(dev, "gi_slices", "gpu_instance_slice_count"), "gi_slices")
+    mib = strict_int(_get(dev, "memory_mib", "memory_size_mb"), "memory_mib")
     # the plain profile that Slurm's memory-based naming (22.05) gives the same type
     want = mig_type_by_memory(GPU_MODELS[model].nvml_name, slices, mib)
     for p in geometry(model).profiles.values():
@@ -79,14 +83,14 @@ def layouts_from_snapshot(model: str, gpus: Iterable[Any]) -> dict[int, Layout |
     geo = geometry(model)
     out: dict[int, Layout | None] = {}
     for gpu in gpus:
-        idx = int(_get(gpu, "index"))
+        idx = strict_int(_get(gpu, "index"), "index")
         if not _mig_on(gpu):
             out[idx] = None
             continue
         devs = _get(gpu, "mig_devices", "migs", default=()) or ()
         seen: dict[int, str] = {}
         for d in devs:  # one entry per GPU instance, even with several CIs
-            seen.setdefault(int(_get(d, "gi_id", "gpu_instance_id")), _profile(model, d))
+            seen.setdefault(strict_int(_get(d, "gi_id", "gpu_instance_id"), "gi_id"), _profile(model, d))
         out[idx] = canonical(geo, seen.values())
     return out
 
@@ -97,19 +101,20 @@ def devices_from_snapshot(model: str, gpus: Iterable[Any]) -> list[MigDevice]:
     for gpu in gpus:
         if not _mig_on(gpu):
             continue
-        idx = int(_get(gpu, "index"))
+        idx = strict_int(_get(gpu, "index"), "index")
         minor = _get(gpu, "minor", "minor_number", default=idx)
         for d in _get(gpu, "mig_devices", "migs", default=()) or ():
             mib = _get(d, "memory_mib", "memory_size_mb")
+            start = _get(d, "start", "placement_start")
             out.append(
                 MigDevice(
                     idx,
-                    int(_get(d, "gi_id", "gpu_instance_id")),
-                    int(_get(d, "ci_id", "compute_instance_id", default=0)),
+                    strict_int(_get(d, "gi_id", "gpu_instance_id"), "gi_id"),
+                    strict_int(_get(d, "ci_id", "compute_instance_id", default=0), "ci_id"),
                     _profile(model, d),
-                    gpu_minor=int(minor),
-                    start=_get(d, "start", "placement_start"),
-                    memory_mib=None if mib is None else int(mib),
+                    gpu_minor=strict_int(minor, "minor"),
+                    start=None if start is None else strict_int(start, "start"),
+                    memory_mib=None if mib is None else strict_int(mib, "memory_mib"),
                 )
             )
     return out

@@ -23,7 +23,6 @@ with the earlier optima fixed as constraints.
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -34,11 +33,11 @@ import numpy as np
 from slurm_pool.errors import InputError
 from slurm_pool.mig.placement import Layout, canonical, layout_problem, valid_layouts
 from slurm_pool.mig.profiles import GEOMETRIES, geometry
+from slurm_pool.text import matches, shown, strict_int
 
 #: Bounds on a plan read from a file: GPU indexes per node (as the spec's gpus.count) and demand counts.
 MAX_GPU_INDEX = 64
 MAX_DEMAND = 100_000
-_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class PlanError(InputError):
@@ -134,7 +133,7 @@ def plan_from_dict(data: Mapping[str, object]) -> Plan:
             if not isinstance(row, Mapping):
                 raise PlanError(f"gpus[{i}]: not an object")
             node, index, busy = row["node"], row["index"], row.get("busy", False)
-            if not isinstance(node, str) or not _NODE_RE.match(node):
+            if not matches("node", node):
                 raise PlanError(f"gpus[{i}].node: {node!r} is not a node name")
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_GPU_INDEX:
                 raise PlanError(f"gpus[{i}].index: {index!r} is not a GPU index (0 to {MAX_GPU_INDEX - 1})")
@@ -148,10 +147,10 @@ def plan_from_dict(data: Mapping[str, object]) -> Plan:
                 if value is None:
                     continue
                 if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-                    raise PlanError(f"gpus[{i}].{label}: not a list of profile names or null")
+                    raise PlanError(f"gpus[{i}].{label}: {value!r} is not a list of profile names or null")
                 bad = layout_problem(model, value)
                 if bad:
-                    raise PlanError(f"gpus[{i}].{label}: {','.join(value)} is not a valid {model} layout: {bad}")
+                    raise PlanError(f"gpus[{i}].{label}: {shown(','.join(value))} is not a valid {model} layout: {bad}")
             gpus.append(Gpu(node, index, None if cur is None else canonical(geo, cur), busy))
             layouts.append(None if lay is None else canonical(geo, lay))
         raw_demand = data.get("demand", {})
@@ -159,17 +158,20 @@ def plan_from_dict(data: Mapping[str, object]) -> Plan:
             raise PlanError("demand: not an object")
         demand: dict[str, int] = {}
         for k, v in raw_demand.items():
+            if geo.profile(k) is None:
+                raise PlanError(f"demand: unknown profile {k!r} for {model} (known: {', '.join(geo.profiles)})")
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DEMAND:
                 raise PlanError(f"demand.{k}: {v!r} is not a count (0 to {MAX_DEMAND})")
-            if geo.profile(str(k)) is None:
-                raise PlanError(f"demand.{k}: unknown profile for {model}")
-            demand[str(k)] = v
+            demand[k] = v
+        method = data.get("method", "milp")
+        if not isinstance(method, str) or not method.isascii() or not method.isalnum():
+            raise PlanError(f"method: {method!r} is not a planner method name")
     except PlanError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise PlanError(f"malformed plan: {exc}") from None
     score, covered, unmet = evaluate(model, gpus, layouts, demand)
-    return Plan(model, gpus, layouts, demand, covered, unmet, score, str(data.get("method", "milp")))
+    return Plan(model, gpus, layouts, demand, covered, unmet, score, method)
 
 
 @lru_cache(maxsize=None)
@@ -217,12 +219,14 @@ def _check_inputs(model: str, gpus: Sequence[Gpu], demand: Mapping[str, int]) ->
         raise PlanError(f"unknown MIG-capable GPU model {model!r} (known: {', '.join(GEOMETRIES)})")
     geo = GEOMETRIES[model]
     for p, n in demand.items():
-        if p not in geo.profiles:
+        if not isinstance(p, str) or p not in geo.profiles:
             raise PlanError(f"unknown profile {p!r} for {model} (known: {', '.join(geo.profiles)})")
         if n < 0:
             raise PlanError(f"demand for {p} is negative ({n})")
     seen: set[tuple[str, int]] = set()
     for g in gpus:
+        if not matches("node", g.node):
+            raise PlanError(f"GPU node {g.node!r} is not a node name")
         if (g.node, g.index) in seen:
             raise PlanError(f"GPU {g.node}:{g.index} is listed twice")
         seen.add((g.node, g.index))
@@ -378,11 +382,11 @@ def parse_demand(model: str, text: str) -> dict[str, int]:
         if name not in geo.profiles:
             raise PlanError(f"unknown profile {name!r} for {model} (known: {', '.join(geo.profiles)})")
         try:
-            n = int(num)
-        except ValueError:
-            raise PlanError(f"bad count {num!r} in demand entry {item!r}") from None
-        if n < 0:
-            raise PlanError(f"negative count in demand entry {item!r}")
+            n = strict_int(num, f"demand {name}")
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        if not 0 <= n <= MAX_DEMAND:
+            raise PlanError(f"demand {name}: {num!r} is not a count (0 to {MAX_DEMAND})")
         out[name] += n
     return dict(out)
 

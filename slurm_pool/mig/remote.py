@@ -8,6 +8,12 @@ this host or on ``controller``), and the restart that Slurm release needs
 ``scontrol reconfigure``; before it, slurmctld and that node's slurmd restart.
 It then waits until the node registers the new GRES.  Files are replaced
 atomically, keeping their mode, with the old one kept as ``<file>.slurm-pool.bak``.
+
+All or nothing: :meth:`RemoteNodeControl.check_files` reads every file a node's
+change will edit, edits it in memory and checks it can be replaced, before
+``mig apply`` drains anything; :meth:`~RemoteNodeControl.write_gres` again
+computes every new text before it writes the first, and puts the files it
+wrote back when a later one cannot be written.
 """
 
 from __future__ import annotations
@@ -22,11 +28,21 @@ from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.mig.apply import ApplyError, NodeStatus, NvidiaSmiBackend
-from slurm_pool.mig.confedit import replace_node_gres_conf, set_node_gres
+from slurm_pool.mig.confedit import ConfEditError, replace_node_gres_conf, set_node_gres
+from slurm_pool.text import check, check_free_text, check_path
 from slurm_pool.versions import SlurmVersion
 
 #: Replace "$1" atomically with standard input, keeping its mode; keep the old file.
 _REPLACE = 'cp -p "$1" "$1.slurm-pool.bak" && cp -p "$1" "$1.slurm-pool.tmp" && cat > "$1.slurm-pool.tmp" && mv -f "$1.slurm-pool.tmp" "$1"'
+
+
+def _replace(path: str) -> list[str]:
+    """The command that replaces ``path`` atomically with its standard input."""
+    return ["sh", "-c", _REPLACE, "sh", path]
+
+
+#: "$1" is a regular file that can be replaced as _REPLACE does (written, and its directory too).
+_WRITABLE = 'test -f "$1" && test -w "$1" && test -w "$(dirname -- "$1")"'
 
 
 class SlurmNodes:
@@ -74,6 +90,18 @@ class RemoteSettings:
     reconfigure: bool | None = None
     register_timeout: float = 180.0
 
+    def __post_init__(self) -> None:
+        for what, path in [("gres_conf", self.gres_conf), *(("slurm_confs", p) for p in self.slurm_confs)]:
+            check_path(path, what)
+        if self.controller is not None:
+            check("host", self.controller, "controller")
+        for what, command in (("restart_slurmctld", self.restart_slurmctld), ("restart_slurmd", self.restart_slurmd)):
+            check_free_text(command, what)
+            try:
+                shlex.split(command)
+            except ValueError as exc:
+                raise ValueError(f"{what}: {command!r} cannot be split into words ({exc})") from None
+
 
 class RemoteNodeControl(SlurmNodes):
     """``mig apply``'s NodeControl for nodes reached over ssh."""
@@ -96,16 +124,56 @@ class RemoteNodeControl(SlurmNodes):
         host = self.settings.controller
         return self.on_node(host) if host else self.slurm.runner
 
-    @staticmethod
-    def _edit(runner: Runner, path: str, edit: Callable[[str], str]) -> None:
-        text = runner.run(["cat", "--", path]).stdout
-        runner.run(["sh", "-c", _REPLACE, "sh", path], input=edit(text))
+    def _files(self, node: str) -> list[tuple[Runner, str, str]]:
+        """Each file a change of ``node`` edits: its runner, the host it is on, its path (gres.conf first)."""
+        ctl = self.settings.controller or "this host"
+        return [(self.on_node(node), node, self.settings.gres_conf)] + [
+            (self._controller(), ctl, path) for path in self.settings.slurm_confs
+        ]
+
+    def _edited(self, node: str, lines: Sequence[str], gres: str) -> list[tuple[Runner, str, str, str, str]]:
+        """(runner, host, path, old, new) of every file, or ConfEditError naming the file before any is written."""
+        out = []
+        for n, (runner, host, path) in enumerate(self._files(node)):
+            old = runner.run(["cat", "--", path]).stdout
+            try:
+                new = replace_node_gres_conf(old, node, lines) if n == 0 else set_node_gres(old, node, gres)
+            except ConfEditError as exc:
+                raise ConfEditError(f"{path} on {host}: {exc}") from None
+            out.append((runner, host, path, old, new))
+        return out
+
+    def check_files(self, nodes: Sequence[str]) -> None:
+        """Check every file the change of ``nodes`` will edit, before anything changes.
+
+        Each can be edited for each node (slurm.conf names it once, on a line that
+        can be split; gres.conf's hostlists parse) and replaced by this user.
+        ConfEditError (the text) or ApplyError (a file that cannot be replaced).
+        """
+        seen: set[tuple[str, str]] = set()
+        for node in nodes:
+            for runner, host, path, _, _ in self._edited(node, [], "gpu:check:1"):
+                if (host, path) not in seen:
+                    seen.add((host, path))
+                    if not runner.run(["sh", "-c", _WRITABLE, "sh", path], check=False).ok:
+                        raise ApplyError(f"{path} on {host}: not a regular file this user can replace")
 
     def write_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
-        """The node's gres.conf lines (on the node), then its ``Gres=`` in each slurm.conf given."""
-        self._edit(self.on_node(node), self.settings.gres_conf, lambda t: replace_node_gres_conf(t, node, gres_conf))
-        for path in self.settings.slurm_confs:
-            self._edit(self._controller(), path, lambda t: set_node_gres(t, node, gres))
+        """The node's gres.conf lines (on the node), then its ``Gres=`` in each slurm.conf given.
+
+        Every new text is made before the first file is written; a file that cannot
+        be written puts back the ones written before it.
+        """
+        written: list[tuple[Runner, str, str]] = []
+        for runner, _, path, old, new in self._edited(node, gres_conf, gres):
+            try:
+                runner.run(_replace(path), input=new)
+            except Exception as exc:
+                lost = [p for r, p, text in reversed(written) if not r.run(_replace(p), input=text, check=False).ok]
+                if lost:
+                    raise ApplyError(f"{exc}; and putting back {', '.join(lost)} failed") from exc
+                raise
+            written.append((runner, path, old))
         self._wanted[node] = gres
 
     def _command(self, template: str, node: str) -> list[str]:

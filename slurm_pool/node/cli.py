@@ -77,41 +77,42 @@ def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: 
     import time
 
     from slurm_pool import nodeconf as config
-    from slurm_pool.adapters.runner import CommandError
-    from slurm_pool.adapters.slurm import SlurmClient
-    from slurm_pool.adapters.slurmjson import number
+    from slurm_pool.adapters.runner import CommandError, SubprocessRunner
+    from slurm_pool.errors import InputError, PoolError
     from slurm_pool.node import prune as pr
+    from slurm_pool.text import shown
 
     try:
         base = base or config.load(config_path, trusted=True, env=dict(os.environ)).get("checkpoint_base_dir")
     except config.ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
-    entries = pr.scan(base)
-    try:  # assert first: without the queue nothing is removed
-        queued = set()
-        for job in SlurmClient().jobs():
-            queued.add(str(job.job_id))
-            array_id = number(job.raw.get("array_job_id"))
-            if array_id:
-                queued.add(str(array_id))
-    except (CommandError, OSError, ValueError) as exc:
-        raise click.ClickException(f"cannot read the queue, nothing removed: {exc}") from None
+        raise click.ClickException(shown(exc)) from None
+    try:
+        entries = pr.scan(base)
+    except OSError as exc:
+        raise PoolError(shown(f"{base}: cannot list the checkpoint directories: {exc.strerror or exc}")) from None
+    try:  # assert first: without the whole queue nothing is removed
+        queued = pr.queued(SubprocessRunner())
+    except (CommandError, OSError) as exc:  # squeue failed (or could not be run): exit 1
+        raise PoolError(shown(f"cannot read the queue, nothing removed: {exc}")) from None
+    except InputError as exc:  # squeue answered, but not with a queue: exit 2
+        raise InputError(shown(f"cannot read the queue, nothing removed: {exc}")) from None
     failed = removed = 0
     for d in pr.plan(entries, queued, time.time(), keep_days):
+        where = shown(f"{base}/{d.entry.rel}")
         if not d.remove:
             if dry_run:
-                click.echo(f"keep   {base}/{d.entry.rel}: {d.why}")
+                click.echo(f"keep   {where}: {d.why}")
             continue
         if dry_run:
-            click.echo(f"remove {base}/{d.entry.rel}: {d.why}")
+            click.echo(f"remove {where}: {d.why}")
             continue
         try:
             pr.remove(base, d.entry)
             removed += 1
-            click.echo(f"removed {base}/{d.entry.rel}: {d.why}")
+            click.echo(f"removed {where}: {d.why}")
         except OSError as exc:
             failed += 1
-            click.echo(f"error: {base}/{d.entry.rel}: {exc}", err=True)
+            click.echo(f"error: {where}: {shown(exc)}", err=True)
     if not dry_run:
         click.echo(f"{removed} removed, {len(entries) - removed - failed} kept, {failed} failed")
     if failed:

@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from typing import Any, Callable
 
 from slurm_pool.node import health
 from slurm_pool.nodeconf import NodeConfig
-
-_NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+from slurm_pool.text import matches, shown
 
 
 class Log:
@@ -43,7 +41,7 @@ class Log:
         self.lines: list[str] = []
 
     def __call__(self, msg: str, *, error: bool = False) -> None:
-        line = f"{self.hook}: {msg}"
+        line = shown(f"{self.hook}: {msg}")  # paths and values from the job: one line, no terminal control
         self.lines.append(line)
         if self.where == "syslog":
             try:
@@ -65,7 +63,7 @@ def _no_nvml(error: object) -> bool:
 
 def node_name(env: dict[str, str], override: str | None = None) -> str:
     name = override or env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    if not _NODE_RE.match(name):
+    if not matches("node", name):
         raise ValueError(f"node name {name!r} is not usable")
     return name
 
@@ -385,8 +383,8 @@ class Hooks:
                 node=self.node,
                 now=self.clock(),
                 info=info,
-                wrapper=jobdir.read_outcome(path, uid),
-                newest=jobdir.newest_checkpoint(path, uid),
+                wrapper=jobdir.read_outcome(path, uid, self.log),
+                newest=jobdir.newest_checkpoint(path, uid, self.log),
                 run_start=self._take_run_start(job),
             )
             self.append_outcome(rec)
@@ -431,12 +429,12 @@ def main(
     try:
         cfg = nodeconf.load(config_path, trusted=True, env=env)
     except nodeconf.ConfigError as exc:
-        print(f"slurm-pool {hook}: {exc}", file=sys.stderr)
+        print(shown(f"slurm-pool {hook}: {exc}"), file=sys.stderr)
         try:
             import syslog
 
             syslog.openlog("slurm-pool", 0, syslog.LOG_DAEMON)
-            syslog.syslog(syslog.LOG_ERR, f"{hook}: {exc}")
+            syslog.syslog(syslog.LOG_ERR, shown(f"{hook}: {exc}"))
         except OSError:
             pass
         return 1 if hook == "healthcheck" else 0
@@ -449,6 +447,6 @@ def main(
         if hook == "healthcheck":
             return hooks.healthcheck(ack_xids=ack_xids)
     except Exception as exc:  # never let a bug in a hook drain the whole pool
-        print(f"slurm-pool {hook}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(shown(f"slurm-pool {hook}: internal error: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return 0 if hook != "healthcheck" else 1
     raise ValueError(f"unknown hook {hook!r}")

@@ -21,15 +21,29 @@ import json
 import os
 import re
 import stat
-from typing import Any
+from typing import Any, Callable
 
 from slurm_pool.errors import PoolError
 
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-CKPT_RE = re.compile(r"^ckpt-([0-9]{12})$")
+#: A user name as a directory name (matched in full: ``re.fullmatch``).
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+#: A committed checkpoint's directory name (matched in full).
+CKPT_RE = re.compile(r"ckpt-([0-9]{12})")
+#: A job id as Slurm writes it: ASCII digits only (``str.isdigit`` also takes "²"), matched in full.
+JOB_ID_RE = re.compile(r"[0-9]{1,20}")
+_UID_RE = re.compile(r"[0-9]{1,10}")
 OUTCOME_MAX = 65536
 #: Open a directory, never through a symlink (every root-side walk uses these).
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Open a file the job's user could have planted: never through a symlink, never blocking on a FIFO.
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+#: Where the root-side readers say why they ignored a file (the hooks pass their log).
+Say = Callable[[str], None]
+
+
+def _quiet(_msg: str) -> None:
+    return None
 
 
 class JobDirError(PoolError, RuntimeError):
@@ -41,13 +55,13 @@ def job_identity(env: dict[str, str]) -> tuple[str, str, int, int]:
     job = env.get("SLURM_JOB_ID", "")
     user = env.get("SLURM_JOB_USER", "")
     uid, gid = env.get("SLURM_JOB_UID", ""), env.get("SLURM_JOB_GID", "")
-    if not (job.isascii() and job.isdigit()):
+    if not JOB_ID_RE.fullmatch(job):
         raise JobDirError(f"SLURM_JOB_ID {job!r} is not a job id")
-    if not NAME_RE.match(user) or user in (".", ".."):
+    if not NAME_RE.fullmatch(user) or user in (".", ".."):
         raise JobDirError(f"SLURM_JOB_USER {user!r} is not a user name")
-    if not (uid.isascii() and uid.isdigit()):
+    if not _UID_RE.fullmatch(uid):
         raise JobDirError(f"SLURM_JOB_UID {uid!r} is not a uid")
-    return job, user, int(uid), int(gid) if (gid.isascii() and gid.isdigit()) else -1
+    return job, user, int(uid), int(gid) if _UID_RE.fullmatch(gid) else -1
 
 
 def checkpoint_dir(base: str, env: dict[str, str]) -> tuple[str, bool]:
@@ -136,7 +150,7 @@ def prepare(base: str, path: str, user: str, uid: int, gid: int) -> str:
     return "created"
 
 
-def _open_dir(path: str, uid: int | None = None) -> int | None:
+def _open_dir(path: str, uid: int | None = None, say: Say = _quiet) -> int | None:
     """An ``O_NOFOLLOW`` descriptor of ``path``; None if unsafe, or not owned by ``uid`` when given.
 
     Root reads only what the job's user owns: a checkpoint directory pointed at
@@ -149,79 +163,118 @@ def _open_dir(path: str, uid: int | None = None) -> int | None:
             fd = _open_under(root, parts)
         finally:
             os.close(root)
-    except (OSError, JobDirError):
+    except FileNotFoundError:
         return None
-    if uid is not None and not _owned_by(fd, uid):
+    except (OSError, JobDirError) as exc:
+        say(f"{path}: not read ({exc})")
+        return None
+    why = _not_theirs(os.fstat(fd), uid)
+    if why:
         os.close(fd)
+        say(f"{path}: not read ({why})")
         return None
     return fd
 
 
-def _owned_by(fd: int, uid: int) -> bool:
-    try:
-        return os.fstat(fd).st_uid == uid
-    except OSError:
-        return False
+def _not_theirs(st: os.stat_result, uid: int | None, *, file: bool = False) -> str:
+    """Why root must not read what ``st`` describes for ``uid``'s job ('' if it may).
+
+    Place is no proof: a hard link in the user's directory may be anyone's
+    file.  A file must be a regular file with one link; both must be ``uid``'s.
+    """
+    if file and not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if uid is not None and st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not by the job's user (uid {uid})"
+    if file and st.st_nlink != 1:
+        return f"{st.st_nlink} hard links"
+    return ""
 
 
-def newest_checkpoint(path: str, uid: int | None = None) -> tuple[int, float] | None:
+def newest_checkpoint(path: str, uid: int | None = None, say: Say = _quiet) -> tuple[int, float] | None:
     """``(step, mtime of its manifest)`` of the newest committed checkpoint.
 
     Only ``lstat``-style reads through ``O_NOFOLLOW`` descriptors: root never
     opens a file the user could have swapped for a FIFO or a link, and a
-    ``ckpt-N`` that is a symlink is not followed.  With ``uid``, ``path`` must
-    be that user's.
+    ``ckpt-N`` that is a symlink is not followed.  With ``uid``, ``path``, the
+    ``ckpt-N`` directory and its manifest must be that user's (the manifest a
+    regular file with one link); what is not is skipped, and ``say`` told why.
     """
-    fd = _open_dir(path, uid)
+    fd = _open_dir(path, uid, say)
     if fd is None:
         return None
     try:
-        steps = sorted((int(m.group(1)), e) for e in os.listdir(fd) if (m := CKPT_RE.match(e)))
+        steps = sorted((int(m.group(1)), e) for e in os.listdir(fd) if (m := CKPT_RE.fullmatch(e)))
         for step, name in reversed(steps):
             try:
                 cfd = os.open(name, DIR_FLAGS, dir_fd=fd)  # ELOOP on a symlinked ckpt-N
             except OSError:
                 continue
             try:
-                st = os.stat("MANIFEST.json", dir_fd=cfd, follow_symlinks=False)
+                why = _not_theirs(os.fstat(cfd), uid)
+                st = None if why else os.stat("MANIFEST.json", dir_fd=cfd, follow_symlinks=False)
             except OSError:
                 continue
             finally:
                 os.close(cfd)
-            if stat.S_ISREG(st.st_mode):
-                return step, st.st_mtime
+            if st is None:
+                say(f"{path}/{name}: ignored ({why})")
+                continue
+            why = _not_theirs(st, uid, file=True)
+            if why:
+                say(f"{path}/{name}/MANIFEST.json: ignored ({why})")
+                continue
+            return step, st.st_mtime
         return None
     finally:
         os.close(fd)
 
 
-def read_outcome(path: str, uid: int | None = None) -> dict[str, Any] | None:
-    """``.slurm-pool/outcome.json`` as written by ``slurm-pool run`` (untrusted data; ``uid``'s only)."""
-    top = _open_dir(path, uid)  # the checkpoint directory itself must be the user's, not only its control dir
+def read_outcome(path: str, uid: int | None = None, say: Say = _quiet) -> dict[str, Any] | None:
+    """``.slurm-pool/outcome.json`` as written by ``slurm-pool run`` (untrusted data; ``uid``'s only).
+
+    Opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked on the open descriptor
+    before a byte is read: a regular file, with one link, owned by ``uid``
+    when given, at most ``OUTCOME_MAX`` bytes.  Anything else is ignored and
+    ``say`` told why.
+    """
+    top = _open_dir(path, uid, say)  # the checkpoint directory itself must be the user's, not only its control dir
     if top is None:
         return None
     try:
         fd = os.open(".slurm-pool", DIR_FLAGS, dir_fd=top)
-    except OSError:
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        say(f"{path}/.slurm-pool: not read ({exc.strerror or exc})")
         return None
     finally:
         os.close(top)
-    if uid is not None and not _owned_by(fd, uid):
-        os.close(fd)
-        return None
+    where = f"{path}/.slurm-pool/outcome.json"
     try:
-        ffd = os.open("outcome.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-    except OSError:
+        why = _not_theirs(os.fstat(fd), uid)
+        if why:
+            say(f"{path}/.slurm-pool: not read ({why})")
+            return None
+        try:
+            ffd = os.open("outcome.json", FILE_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # ELOOP: a symlink
+            say(f"{where}: ignored ({exc.strerror or exc})")
+            return None
+    finally:
         os.close(fd)
-        return None
     try:
         st = os.fstat(ffd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > OUTCOME_MAX:
+        why = _not_theirs(st, uid, file=True) or (f"{st.st_size} bytes" if st.st_size > OUTCOME_MAX else "")
+        if why:
+            say(f"{where}: ignored ({why})")
             return None
         data = json.loads(os.read(ffd, OUTCOME_MAX).decode("utf-8", errors="replace"))
         return data if isinstance(data, dict) else None
     except (ValueError, RecursionError):  # the user wrote it: bad JSON, huge numbers or deep nesting
+        say(f"{where}: ignored (not a JSON object)")
         return None
     finally:
         os.close(ffd)
-        os.close(fd)

@@ -9,29 +9,78 @@ they only take space.  The rule, computed by the pure :func:`plan`:
 * otherwise the directory goes once nothing in it has changed for
   ``keep_days`` (the user may still want the final checkpoint for a while).
 
-Assert, then apply: the queue is read first, and if it cannot be read nothing
-is removed.  Removal runs as root inside directories the users own, so it
-walks with ``O_NOFOLLOW`` descriptors and :func:`shutil.rmtree` with
-``dir_fd`` (which never follows a symlink); anything that is not a plain
-directory named like a job id is left alone.
+Assert, then apply: the queue is read before anything is removed
+(:func:`queued`), and if it cannot be read -- squeue failed, or its answer is
+not a clean list of jobs with ASCII-digit ids -- nothing is removed.  Removal
+runs as root inside directories the users own, so it walks with
+``O_NOFOLLOW`` descriptors and :func:`shutil.rmtree` with ``dir_fd`` (which
+never follows a symlink); anything that is not a plain directory named like a
+job id is left alone.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import stat
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
+from slurm_pool.adapters.records import RecordError, parse_jobs
+from slurm_pool.adapters.runner import Runner
 from slurm_pool.node.jobdir import DIR_FLAGS as _DIR
-from slurm_pool.node.jobdir import NAME_RE
+from slurm_pool.node.jobdir import JOB_ID_RE, NAME_RE
+from slurm_pool.text import shown
 
 #: Directories looked at below a job directory to date it (a bound on a user-built tree).
 MAX_ENTRIES = 100_000
-#: A job id as Slurm writes it: ASCII digits only (``str.isdigit`` also takes "²", which ``int`` refuses).
-JOB_ID_RE = re.compile(r"[0-9]{1,20}\Z")
+#: The ids of a job that name checkpoint directories: its own, its array's and its heterogeneous job's.
+QUEUE_IDS = ("job_id", "array_job_id", "het_job_id")
+
+
+class QueueError(RecordError):
+    """``squeue --json`` answered, but not with a queue that can be trusted (exit 2)."""
+
+
+def queued(runner: Runner) -> set[str]:
+    """Every job id the queue holds; raises rather than answer with less than the whole queue.
+
+    :class:`~slurm_pool.adapters.runner.CommandError` when squeue fails;
+    :class:`~slurm_pool.adapters.records.RecordError` when its answer is not a
+    clean list of job objects (empty, not JSON, Slurm's own ``errors``, an
+    entry that is not an object) or a job's id is not ASCII digits.
+    """
+    res = runner.run(["squeue", "--json"], timeout=120)
+    out = set()
+    for i, job in enumerate(parse_jobs(res.stdout, "squeue --json")):
+        for key in QUEUE_IDS:
+            required = key == "job_id"
+            if required or key in job.raw:
+                value = job_id(job.raw.get(key), f"squeue --json: jobs[{i}].{key}", required=required)
+                if value is not None:
+                    out.add(value)
+    return out
+
+
+def job_id(value: Any, what: str, *, required: bool = True) -> str | None:
+    """A job id from Slurm's JSON: an int or ASCII digits, plain or as ``{"set", "infinite", "number"}``.
+
+    None for an unset (or 0) optional id; anything else raises :class:`QueueError`.
+    """
+    raw = value
+    if isinstance(value, dict):  # 23.02+: {"set": true, "infinite": false, "number": 42}
+        if value.get("set") is False and not required:
+            return None
+        value = None if value.get("infinite") is True else value.get("number")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        value = str(value)
+    if not isinstance(value, str) or not JOB_ID_RE.fullmatch(value):
+        raise QueueError(f"{what}: {shown(repr(raw))[:200]} is not a job id (ASCII digits)")
+    if int(value) == 0:
+        if required:
+            raise QueueError(f"{what}: 0 is not a job id")
+        return None
+    return value
 
 
 @dataclass(frozen=True)
@@ -110,7 +159,7 @@ def scan(base: str) -> list[Entry]:
     out = []
     try:
         for user in sorted(os.listdir(bfd)):
-            if not NAME_RE.match(user):
+            if not NAME_RE.fullmatch(user):
                 continue
             try:
                 ufd = os.open(user, _DIR, dir_fd=bfd)
@@ -122,7 +171,7 @@ def scan(base: str) -> list[Entry]:
                 jobs = []
             try:
                 for job in jobs:  # one bad entry is skipped; it never stops the scan
-                    if not JOB_ID_RE.match(job):
+                    if not JOB_ID_RE.fullmatch(job):
                         continue
                     try:
                         jfd = os.open(job, _DIR, dir_fd=ufd)

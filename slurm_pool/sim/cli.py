@@ -17,6 +17,7 @@ from slurm_pool.sim.report import write_report
 from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool
 from slurm_pool.sim.sizing import summary as sizing_summary
 from slurm_pool.sim.units import describe
+from slurm_pool.text import shown
 from slurm_pool.textio import read_json
 
 
@@ -237,9 +238,10 @@ def simulate(
         sized = size_pool(nodes, hist.jobs, pool, hist.window, engine(hist.jobs, hist.window))
     if report_dir is not None:
         try:
-            write_report(results, report_dir, title=f"Pool replay of {Path(sacct_path).name}", sizing=sized)
+            title = f"Pool replay of {shown(Path(sacct_path).name)}"  # the file's name: no control characters
+            write_report(results, report_dir, title=title, sizing=sized)
         except OSError as exc:
-            raise click.BadParameter(f"{report_dir}: {exc.strerror or exc}", param_hint="--report") from None
+            raise click.BadParameter(shown(f"{report_dir}: {exc.strerror or exc}"), param_hint="--report") from None
     owners = sum(j.project is not None for j in hist.jobs)
     on_mig = sum(j.profile is not None for j in hist.jobs)
     if as_json:

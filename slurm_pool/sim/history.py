@@ -19,6 +19,12 @@ dedicated servers gave, and what the pool would give, on the same jobs.
 * Its work is its elapsed run time, its arrival its submission time, its
   size the ``gres/gpu`` it was allocated.  Jobs that never ran, ran for 0 s,
   or held no GPU are left out, and counted.
+* Those times and GPU counts must be what Slurm writes: whole numbers, or
+  unset (``null``, ``{"set": false}``).  A job with anything else there
+  (``"nan"``, ``1e400``, ``true``, ``"1_0"``, ``"١٢"``, a negative count) is
+  refused with its index and field (:class:`HistoryError`, exit 2), never
+  dropped or counted as "never ran": a replay that quietly lost jobs would
+  size the pool on less work than was done.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from slurm_pool.sim.engine import Job
 from slurm_pool.sim.nodes import nodes_from_spec
 from slurm_pool.sim.units import mig_counts
 from slurm_pool.spec.hosts import expand
+from slurm_pool.text import strict_int
 
 
 class HistoryError(InputError):
@@ -125,6 +132,50 @@ def _mig_profile(types: Mapping[str, int], gpus: int, mig: MigNodes) -> tuple[st
     return p, ""
 
 
+#: The times a replay reads: the top-level key (squeue, older sacct) and the one nested in ``time``.
+_TIMES = (("submit_time", "submission"), ("start_time", "start"), ("end_time", "end"))
+
+
+def check_numbers(raw: Mapping[str, Any], where: str) -> None:
+    """Refuse a job whose times or GPU counts are not whole numbers (or unset); see the module's notes."""
+    times = raw.get("time")
+    times = times if isinstance(times, dict) else {}
+    for top, nested in _TIMES:
+        if top in raw:
+            _whole(raw[top], f"{where}.{top}")
+        elif nested in times:
+            _whole(times[nested], f"{where}.time.{nested}")
+    tres = raw.get("tres")
+    tres = tres if isinstance(tres, dict) else {}
+    for kind in ("allocated", "requested"):
+        items = tres.get(kind)
+        for k, item in enumerate(items if isinstance(items, list) else []):
+            if isinstance(item, dict) and item.get("type") == "gres":
+                _whole(item.get("count"), f"{where}.tres.{kind}[{k}].count")
+    for key in ("tres_alloc_str", "tres_req_str"):
+        text = raw.get(key)
+        for part in text.split(",") if isinstance(text, str) else []:
+            tres_name, sep, value = part.strip().partition("=")
+            if sep and tres_name.startswith("gres/gpu"):
+                _whole(value, f"{where}.{key} {tres_name}")
+
+
+def _whole(value: Any, what: str) -> None:
+    """``value`` is unset, or a whole number >= 0 (:func:`~slurm_pool.text.strict_int`); else HistoryError."""
+    if isinstance(value, dict):  # 23.02+: {"set": ..., "infinite": ..., "number": ...}
+        if value.get("set") is False or value.get("infinite") is True:
+            return
+        value = value.get("number")
+    if value is None:
+        return
+    try:
+        n = strict_int(value, what)
+    except ValueError as exc:
+        raise HistoryError(str(exc)) from None
+    if n < 0:
+        raise HistoryError(f"{what}: {value!r} is negative")
+
+
 def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mig: MigNodes | None = None) -> History:
     """The GPU jobs of a ``sacct --json`` document, times shifted to start at 0.
 
@@ -138,6 +189,7 @@ def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mi
     for i, raw in enumerate(data["jobs"]):
         if not isinstance(raw, dict):
             raise HistoryError(f"{name}: jobs[{i}] is not an object")
+        check_numbers(raw, f"{name}: jobs[{i}]")
         job = job_record(raw)
         submit, start, end, gpus = job.submit_time, job.start_time, job.end_time, job.gpus
         if not submit or not start or not end:  # unset (Slurm's 0)

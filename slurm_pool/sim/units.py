@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-_PROFILE_RE = re.compile(r"^(\d+)g\.\d+gb(\+me)?$")
+_PROFILE_RE = re.compile(r"([0-9]+)g\.[0-9]+gb(?:\+me)?")
 
 
 class NodeShape(Protocol):
@@ -43,7 +43,7 @@ class NodeShape(Protocol):
 
 def compute_slices(profile: str) -> int | None:
     """N of a MIG profile name ``Ng.XXgb`` (``+me`` or not); None when it is not one."""
-    m = _PROFILE_RE.match(profile)
+    m = _PROFILE_RE.fullmatch(profile)
     return int(m.group(1)) if m else None
 
 

@@ -7,6 +7,13 @@
   counts are not real durations, so each job's duration is a draw from the
   real runtime distribution, keyed by a hash of the job's name: the same
   trace always gives the same jobs.
+
+Every number is read with :func:`slurm_pool.text.strict_float` /
+:func:`~slurm_pool.text.strict_int` (no NaN, infinities, ``1_0`` or non-ASCII
+digits): a row that is not a plain number is refused with its ``file:line``,
+never dropped, so a replay is always of the whole trace.  A UTF-8 byte order
+mark before the header (spreadsheet exports) is ignored, as ``utf-8-sig``
+would.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Iterator, Sequence
 
 from slurm_pool.errors import InputError
 from slurm_pool.sim.engine import Job
+from slurm_pool.text import strict_float, strict_int
 
 DAY = 86400.0
 
@@ -40,8 +48,8 @@ class Arrival:
 def _arrival(time: object, gpus: object, where: str) -> Arrival:
     """One validated arrival; ``where`` (``file:line``) names the row in errors."""
     try:
-        a = Arrival(float(time), int(gpus))  # type: ignore[arg-type,call-overload]
-    except (TypeError, ValueError):
+        a = Arrival(strict_float(time, "arrival"), strict_int(gpus, "gpus"))
+    except ValueError:
         raise TraceError(f"{where}: arrival {time!r} / gpus {gpus!r} are not numbers") from None
     if a.time < 0 or a.gpus < 1:
         raise TraceError(f"{where}: arrival {a.time} must be >= 0 and gpus {a.gpus} >= 1")
@@ -51,7 +59,7 @@ def _arrival(time: object, gpus: object, where: str) -> Arrival:
 def parse_vc_trace(text: str, name: str = "trace") -> list[Arrival]:
     """Rows of a Gavel/Philly virtual-cluster trace, in file order."""
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(_text(text).splitlines(), 1):
         if not line.strip():
             continue
         cols = line.split("\t")
@@ -59,6 +67,11 @@ def parse_vc_trace(text: str, name: str = "trace") -> list[Arrival]:
             raise TraceError(f"{name}:{n}: expected 7 tab-separated columns, got {len(cols)}")
         out.append(_arrival(cols[5], cols[6], f"{name}:{n}"))
     return out
+
+
+def _text(text: str) -> str:
+    """The file's text without a leading UTF-8 byte order mark (as ``utf-8-sig`` decodes it)."""
+    return text.removeprefix("\ufeff")
 
 
 ARRIVAL_COLUMNS = ("vc", "arrival_seconds", "num_gpus")
@@ -74,7 +87,7 @@ def arrivals_csv(rows: dict[str, Sequence[Arrival]]) -> str:
 
 def parse_arrivals_csv(text: str, name: str = "arrivals") -> dict[str, list[Arrival]]:
     """Read :func:`arrivals_csv` output back: arrivals per virtual cluster, in file order."""
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(_text(text)))
     if tuple(reader.fieldnames or ()) != ARRIVAL_COLUMNS:
         raise TraceError(f"{name}: columns {reader.fieldnames} are not {list(ARRIVAL_COLUMNS)}")
     rows: dict[str, list[Arrival]] = {}
@@ -85,15 +98,18 @@ def parse_arrivals_csv(text: str, name: str = "arrivals") -> dict[str, list[Arri
 
 def parse_runtimes(text: str, name: str = "runtimes") -> list[float]:
     """The ``runtime`` column (seconds), sorted."""
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(_text(text)))
     if reader.fieldnames is None or "runtime" not in reader.fieldnames:
         raise TraceError(f"{name}: no 'runtime' column (columns: {reader.fieldnames})")
     values = []
     for n, row in enumerate(reader, 2):
         try:
-            values.append(float(row["runtime"]))
-        except (TypeError, ValueError):
+            value = strict_float(row["runtime"], "runtime")
+        except ValueError:
             raise TraceError(f"{name}:{n}: runtime {row['runtime']!r} is not a number") from None
+        if value < 0:
+            raise TraceError(f"{name}:{n}: runtime {value:g} is negative")
+        values.append(value)
     if not values:
         raise TraceError(f"{name}: no runtimes")
     return sorted(values)

@@ -10,7 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from slurm_pool.adapters.runner import RecordingRunner
+from slurm_pool.cli import cli
 from slurm_pool.node import prune
 
 DAY = 86400.0
@@ -158,3 +161,103 @@ def test_dating_a_big_tree_leaks_no_descriptor(tmp_path, monkeypatch):
     finally:
         os.close(fd)
     assert _open_fds() == before
+
+
+# -- issue 30: an answer that is not the whole queue removes nothing ---------------------------------
+
+_JOB = {"job_id": 102, "name": "x", "job_state": "PENDING"}
+
+
+def _answer_with(monkeypatch, runner: RecordingRunner) -> None:
+    """Every Runner the command makes is ``runner`` (wherever it is imported from)."""
+    for where in ("slurm_pool.adapters.runner.SubprocessRunner", "slurm_pool.adapters.slurm.SubprocessRunner"):
+        monkeypatch.setattr(where, lambda *a, **kw: runner)
+
+
+def _answer(doc) -> str:
+    return doc if isinstance(doc, str) else json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    "stdout,rc,said",
+    [
+        ({"jobs": [], "errors": [{"error": "Unable to contact slurm controller"}]}, 2, "Slurm reported errors"),
+        ({"jobs": [_JOB], "errors": [{"description": "partial"}]}, 2, "Slurm reported errors"),
+        ({"jobs": ["102"]}, 2, "jobs[0] is str, not an object"),
+        ({"jobs": [_JOB, 7]}, 2, "jobs[1] is int, not an object"),
+        ({"jobs": [_JOB, None]}, 2, "jobs[1] is NoneType"),
+        ({"jobs": {"102": _JOB}}, 2, "no 'jobs' list"),
+        ({"jobs": None}, 2, "no 'jobs' list"),
+        ({}, 2, "no 'jobs' list"),
+        ([_JOB], 2, "not a JSON object"),
+        (_JOB, 2, "no 'jobs' list"),
+        ({"jobs": [{**_JOB, "job_id": "102x"}]}, 2, "jobs[0].job_id: '102x' is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": "١٠٢"}]}, 2, "is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": "1_02"}]}, 2, "is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": "102\n"}]}, 2, "is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": " 102"}]}, 2, "is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": True}]}, 2, "jobs[0].job_id: True is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": 102.5}]}, 2, "jobs[0].job_id: 102.5 is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": -102}]}, 2, "is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": 10**21}]}, 2, "is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": 0}]}, 2, "0 is not a job id"),
+        ({"jobs": [{"name": "no id", "job_state": "PENDING"}]}, 2, "jobs[0].job_id: None is not a job id"),
+        ({"jobs": [{**_JOB, "job_id": {"set": True, "number": "x"}}]}, 2, "is not a job id"),
+        ({"jobs": [{**_JOB, "array_job_id": "101x"}]}, 2, "jobs[0].array_job_id: '101x' is not a job id"),
+        ({"jobs": [{**_JOB, "array_job_id": {"set": True, "infinite": True}}]}, 2, "array_job_id"),
+        ({"jobs": [{**_JOB, "het_job_id": False}]}, 2, "jobs[0].het_job_id: False is not a job id"),
+        ('{"jobs": [{"job_id": NaN}]}', 2, "not JSON"),
+        ("", 2, "squeue --json"),
+        ("   \n", 2, "squeue --json"),
+        ("null", 2, "squeue --json"),
+        ("squeue: error: Invalid user", 2, "not JSON"),
+    ],
+)
+def test_an_answer_that_is_not_the_whole_queue_removes_nothing(base, monkeypatch, stdout, rc, said):
+    # Issue 30, defect 1: Slurm's errors, non-object entries or odd job ids read as an empty queue,
+    # and root removed the directory of a job still queued (102) -- and of every other gone job.
+    runner = RecordingRunner()
+    runner.on(["squeue", "--json"], _answer(stdout))
+    _answer_with(monkeypatch, runner)
+    res = CliRunner().invoke(cli, ["checkpoints", "prune", "--base", str(base)])
+    assert res.exit_code == rc, res.output
+    assert "error: cannot read the queue, nothing removed: squeue --json" in res.output and said in res.output
+    assert "\x1b" not in res.output and "Traceback" not in res.output
+    for kept in ("alice/101", "alice/102", "bob/103"):
+        assert (base / kept).is_dir(), kept
+    assert runner.commands("squeue") == [("squeue", "--json")]
+
+
+@pytest.mark.parametrize(
+    "returncode,stderr",
+    [(1, "squeue: error: Unable to contact slurm controller (connect failure)"), (127, "\x1b[2Jno squeue"), (124, "")],
+)
+def test_a_failed_squeue_removes_nothing_and_exits_1(base, monkeypatch, returncode, stderr):
+    runner = RecordingRunner()
+    runner.fail(["squeue"], returncode, stderr)
+    _answer_with(monkeypatch, runner)
+    res = CliRunner().invoke(cli, ["checkpoints", "prune", "--base", str(base)])
+    assert res.exit_code == 1, res.output
+    assert f"error: cannot read the queue, nothing removed: squeue --json exited {returncode}" in res.output
+    assert "\x1b" not in res.output  # squeue's own words are shown, never obeyed by the terminal
+    assert all((base / kept).is_dir() for kept in ("alice/101", "alice/102", "bob/103"))
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        {**_JOB, "job_id": 102},
+        {**_JOB, "job_id": "102"},
+        {**_JOB, "job_id": 200, "array_job_id": 102},
+        {**_JOB, "job_id": 200, "array_job_id": {"set": True, "infinite": False, "number": 102}},
+        {**_JOB, "job_id": 200, "het_job_id": 102},
+        {**_JOB, "job_id": 200, "array_job_id": {"set": False, "infinite": False, "number": 0}, "het_job_id": 102},
+    ],
+)
+def test_every_id_of_a_queued_job_keeps_its_directory(base, monkeypatch, job):
+    runner = RecordingRunner()
+    runner.on(["squeue", "--json"], json.dumps({"jobs": [job], "errors": [], "warnings": []}))
+    _answer_with(monkeypatch, runner)
+    res = CliRunner().invoke(cli, ["checkpoints", "prune", "--base", str(base)])
+    assert res.exit_code == 0, res.output
+    assert (base / "alice" / "102").is_dir() and not (base / "alice" / "101").exists()

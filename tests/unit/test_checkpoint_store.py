@@ -222,3 +222,56 @@ def test_sigkill_during_writes_never_leaves_a_bad_latest(tmp_path):
         assert store.latest(d, verify_data=True).step == info.step
         start = info.step + 1000  # later runs write fresh steps above it
     assert store.latest(d) is not None  # the writer got at least one checkpoint in
+
+
+# -- issue 30: names matched in full, numbers that are numbers ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "odd",
+    ["ckpt-000000000009\n", "ckpt-٠٠٠٠٠٠٠٠٠٠٠٩", "ckpt-00000000000９", "ckpt-000000000009 ", "xckpt-000000000009"],
+)
+def test_only_ascii_checkpoint_names_matched_in_full_are_steps(tmp_path, odd):
+    # Issue 30, defect 6: "$" matched before a trailing newline, and \d took any script's digits.
+    store.write(str(tmp_path), 5, {"state": b"five"})
+    (tmp_path / odd).mkdir()
+    assert store.steps(str(tmp_path)) == [5]
+    assert store.read_manifest(str(tmp_path / odd)) is None
+
+
+@pytest.mark.parametrize("name", ["state\n", "stat٣", "state "])
+def test_file_names_are_matched_in_full(tmp_path, name):
+    with pytest.raises(ValueError, match="bad checkpoint file name"):
+        store.write(str(tmp_path), 1, {name: b"x"})
+
+
+def _forge(path, **changes):
+    """Rewrite a manifest with ``changes`` and a checksum that matches them (what a user could do)."""
+    doc = json.loads((path / store.MANIFEST).read_text())
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    body.update(changes)
+    (path / store.MANIFEST).write_bytes(store._manifest_bytes(body))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"step": True},
+        {"time": float("nan")},
+        {"time": "soon"},
+        {"files": {"state": {"size": True, "sha256": "0"}}},
+        {"files": {"state": {"size": 1.0, "sha256": "0"}}},
+    ],
+    ids=["step-true", "time-nan", "time-text", "size-true", "size-float"],
+)
+def test_a_manifest_with_numbers_that_are_not_numbers_is_not_a_checkpoint(tmp_path, changes):
+    info = store.write(str(tmp_path), 1, {"state": b"x"})
+    _forge(tmp_path / os.path.basename(info.path), **changes)
+    assert store.read_manifest(info.path) is None
+
+
+@pytest.mark.parametrize("value, want", [("3", 3), ("", 0), ("1_0", None), ("٣", None), ("x", None)])
+def test_the_restart_count_in_a_manifest_is_read_strictly(tmp_path, monkeypatch, value, want):
+    monkeypatch.setenv("SLURM_RESTART_COUNT", value)
+    info = store.write(str(tmp_path), 1, {"state": b"x"})
+    assert json.loads((tmp_path / os.path.basename(info.path) / store.MANIFEST).read_text())["restart_count"] == want

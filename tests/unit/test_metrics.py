@@ -28,6 +28,7 @@ from slurm_pool.metrics import cli as metrics_cli
 from slurm_pool.metrics.collector import PoolCollector
 from slurm_pool.metrics.outcomes import AGE_BUCKETS, OutcomeTally, parse_record
 from slurm_pool.metrics.parse import job_nodes, node_gpu_states
+from slurm_pool.text import control_chars
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "slurm"
@@ -664,3 +665,71 @@ def test_exporter_inference_options_reject(args, hint, tmp_path, monkeypatch):
     args = [a.format(nobridge=_spec_without_bridge(tmp_path), garbage=garbage) for a in args]
     res = CliRunner().invoke(metrics_cli.exporter, ["--once", *args])
     assert res.exit_code == 2 and hint in res.output and "Traceback" not in res.output, res.output
+
+
+# -- issue 30: label values and help texts never carry a control character ---------------------------
+
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31m\u202eevil\u2028x"
+
+
+def _hostile_runner(**where: str) -> RecordingRunner:
+    node = {"name": "n1", "state": ["IDLE"], "state_flags": ["DRAIN"], "reason": "r", "gres": "gpu:t:2"}
+    node.update({k: v for k, v in where.items() if k in ("name", "reason", "gres")})
+    job = {"job_id": 7, "job_state": "RUNNING", "qos": "q", "account": "a", "partition": "p", "nodes": "n1"}
+    job.update({k: v for k, v in where.items() if k in ("qos", "account", "partition", "nodes")})
+    job["tres_alloc_str"] = "gres/gpu=1"
+    r = RecordingRunner()
+    r.on(["sinfo", "--version"], "slurm 22.05.8\n")
+    r.on(["sinfo", "--json"], json.dumps({"nodes": [{**node, "partitions": [job["partition"]]}]}))
+    r.on(["squeue", "--json"], json.dumps({"jobs": [job]}))
+    return r
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"name": HOSTILE, "nodes": HOSTILE},
+        {"reason": HOSTILE},
+        {"gres": f"gpu:{HOSTILE}:2"},
+        {"qos": HOSTILE},
+        {"account": HOSTILE},
+        {"partition": HOSTILE},
+    ],
+    ids=lambda w: next(iter(w)),
+)
+def test_slurms_text_reaches_no_label_raw(where):
+    reg, _ = make_registry(_hostile_runner(**where))
+    text = generate_latest(reg).decode()
+    assert "slurm_pool_up 1.0" in text
+    assert control_chars(text.replace("\n", "")) == [] and "\\\\x1b" in text  # shown: \x1b, escaped once more
+
+
+def test_the_lend_partition_and_kubernetes_resources_reach_no_help_or_label_raw():
+    reg = CollectorRegistry()
+    reg.register(
+        PoolCollector(
+            SlurmClient(_hostile_runner()),
+            lend_partition=HOSTILE,
+            inference=lambda: {HOSTILE: 2},
+            gpu_resource=HOSTILE,
+        )
+    )
+    text = generate_latest(reg).decode()
+    assert control_chars(text.replace("\n", "")) == [] and "slurm_pool_inference_demand_gpus 2.0" in text
+
+
+@pytest.mark.parametrize(
+    "args, hint",
+    [
+        (["--lend-partition", "k8s\x1b[2J"], "--lend-partition"),
+        (["--lend-partition", "k8s\nlend"], "--lend-partition"),
+        (["--listen", "bad host:9877"], "not a host name or address"),
+        (["--listen", "h\x1b[2J:9877"], "not a host name or address"),
+        (["--listen", "[::1\n]:9877"], "not a host name or address"),
+        (["--listen", "127.0.0.1:٩٨٧٧"], "HOST:PORT"),
+    ],
+)
+def test_exporter_refuses_options_with_control_characters(args, hint, tmp_path):
+    res = CliRunner().invoke(metrics_cli.exporter, ["--once", "--state-dir", str(tmp_path), *args])
+    assert res.exit_code == 2 and hint in res.output and "Traceback" not in res.output, res.output
+    assert "\x1b" not in res.output

@@ -183,7 +183,7 @@ def test_bad_input() -> None:
         plan("V100", [], {})
     with pytest.raises(PlanError, match="bad demand entry '1g.5gb'"):
         parse_demand("A100-40GB", "1g.5gb")
-    with pytest.raises(PlanError, match="bad count 'x'"):
+    with pytest.raises(PlanError, match="demand 1g.5gb: 'x' is not a whole number"):
         parse_demand("A100-40GB", "1g.5gb=x")
     assert parse_demand("A100-40GB", "1g.5gb=2, 3g.20gb=1,1g.5gb=1") == {"1g.5gb": 3, "3g.20gb": 1}
 

@@ -15,6 +15,7 @@ from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.checkpoint import control, store
 from slurm_pool.node import jobdir
 from slurm_pool.node.hooks import Hooks, Log
+from slurm_pool.text import control_chars
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvml"
 NOW = 1_764_700_000.0
@@ -225,10 +226,10 @@ def _job_json(**over):
     return json.dumps({"jobs": [j]})
 
 
-def _written_by_the_user(job_dir: Path) -> None:
-    """What the job wrote is the job user's (the tests run as root)."""
-    for p in [job_dir / ".slurm-pool", *(job_dir / ".slurm-pool").iterdir()]:
-        os.chown(p, UID, GID, follow_symlinks=False)
+def _written_by_the_user(job_dir: Path, uid: int = UID) -> None:
+    """What the job wrote (checkpoints, the wrapper's outcome) is the job user's (the tests run as root)."""
+    for p in [job_dir, *job_dir.rglob("*")]:
+        os.chown(p, uid, uid, follow_symlinks=False)
 
 
 def test_epilog_records_a_preemption(tmp_path):
@@ -418,7 +419,7 @@ def test_root_reads_only_what_the_jobs_user_owns(tmp_path):
     other = tmp_path / "someone-else"
     store.write(str(other), 7, {"state": b"private"})
     control.write(str(other), control.OUTCOME, {"job_id": "42", "reason": "preempt"})
-    os.chown(other, 4242, 4242)
+    _written_by_the_user(other, 4242)
     assert jobdir.newest_checkpoint(str(other), UID) is None
     assert jobdir.read_outcome(str(other), UID) is None
     assert jobdir.newest_checkpoint(str(other), 4242)[0] == 7  # its owner's job may read it
@@ -493,3 +494,111 @@ def test_what_the_job_wrote_never_stops_the_epilog_health_check(tmp_path, text):
     assert rec["job_id"] == "42" and rec["event_time"] in (None, NOW - 10)
     for key in ("restart_count", "exit_code", "self_requeues", "checkpoint_age_s", "event_time"):
         assert rec[key] is None or abs(rec[key]) < 2**53
+
+
+# -- issue 30: a root hook trusts a file's owner, not its place ---------------------------------------
+
+OTHER = 4242
+
+
+def _plant(kind: str, target: Path, tmp: Path, payload: str) -> None:
+    """Put ``kind`` of thing at ``target`` (inside the job user's directory)."""
+    if kind in ("link-to-others", "link-to-own", "link-to-roots"):
+        src = tmp / f"elsewhere-{kind}"
+        src.write_text(payload)
+        os.chown(src, {"link-to-others": OTHER, "link-to-own": UID, "link-to-roots": 0}[kind], GID)
+        os.link(src, target)
+    elif kind == "roots":
+        target.write_text(payload)
+        os.chown(target, 0, 0)
+    elif kind == "others":
+        target.write_text(payload)
+        os.chown(target, OTHER, OTHER)
+    elif kind == "fifo":
+        os.mkfifo(target)
+        os.chown(target, UID, GID)
+    elif kind == "directory":
+        target.mkdir()
+        os.chown(target, UID, GID)
+    elif kind == "symlink":
+        (tmp / "secret").write_text(payload)
+        os.symlink(tmp / "secret", target)
+        os.chown(target, UID, GID, follow_symlinks=False)
+
+
+HOSTILE_FILES = [
+    ("link-to-others", f"owned by uid {OTHER}, not by the job's user (uid {UID})"),
+    ("link-to-own", "2 hard links"),
+    ("link-to-roots", "owned by uid 0"),
+    ("roots", "owned by uid 0"),
+    ("others", f"owned by uid {OTHER}"),
+    ("fifo", "not a regular file"),
+    ("directory", "not a regular file"),
+    ("symlink", "symbolic links"),
+]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+@pytest.mark.parametrize("kind,why", HOSTILE_FILES)
+def test_the_outcome_file_is_read_only_when_the_jobs_user_owns_it_alone(tmp_path, kind, why):
+    # Issue 30, defect 4: the epilog checked who owns the job's directories, not the file inside:
+    # a hard link to another user's outcome.json was read and its values recorded under this job.
+    d = tmp_path / "ckpt" / "alice" / "42"
+    (d / ".slurm-pool").mkdir(parents=True)
+    _written_by_the_user(d)
+    _plant(kind, d / ".slurm-pool" / "outcome.json", tmp_path, json.dumps({"job_id": "42", "reason": "preempt"}))
+    said: list[str] = []
+    assert jobdir.read_outcome(str(d), UID, said.append) is None
+    assert len(said) == 1 and "outcome.json: ignored (" in said[0] and why in said[0], said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+@pytest.mark.parametrize("kind,why", HOSTILE_FILES)
+def test_a_checkpoint_counts_only_when_the_jobs_user_owns_its_manifest_alone(tmp_path, kind, why):
+    d = tmp_path / "ckpt" / "alice" / "42"
+    store.write(str(d), 5, {"state": b"x"})
+    (d / "ckpt-000000000009").mkdir()
+    _written_by_the_user(d)
+    _plant(kind, d / "ckpt-000000000009" / store.MANIFEST, tmp_path, "{}")
+    why = "not a regular file" if kind == "symlink" else why  # lstat'ed, never opened
+    said: list[str] = []
+    assert jobdir.newest_checkpoint(str(d), UID, said.append)[0] == 5  # the older, honest one
+    assert len(said) == 1 and "ckpt-000000000009/MANIFEST.json: ignored (" in said[0] and why in said[0], said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_a_checkpoint_directory_of_another_user_inside_the_jobs_directory_is_not_counted(tmp_path):
+    d = tmp_path / "ckpt" / "alice" / "42"
+    store.write(str(d), 5, {"state": b"x"})
+    store.write(str(d), 9, {"state": b"y"})
+    _written_by_the_user(d)
+    os.chown(d / "ckpt-000000000009", OTHER, OTHER)
+    said: list[str] = []
+    assert jobdir.newest_checkpoint(str(d), UID, said.append)[0] == 5
+    assert said and f"owned by uid {OTHER}" in said[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_the_epilog_records_nothing_from_a_hard_linked_outcome_and_logs_why(tmp_path):
+    n = Node(tmp_path, "h100x8_healthy.json", epilog_query="no")
+    assert n.hooks().prolog() == 0
+    d = tmp_path / "ckpt" / "alice" / "42"
+    (d / ".slurm-pool").mkdir()
+    _written_by_the_user(d)
+    theirs = tmp_path / "bobs-outcome.json"  # bob's job 42 on another cluster, say
+    theirs.write_text(json.dumps({"job_id": "42", "reason": "preempt", "exit_code": 3, "time": NOW}))
+    os.chown(theirs, OTHER, OTHER)
+    os.link(theirs, d / ".slurm-pool" / "outcome.json")
+    h = n.hooks()
+    assert h.epilog() == 0
+    rec = json.loads((tmp_path / "state" / NODE / "outcomes.jsonl").read_text().splitlines()[-1])
+    assert rec["sources"] == [] and rec["reason"] is None and rec["exit_code"] is None
+    assert any(f"outcome.json: ignored (owned by uid {OTHER}" in line for line in n.log.lines), n.log.lines
+
+
+@pytest.mark.parametrize("path", ["/ckpt/\x1b]0;owned\x07", "/ckpt/a\nepilog: forged line", "/ckpt/\u202eevil"])
+def test_the_hooks_log_shows_job_supplied_text_on_one_line(tmp_path, path):
+    # A user-chosen checkpoint directory reaches the log (syslog, slurmd's log): never raw.
+    n = Node(tmp_path, "h100x8_healthy.json", epilog_query="no")
+    n.hooks(SPANK_SLURM_POOL_CHECKPOINT_DIR=path).prolog()
+    assert n.log.lines and all(not control_chars(line) for line in n.log.lines), n.log.lines

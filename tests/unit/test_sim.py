@@ -346,3 +346,50 @@ def test_lending_never_exceeds_idle_on_a_replayed_pool():
 def test_lending_bad_arguments(node_gpus, period, window):
     with pytest.raises(ValueError, match="must be positive"):
         replay_lending([(0, 8)], window, node_gpus, period, _always)
+
+
+# -- issue 30: numbers from traces are plain numbers, or the row is refused ---------------------------
+
+
+@pytest.mark.parametrize(
+    "arrival, gpus",
+    [
+        ("NaN", "1"),
+        ("nan", "1"),
+        ("inf", "1"),
+        ("1e400", "1"),
+        ("١٢", "1"),
+        ("1_0", "1"),
+        ("0", "1_0"),
+        ("0", "٢"),
+        ("0", "1.5"),
+        ("0", "True"),
+        ("0x10", "1"),
+    ],
+)
+def test_trace_rows_with_odd_numbers_are_refused_not_dropped(arrival, gpus):
+    # Issue 30, defect 5: NaN arrivals passed the ">= 0" check; "١٢" and "1_0" were read as 12 and 10.
+    text = f"a\tb\tc\td\te\t0\t1\na\tb\tc\td\te\t{arrival}\t{gpus}\n"
+    with pytest.raises(workload.TraceError, match=r"vc:2: arrival .* are not numbers"):
+        workload.parse_vc_trace(text, "vc")
+    with pytest.raises(workload.TraceError, match="arrivals:3: "):
+        workload.parse_arrivals_csv(f"vc,arrival_seconds,num_gpus\nx,0,1\nx,{arrival},{gpus}\n")
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e400", "١٢", "1_0", "True", "-5", " "])
+def test_runtime_rows_with_odd_numbers_are_refused_not_dropped(value):
+    with pytest.raises(workload.TraceError, match="runtimes:3: runtime"):
+        workload.parse_runtimes(f"runtime\n1\n{value}\n7\n")
+
+
+@pytest.mark.parametrize(
+    "parse, text, want",
+    [
+        (workload.parse_runtimes, "\ufeffruntime\n5\n1\n", [1.0, 5.0]),
+        (workload.parse_arrivals_csv, "\ufeffvc,arrival_seconds,num_gpus\nx,1,2\n", {"x": [workload.Arrival(1, 2)]}),
+        (workload.parse_vc_trace, "\ufeffa\tb\tc\td\te\t3\t2\n", [workload.Arrival(3, 2)]),
+    ],
+)
+def test_a_byte_order_mark_hides_no_column(parse, text, want):
+    # Issue 30, defect 5: a spreadsheet's UTF-8 BOM turned the header into "\ufeffruntime".
+    assert parse(text) == want

@@ -218,3 +218,70 @@ def test_report_tables_by_project_and_tier_steps():
     page = markdown([("dedicated", a), ("pool", b)], "t")
     assert "| pool | 100.0% | 2.00 | 0 | 30 | 2 | 0.0 |" in page
     assert "| x | 2 | 0 / 600 | 0 / 0 |" in page and "| y | 1 | 60 / 60 | 30 / 30 |" in page
+
+
+# -- issue 30: times and GPU counts are whole numbers or unset; anything else is refused --------------
+
+
+def _newer_job(**time_or_tres):
+    job = _job(3, "a", 10, 20, 30, [("gpu", 1)])
+    for key, value in time_or_tres.items():
+        if key == "count":
+            job["tres"]["allocated"][0]["count"] = value
+        else:
+            job["time"][key] = value
+    return job
+
+
+@pytest.mark.parametrize(
+    "over, field",
+    [
+        ({"count": True}, "tres.allocated[0].count: True is not a number"),
+        ({"count": "nan"}, "tres.allocated[0].count: 'nan'"),
+        ({"count": "1_0"}, "tres.allocated[0].count: '1_0'"),
+        ({"count": "٢"}, "tres.allocated[0].count: '٢'"),
+        ({"count": 1.5}, "tres.allocated[0].count: 1.5"),
+        ({"count": -2}, "tres.allocated[0].count: -2 is negative"),
+        ({"count": {"set": True, "infinite": False, "number": "x"}}, "tres.allocated[0].count: 'x'"),
+        ({"count": 1e400}, "tres.allocated[0].count: inf"),
+        ({"start": "nan"}, "time.start: 'nan'"),
+        ({"start": False}, "time.start: False is not a number"),
+        ({"end": "3_0"}, "time.end: '3_0'"),
+        ({"submission": "١٠"}, "time.submission: '١٠'"),
+        ({"end": {"set": True, "infinite": False, "number": 1e400}}, "time.end: inf"),
+    ],
+)
+def test_odd_numbers_in_an_export_are_refused_with_the_job_and_field(over, field):
+    # Issue 30, defect 5: "count": true was read as 1 GPU (now: 0, "no GPU"), "nan" or 1e400 as unset
+    # ("never ran"): the job vanished into the counts, or changed size.
+    data = {"jobs": [_job(2, "a", 5, 6, 7, [("gpu", 1)]), _newer_job(**over)]}
+    with pytest.raises(history.HistoryError) as err:
+        history.jobs_from_sacct(data, {"a": 4}, name="x.json")
+    assert str(err.value).startswith("x.json: jobs[1].") and field in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "over",
+    [{"end": 0}, {"end": None}, {"end": {"set": False, "infinite": False, "number": 0}}, {"count": None}],
+)
+def test_unset_values_are_still_left_out_and_counted(over):
+    data = {"jobs": [_job(2, "a", 5, 6, 7, [("gpu", 1)]), _newer_job(**over)]}
+    hist = history.jobs_from_sacct(data, {"a": 4})
+    assert len(hist.jobs) == 1 and sum(hist.skipped.values()) == 1
+
+
+@pytest.mark.parametrize("tres", ["gres/gpu=nan", "gres/gpu=1_0", "cpu=1,gres/gpu:a100=٢", "gres/gpu=inf"])
+def test_odd_numbers_in_a_tres_string_are_refused(tres):
+    job = {"job_id": 1, "account": "a", "submit_time": 5, "start_time": 6, "end_time": 9, "tres_alloc_str": tres}
+    with pytest.raises(history.HistoryError, match=r"jobs\[0\]\.tres_alloc_str gres/gpu"):
+        history.jobs_from_sacct({"jobs": [job]}, {"a": 4})
+
+
+def test_cli_refuses_an_export_with_a_boolean_gpu_count(tmp_path):
+    data = json.loads(SACCT.read_text())
+    data["jobs"][0]["tres"]["allocated"][-2]["count"] = True
+    f = tmp_path / "x.json"
+    f.write_text(json.dumps(data))
+    res = _cli("--spec", str(SPEC), "--sacct", str(f))
+    assert res.exit_code == 2 and "jobs[0].tres.allocated[5].count: True is not a number" in res.output, res.output
+    assert "Traceback" not in res.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.cli import cli
 from slurm_pool.metrics import status as st
 from slurm_pool.metrics.collector import PoolCollector
-from slurm_pool.metrics.status_cli import tail_preemptions
+from slurm_pool.metrics.status_cli import tail_preemptions, tier_usage
+from slurm_pool.text import control_chars
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "slurm"
@@ -411,3 +413,150 @@ def test_status_errors(slurm_replay, tmp_path, args, setup, code, message):
     assert res.exit_code == code, res.output
     assert message in res.output
     assert "Traceback" not in res.output
+
+
+# -- issue 30: Slurm's text never drives the terminal; unreadable output is exit 2 ------------------
+
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31m\u202eevil\u2028x\x1b[0m"
+
+
+def _node_doc(name="n1", reason="", gtype="a100", flags=("DRAIN",)):
+    return {
+        "nodes": [
+            {
+                "name": name,
+                "state": ["IDLE"],
+                "state_flags": list(flags),
+                "reason": reason,
+                "gres": f"gpu:{gtype}:2",
+                "gres_used": f"gpu:{gtype}:1(IDX:0)",
+                "partitions": ["p"],
+            }
+        ]
+    }
+
+
+def _job(**over):
+    job = {"job_id": 7, "job_state": "RUNNING", "qos": "q", "account": "a", "partition": "p", "nodes": "n1"}
+    job.update({"tres_alloc_str": "gres/gpu=1", "user_name": "u"}, **over)
+    return job
+
+
+def _sacct(**over):
+    now = int(time.time())  # a run inside --usage-hours of now
+    run = {"job_id": 9, "qos": "q", "state": {"current": "COMPLETED"}, "time": {"start": now - 99, "end": now - 9}}
+    run.update({"tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 1}]}}, **over)
+    return {"jobs": [run]}
+
+
+SCENES = {
+    "node name": (_node_doc(name=HOSTILE), [_job(nodes=HOSTILE, partition="k8s-lend")], None),
+    "drain reason": (_node_doc(reason=HOSTILE), [_job()], None),
+    "GRES type": (_node_doc(gtype=HOSTILE), [_job()], None),
+    "running job's QOS": (_node_doc(), [_job(qos=HOSTILE)], None),
+    "running job's account": (_node_doc(), [_job(account=HOSTILE)], None),
+    "pending job's QOS": (_node_doc(), [_job(qos=HOSTILE, job_state="PENDING", nodes="")], None),
+    "sacct's errors": (_node_doc(), [_job()], {"jobs": [], "errors": [{"error": HOSTILE}]}),
+    "sacct run's QOS": (_node_doc(), [_job()], _sacct(qos=HOSTILE)),
+}
+
+
+def _hostile_replay(monkeypatch, scene: str) -> RecordingRunner:
+    nodes, jobs, sacct = SCENES[scene]
+    r = RecordingRunner()
+    r.on(["sinfo", "--version"], "slurm 22.05.8\n")
+    r.on(["sinfo", "--json"], json.dumps(nodes))
+    r.on(["squeue", "--json"], json.dumps({"jobs": jobs}))
+    r.on(["sacct", "--json"], json.dumps(sacct or {"jobs": []}))
+    r.on(["sacctmgr"], "q|1.000000\n")
+    monkeypatch.setattr("slurm_pool.adapters.runner.SubprocessRunner", lambda **kw: r)
+    return r
+
+
+@pytest.mark.parametrize("scene", SCENES)
+def test_status_tables_show_slurms_text_and_never_pass_it_to_the_terminal(monkeypatch, scene):
+    # Issue 30, defect 2: escape sequences in a QOS, node name, drain reason... reached the terminal raw.
+    _hostile_replay(monkeypatch, scene)
+    res = CliRunner().invoke(cli, ["status", "--state-dir", "", "--usage-hours", "24"])
+    assert res.exit_code == 0, res.output
+    assert control_chars(res.output.replace("\n", "")) == [], res.output
+    assert "\\x1b" in res.output  # shown, so the reader sees something odd is there
+
+
+@pytest.mark.parametrize("scene", [s for s in SCENES if "sacct" not in s])
+def test_status_json_keeps_slurms_text_exact(monkeypatch, scene):
+    _hostile_replay(monkeypatch, scene)
+    res = CliRunner().invoke(cli, ["status", "--json", "--state-dir", "", "--usage-hours", "0"])
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.output and HOSTILE in _strings(json.loads(res.output))
+
+
+def _strings(data) -> set:
+    """Every key and string value in a JSON document, exactly as it was."""
+    if isinstance(data, dict):
+        return set(data) | {s for v in data.values() for s in _strings(v)}
+    if isinstance(data, list):
+        return {s for v in data for s in _strings(v)}
+    return {data} if isinstance(data, str) else set()
+
+
+@pytest.mark.parametrize(
+    "command, stdout, returncode, code, message",
+    [
+        (["squeue"], "slurm_load_jobs error", 0, 2, "squeue --json printed no readable job records: not JSON"),
+        (["squeue"], "", 0, 2, "squeue --json printed no readable job records"),
+        (["squeue"], '{"jobs": [], "errors": [{"error": "x"}]}', 0, 2, "job records: Slurm reported errors: x"),
+        (["squeue"], '{"jobs": ["7"]}', 0, 2, "job records: jobs[0] is str, not an object"),
+        (["squeue"], '{"jobs": {}}', 0, 2, "job records: no 'jobs' list"),
+        (["squeue"], '{"jobs": [{"job_id": NaN}]}', 0, 2, "job records: not JSON"),
+        (["sinfo", "--json"], "{", 0, 2, "sinfo --json printed no readable node records: not JSON"),
+        (["sinfo", "--json"], '{"nodes": [1]}', 0, 2, "node records: nodes[0] is int, not an object"),
+        (["sinfo", "--json"], '{"nodes": [], "errors": ["gone"]}', 0, 2, "node records: Slurm reported errors"),
+        (["squeue"], "", 1, 1, "squeue --json exited 1: \\x1b[2J"),
+        (["sinfo", "--json"], "", 1, 1, "sinfo --json exited 1: \\x1b[2J"),
+        (["sinfo", "--version"], "", 1, 1, "sinfo --version exited 1: \\x1b[2J"),
+    ],
+)
+def test_status_says_what_is_wrong_with_slurms_answer(slurm_replay, command, stdout, returncode, code, message):
+    # Issue 30, defect 3: unreadable JSON was reported as a failed command (exit 1).
+    r = slurm_replay("22.05", "idle")
+    r.on(command, stdout, returncode, "\x1b[2Jslurmctld down" if returncode else "")
+    res = CliRunner().invoke(cli, ["status", "--state-dir", "", "--usage-hours", "0"])
+    assert res.exit_code == code, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert len(res.output.splitlines()) == 1 and "\x1b" not in res.output
+
+
+@pytest.mark.parametrize(
+    "factor, why",
+    [("nan", "'nan'"), ("inf", "'inf'"), ("١", "'١'"), ("1_0", "'1_0'"), ("", "''"), ("-0.5", "negative")],
+)
+def test_usage_refuses_a_usage_factor_that_is_not_a_number(factor, why):
+    r = RecordingRunner()
+    r.on(["sacct"], json.dumps(_sacct()))
+    r.on(["sacctmgr"], f"q|{factor}\n")
+    usage = tier_usage(SlurmClient(r), 24, now=10)
+    assert "tiers" not in usage and usage["error"].startswith("sacctmgr show qos printed no readable UsageFactor")
+    assert why in usage["error"]
+
+
+@pytest.mark.parametrize("stdout", ["", "{", '{"jobs": [], "errors": [{"error": "x"}]}', '{"jobs": [true]}'])
+def test_usage_says_sacct_printed_nothing_readable_instead_of_failed(stdout):
+    r = RecordingRunner()
+    r.on(["sacct"], stdout)
+    usage = tier_usage(SlurmClient(r), 24, now=10)
+    assert "printed no readable job records" in usage["error"] and "failed" not in usage["error"]
+
+
+@pytest.mark.parametrize(
+    "field, value, kept",
+    [
+        ("job_id", "42\n", ""),
+        ("job_id", "42\x1b[2J", ""),
+        ("job_id", "42_3", "42_3"),
+        ("user", "alice\n", ""),
+        ("user", "alice", "alice"),
+    ],
+)
+def test_preemption_entries_take_ids_and_users_matched_in_full(field, value, kept):
+    assert st.preemption("a-gpu1", rec(**{field: value}))[field] == kept
