@@ -52,6 +52,9 @@ from slurm_pool.spec import parse_spec  # noqa: E402
 from slurm_pool.textio import parse_json  # noqa: E402
 from tests.support.mutation import paths  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostile  # noqa: E402  -- the third round: hostile values, and what comes out
+
 EXAMPLE_PATH = REPO / "examples" / "pool.yaml"
 EXAMPLE = yaml.safe_load(EXAMPLE_PATH.read_text())
 DATA = REPO / "tests" / "data" / "slurm"
@@ -281,7 +284,9 @@ def _run(work: Path, per_target: int, seed: int, timeout: float) -> dict[str, Ta
     return results
 
 
-def write(results: dict[str, Tally], argv: list[str], out: Path, seconds: float) -> None:
+def write(
+    results: dict[str, Tally], argv: list[str], out: Path, seconds: float, round3: dict[str, hostile.Tally]
+) -> None:
     lines = [
         "# Robustness: malformed input",
         "",
@@ -303,7 +308,40 @@ def write(results: dict[str, Tally], argv: list[str], out: Path, seconds: float)
     for name, t in results.items():
         for f in t.failures[:20]:
             lines.append(f"- {name}: `{f}`")
+    lines += [
+        "",
+        *_round3_intro(),
+        "",
+        "| target | inputs tried | handled cleanly | failures |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, h in round3.items():
+        lines.append(f"| {name} | {h.tried} | {h.clean} | {len(h.failures)} |")
+    total = sum(h.tried for h in round3.values())
+    bad = sum(len(h.failures) for h in round3.values())
+    lines += [f"| **all** | **{total}** | **{total - bad}** | **{bad}** |", ""]
+    for name, h in round3.items():
+        for f in h.failures[:20]:
+            lines.append(f"- {name}: `{f}`")
     out.write_text("\n".join(lines).rstrip() + "\n")
+
+
+def _round3_intro() -> list[str]:
+    return [
+        "## Third round: hostile values, and what comes out (issue 30)",
+        "",
+        "Every place a value can reach -- each string of the spec (found from the schema), each value of a MIG",
+        "plan and a needs file, each string of Slurm's JSON, each number the simulator reads -- given a trailing",
+        "newline, a whole `KEY=value` line, terminal escapes, NEL and U+2028, bidi controls, Rich markup, wrong",
+        "JSON types, and numbers Python reads too kindly (`1_0`, `١٢`, `nan`, `1e400`, `true`); and the",
+        "root-side readers given planted files.  *Clean* as above, and also: no raw control character on the",
+        "terminal; a refused spec names the field and writes nothing; an accepted one renders only `KEY=value`",
+        "lines of keys the example has; `mig emit gres` writes only `NodeName=<plan node>` lines;",
+        "`checkpoints prune` keeps a queued job's directory whatever `squeue` prints; the simulator refuses a",
+        "number it cannot trust; the epilog reads only the job user's own singly-linked regular file.",
+        "Fake `sinfo`/`squeue`/`sacct` scripts first on PATH play Slurm.  The same sweep on the code before",
+        "this round (`git checkout ceaca54`) mishandled 800 of the 7,208.",
+    ]
 
 
 def main() -> int:
@@ -315,10 +353,11 @@ def main() -> int:
     args = ap.parse_args()
     start = time.monotonic()
     results = run(args.per_target, args.seed, args.timeout)
+    round3 = hostile.run(None, args.seed, args.timeout)
     shown = [a for a in sys.argv[1:]]
-    write(results, shown, Path(args.out), time.monotonic() - start)
-    bad = sum(len(t.failures) for t in results.values())
-    for name, t in results.items():
+    write(results, shown, Path(args.out), time.monotonic() - start, round3)
+    bad = sum(len(t.failures) for t in results.values()) + sum(len(h.failures) for h in round3.values())
+    for name, t in [*results.items(), *round3.items()]:
         print(f"{name}: {t.tried} tried, {t.clean} clean, {len(t.failures)} failures")
         for f in t.failures[:5]:
             print(f"  {f}")

@@ -72,7 +72,9 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
     commands = slurm.version()
     config = parse_config_text(runner.run(["scontrol", "show", "config"]).stdout)
     try:
-        controller: SlurmVersion | None = SlurmVersion.parse(config.get("SLURM_VERSION", ""), what="slurmctld", output=True)
+        controller: SlurmVersion | None = SlurmVersion.parse(
+            config.get("SLURM_VERSION", ""), what="slurmctld", output=True
+        )
     except VersionError:
         controller = None
     deferred: list[str] = []

@@ -9,7 +9,10 @@ a run that finds it held by another live run changes nothing and exits 0.
 
 Exit 0 when every step succeeded (or there was nothing to do), 1 when any step
 failed or was refused (a PodDisruptionBudget's 429 is retried by the next
-run), 2 for a bad spec.
+run) or a Kubernetes object could not be read (the run then held still), 2 for
+a bad spec or an answer from Slurm or Kubernetes that made a safe plan
+impossible (nothing was changed).  Every text from them is shown
+terminal-safe.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from datetime import datetime, timezone
 
 import click
 
-from slurm_pool.errors import Issue, SpecError
+from slurm_pool.errors import InputError, Issue, SpecError
 from slurm_pool.spec.bridge import Bridge
+from slurm_pool.text import matches, shown
 
 
 def parse_now(value: str | None, config: Bridge) -> datetime:
@@ -86,12 +90,14 @@ def rebalance(
     slurm = SlurmSide(client, config)
     try:
         forecast, notes = build_forecast(spec, config, Sources(client), when)
+    except InputError:
+        raise
     except (CommandError, OSError, ValueError) as exc:
-        raise click.ClickException(f"cannot read Slurm's history for the forecast: {exc}") from None
+        raise click.ClickException(shown(f"cannot read Slurm's history for the forecast: {exc}")) from None
     try:
         k8s = KubernetesAPI.connect(config, kubeconfig)
     except Exception as exc:  # the client raises several unrelated types for a bad config
-        raise click.ClickException(f"cannot reach Kubernetes: {exc}") from None
+        raise click.ClickException(shown(f"cannot reach Kubernetes: {exc}")) from None
     try:
         report = reconcile(
             slurm,
@@ -105,10 +111,12 @@ def rebalance(
             preemptors=lend_preemptors(spec, config),
         )
     except LeaseHeld as exc:  # another run is at work: nothing wrong, nothing to do
-        click.echo(f"skipped: {exc}", err=True)
+        click.echo(shown(f"skipped: {exc}"), err=True)
         return
+    except InputError:  # an answer that makes a safe plan impossible: reported as bad input, exit 2
+        raise
     except (CommandError, K8sError, OSError, ValueError) as exc:
-        raise click.ClickException(f"cannot observe Slurm and Kubernetes: {exc}") from None
+        raise click.ClickException(shown(f"cannot observe Slurm and Kubernetes: {exc}")) from None
     finally:
         k8s.close()
     if as_json:
@@ -133,14 +141,16 @@ def fence_node(node: str, kubeconfig: str, seconds: float) -> None:
     from slurm_pool.bridge.fence import fence_node as fence
     from slurm_pool.bridge.k8s import KubernetesAPI
 
+    if not matches("k8s-name", node):
+        raise click.BadParameter(f"{shown(repr(node))} is not a Kubernetes node name", param_hint="NODE")
     try:
         api = KubernetesAPI.connect(Bridge(), kubeconfig)
     except Exception as exc:  # the client raises several unrelated types for a bad config
-        raise click.ClickException(f"cannot reach Kubernetes: {exc}") from None
+        raise click.ClickException(shown(f"cannot reach Kubernetes: {exc}")) from None
     try:
         res = fence(api, node, seconds)
     finally:
         api.close()
-    click.echo(f"fence {node}: {res.detail}")
+    click.echo(shown(f"fence {node}: {res.detail}"))
     if not res.ok:
         raise click.exceptions.Exit(1)

@@ -27,11 +27,35 @@ For each InferenceService that is not being deleted, and each of its components
   exists, else ``pipelineParallelSize - 1``; each worker pod asks for its
   containers' GPUs (merged with the runtime's ``workerSpec``), or
   ``tensorParallelSize`` GPUs when they name none.
+
+Every field is read through :mod:`slurm_pool.bridge.objects`: a quantity or a
+count of the wrong shape (negative, a boolean, ``1_0``, non-ASCII digits, NaN)
+makes its InferenceService unreadable, never a smaller demand.
+:func:`total_demand` raises :class:`~slurm_pool.bridge.objects.Unreadable` for
+the first, or with ``problems`` lists each and leaves that service out (the
+planner then lends no more and gives nothing back for demand).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
+from slurm_pool.bridge.objects import (
+    Obj,
+    Unreadable,
+    count,
+    devices,
+    flag,
+    ident,
+    identity,
+    mapping,
+    objects,
+    show,
+    string,
+    strings,
+)
 
 COMPONENTS = ("predictor", "transformer", "explainer")
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
@@ -39,29 +63,35 @@ COMPONENT_LABEL = "component"
 MODEL_CONTAINER = "kserve-container"
 WORKER_CONTAINER = "worker-container"
 MIG_PREFIX = "nvidia.com/mig-"
-Obj = Mapping[str, Any]
+#: A MIG slice's resource name as the device plugin writes it (``nvidia.com/mig-3g.20gb``).
+_MIG = re.compile(r"nvidia\.com/mig-[A-Za-z0-9._+-]{1,60}")
 
 
-def gpu_like(resource: str, gpu_resource: str = "nvidia.com/gpu") -> bool:
+def gpu_like(resource: object, gpu_resource: str = "nvidia.com/gpu") -> bool:
     """A resource the bridge counts: the configured GPU resource, ``nvidia.com/gpu`` or a MIG slice."""
+    if not isinstance(resource, str):
+        return False
     return resource in (gpu_resource, "nvidia.com/gpu") or resource.startswith(MIG_PREFIX)
 
 
-def _int(value: Any) -> int:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
+def _gpu_like(resource: object, gpu_resource: str, path: str) -> bool:
+    """:func:`gpu_like`; :class:`Unreadable` for a MIG-like name that is no resource name (it may be one)."""
+    mig = isinstance(resource, str) and resource.startswith(MIG_PREFIX) and resource != gpu_resource
+    if mig and not _MIG.fullmatch(str(resource)):
+        raise Unreadable(f"{path}: {show(resource)} is not a MIG resource name")
+    return gpu_like(resource, gpu_resource)
 
 
-def container_gpus(container: Obj, gpu_resource: str = "nvidia.com/gpu") -> dict[str, int]:
-    """GPU-like resources one container asks for (limits, else requests)."""
-    res = container.get("resources") or {}
-    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+def container_gpus(container: Obj, gpu_resource: str = "nvidia.com/gpu", path: str = "container") -> dict[str, int]:
+    """GPU-like resources one container asks for (limits, else requests); :class:`Unreadable` on a bad one."""
+    res = mapping(container, "resources", f"{path}.resources")
+    limits = mapping(res, "limits", f"{path}.resources.limits")
+    requests = mapping(res, "requests", f"{path}.resources.requests")
     out: dict[str, int] = {}
-    for name in {*limits, *requests}:
-        if gpu_like(name, gpu_resource):
-            amount = _int(limits[name] if name in limits else requests[name])
+    for name in sorted({*limits, *requests}, key=str):
+        if _gpu_like(name, gpu_resource, f"{path}.resources"):
+            key, values = ("limits", limits) if name in limits else ("requests", requests)
+            amount = devices(values[name], f"{path}.resources.{key}[{name}]")
             if amount:
                 out[name] = amount
     return out
@@ -73,72 +103,169 @@ def _add(total: dict[str, int], more: Mapping[str, int], times: int = 1) -> None
 
 
 def _pod_gpus(
-    main: Obj | None, runtime_containers: Iterable[Obj], extra: Iterable[Obj], main_name: str, gpu_resource: str
+    main: Obj | None,
+    runtime_containers: list[Obj],
+    extra: list[Obj],
+    main_name: str,
+    gpu_resource: str,
+    paths: tuple[str, str, str],
 ) -> dict[str, int]:
-    """One pod: ``main`` merged over the runtime container named ``main_name``, plus the rest."""
+    """One pod: ``main`` merged over the runtime container named ``main_name``, plus the rest.
+
+    ``paths``: where ``main``, the runtime's containers and ``extra`` are, for messages.
+    """
+    main_at, runtime_at, extra_at = paths
     total: dict[str, int] = {}
     merged = False
-    for rc in runtime_containers:
+    for i, rc in enumerate(runtime_containers):
+        here = container_gpus(rc, gpu_resource, f"{runtime_at}[{i}]")
         if main is not None and rc.get("name") == main_name:
-            _add(total, container_gpus(rc, gpu_resource) | container_gpus(main, gpu_resource))
+            _add(total, here | container_gpus(main, gpu_resource, main_at))
             merged = True
         else:
-            _add(total, container_gpus(rc, gpu_resource))
+            _add(total, here)
     if main is not None and not merged:
-        _add(total, container_gpus(main, gpu_resource))
-    for c in extra:
-        _add(total, container_gpus(c, gpu_resource))
+        _add(total, container_gpus(main, gpu_resource, main_at))
+    for i, c in enumerate(extra):
+        _add(total, container_gpus(c, gpu_resource, f"{extra_at}[{i}]"))
     return total
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
+def _namespace(obj: Obj) -> str:
+    meta = obj.get("metadata")
+    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return ns if isinstance(ns, str) else ""
+
+
+def _name(obj: Obj) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
 
 
 def find_runtime(isvc: Obj, runtimes: Iterable[Obj], cluster_runtimes: Iterable[Obj]) -> Obj | None:
     """The (Cluster)ServingRuntime KServe uses for ``isvc``'s predictor, under the module docstring's rule."""
-    ns = _meta(isvc).get("namespace", "")
-    local = [r for r in runtimes if _meta(r).get("namespace", ns) == ns]
-    cluster = sorted(cluster_runtimes, key=lambda r: _meta(r).get("name", ""))
-    status = isvc.get("status") or {}
-    model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model") or {}
+    ns = _namespace(isvc)
+    local = [r for r in runtimes if _namespace(r) in (ns, "")]
+    cluster = sorted(cluster_runtimes, key=_name)
+    status = mapping(isvc, "status", "status")
+    predictor = mapping(mapping(isvc, "spec", "spec"), "predictor", "spec.predictor")
+    model = mapping(predictor, "model", "spec.predictor.model")
 
     def named(name: str, pool: list[Obj]) -> Obj | None:
-        return next((r for r in pool if _meta(r).get("name") == name), None)
+        return next((r for r in pool if _name(r) == name), None)
 
-    if status.get("servingRuntimeName"):
-        return named(status["servingRuntimeName"], local)
-    if status.get("clusterServingRuntimeName"):
-        return named(status["clusterServingRuntimeName"], cluster)
-    if model.get("runtime"):
-        return named(model["runtime"], local) or named(model["runtime"], cluster)
-    fmt = (model.get("modelFormat") or {}).get("name")
+    recorded = string(status, "servingRuntimeName", "status.servingRuntimeName")
+    if recorded:
+        return named(recorded, local)
+    recorded = string(status, "clusterServingRuntimeName", "status.clusterServingRuntimeName")
+    if recorded:
+        return named(recorded, cluster)
+    wanted = string(model, "runtime", "spec.predictor.model.runtime")
+    if wanted:
+        return named(wanted, local) or named(wanted, cluster)
+    fmt = string(mapping(model, "modelFormat", "spec.predictor.model.modelFormat"), "name", "modelFormat.name")
     if not fmt:
         return None
     for r in [*local, *cluster]:
-        spec = r.get("spec") or {}
-        if spec.get("disabled"):
+        where = ident(str(r.get("kind") or "ServingRuntime"), r)
+        spec = mapping(r, "spec", f"{where}: spec")
+        if flag(spec, "disabled", f"{where}: spec.disabled"):
             continue
-        if any(f.get("name") == fmt and f.get("autoSelect", False) for f in spec.get("supportedModelFormats") or []):
+        formats = objects(spec, "supportedModelFormats", f"{where}: spec.supportedModelFormats")
+        if any(f.get("name") == fmt and flag(f, "autoSelect", f"{where}: autoSelect") for f in formats):
             return r
     return None
 
 
-def _replicas(name: str, ns: str, component: Obj, deployments: Mapping[tuple[str, str], Obj], hpas) -> int:
-    low = _int(component.get("minReplicas", 1)) if component.get("minReplicas") is not None else 1
-    hpa = hpas.get((ns, name))
-    dep = deployments.get((ns, name))
-    if hpa is not None and isinstance((hpa.get("status") or {}).get("desiredReplicas"), int):
-        want = hpa["status"]["desiredReplicas"]
-    elif dep is not None and (dep.get("spec") or {}).get("replicas") is not None:
-        want = _int(dep["spec"]["replicas"])
-    else:
-        want = low
-    return max(want, low)
+@dataclass
+class _Observed:
+    """The objects beside the InferenceServices, indexed once; ``problems`` collects what could not be read."""
+
+    deployments: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    hpas: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    runtimes: list[Obj] = field(default_factory=list)
+    cluster_runtimes: list[Obj] = field(default_factory=list)
+    #: (namespace, service, component, bound) of each live pod of a service
+    pods: list[tuple[str, str, str, bool]] = field(default_factory=list)
 
 
-def _index(objs: Iterable[Obj]) -> dict[tuple[str, str], Obj]:
-    return {(_meta(o).get("namespace", ""), _meta(o).get("name", "")): o for o in objs}
+def _keep(problems: list[str] | None, exc: Unreadable) -> None:
+    if problems is None:
+        raise exc
+    problems.append(str(exc))
+
+
+def _observed(
+    deployments: Iterable[Obj],
+    hpas: Iterable[Obj],
+    runtimes: Iterable[Obj],
+    cluster_runtimes: Iterable[Obj],
+    pods: Iterable[Obj],
+    problems: list[str] | None,
+) -> _Observed:
+    out = _Observed()
+    for kind, objs, into in (("Deployment", deployments, out.deployments), ("HorizontalPodAutoscaler", hpas, out.hpas)):
+        for o in objs:
+            try:
+                into[identity(o, kind)] = o
+            except Unreadable as exc:
+                _keep(problems, exc)
+    for kind, objs, namespaced, pool in (
+        ("ServingRuntime", runtimes, True, out.runtimes),
+        ("ClusterServingRuntime", cluster_runtimes, False, out.cluster_runtimes),
+    ):
+        for o in objs:
+            try:
+                identity(o, kind, namespaced)
+                pool.append(o)
+            except Unreadable as exc:
+                _keep(problems, exc)
+    for p in pods:
+        try:
+            fact = _pod_fact(p)
+        except Unreadable as exc:
+            _keep(problems, Unreadable(f"{ident('Pod', p)}: {exc}"))
+            continue
+        if fact is not None:
+            out.pods.append(fact)
+    return out
+
+
+def _pod_fact(pod: Any) -> tuple[str, str, str, bool] | None:
+    """(namespace, service, component, bound) of a live pod of an InferenceService; None for any other pod."""
+    if not isinstance(pod, Mapping):
+        raise Unreadable(f"{show(pod)} is not an object")
+    meta = mapping(pod, "metadata", "metadata")
+    labels = strings(meta, "labels", "metadata.labels")
+    service = labels.get(ISVC_LABEL)
+    if service is None:
+        return None
+    ns = string(meta, "namespace", "metadata.namespace")
+    component = labels.get(COMPONENT_LABEL, "")
+    gone = meta.get("deletionTimestamp") is not None
+    phase = string(mapping(pod, "status", "status"), "phase", "status.phase", "Pending")
+    bound = bool(string(mapping(pod, "spec", "spec"), "nodeName", "spec.nodeName"))
+    if gone or phase not in ("Pending", "Running"):
+        return None
+    return ns, service, component, bound
+
+
+def _replicas(name: str, ns: str, component: Obj, seen: _Observed, path: str) -> int:
+    low = 1 if component.get("minReplicas") is None else count(component["minReplicas"], f"{path}.minReplicas")
+    hpa, dep = seen.hpas.get((ns, name)), seen.deployments.get((ns, name))
+    want = None
+    if hpa is not None:
+        where = ident("HorizontalPodAutoscaler", hpa)
+        desired = mapping(hpa, "status", f"{where}: status").get("desiredReplicas")
+        if desired is not None:
+            want = count(desired, f"{where}: status.desiredReplicas")
+    if want is None and dep is not None:
+        where = ident("Deployment", dep)
+        replicas = mapping(dep, "spec", f"{where}: spec").get("replicas")
+        if replicas is not None:
+            want = count(replicas, f"{where}: spec.replicas")
+    return max(low if want is None else want, low)
 
 
 def isvc_demand(
@@ -150,66 +277,88 @@ def isvc_demand(
     cluster_runtimes: Iterable[Obj] = (),
     pods: Iterable[Obj] = (),
 ) -> dict[str, int]:
-    """GPU-like resource -> amount one InferenceService wants (the module docstring's rule)."""
-    meta = _meta(isvc)
-    if meta.get("deletionTimestamp"):
+    """GPU-like resource -> amount one InferenceService wants (the module docstring's rule).
+
+    Raises :class:`~slurm_pool.bridge.objects.Unreadable` when it, or an object it depends on, cannot be read.
+    """
+    seen = _observed(deployments, hpas, runtimes, cluster_runtimes, pods, None)
+    return _demand(isvc, gpu_resource, seen)
+
+
+def _demand(isvc: Obj, gpu_resource: str, seen: _Observed) -> dict[str, int]:
+    where = ident("InferenceService", isvc)
+    ns, name = identity(isvc, "InferenceService")
+    try:
+        return _components(isvc, ns, name, gpu_resource, seen)
+    except Unreadable as exc:
+        raise Unreadable(f"{where}: {exc}") from None
+
+
+def _components(isvc: Obj, ns: str, name: str, gpu_resource: str, seen: _Observed) -> dict[str, int]:
+    if mapping(isvc, "metadata", "metadata").get("deletionTimestamp") is not None:
         return {}
-    name, ns = meta.get("name", ""), meta.get("namespace", "")
-    deps, autoscalers = _index(deployments), _index(hpas)
-    pods = list(pods)
-    spec = isvc.get("spec") or {}
+    spec = mapping(isvc, "spec", "spec")
     total: dict[str, int] = {}
     for comp in COMPONENTS:
-        component = spec.get(comp)
+        at = f"spec.{comp}"
+        component = mapping(spec, comp, at)
         if not component:
             continue
-        runtime = find_runtime(isvc, runtimes, cluster_runtimes) if comp == "predictor" else None
-        rspec = (runtime or {}).get("spec") or {}
-        model = component.get("model") if comp == "predictor" else None
+        runtime = find_runtime(isvc, seen.runtimes, seen.cluster_runtimes) if comp == "predictor" else None
+        r_at = ident(str((runtime or {}).get("kind") or "ServingRuntime"), runtime or {})
+        rspec = mapping(runtime or {}, "spec", f"{r_at}: spec")
+        model = None
+        if comp == "predictor" and component.get("model") is not None:
+            model = mapping(component, "model", f"{at}.model")
         per_pod = _pod_gpus(
-            model if model is not None else None,
-            rspec.get("containers") or [] if model is not None else [],
-            component.get("containers") or [],
+            model,
+            objects(rspec, "containers", f"{r_at}: spec.containers") if model is not None else [],
+            objects(component, "containers", f"{at}.containers"),
             MODEL_CONTAINER,
             gpu_resource,
+            (f"{at}.model", f"{r_at}: spec.containers", f"{at}.containers"),
         )
-        replicas = _replicas(f"{name}-{comp}", ns, component, deps, autoscalers)
-        live = [
-            p
-            for p in pods
-            if _meta(p).get("namespace") == ns
-            and (_meta(p).get("labels") or {}).get(ISVC_LABEL) == name
-            and (_meta(p).get("labels") or {}).get(COMPONENT_LABEL) == comp
-            and not _meta(p).get("deletionTimestamp")
-            and (p.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
-        ]
-        pending = sum(1 for p in live if not (p.get("spec") or {}).get("nodeName"))
-        if pending:
+        replicas = _replicas(f"{name}-{comp}", ns, component, seen, at)
+        live = [bound for p_ns, svc, c, bound in seen.pods if p_ns == ns and svc == name and c == comp]
+        if any(not bound for bound in live):
             replicas = max(replicas, len(live))
         _add(total, per_pod, replicas)
-        worker = component.get("workerSpec") if comp == "predictor" else None
-        if worker is not None:
-            _add(total, _worker_demand(name, ns, worker, rspec.get("workerSpec") or {}, deps, gpu_resource), replicas)
+        if comp == "predictor" and component.get("workerSpec") is not None:
+            worker = mapping(component, "workerSpec", f"{at}.workerSpec")
+            runtime_worker = mapping(rspec, "workerSpec", f"{r_at}: spec.workerSpec")
+            _add(total, _worker_demand(name, ns, worker, runtime_worker, seen, gpu_resource, r_at), replicas)
     return {k: v for k, v in total.items() if v}
 
 
-def _worker_demand(name: str, ns: str, worker: Obj, runtime_worker: Obj, deps, gpu_resource: str) -> dict[str, int]:
+def _worker_demand(
+    name: str, ns: str, worker: Obj, runtime_worker: Obj, seen: _Observed, gpu_resource: str, r_at: str
+) -> dict[str, int]:
     """GPU-like resources of one replica's worker pods."""
-    dep = deps.get((ns, f"{name}-predictor-worker"))
-    if dep is not None and (dep.get("spec") or {}).get("replicas") is not None:
-        count = _int(dep["spec"]["replicas"])
+    at = "spec.predictor.workerSpec"
+    dep = seen.deployments.get((ns, f"{name}-predictor-worker"))
+    replicas = None
+    if dep is not None:
+        where = ident("Deployment", dep)
+        replicas = mapping(dep, "spec", f"{where}: spec").get("replicas")
+        if replicas is not None:
+            replicas = count(replicas, f"{where}: spec.replicas")
+    if replicas is not None:
+        workers = replicas
     else:
-        pps = worker.get("pipelineParallelSize", runtime_worker.get("pipelineParallelSize", 1))
-        count = max(_int(pps) - 1, 0)
-    containers = worker.get("containers") or []
-    main = next((c for c in containers if c.get("name") == WORKER_CONTAINER), None)
-    rest = [c for c in containers if c is not main]
-    per_pod = _pod_gpus(main or {}, runtime_worker.get("containers") or [], rest, WORKER_CONTAINER, gpu_resource)
+        pps = worker.get("pipelineParallelSize", runtime_worker.get("pipelineParallelSize"))
+        workers = max(count(1 if pps is None else pps, f"{at}.pipelineParallelSize") - 1, 0)
+    containers = objects(worker, "containers", f"{at}.containers")
+    main_i = next((i for i, c in enumerate(containers) if c.get("name") == WORKER_CONTAINER), None)
+    main = containers[main_i] if main_i is not None else {}
+    rest = [c for i, c in enumerate(containers) if i != main_i]
+    paths = (f"{at}.containers[{main_i}]", f"{r_at}: spec.workerSpec.containers", f"{at}.containers (others)")
+    runtime_containers = objects(runtime_worker, "containers", f"{r_at}: spec.workerSpec.containers")
+    per_pod = _pod_gpus(main, runtime_containers, rest, WORKER_CONTAINER, gpu_resource, paths)
     if not per_pod:
         tps = worker.get("tensorParallelSize", runtime_worker.get("tensorParallelSize"))
         if tps is not None:
-            per_pod = {gpu_resource: _int(tps)}
-    return {k: v * count for k, v in per_pod.items()}
+            per_pod = {gpu_resource: count(tps, f"{at}.tensorParallelSize")}
+    return {k: v * workers for k, v in per_pod.items()}
 
 
 def total_demand(
@@ -220,17 +369,31 @@ def total_demand(
     runtimes: Iterable[Obj] = (),
     cluster_runtimes: Iterable[Obj] = (),
     pods: Iterable[Obj] = (),
+    problems: list[str] | None = None,
 ) -> dict[str, int]:
-    """:func:`isvc_demand` summed over ``isvcs``."""
-    deployments, hpas, runtimes = list(deployments), list(hpas), list(runtimes)
-    cluster_runtimes, pods = list(cluster_runtimes), list(pods)
+    """:func:`isvc_demand` summed over ``isvcs``.
+
+    An object that cannot be read raises :class:`~slurm_pool.bridge.objects.Unreadable`, or, given
+    ``problems``, is listed there and left out (a service left out adds nothing: the caller must not
+    act on the total as if it were whole).
+    """
+    seen = _observed(deployments, hpas, runtimes, cluster_runtimes, pods, problems)
     total: dict[str, int] = {}
     for i in isvcs:
-        _add(total, isvc_demand(i, gpu_resource, deployments, hpas, runtimes, cluster_runtimes, pods))
+        try:
+            _add(total, _demand(i, gpu_resource, seen))
+        except Unreadable as exc:
+            _keep(problems, exc)
     return total
 
 
 def allocatable_gpus(node: Obj, gpu_resource: str = "nvidia.com/gpu") -> dict[str, int]:
-    """A Node's allocatable GPU-like resources."""
-    alloc = (node.get("status") or {}).get("allocatable") or {}
-    return {k: _int(v) for k, v in alloc.items() if gpu_like(k, gpu_resource) and _int(v)}
+    """A Node's allocatable GPU-like resources; :class:`Unreadable` when one is not a device count."""
+    alloc = mapping(mapping(node, "status", "status"), "allocatable", "status.allocatable")
+    out = {}
+    for k, v in alloc.items():
+        if _gpu_like(k, gpu_resource, "status.allocatable"):
+            n = devices(v, f"status.allocatable[{k}]")
+            if n:
+                out[k] = n
+    return out

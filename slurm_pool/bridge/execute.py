@@ -3,7 +3,10 @@
 Steps run phase by phase across all nodes (see ``PHASES``), so one node's wait
 does not hold up another node's eviction.  A failed step ends its node's
 work for this run; every other node goes on.  Errors are collected into the
-report, never raised; the run fails (exit 1) if any step failed.
+report, never raised; the run fails (exit 1) if any step failed.  A Node read
+again for a patch, or a pod list, that cannot be read fails its step
+(:class:`~slurm_pool.bridge.objects.Unreadable`); a pod that cannot be read
+still counts as on its node.
 """
 
 from __future__ import annotations
@@ -26,9 +29,14 @@ from slurm_pool.bridge.k8s import (
     update_node,
 )
 from slurm_pool.bridge.model import PLACEHOLDER_RUNNING, pod_view
+from slurm_pool.bridge.objects import listed
 from slurm_pool.bridge.plan import Plan, Step
 from slurm_pool.bridge.slurm_side import SlurmSide
+from slurm_pool.errors import InputError
 from slurm_pool.spec.bridge import Bridge
+
+#: What a step may meet: a failed command or API call, or an answer it cannot read.
+_STEP_ERRORS = (CommandError, K8sError, InputError, OSError)
 
 #: Placeholder states after which it will never run.
 _ENDED = {
@@ -116,7 +124,7 @@ class Executor:
             res = StepResult(step.node, step.kind, True, detail)
         except StepFailed as exc:
             res = StepResult(step.node, step.kind, False, exc.detail, exc.errors, exc.blocked)
-        except (CommandError, K8sError, OSError) as exc:
+        except _STEP_ERRORS as exc:
             res = StepResult(step.node, step.kind, False, "failed", [str(exc)])
         res.seconds = round(self.clock() - began, 2)
         return res
@@ -215,7 +223,7 @@ class Executor:
                     )
                     del open_[s]
                     continue
-                except (CommandError, K8sError, OSError) as exc:
+                except _STEP_ERRORS as exc:
                     done, note = False, str(exc)
                 if done:
                     results.append(StepResult(s.node, s.kind, True, note, seconds=round(self.clock() - began, 2)))
@@ -248,10 +256,9 @@ class Executor:
             if state in _ENDED:
                 raise StepFailed(f"placeholder {job} ended before it ran ({state or 'gone'})")
             return False, f"placeholder {job} {state} ({reason})"
+        pods = listed(self.k8s.list_pods(step.node), "Pods")
         left = [
-            p
-            for p in (pod_view(o) for o in self.k8s.list_pods(step.node))
-            if p is not None and p.node == step.node and p.workload
+            p for p in (pod_view(o, step.node) for o in pods) if p is not None and p.node == step.node and p.workload
         ]
         if not left:
             return True, "no pods left"

@@ -7,7 +7,9 @@ it, and wait until none is left.  Pods are deleted, not evicted: Slurm has
 already decided, so a PodDisruptionBudget may not block it.  Each pod keeps
 its own termination grace, so a pod is gone from the API only once its kubelet
 has stopped it (a delete with grace 0 would remove it while it still runs).  The deadline is ``bridge.fence_seconds``, which the
-lend tier's GraceTime covers (``check_bridge``).
+lend tier's GraceTime covers (``check_bridge``).  A pod listed on the node that
+cannot be read still counts as there; one that cannot be named cannot be
+deleted, so the fence then ends not ok at its deadline.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from slurm_pool.bridge.k8s import K8sAPI, K8sError, NotFound, fence_patch, update_node
-from slurm_pool.bridge.model import pod_view
+from slurm_pool.bridge.model import PodView, pod_view
+from slurm_pool.bridge.objects import Unreadable, listed
 
 
 @dataclass
@@ -26,14 +29,10 @@ class FenceResult:
     detail: str
 
 
-def _left(api: K8sAPI, node: str) -> list[tuple[str, str, bool]]:
-    """(namespace, name, terminating) of the workload pods still bound to ``node``."""
-    out = []
-    for obj in api.list_pods(node):
-        p = pod_view(obj)
-        if p is not None and p.node == node and p.workload:
-            out.append((p.namespace, p.name, p.terminating))
-    return out
+def _left(api: K8sAPI, node: str) -> list[PodView]:
+    """The workload pods still bound to ``node``."""
+    views = (pod_view(obj, node) for obj in listed(api.list_pods(node), "Pods"))
+    return [p for p in views if p is not None and p.node == node and p.workload]
 
 
 def fence_node(
@@ -51,27 +50,30 @@ def fence_node(
         update_node(api, node, fence_patch)  # no reclaim mark: that is the rebalancer's
     except NotFound:
         return FenceResult(True, f"{node} is not a Kubernetes node: nothing to fence")
-    except K8sError as exc:  # go on: deleting the pods still frees the GPUs
+    except (K8sError, Unreadable) as exc:  # go on: deleting the pods still frees the GPUs
         cordon = f"cordon failed ({exc}); "
     else:
         cordon = "cordoned; "
     deleted: set[tuple[str, str]] = set()
     while True:
         try:
-            left = _left(api, node)
-        except K8sError as exc:
+            left: list[PodView] | None = _left(api, node)
+        except (K8sError, Unreadable) as exc:
             left, note = None, str(exc)
         if left == []:
             return FenceResult(True, f"{cordon}{len(deleted)} pod(s) deleted, none left")
-        for namespace, name, terminating in left or []:
-            if (namespace, name) not in deleted and not terminating:
+        for p in left or []:
+            if p.named and (p.namespace, p.name) not in deleted and not p.terminating:
                 try:
-                    api.delete_pod(namespace, name, grace=None)  # the kubelet stops it first
-                    deleted.add((namespace, name))
+                    api.delete_pod(p.namespace, p.name, grace=None)  # the kubelet stops it first
+                    deleted.add((p.namespace, p.name))
                 except K8sError as exc:
-                    note = f"{namespace}/{name}: {exc}"
+                    note = f"{p.ref}: {exc}"
         if left:
-            note = f"{len(left)} pod(s) still bound: " + ", ".join(f"{ns}/{n}" for ns, n, _ in left[:5])
+            note = f"{len(left)} pod(s) still bound: " + ", ".join(p.ref for p in left[:5])
+            unnamed = [p.problem for p in left if not p.named]
+            if unnamed:
+                note += f" ({len(unnamed)} cannot be named, so not deleted: {unnamed[0]})"
         if clock() >= deadline:
             return FenceResult(False, f"{cordon}after {seconds:g}s: {note}")
         sleep(poll)

@@ -8,6 +8,11 @@ the pure :func:`fence_patch`, :func:`open_patch` and :func:`release_patch`.
 
 Evictions go through the Eviction API and so respect PodDisruptionBudgets:
 429 becomes :class:`EvictionBlocked`, 404 (already gone) is success.
+
+A patch is made only from a Node it can read: a field of the wrong shape in
+what the patch keeps (the taints, the ``resourceVersion``) raises
+:class:`~slurm_pool.bridge.objects.Unreadable` and the node is left as it is.
+The API server's messages are kept terminal-safe (:func:`slurm_pool.text.shown`).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from typing import Any, Callable, Mapping, Protocol
 
 from slurm_pool.bridge.demand import total_demand
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT
+from slurm_pool.bridge.objects import Unreadable, ident, listed, mapping, objects, show, string
 from slurm_pool.errors import PoolError
 from slurm_pool.spec.bridge import Bridge
+from slurm_pool.text import shown
 
 MERGE_PATCH = "application/merge-patch+json"
 ISVC = ("serving.kserve.io", "v1beta1", "inferenceservices")
@@ -76,12 +83,26 @@ class K8sAPI(Protocol):
 # -- pure patch bodies ---------------------------------------------------------------
 
 
+def _read(node: Any, get: Callable[[Mapping[str, Any]], Any]) -> Any:
+    """``get(node)``, with the Node named in an :class:`Unreadable`."""
+    try:
+        if not isinstance(node, Mapping):
+            raise Unreadable(f"{show(node)} is not an object")
+        return get(node)
+    except Unreadable as exc:
+        raise Unreadable(f"{ident('Node', node)}: {exc}") from None
+
+
 def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [dict(t) for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != RECLAIM_TAINT]
+    """The Node's taints but ours, kept as they are."""
+    taints = _read(node, lambda n: objects(mapping(n, "spec", "spec"), "taints", "spec.taints"))
+    return [dict(t) for t in taints if t.get("key") != RECLAIM_TAINT]
 
 
 def _version(node: Mapping[str, Any]) -> dict[str, Any]:
-    rv = (node.get("metadata") or {}).get("resourceVersion")
+    rv = _read(
+        node, lambda n: string(mapping(n, "metadata", "metadata"), "resourceVersion", "metadata.resourceVersion")
+    )
     return {"resourceVersion": rv} if rv else {}
 
 
@@ -153,17 +174,24 @@ def update_node(api: K8sAPI, name: str, make: Callable[[dict[str, Any]], dict[st
 # -- the official client ---------------------------------------------------------------
 
 
+def _items(answer: Any, plural: str) -> list[dict[str, Any]]:
+    """The ``items`` of a custom objects list (plain JSON): :class:`Unreadable` unless it is a list."""
+    if not isinstance(answer, Mapping):
+        raise Unreadable(f"Kubernetes' list of {plural}: {show(answer)} is not an object")
+    return listed(answer.get("items") or [], plural)
+
+
 def _error(exc: Exception) -> K8sError:
     status = int(getattr(exc, "status", 0) or 0)
     message = str(getattr(exc, "reason", "") or exc)
     body = getattr(exc, "body", None)
     if body:
         try:
-            message = json.loads(body).get("message") or message
+            message = str(json.loads(body).get("message") or message)
         except (ValueError, AttributeError):
             message = str(body)[:300]
     cls = EvictionBlocked if status == 429 else NotFound if status == 404 else K8sError
-    return cls(status, message)
+    return cls(status, shown(message)[:1000])
 
 
 class KubernetesAPI:
@@ -208,7 +236,7 @@ class KubernetesAPI:
         except ApiException as exc:
             raise _error(exc) from None
         except (HTTPError, OSError) as exc:  # no answer at all: the API server is down or unreachable
-            raise K8sError(0, f"cannot reach the API server: {exc}") from None
+            raise K8sError(0, shown(f"cannot reach the API server: {exc}")) from None
 
     def _plain(self, obj: Any) -> Any:
         return self.api_client.sanitize_for_serialization(obj)
@@ -237,7 +265,7 @@ class KubernetesAPI:
 
     def list_cluster_serving_runtimes(self) -> list[dict[str, Any]]:
         group, version, plural = CLUSTER_SERVING_RUNTIMES
-        return list(self._call(self.custom.list_cluster_custom_object, group, version, plural).get("items", []))
+        return _items(self._call(self.custom.list_cluster_custom_object, group, version, plural), plural)
 
     def _namespaced(self, namespaced: Callable[..., Any], everywhere: Callable[..., Any]) -> list[dict[str, Any]]:
         ns = self.config.kserve_namespace
@@ -266,7 +294,7 @@ class KubernetesAPI:
             )
         else:
             res = self._call(self.custom.list_cluster_custom_object, group, version, plural, label_selector=selector)
-        return list(res.get("items", []))
+        return _items(res, plural)
 
     def evict(self, namespace: str, name: str) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}

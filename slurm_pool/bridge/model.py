@@ -3,21 +3,42 @@
 :func:`build_snapshot` turns the adapters' raw data (node and job records from
 :mod:`slurm_pool.adapters.records`, Kubernetes objects as the JSON dicts the API
 server sends) into a :class:`Snapshot`.  Pure: no I/O, no clock.
+
+Kubernetes objects are read field by field (:mod:`slurm_pool.bridge.objects`).
+A Node or pod that cannot be named, or a pod whose node cannot be told, stops
+the run before it acts (:class:`~slurm_pool.bridge.objects.Unreadable`): no
+safe decision can be made without knowing which node is which.  Any other
+field of the wrong shape is read at its cautious value (a node cordoned by
+someone else with no GPUs, a pod still holding its node) and named in
+:attr:`Snapshot.unreadable`, which keeps the planner from lending more or
+giving back for demand.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import JobRecord, NodeRecord, State
 from slurm_pool.adapters.slurmjson import REASON_PREFIX
 from slurm_pool.bridge.demand import allocatable_gpus, isvc_demand, total_demand
+from slurm_pool.bridge.objects import (
+    Unreadable,
+    ident,
+    identity,
+    mapping,
+    objects,
+    show,
+    string,
+    strings,
+)
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.spec.hosts import HostlistError, expand
+from slurm_pool.text import matches, shown
 
+T = TypeVar("T")
 #: Comment of every placeholder job; the node follows as ``node=NAME``.
 LEND_COMMENT = f"{REASON_PREFIX}lend"
 #: Kubernetes names the bridge owns (all under the ``slurm-pool`` prefix).
@@ -114,7 +135,7 @@ class Placeholder:
 
 
 #: A ``--constraint`` this simple is checked; anything else (``|``, counts, brackets) is assumed to fit.
-_SIMPLE_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.+-]+(?:[&,][A-Za-z0-9_.+-]+)*$")
+_SIMPLE_CONSTRAINT = re.compile(r"[A-Za-z0-9_.+-]+(?:[&,][A-Za-z0-9_.+-]+)*")
 
 
 @dataclass(frozen=True)
@@ -152,7 +173,7 @@ class PendingJob:
                 return False
         if sum(have.values()) < -(-self.gpus // per_node):
             return False
-        if self.features and _SIMPLE_CONSTRAINT.match(self.features):
+        if self.features and _SIMPLE_CONSTRAINT.fullmatch(self.features):
             return set(re.split(r"[&,]", self.features)) <= set(node.features)
         return True
 
@@ -182,6 +203,8 @@ class K8sNodeView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     #: Allocatable per GPU-like resource (``nvidia.com/gpu``, ``nvidia.com/mig-*``); ``gpus`` is the configured one.
     gpu_resources: Mapping[str, int] = field(default_factory=dict)
+    #: What of the Node could not be read ("": all of it could); such a node is never lent.
+    problem: str = ""
 
     @property
     def ours_tainted(self) -> bool:
@@ -234,15 +257,22 @@ class PodView:
     terminating: bool = False
     daemonset: bool = False
     mirror: bool = False
+    #: What of the pod could not be read ("": all of it could); such a pod holds its node.
+    problem: str = ""
+    #: Its namespace and name could be read, so it can be evicted by them.
+    named: bool = True
 
     @property
     def workload(self) -> bool:
         """A pod that has to leave before the node goes back to Slurm (like ``kubectl drain``)."""
+        if self.problem:
+            return True
         return not (self.daemonset or self.mirror) and self.phase not in ("Succeeded", "Failed")
 
     @property
     def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        """``namespace/name``, terminal-safe."""
+        return f"{shown(self.namespace)}/{shown(self.name)}"
 
 
 @dataclass(frozen=True)
@@ -263,13 +293,20 @@ class Snapshot:
     unselected: frozenset[str] = frozenset()
     #: The same demand per GPU-like resource, MIG slices (``nvidia.com/mig-*``) included
     demand_by_resource: Mapping[str, int] = field(default_factory=dict)
+    #: Kubernetes objects (or fields) that could not be read, each naming kind, namespace/name and why:
+    #: while there are any, the demand and the nodes' capacity are not known whole.
+    unreadable: tuple[str, ...] = ()
 
     @property
     def managed(self) -> list[str]:
-        """Nodes the bridge may lend: in the lend partition and in Kubernetes, plus any it marked."""
+        """Nodes the bridge may lend: in the lend partition and in Kubernetes, plus any it marked.
+
+        A node whose marks cannot be read but that holds a placeholder counts as marked.
+        """
         names = {n for n, v in self.slurm_nodes.items() if self.lend_partition in v.partitions}
         names &= set(self.k8s_nodes)
         names |= {n for n, v in self.k8s_nodes.items() if v.lent or v.reclaim_since}
+        names |= {n for n, v in self.k8s_nodes.items() if v.problem and self.placeholders_on(n)}
         return sorted(names)
 
     @property
@@ -304,19 +341,18 @@ def _nodes_of(hostlist: str) -> frozenset[str]:
         return frozenset(hostlist.split(","))
 
 
-def placeholder_node(job: JobRecord, partition: str) -> str | None:
-    """The node a placeholder job lends, or None when ``job`` is no placeholder."""
+def placeholder_node(job: JobRecord, partition: str, account: str | None = None) -> str | None:
+    """The node a placeholder job lends, or None when ``job`` is no placeholder.
+
+    A placeholder runs in the lend partition (under ``account`` when given and Slurm names one) and
+    names a valid Slurm node; any other job with such a comment is an ordinary job.
+    """
     if not (job.comment or "").startswith(LEND_COMMENT) or job.partition != partition:
         return None
+    if account and job.account and job.account != account:
+        return None
     m = _NODE_IN_COMMENT.search(job.comment or "")
-    return m.group(1) if m else None
-
-
-def _quantity(value: Any) -> int:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
+    return m.group(1) if m and matches("node", m.group(1)) else None
 
 
 def isvc_gpus(isvc: Mapping[str, Any], gpu_resource: str, **observed: Iterable[Mapping[str, Any]]) -> int:
@@ -324,35 +360,98 @@ def isvc_gpus(isvc: Mapping[str, Any], gpu_resource: str, **observed: Iterable[M
     return isvc_demand(isvc, gpu_resource, **observed).get(gpu_resource, 0)
 
 
-def k8s_node_view(obj: Mapping[str, Any], gpu_resource: str) -> K8sNodeView:
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    taints = tuple(Taint(t.get("key", ""), t.get("value") or "", t.get("effect", "")) for t in spec.get("taints") or [])
+class _Problems(list[str]):
+    """The problems met reading one object; :meth:`read` gives a cautious value for a field it cannot read."""
+
+    def read(self, get: Callable[[], T], cautious: T) -> T:
+        try:
+            return get()
+        except Unreadable as exc:
+            self.append(str(exc))
+            return cautious
+
+
+def _taint(t: Mapping[str, Any], i: int) -> Taint:
+    at = f"spec.taints[{i}]"
+    return Taint(string(t, "key", f"{at}.key"), string(t, "value", f"{at}.value"), string(t, "effect", f"{at}.effect"))
+
+
+def k8s_node_view(obj: Any, gpu_resource: str) -> K8sNodeView:
+    """What the bridge reads of a Node.
+
+    Raises :class:`Unreadable` when its name cannot be read.  A field of the wrong shape leaves
+    the view at its cautious value -- cordoned by someone else, no marks, no GPUs -- and is named
+    in ``problem`` (the planner never lends such a node).
+    """
+    _, name = identity(obj, "Node", namespaced=False)
+    bad = _Problems()
+    meta = obj["metadata"]
+    spec: Mapping[str, Any] | None = bad.read(lambda: mapping(obj, "spec", "spec"), None)
+    status: Mapping[str, Any] = bad.read(lambda: mapping(obj, "status", "status"), {})
+    unschedulable, taints = True, tuple[Taint, ...]()  # cordoned by someone else, until its spec is read
+    if spec is not None:
+        unschedulable = bad.read(lambda: _flag(spec), True)
+        taints = bad.read(lambda: tuple(_taint(t, i) for i, t in enumerate(objects(spec, "taints", "spec.taints"))), ())
+    gpu_resources: dict[str, int] = bad.read(lambda: allocatable_gpus({"status": status}, gpu_resource), {})
     return K8sNodeView(
-        name=meta.get("name", ""),
-        gpus=_quantity((status.get("allocatable") or {}).get(gpu_resource, 0)),
-        unschedulable=bool(spec.get("unschedulable")),
+        name=name,
+        gpus=gpu_resources.get(gpu_resource, 0),
+        unschedulable=unschedulable,
         taints=taints,
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
-        gpu_resources=allocatable_gpus(obj, gpu_resource),
+        labels=bad.read(lambda: strings(meta, "labels", "metadata.labels"), {}),
+        annotations=bad.read(lambda: strings(meta, "annotations", "metadata.annotations"), {}),
+        gpu_resources=gpu_resources,
+        problem=f"{ident('Node', obj)}: " + "; ".join(bad) if bad else "",
     )
 
 
-def pod_view(obj: Mapping[str, Any]) -> PodView | None:
-    """A bound pod, or None for one no node holds."""
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    node = spec.get("nodeName")
-    if not node:
+def _flag(spec: Mapping[str, Any]) -> bool:
+    value = spec.get("unschedulable")
+    if value is not None and not isinstance(value, bool):
+        raise Unreadable(f"spec.unschedulable: {show(value)} is not true or false")
+    return bool(value)
+
+
+def pod_view(obj: Any, node: str | None = None) -> PodView | None:
+    """A bound pod, or None for one no node holds.
+
+    ``node``: the node the pods were listed for; a pod there whose ``spec.nodeName`` cannot be read
+    is taken to hold it.  Without ``node`` such a pod raises :class:`Unreadable`: nobody can tell
+    which node it holds.  Any other field of the wrong shape leaves the pod holding its node (a
+    workload, not terminating) and is named in ``problem``.
+    """
+    where = ident("Pod", obj)
+    try:
+        if not isinstance(obj, Mapping):
+            raise Unreadable(f"{show(obj)} is not an object")
+        bound = string(mapping(obj, "spec", "spec"), "nodeName", "spec.nodeName")
+        if bound and not matches("k8s-name", bound):
+            raise Unreadable(f"spec.nodeName: {show(bound)} is not a Kubernetes node name")
+    except Unreadable as exc:
+        if node is None:
+            raise Unreadable(f"{where}: {exc}: which node the pod holds cannot be told") from None
+        return PodView("", "", node, problem=f"{where}: {exc}", named=False)
+    if not bound:
         return None
-    owners = meta.get("ownerReferences") or []
+    bad = _Problems()
+    namespace, name = bad.read(lambda: identity(obj, "Pod"), ("", ""))
+    named = not bad
+    meta: Mapping[str, Any] = bad.read(lambda: mapping(obj, "metadata", "metadata"), {})
+    owners: list[Mapping[str, Any]] = bad.read(lambda: objects(meta, "ownerReferences", "metadata.ownerReferences"), [])
+    notes: dict[str, str] = bad.read(lambda: strings(meta, "annotations", "metadata.annotations"), {})
+    gone = meta.get("deletionTimestamp")
+    if gone is not None and not isinstance(gone, str):
+        bad.append(f"metadata.deletionTimestamp: {show(gone)} is not a time")
     return PodView(
-        namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
-        node=node,
-        phase=status.get("phase") or "Pending",
-        terminating=bool(meta.get("deletionTimestamp")),
+        namespace=namespace,
+        name=name,
+        node=bound,
+        phase=bad.read(lambda: string(mapping(obj, "status", "status"), "phase", "status.phase", "Pending"), "Running"),
+        terminating=isinstance(gone, str) and bool(gone),
         daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
-        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
+        mirror="kubernetes.io/config.mirror" in notes,
+        problem=f"{where}: " + "; ".join(p.removeprefix(f"{where}: ") for p in bad) if bad else "",
+        named=named,
     )
 
 
@@ -384,7 +483,7 @@ def build_snapshot(
     placeholders, pending = [], []
     busy: dict[str, list[int]] = {}
     for job in jobs:
-        lent = placeholder_node(job, config.partition)
+        lent = placeholder_node(job, config.partition, config.account)
         if lent is not None:
             placeholders.append(Placeholder(job.job_id, lent, job.state, job.restart_count, job.start_time or None))
             continue
@@ -412,6 +511,7 @@ def build_snapshot(
     k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}
     pods = list(pods)
     pod_views = tuple(p for p in (pod_view(o) for o in pods) if p is not None)
+    problems = [v.problem for v in k8s.values() if v.problem] + [p.problem for p in pod_views if p.problem]
     demand = total_demand(
         inference_services,
         config.gpu_resource,
@@ -420,6 +520,7 @@ def build_snapshot(
         runtimes=serving_runtimes,
         cluster_runtimes=cluster_serving_runtimes,
         pods=pods,
+        problems=problems,
     )
     return Snapshot(
         slurm_nodes=nodes,
@@ -431,4 +532,5 @@ def build_snapshot(
         demand_gpus=demand.get(config.gpu_resource, 0),
         lend_partition=config.partition,
         demand_by_resource=demand,
+        unreadable=tuple(dict.fromkeys(problems)),
     )

@@ -16,6 +16,12 @@ Rules, per node of the lend partition that Kubernetes also knows:
   placeholder was preempted, requeued or ended;
 * fence (cordon + ``slurm-pool/reclaimed:NoSchedule``) every other node, so
   Kubernetes schedules only on lent nodes.  Slurm drains are never touched.
+
+While a Kubernetes object cannot be read (``Snapshot.unreadable``) the demand
+and the capacity are not known whole, so the plan lends nothing new and gives
+nothing back for demand; Slurm's needs still take nodes back, a node that
+cannot be read is never lent, and a pod that cannot be named keeps its node
+with Kubernetes.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT, K8sNodeView, Snapshot
 from slurm_pool.bridge.windows import off_peak, parse_time
 from slurm_pool.spec.bridge import Bridge
+from slurm_pool.text import matches
 
 #: Step kinds and the phase they run in (all nodes finish a phase before the next).
 PHASES: dict[str, int] = {
@@ -98,6 +105,8 @@ class Plan:
     #: Demand and what stays lent per GPU-like resource (``gpu_resource`` and MIG slices).
     demand_by_resource: dict[str, int] = field(default_factory=dict)
     lent_by_resource: dict[str, int] = field(default_factory=dict)
+    #: Kubernetes objects that could not be read (``Snapshot.unreadable``): the run held still.
+    unreadable: tuple[str, ...] = ()
 
     @property
     def steps(self) -> list[Step]:
@@ -116,6 +125,7 @@ class Plan:
             "demand_by_resource": dict(self.demand_by_resource),
             "lent_by_resource": dict(self.lent_by_resource),
             "notes": list(self.notes),
+            "unreadable": list(self.unreadable),
             "forecast": self.forecast,
             "nodes": [
                 {
@@ -189,6 +199,8 @@ def _blockers(
     k = snap.k8s_nodes.get(name)
     ph = snap.placeholders_on(name)
     running = any(p.running for p in ph)
+    if not matches("node", name):
+        out.append("not a valid Slurm node name")
     if s is None or snap.lend_partition not in s.partitions:
         out.append(f"not a node of Slurm partition {snap.lend_partition}")
     else:
@@ -206,6 +218,8 @@ def _blockers(
             out.append("slurm: pending job(s) " + ",".join(map(str, waiting)) + " could run here")
     if k is None:
         out.append("not a Kubernetes node")
+    elif k.problem:
+        out.append(f"kubernetes: cannot read the Node: {k.problem}")
     else:
         if k.cordoned_by_someone_else:
             out.append("kubernetes: cordoned by someone else")
@@ -255,6 +269,8 @@ def plan(
         pad = {r: config.hysteresis_gpus if r in mine and v > 0 else 0 for r, v in need_by.items()}
         return all(have.get(r, 0) >= v + pad[r] for r, v in need_by.items())
 
+    # Demand or capacity not known whole: lend nothing new, give nothing back for demand.
+    frozen = bool(snap.unreadable)
     claimed, spot_waiting = claims(snap, config)
     blockers = {n: _blockers(snap, config, n, lend_allowed, claimed) for n in managed}
 
@@ -276,7 +292,7 @@ def plan(
         rest = [m for m in keep if m != n]
         if len(keep) > cap:
             dropped[n] = f"more than bridge.max_lent_nodes ({cap}) lent"
-        elif covered_without(n, rest):
+        elif not frozen and covered_without(n, rest):
             left = lease_left(snap, n, t, config)
             if left > 0:
                 held[n] = f"kept for its minimum lease ({left:.0f}s left) though demand dropped"
@@ -296,7 +312,7 @@ def plan(
     closing = not config.lend_outside_off_peak and not off_peak(
         config, now + timedelta(seconds=config.stagger_seconds * len(keep))
     )
-    while free and len(keep) < cap:
+    while free and len(keep) < cap and not frozen:
         # The scarcest resource still short first (a MIG slice few nodes offer), then the cheapest node.
         short = shortfall(need_by, supply(keep))
         offers = {r: [n for n in free if supply([n]).get(r, 0) > 0] for r in short}
@@ -318,13 +334,14 @@ def plan(
     plans = []
     for n in managed:
         if n in keep:
-            plans.append(_lend(snap, n, held.get(n)))
+            plans.append(_lend(snap, n, held.get(n), frozen))
         elif n in used:
             plans.append(
                 _reclaim(snap, n, tuple(blockers[n]) or (dropped.get(n, "not needed"),), now, stamp, force_after)
             )
         else:
-            plans.append(_fence(snap, n, tuple(blockers[n]) or ("inference demand is met",)))
+            idle = f"lending nothing new: {_UNREADABLE}" if frozen else "inference demand is met"
+            plans.append(_fence(snap, n, tuple(blockers[n]) or (idle,)))
     plans += _orphans(snap, config, set(managed))
     notes = []
     if spot_waiting:
@@ -335,6 +352,12 @@ def plan(
     for r, unmet in shortfall(need_by, supply(keep)).items():
         what = "GPU(s)" if r == gres else f"{r} slice(s)"
         notes.append(f"{unmet} {what} of inference demand cannot be met by lending")
+    if frozen:
+        notes.append(
+            f"{len(snap.unreadable)} Kubernetes object(s) cannot be read, so the demand and the capacity are not "
+            "known whole: this run lends no node it has not lent and gives none back for demand"
+        )
+        notes += [f"cannot read {u}" for u in snap.unreadable]
     return Plan(
         now=now,
         window_open=window,
@@ -345,6 +368,7 @@ def plan(
         lent_by_resource=supply(keep),
         nodes=tuple(plans),
         notes=tuple(notes),
+        unreadable=snap.unreadable,
         forecast=fc.summary(t, warmup, horizon) if fc is not None and fc.enabled else None,
     )
 
@@ -383,7 +407,12 @@ def _orphans(snap: Snapshot, config: Bridge, managed: set[str]) -> list[NodePlan
     return out
 
 
-def _lend(snap: Snapshot, n: str, kept: str | None = None) -> NodePlan:
+#: Why a run holds still (see the module docstring).
+_UNREADABLE = "Kubernetes objects cannot be read (see the notes)"
+
+
+def _lend(snap: Snapshot, n: str, kept: str | None = None, frozen: bool = False) -> NodePlan:
+    """Steps that lend ``n``; ``frozen``: only what keeps it as it is (no new placeholder, no opening)."""
     k = snap.k8s_nodes[n]
     ph = snap.placeholders_on(n)
     running = [p for p in ph if p.running]
@@ -401,6 +430,9 @@ def _lend(snap: Snapshot, n: str, kept: str | None = None) -> NodePlan:
         held = (keep_id,) if keep_id is not None else ()  # else the placeholder this run submits
         steps.append(Step("open", n, f"uncordon, untaint, label {LENT_LABEL}=true", job_ids=held))
     reason = f"inference demand {snap.demand_gpus} GPU(s), {snap.base_gpus} outside Slurm's nodes"
+    if frozen and any(s.kind != "cancel" for s in steps):
+        steps = [s for s in steps if s.kind == "cancel"]
+        kept = f"kept as it is, not opened: {_UNREADABLE}"
     intent = "lent" if not steps else "lend"
     return NodePlan(n, intent, (kept,) if kept else (reason,), tuple(steps))
 
@@ -416,12 +448,16 @@ def _reclaim(
         steps.append(Step("fence", n, f"cordon, taint {RECLAIM_TAINT}:NoSchedule", since=None if since else stamp))
         since = since or stamp
     all_pods = snap.workload_pods(n)
-    live = tuple(p.ref for p in all_pods if not p.terminating)
+    live = tuple(p.ref for p in all_pods if not p.terminating and p.named)
+    nameless = [p.problem for p in all_pods if not p.named]
     if live:
         started = parse_time(since)
         force = force_after is not None and started is not None and now - started >= timedelta(seconds=force_after)
         verb = "delete (force: reclaim began " + str(since) + ")" if force else "evict"
         steps.append(Step("evict", n, f"{verb} {len(live)} pod(s)", pods=live, force=force))
+    if nameless:  # it cannot be evicted, nor seen to leave: the node stays with Kubernetes
+        why = f"{len(nameless)} pod(s) on the node cannot be named, so the node stays with Kubernetes: {nameless[0]}"
+        return NodePlan(n, "reclaim", (*reasons, why), tuple(steps))
     if all_pods:
         steps.append(Step("wait-empty", n, f"{len(all_pods)} pod(s) leave the node"))
     ph = snap.placeholders_on(n)

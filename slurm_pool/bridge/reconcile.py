@@ -1,4 +1,11 @@
-"""One reconcile: observe both systems, plan, carry the plan out, report."""
+"""One reconcile: observe both systems, plan, carry the plan out, report.
+
+Everything is read and checked before anything changes: an answer from
+Kubernetes that makes a safe plan impossible (a list that is not a list, a
+node or pod that cannot be named) raises
+:class:`~slurm_pool.bridge.objects.Unreadable` before the first step.  The
+report shows every text from Slurm and Kubernetes terminal-safe.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from slurm_pool.bridge import lease
 from slurm_pool.bridge.demand import MIG_PREFIX
@@ -16,9 +23,11 @@ from slurm_pool.bridge.execute import Executor, StepResult
 from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.k8s import K8sAPI, K8sError, NotFound
 from slurm_pool.bridge.model import Snapshot, build_snapshot
+from slurm_pool.bridge.objects import Unreadable, listed
 from slurm_pool.bridge.plan import Plan, plan
 from slurm_pool.bridge.slurm_side import SlurmSide
 from slurm_pool.spec.bridge import Bridge
+from slurm_pool.text import shown
 
 
 @dataclass
@@ -40,7 +49,8 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        """0, or 1 when a step failed or a Kubernetes object could not be read (the run held still)."""
+        return 0 if self.ok and not self.plan.unreadable else 1
 
     def to_dict(self) -> dict[str, Any]:
         data = self.plan.to_dict()
@@ -91,7 +101,7 @@ class Report:
             lines.append(f"{len(p.steps)} step(s) planned, none carried out")
         else:
             lines.append(f"{len(self.results)} step(s), {len(self.failed)} failed, in {self.seconds:.1f}s")
-        return "\n".join(lines)
+        return "\n".join(shown(line) for line in lines)
 
 
 def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge, preemptors: frozenset[str] | None = None) -> Snapshot:
@@ -99,17 +109,21 @@ def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge, preemptors: frozenset
 
     ``preemptors``: the QOS that preempt placeholders (``spec.bridge.lend_preemptors``; None: all).
     """
+
+    def read(kind: str, call: Callable[[], Any]) -> list[Any]:
+        return listed(call(), kind)
+
     snap = build_snapshot(
         config,
         slurm.nodes(),
         slurm.jobs(),
-        k8s.list_nodes(),
-        k8s.list_pods(),  # bound and pending: pending predictor pods are demand
-        k8s.list_inference_services(),
-        deployments=k8s.list_deployments(),
-        hpas=k8s.list_hpas(),
-        serving_runtimes=k8s.list_serving_runtimes(),
-        cluster_serving_runtimes=k8s.list_cluster_serving_runtimes(),
+        read("Nodes", k8s.list_nodes),
+        read("Pods", k8s.list_pods),  # bound and pending: pending predictor pods are demand
+        read("InferenceServices", k8s.list_inference_services),
+        deployments=read("Deployments", k8s.list_deployments),
+        hpas=read("HorizontalPodAutoscalers", k8s.list_hpas),
+        serving_runtimes=read("ServingRuntimes", k8s.list_serving_runtimes),
+        cluster_serving_runtimes=read("ClusterServingRuntimes", k8s.list_cluster_serving_runtimes),
         preemptors=preemptors,
     )
     unlisted = sorted({p.node for p in snap.placeholders if p.active} - set(snap.k8s_nodes))
@@ -147,7 +161,7 @@ def give_back_lease(k8s: K8sAPI, config: Bridge, holder: str) -> None:
         body = lease.released(current, holder) if current else None
         if body:
             k8s.write_lease(config.lease_namespace, body)
-    except K8sError:
+    except (K8sError, Unreadable):
         pass
 
 

@@ -31,7 +31,9 @@ from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.bridge.model import LEND_COMMENT, PLACEHOLDER_NAME
+from slurm_pool.errors import InputError
 from slurm_pool.spec.bridge import Bridge
+from slurm_pool.text import matches, shown, strict_int
 
 PLACEHOLDER_SCRIPT = """#!/bin/sh
 # slurm-pool placeholder: holds this node for the Kubernetes inference tier
@@ -59,8 +61,16 @@ wait
 """
 
 
+def _node(node: str) -> str:
+    """``node`` if it is a valid Slurm node name (it goes into sbatch's options and the script)."""
+    if not matches("node", node):
+        raise InputError(f"node {shown(repr(node))} is not a valid Slurm node name: no placeholder for it")
+    return node
+
+
 def placeholder_script(config: Bridge, node: str) -> str:
     """The placeholder's batch script: with the fence when ``bridge.fence_kubeconfig`` is set."""
+    _node(node)
     if not config.fence_kubeconfig:
         return PLACEHOLDER_SCRIPT
     argv = [*shlex.split(config.fence_command), "fence-node", node]
@@ -85,7 +95,8 @@ class SlurmSide:
         return self.client.jobs()
 
     def placeholder_argv(self, node: str) -> list[str]:
-        """The sbatch command line of a placeholder for ``node``."""
+        """The sbatch command line of a placeholder for ``node`` (:class:`InputError` for a name Slurm cannot have)."""
+        _node(node)
         c = self.config
         argv = ["sbatch", "--parsable"]
         if self.submit_as:
@@ -112,9 +123,12 @@ class SlurmSide:
         """Submit the placeholder for ``node``; return its job id."""
         res = self.client.runner.run(self.placeholder_argv(node), input=placeholder_script(self.config, node))
         try:
-            return int(res.stdout.strip().split(";")[0])
+            job_id = strict_int(res.stdout.strip().split(";")[0], "sbatch's job id")
         except ValueError:
             raise CommandError(res) from None
+        if job_id <= 0:
+            raise CommandError(res)
+        return job_id
 
     def job_state(self, job_id: int) -> tuple[str, str]:
         """(state, reason) of a job in the queue; ``("", "")`` once it is gone."""

@@ -136,6 +136,9 @@ def _mig_profile(types: Mapping[str, int], gpus: int, mig: MigNodes) -> tuple[st
 _TIMES = (("submit_time", "submission"), ("start_time", "start"), ("end_time", "end"))
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def check_numbers(raw: Mapping[str, Any], where: str) -> None:
     """Refuse a job whose times or GPU counts are not whole numbers (or unset); see the module's notes."""
     times = raw.get("time")
@@ -174,6 +177,8 @@ def _whole(value: Any, what: str) -> None:
         raise HistoryError(str(exc)) from None
     if n < 0:
         raise HistoryError(f"{what}: {value!r} is negative")
+    if n > _INT64_MAX:  # Slurm keeps times and counts in 64 bits: a bigger number is no record of it
+        raise HistoryError(f"{what}: {value!r} is too large")
 
 
 def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mig: MigNodes | None = None) -> History:

@@ -4,6 +4,10 @@ Scheduling, cordons and taints, PodDisruptionBudget-guarded evictions and
 InferenceService merge patches (reconciled by KServe's own controller) all act
 through the real API server, scheduler, controller-manager and kwok nodes; the last test checks that a control plane
 leaves nothing running once stopped.
+
+Every wait is on a state, never a sleep, with :func:`tests.support.k8s_wait.wait_state`:
+long enough for a loaded 2-core machine, and a timeout reports what the cluster
+looked like (the pods' conditions, the events, the nodes' cordons and taints).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.k8s import GPU_RESOURCE, KWOK_ANNOTATION, ControlPlane
-from tests.support.kserve import GROUP, PLURAL, VERSION, KServe, is_ready, isvc_manifest, wait_for
+from tests.support.k8s_wait import wait_state
+from tests.support.kserve import GROUP, PLURAL, VERSION, KServe, is_ready, isvc_manifest
 
 pytestmark = pytest.mark.k8s
 
@@ -55,6 +60,40 @@ def unschedulable(core, ns: str, name: str) -> str | None:
     return None
 
 
+def gone(core, ns: str, name: str) -> bool:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        core.read_namespaced_pod(name, ns)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def rejected_on(core, k8s_api, ns: str, name: str, node: str) -> str:
+    """The scheduler's message for a pod pinned to ``node`` that it rejects.
+
+    A change to a node reaches the scheduler through its watch, and a pod created right after the
+    patch may meet the node as it was; a pod bound there is that, so it is deleted and tried again.
+    Once one is rejected, the scheduler has seen the change and every later pod meets it.
+    """
+    for attempt in range(5):
+        probe = f"{name}-{attempt}" if attempt else name
+        core.create_namespaced_pod(ns, pod(probe, spec={"nodeSelector": {"kubernetes.io/hostname": node}}))
+
+        def outcome(probe: str = probe) -> str | None:
+            if core.read_namespaced_pod(probe, ns).spec.node_name:
+                return "bound"
+            return unschedulable(core, ns, probe)
+
+        seen = wait_state(outcome, f"pod {probe} pinned to {node} rejected (or bound)", k8s_api, ns)
+        if seen != "bound":
+            return seen
+        core.delete_namespaced_pod(probe, ns, grace_period_seconds=0)
+        wait_state(lambda probe=probe: gone(core, ns, probe), f"pod {probe} gone", k8s_api, ns)
+    raise AssertionError(f"the scheduler kept binding pods to {node}")
+
+
 def test_gpu_pods_schedule_onto_kwok_nodes(k8s_control_plane: ControlPlane, k8s_api, k8s_namespace: str):
     from kubernetes import client
 
@@ -70,15 +109,15 @@ def test_gpu_pods_schedule_onto_kwok_nodes(k8s_control_plane: ControlPlane, k8s_
     total = sum(s.gpus for s in k8s_control_plane.nodes)
     for i in range(total):
         core.create_namespaced_pod(ns, pod(f"gpu-{i}", gpus=1))
-    wait_for(
-        lambda: all(running_on(core, ns, f"gpu-{i}") for i in range(total)), timeout=60, what="every GPU pod Running"
+    wait_state(
+        lambda: all(running_on(core, ns, f"gpu-{i}") for i in range(total)), "every GPU pod Running", k8s_api, ns
     )
     per_node = Counter(placements(core, ns).values())
     assert per_node == Counter({s.name: s.gpus for s in k8s_control_plane.nodes})
 
     # Every GPU is taken: one more GPU pod must not fit anywhere.
     core.create_namespaced_pod(ns, pod("gpu-extra", gpus=1))
-    message = wait_for(lambda: unschedulable(core, ns, "gpu-extra"), timeout=30, what="gpu-extra unschedulable")
+    message = wait_state(lambda: unschedulable(core, ns, "gpu-extra"), "gpu-extra unschedulable", k8s_api, ns)
     assert GPU_RESOURCE in message
     assert core.read_namespaced_pod("gpu-extra", ns).spec.node_name is None
 
@@ -96,38 +135,32 @@ def test_cordoned_and_tainted_nodes_get_no_new_pods(k8s_control_plane: ControlPl
     core.patch_node(cordoned, {"spec": {"unschedulable": True}}, _content_type=MERGE)
     core.patch_node(tainted, {"spec": {"taints": [taint]}}, _content_type=MERGE)
     try:
+        # First the scheduler must have seen both changes (a pod created at once may meet the node as
+        # it was): a pod pinned to each node is rejected, for the cordon and for the taint.
+        assert "unschedulable" in rejected_on(core, k8s_api, ns, "on-cordoned", cordoned)
+        assert "taint" in rejected_on(core, k8s_api, ns, "on-tainted", tainted)
+
         for i in range(open_gpus + 1):
             core.create_namespaced_pod(ns, pod(f"gpu-{i}", gpus=1))
 
         def settled() -> bool:
-            bound = [n for n in placements(core, ns).values() if n]
+            bound = [f"gpu-{i}" for i in range(open_gpus + 1) if placements(core, ns).get(f"gpu-{i}")]
             pending = [f"gpu-{i}" for i in range(open_gpus + 1) if unschedulable(core, ns, f"gpu-{i}")]
             return len(bound) == open_gpus and len(pending) == 1
 
-        wait_for(settled, timeout=60, what="open nodes full and one GPU pod pending")
+        wait_state(settled, "open nodes full and one GPU pod pending", k8s_api, ns)
         assert set(n for n in placements(core, ns).values() if n) <= set(open_nodes)
 
-        host = "kubernetes.io/hostname"
-        core.create_namespaced_pod(ns, pod("on-cordoned", spec={"nodeSelector": {host: cordoned}}))
-        core.create_namespaced_pod(ns, pod("on-tainted", spec={"nodeSelector": {host: tainted}}))
         tolerating = pod(
             "tolerates-taint",
             spec={
-                "nodeSelector": {host: tainted},
+                "nodeSelector": {"kubernetes.io/hostname": tainted},
                 "tolerations": [{"key": taint["key"], "operator": "Exists", "effect": "NoSchedule"}],
             },
         )
         core.create_namespaced_pod(ns, tolerating)
-        assert "unschedulable" in wait_for(
-            lambda: unschedulable(core, ns, "on-cordoned"), timeout=30, what="pod pinned to the cordoned node rejected"
-        )
-        assert "taint" in wait_for(
-            lambda: unschedulable(core, ns, "on-tainted"), timeout=30, what="pod pinned to the tainted node rejected"
-        )
-        assert (
-            wait_for(lambda: running_on(core, ns, "tolerates-taint"), timeout=30, what="tolerating pod running")
-            == tainted
-        )
+        running = wait_state(lambda: running_on(core, ns, "tolerates-taint"), "tolerating pod running", k8s_api, ns)
+        assert running == tainted
     finally:
         core.patch_node(cordoned, {"spec": {"unschedulable": None}}, _content_type=MERGE)
         core.patch_node(tainted, {"spec": {"taints": None}}, _content_type=MERGE)
@@ -146,10 +179,10 @@ def test_a_running_pod_marked_not_ready_becomes_ready_again(k8s_api, k8s_namespa
         conds = {c.type: c.status for c in p.status.conditions or []}
         return conds.get("Ready") if p.status.phase == "Running" and p.status.pod_ip else None
 
-    wait_for(lambda: ready() == "True", timeout=60, what="pod flap Running and Ready")
+    wait_state(lambda: ready() == "True", "pod flap Running and Ready", k8s_api, k8s_namespace)
     mark = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}}
     core.patch_namespaced_pod_status("flap", k8s_namespace, mark)
-    wait_for(lambda: ready() == "True", timeout=60, what="pod flap Ready again")
+    wait_state(lambda: ready() == "True", "pod flap Ready again", k8s_api, k8s_namespace)
 
 
 def test_eviction_respects_pod_disruption_budget(k8s_api, k8s_namespace: str):
@@ -193,7 +226,7 @@ def test_eviction_respects_pod_disruption_budget(k8s_api, k8s_namespace: str):
             and st.disruptions_allowed == allowed
         )
 
-    wait_for(lambda: budget(0), timeout=60, what="PDB with 2 healthy pods and no disruption allowed")
+    wait_state(lambda: budget(0), "PDB with 2 healthy pods and no disruption allowed", k8s_api, ns)
     victim = core.list_namespaced_pod(ns, label_selector="app=guarded").items[0].metadata.name
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": ns}}
 
@@ -203,17 +236,9 @@ def test_eviction_respects_pod_disruption_budget(k8s_api, k8s_namespace: str):
     assert core.read_namespaced_pod(victim, ns).metadata.deletion_timestamp is None
 
     policy.patch_namespaced_pod_disruption_budget("guarded", ns, {"spec": {"minAvailable": 1}}, _content_type=MERGE)
-    wait_for(lambda: budget(1), timeout=60, what="PDB allowing one disruption")
+    wait_state(lambda: budget(1), "PDB allowing one disruption", k8s_api, ns)
     core.create_namespaced_pod_eviction(victim, ns, eviction)
-
-    def gone() -> bool:
-        try:
-            core.read_namespaced_pod(victim, ns)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, timeout=60, what=f"evicted pod {victim} deleted")
+    wait_state(lambda: gone(core, ns, victim), f"evicted pod {victim} deleted", k8s_api, ns)
 
     def replaced() -> bool:
         pods = core.list_namespaced_pod(ns, label_selector="app=guarded").items
@@ -221,7 +246,7 @@ def test_eviction_respects_pod_disruption_budget(k8s_api, k8s_namespace: str):
         return len(names) == 2 and victim not in names
 
     # The ReplicaSet replaces it on a node with a free GPU.
-    wait_for(replaced, timeout=60, what="replacement pod running")
+    wait_state(replaced, "replacement pod running", k8s_api, ns)
 
 
 def _kserve_state(k8s_api, ns: str, dep: str, kserve: KServe) -> str:
@@ -272,10 +297,7 @@ def test_kserve_scales_the_predictor_with_min_replicas(k8s_api, k8s_namespace: s
         return is_ready(custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "llm"))
 
     def wait(check, timeout: float, what: str) -> None:
-        try:
-            wait_for(check, timeout=timeout, what=what)
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}\n{_kserve_state(k8s_api, ns, dep, kserve)}") from None
+        wait_state(check, what, timeout=timeout, describe=lambda: _kserve_state(k8s_api, ns, dep, kserve))
 
     wait(lambda: serving(2) and ready(), 300, f"{dep} at 2 ready replicas, llm Ready")
     d = apps.read_namespaced_deployment(dep, ns)
@@ -308,7 +330,7 @@ def test_kserve_scales_the_predictor_with_min_replicas(k8s_api, k8s_namespace: s
             return exc.status == 404
         return False
 
-    wait_for(predictor_gone, timeout=60, what=f"{dep} garbage-collected")
+    wait(predictor_gone, 240, f"{dep} garbage-collected")
 
 
 def _listening(pid: int) -> list[str]:

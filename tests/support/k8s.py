@@ -6,6 +6,9 @@ kube-scheduler and kwok (which plays the kubelets) from binaries built by
 picked free at start, lives in one temporary state directory (certificates,
 kubeconfig, etcd data, logs) and is stopped by the pids it started.
 
+Tests wait on states with :func:`tests.support.k8s_wait.wait_state`, never
+on sleeps; a timeout reports what the cluster looked like.
+
 Command line::
 
     python3 -m tests.support.k8s build   # build once; a fast no-op when cached
@@ -35,6 +38,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from tests.support.k8s_build import BuildError, Toolset, kserve_toolset, module_dir_of, require_binaries
 from tests.support.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
+from tests.support.k8s_wait import described, node_state
 
 #: The example pool's nodes (examples/pool.yaml): 2 GPUs, 4 CPUs, 8000 MB each.
 DEFAULT_NODE_NAMES: tuple[str, ...] = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
@@ -48,6 +52,8 @@ KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 NODE_LABEL = "slurm-pool.testing/kwok-node"
 #: Order of start; stop goes the other way.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: How long the control plane may take to start (and its nodes to be Ready) on a loaded 2-core machine.
+START_SECONDS = float(os.environ.get("SLURM_POOL_K8S_START", "300"))
 _PR_SET_PDEATHSIG = 1
 
 
@@ -204,7 +210,7 @@ class ControlPlane:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self, timeout: float = 120.0) -> "ControlPlane":
+    def start(self, timeout: float = START_SECONDS) -> "ControlPlane":
         """Start every component and wait until nodes are Ready and CRDs established."""
         if self.procs:
             raise ControlPlaneError("already started")
@@ -261,7 +267,7 @@ class ControlPlane:
             core = client.CoreV1Api(api)
             for node in self.nodes:
                 core.create_node(node.manifest())
-            self._wait("nodes Ready and untainted", lambda: self._nodes_ready(core), deadline)
+            self._wait("nodes Ready and untainted", lambda: self._nodes_ready(core), deadline, lambda: node_state(core))
             self._wait("the default service account", lambda: self._default_sa(core), deadline)
 
     def stop(self, grace: float = 10.0) -> None:
@@ -336,7 +342,8 @@ class ControlPlane:
             yield
         finally:
             self._spawn(self._toolset or require_binaries(), "kube-apiserver", self._apiserver_args())
-            self._wait("kube-apiserver /readyz after its restart", self._apiserver_ready, time.monotonic() + timeout)
+            restarted = time.monotonic() + max(timeout, START_SECONDS)
+            self._wait("kube-apiserver /readyz after its restart", self._apiserver_ready, restarted)
 
     def _spawn(self, tools: Toolset, name: str, args: list[str]) -> None:
         assert self.state_dir is not None
@@ -435,7 +442,11 @@ class ControlPlane:
 
     # -- readiness -----------------------------------------------------------
 
-    def _wait(self, what: str, ready: Callable[[], bool], deadline: float) -> None:
+    def _wait(
+        self, what: str, ready: Callable[[], bool], deadline: float, seen: Callable[[], str] | None = None
+    ) -> None:
+        """Poll ``ready`` until ``deadline``; on a timeout report the logs and what ``seen`` says."""
+        last: object = None
         while True:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
@@ -443,12 +454,15 @@ class ControlPlane:
                         f"{name} exited with status {proc.returncode} while waiting for {what}; "
                         f"last log lines:\n{_tail(self.log_path(name))}"
                     )
-            with contextlib.suppress(Exception):
+            try:
                 if ready():
                     return
+            except Exception as exc:  # noqa: BLE001 - not ready yet; said on a timeout
+                last = exc
             if time.monotonic() > deadline:
                 logs = "\n".join(f"--- {n}\n{_tail(self.log_path(n), 8)}" for n in self.procs)
-                raise ControlPlaneError(f"timed out waiting for {what}\n{logs}")
+                state = described(seen) if seen else ""
+                raise ControlPlaneError(f"timed out waiting for {what} (last error: {last!r})\n{state}{logs}")
             time.sleep(0.25)
 
     def _apiserver_ready(self) -> bool:

@@ -1,4 +1,9 @@
-"""A fake Kubernetes API (nodes, pods, InferenceServices, Leases as dicts) for the bridge's unit tests."""
+"""A fake Kubernetes API (nodes, pods, InferenceServices, Leases as dicts) for the bridge's unit tests.
+
+It keeps whatever a test puts in, hostile shapes included (a pod whose
+metadata is a string, a Node that is a list): the fake's own bookkeeping reads
+them with :func:`_get`, so only the code under test meets them.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +40,15 @@ def isvc(name: str, replicas: int, gpus: int = 1, resource: str = "nvidia.com/gp
         "metadata": {"name": name, "namespace": "serve"},
         "spec": {"predictor": {"minReplicas": replicas, "model": {"resources": {"limits": {resource: gpus}}}}},
     }
+
+
+def _get(obj: Any, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...``, or None where a step is not a map."""
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
 
 
 def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -95,10 +109,10 @@ class FakeK8s:
 
     def list_pods(self, node: str | None = None) -> list[dict[str, Any]]:
         for p in self.pods:
-            if p["metadata"].get("deletionTimestamp"):
+            if _get(p, "metadata", "deletionTimestamp"):
                 p["linger"] = p.get("linger", 0) - 1
-        self.pods = [p for p in self.pods if p.get("linger", 0) >= 0]
-        return copy.deepcopy([p for p in self.pods if node is None or p["spec"]["nodeName"] == node])
+        self.pods = [p for p in self.pods if not isinstance(p, dict) or p.get("linger", 0) >= 0]
+        return copy.deepcopy([p for p in self.pods if node is None or _get(p, "spec", "nodeName") == node])
 
     def list_inference_services(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.isvcs)
@@ -117,7 +131,7 @@ class FakeK8s:
 
     def _remove(self, ref: str) -> None:
         for p in self.pods:
-            if f"{p['metadata']['namespace']}/{p['metadata']['name']}" == ref:
+            if f"{_get(p, 'metadata', 'namespace')}/{_get(p, 'metadata', 'name')}" == ref:
                 p["metadata"]["deletionTimestamp"] = "now"
                 p["linger"] = self.linger
 
@@ -157,12 +171,15 @@ class FakeK8s:
 
     def lent(self, name: str) -> bool:
         n = self.nodes[name]
+        labels = _get(n, "metadata", "labels")
         return (
-            n["metadata"].get("labels", {}).get(LENT_LABEL) == "true"
-            and not n["spec"].get("unschedulable")
-            and not any(t["key"] == RECLAIM_TAINT for t in n["spec"].get("taints") or [])
+            isinstance(labels, dict)
+            and labels.get(LENT_LABEL) == "true"
+            and not _get(n, "spec", "unschedulable")
+            and not any(_get(t, "key") == RECLAIM_TAINT for t in _get(n, "spec", "taints") or [])
         )
 
     def fenced(self, name: str) -> bool:
         n = self.nodes[name]
-        return bool(n["spec"].get("unschedulable")) and any(t["key"] == RECLAIM_TAINT for t in n["spec"]["taints"])
+        taints = _get(n, "spec", "taints")
+        return bool(_get(n, "spec", "unschedulable")) and any(_get(t, "key") == RECLAIM_TAINT for t in taints or [])

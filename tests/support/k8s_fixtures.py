@@ -26,7 +26,8 @@ import pytest
 
 from tests.support.k8s import ControlPlane
 from tests.support.k8s_build import BuildError, Toolset, require_binaries, require_kserve
-from tests.support.kserve import KServe, crd_files, wait_for
+from tests.support.k8s_wait import wait_state
+from tests.support.kserve import KServe, crd_files
 
 T = TypeVar("T")
 _shared: dict[str, list[Any]] = {}
@@ -120,10 +121,10 @@ def k8s_namespace(k8s_api) -> Iterator[str]:
     core = client.CoreV1Api(k8s_api)
     name = f"t-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: _has_default_sa(core, name), timeout=30, what=f"default service account in {name}")
+    wait_state(lambda: _has_default_sa(core, name), f"default service account in {name}", k8s_api, name)
     yield name
     core.delete_namespace(name)
-    wait_for(lambda: not core.list_namespaced_pod(name).items, timeout=60, what=f"pods of namespace {name} to be gone")
+    wait_state(lambda: not core.list_namespaced_pod(name).items, f"pods of namespace {name} to be gone", k8s_api, name)
 
 
 def _has_default_sa(core, namespace: str) -> bool:

@@ -221,9 +221,10 @@ def test_isvc_gpu_demand():
     assert isvc_gpus(isvc("a", 3, gpus=2), "nvidia.com/gpu") == 6
     status = {**isvc("b", 1), "status": {"desiredReplicas": 4}}  # no such field in KServe: ignored
     assert isvc_gpus(status, "nvidia.com/gpu") == 1
-    cpu_only = {"spec": {"predictor": {"minReplicas": 2, "maxReplicas": 5}}}
+    meta = {"metadata": {"name": "c", "namespace": "serve"}}  # every service has a name: no name, no demand read
+    cpu_only = meta | {"spec": {"predictor": {"minReplicas": 2, "maxReplicas": 5}}}
     assert isvc_gpus(cpu_only, "nvidia.com/gpu") == 0
-    ranged = {
+    ranged = meta | {
         "spec": {
             "predictor": {
                 "minReplicas": 1,
