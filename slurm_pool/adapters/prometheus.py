@@ -8,13 +8,13 @@ server is a :class:`QueryError` naming the query.
 from __future__ import annotations
 
 import json
-import math
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any, Mapping
 
 from slurm_pool.errors import PoolError
+from slurm_pool.text import shown, strict_float
 
 
 class QueryError(PoolError):
@@ -34,6 +34,8 @@ def api(prometheus_url: str, endpoint: str, params: Mapping[str, str], timeout: 
             raise QueryError(f"{url}: HTTP {exc.code}") from None
     except (OSError, ValueError) as exc:
         raise QueryError(f"{prometheus_url}: {exc}") from None
+    if not isinstance(body, dict):
+        raise QueryError(f"{params.get('query', endpoint)!r}: the answer is not a JSON object")
     if body.get("status") != "success":
         raise QueryError(f"{params.get('query', endpoint)!r}: {body.get('errorType')}: {body.get('error')}")
     return body["data"]
@@ -44,17 +46,39 @@ MAX_POINTS = 11000
 
 
 def range_samples(data: Mapping[str, Any], *, combine: str = "sum") -> list[tuple[float, float]]:
-    """``(time, value)`` of a ``query_range`` result's matrix, series summed (or maxed) per time."""
-    if data.get("resultType") != "matrix":
-        raise QueryError(f"expected a matrix, got {data.get('resultType')!r}")
+    """``(time, value)`` of a ``query_range`` result's matrix, series summed (or maxed) per time.
+
+    NaN and infinite samples are left out; anything not shaped like Prometheus' matrix, or a
+    number Prometheus would not print (``1_0``, other scripts' digits), is a :class:`QueryError`.
+    """
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise QueryError(
+            f"expected a matrix, got {shown(data.get('resultType') if isinstance(data, dict) else data)!r}"
+        )
+    result = data.get("result") or []
+    if not isinstance(result, list):
+        raise QueryError("the matrix's result is not a list")
     per_time: dict[float, list[float]] = {}
-    for series in data.get("result") or []:
-        for t, v in series.get("values") or []:
-            value = float(v)
-            if math.isfinite(value):
-                per_time.setdefault(float(t), []).append(value)
+    for series in result:
+        values = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(values, list):
+            raise QueryError(f"a series without a list of values: {shown(series)[:200]}")
+        for pair in values:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise QueryError(f"a sample is not [time, value]: {shown(pair)[:200]}")
+            t, v = pair
+            if v in _NOT_FINITE:
+                continue
+            try:
+                per_time.setdefault(strict_float(t, "time"), []).append(strict_float(v, "value"))
+            except ValueError as exc:
+                raise QueryError(f"a sample Prometheus would not print: {shown(exc)}") from None
     pick = max if combine == "max" else sum
     return sorted((t, float(pick(vs))) for t, vs in per_time.items())
+
+
+#: How Prometheus prints the samples it has no finite value for.
+_NOT_FINITE = frozenset({"NaN", "+Inf", "-Inf", "Inf"})
 
 
 def query_range(

@@ -96,6 +96,32 @@ def test_range_samples_refuse_a_vector():
         range_samples({"resultType": "vector", "result": []})
 
 
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"values": [[10, "1_0"]]},  # float() reads 10
+        {"values": [[10, "١"]]},  # float() reads 1
+        {"values": [[10, True]]},
+        {"values": [[10, "1"], [20]]},
+        {"values": [["x", "1"]]},
+        {"values": "1"},
+        ["values"],
+        "series",
+    ],
+    ids=ascii,
+)
+def test_range_samples_refuse_what_prometheus_does_not_print(result):
+    # Issue 30: a matrix of the wrong shape ended the forecast (and `rebalance`) in a traceback, and
+    # Python's float() took numbers Prometheus never prints.
+    with pytest.raises(QueryError):
+        range_samples({"resultType": "matrix", "result": [result]})
+
+
+def test_range_samples_skip_what_prometheus_has_no_value_for():
+    data = {"resultType": "matrix", "result": [{"values": [[10, "+Inf"], [10, "-Inf"], [10, "NaN"], [10, "2"]]}]}
+    assert range_samples(data) == [(10.0, 2.0)]
+
+
 def test_build_forecast_reads_sacct_and_prometheus_and_survives_a_prometheus_outage():
     spec = load_spec(EXAMPLE_SPEC)
     group_of, capacity = node_groups(spec)
