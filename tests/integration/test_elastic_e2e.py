@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from slurm_pool.adapters.records import parse_jobs
-from slurm_pool.localcluster.procs import wait_for
 from tests.support.elastic_env import TORCH, progress, worlds
+from tests.support.patience import wait_for
 from tests.support.slurm_cluster import job_workdir
 
 pytestmark = pytest.mark.slurm

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool.localcluster.procs import wait_for
+from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm
 

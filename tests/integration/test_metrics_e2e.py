@@ -28,6 +28,7 @@ from slurm_pool.localcluster import procs
 from slurm_pool.metrics import panels
 from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
+from tests.support.patience import patience
 from tests.support.slurm_cluster import self_requeue
 
 pytestmark = [pytest.mark.slurm, pytest.mark.k8s]
@@ -50,7 +51,7 @@ def http_get(url: str, timeout: float = 3.0) -> str:
 
 def wait_for(fn: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll ``fn`` (HTTP errors count as "not yet") until it returns something truthy."""
-    return procs.wait_for(fn, timeout, what, interval=0.5, ignore=(OSError,))
+    return procs.wait_for(fn, patience(timeout), what, interval=0.5, ignore=(OSError,))
 
 
 def wait_equal(fn: Callable[[], Any], want: Any, timeout: float, what: str) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurm_pool.localcluster.mig import EmulatedMigBackend
-from slurm_pool.localcluster.procs import wait_for
+from tests.support.patience import wait_for
 from tests.support.sshd import start_sshd
 
 pytestmark = pytest.mark.slurm

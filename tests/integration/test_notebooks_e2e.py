@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from slurm_pool.adapters.records import parse_jobs
-from slurm_pool.localcluster.procs import wait_for
 from tests.conftest import TEST_SLURM
 from tests.support.notebooks import notebook_spec_text
+from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm
 

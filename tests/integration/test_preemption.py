@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool.localcluster.procs import wait_for
 from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
+from tests.support.patience import wait_for
 from tests.support.slurm_cluster import self_requeue
 
 pytestmark = pytest.mark.slurm

@@ -23,8 +23,8 @@ import pytest
 
 from slurm_pool.adapters.records import parse_jobs
 from slurm_pool.errors import SpecError
-from slurm_pool.localcluster.procs import wait_for
 from tests.conftest import TEST_SLURM
+from tests.support.patience import wait_for
 from tests.support.shards import shard_spec_text
 from tests.support.slurm_cluster import job_workdir
 

@@ -21,10 +21,10 @@ import pytest
 
 from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import JobRecord, NodeRecord, node_command, parse_jobs, parse_nodes
-from slurm_pool.localcluster.procs import wait_for
 from slurm_pool.metrics.parse import job_nodes
 from slurm_pool.render.context import gpu_units
 from slurm_pool.spec.hosts import expand
+from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm
 

@@ -245,5 +245,6 @@ def is_ready(isvc: dict) -> bool:
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.25, what: str = "condition"):
     """Poll ``predicate`` until truthy (any exception counts as "not yet": the API may be briefly away)."""
     from slurm_pool.localcluster.procs import wait_for as poll
+    from tests.support.patience import patience
 
-    return poll(predicate, timeout, what, interval, ignore=(Exception,))
+    return poll(predicate, patience(timeout), what, interval, ignore=(Exception,))

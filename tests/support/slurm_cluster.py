@@ -22,6 +22,7 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.errors import SpecError
 from slurm_pool.localcluster.cluster import LocalCluster
 from slurm_pool.versions import SlurmVersion
+from tests.support.patience import patience
 
 
 def _port_free(port: int) -> bool:
@@ -103,7 +104,9 @@ class ClusterHandle:
         return res.stdout.strip()
 
     def wait_state(self, job_id: int, states: Sequence[str], timeout: float = 60) -> str:
-        """Wait until squeue (or sacct, once gone) shows one of ``states``."""
+        """Wait until squeue (or sacct, once gone) shows one of ``states`` (``timeout`` stretched by
+        :func:`~tests.support.patience.patience`); on a timeout say what the job and the nodes were."""
+        timeout = patience(timeout)
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
@@ -111,7 +114,18 @@ class ClusterHandle:
             if last in states:
                 return last
             time.sleep(0.25)
-        raise AssertionError(f"job {job_id} is {last!r}, not one of {list(states)}, after {timeout}s")
+        raise AssertionError(
+            f"job {job_id} is {last!r}, not one of {list(states)}, after {timeout:g}s\n{self.seen(job_id)}"
+        )
+
+    def seen(self, job_id: int | None = None) -> str:
+        """The job (state, reason, nodes) and every node (state, reason), for a failed wait's message."""
+        lines = []
+        if job_id is not None:
+            job = self.run(["squeue", "-h", "-j", str(job_id), "-o", "%i %T %r %N %q %P"]).stdout.strip()
+            lines.append(f"squeue: {job or '(gone) sacct: ' + self.sacct_field(job_id, 'State,Reason,NodeList')}")
+        lines += ["sinfo: " + n for n in self.run(["sinfo", "-h", "-N", "-o", "%N %T %E"]).stdout.splitlines()]
+        return "\n".join(lines)
 
     def sacct_state(self, job_id: int) -> str:
         return self.sacct_field(job_id, "State").split(" ")[0]
@@ -125,6 +139,7 @@ class ClusterHandle:
     def wait_sacct(self, job_id: int, field: str, accept: Callable[[str], bool], timeout: float = 30) -> str:
         """Poll ``sacct`` until ``field`` passes ``accept``: slurmctld sends records to slurmdbd
         asynchronously, so accounting lags what squeue already shows."""
+        timeout = patience(timeout)
         deadline = time.monotonic() + timeout
         value = ""
         while time.monotonic() < deadline:
@@ -139,14 +154,15 @@ class ClusterHandle:
         self.run(["scancel", "--full", "-u", "root"])
         for user in {u for p in self.spec.projects for u in p.users}:
             self.run(["scancel", "--full", "-u", user])
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + patience(timeout)
         while time.monotonic() < deadline:
             q = self.run(["squeue", "-h", "-o", "%i %T"]).stdout.split()
             nodes = self.run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.split()
             if not q and all(s.rstrip("*~#") in ("idle", "drain", "drained") for s in nodes):
                 return
             time.sleep(0.25)
-        raise AssertionError("cluster did not drain its jobs in time")
+        queue = self.run(["squeue", "-h", "-o", "%i %T %r %N"]).stdout.strip()
+        raise AssertionError(f"cluster did not drain its jobs in time\nsqueue: {queue}\n{self.seen()}")
 
     def release_begin_time(self, job_id: int, timeout: float = 60) -> None:
         """Slurm delays a requeued job's start by 120 s; tests skip the wait.
@@ -157,7 +173,7 @@ class ClusterHandle:
         resolution, and a launch within that second is killed as "Job
         credential revoked" (seen on 22.05) -- the race the 120 s hold avoids.
         """
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + patience(timeout)
         while time.monotonic() < deadline:
             states = self.run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.split()
             if not any(s.startswith("comp") for s in states):
