@@ -297,9 +297,14 @@ def write(
         "",
         f"Made by `python3 bench/{Path(__file__).name} {' '.join(argv)}` ({seconds:.0f} s).",
         "",
-        "| target | inputs tried | handled cleanly | failures |",
-        "|---|---:|---:|---:|",
     ]
+    lines += [*_table(results), "", *_round3_intro(), "", *_table(round3)]
+    out.write_text("\n".join(lines).rstrip() + "\n")
+
+
+def _table(results: dict[str, Any]) -> list[str]:
+    """One round's table (tallies with ``tried``, ``clean``, ``failures``), then its first failures."""
+    lines = ["| target | inputs tried | handled cleanly | failures |", "|---|---:|---:|---:|"]
     for name, t in results.items():
         lines.append(f"| {name} | {t.tried} | {t.clean} | {len(t.failures)} |")
     total = sum(t.tried for t in results.values())
@@ -308,22 +313,7 @@ def write(
     for name, t in results.items():
         for f in t.failures[:20]:
             lines.append(f"- {name}: `{f}`")
-    lines += [
-        "",
-        *_round3_intro(),
-        "",
-        "| target | inputs tried | handled cleanly | failures |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, h in round3.items():
-        lines.append(f"| {name} | {h.tried} | {h.clean} | {len(h.failures)} |")
-    total = sum(h.tried for h in round3.values())
-    bad = sum(len(h.failures) for h in round3.values())
-    lines += [f"| **all** | **{total}** | **{total - bad}** | **{bad}** |", ""]
-    for name, h in round3.items():
-        for f in h.failures[:20]:
-            lines.append(f"- {name}: `{f}`")
-    out.write_text("\n".join(lines).rstrip() + "\n")
+    return lines
 
 
 def _round3_intro() -> list[str]:

@@ -260,12 +260,18 @@ def _replicas(name: str, ns: str, component: Obj, seen: _Observed, path: str) ->
         desired = mapping(hpa, "status", f"{where}: status").get("desiredReplicas")
         if desired is not None:
             want = count(desired, f"{where}: status.desiredReplicas")
-    if want is None and dep is not None:
-        where = ident("Deployment", dep)
-        replicas = mapping(dep, "spec", f"{where}: spec").get("replicas")
-        if replicas is not None:
-            want = count(replicas, f"{where}: spec.replicas")
+    if want is None:
+        want = _deployment_replicas(dep)
     return max(low if want is None else want, low)
+
+
+def _deployment_replicas(dep: Obj | None) -> int | None:
+    """A Deployment's ``spec.replicas`` (None: no Deployment, or none said)."""
+    if dep is None:
+        return None
+    where = ident("Deployment", dep)
+    replicas = mapping(dep, "spec", f"{where}: spec").get("replicas")
+    return None if replicas is None else count(replicas, f"{where}: spec.replicas")
 
 
 def isvc_demand(
@@ -336,12 +342,7 @@ def _worker_demand(
     """GPU-like resources of one replica's worker pods."""
     at = "spec.predictor.workerSpec"
     dep = seen.deployments.get((ns, f"{name}-predictor-worker"))
-    replicas = None
-    if dep is not None:
-        where = ident("Deployment", dep)
-        replicas = mapping(dep, "spec", f"{where}: spec").get("replicas")
-        if replicas is not None:
-            replicas = count(replicas, f"{where}: spec.replicas")
+    replicas = _deployment_replicas(dep)
     if replicas is not None:
         workers = replicas
     else:
