@@ -22,6 +22,7 @@ import click
 from slurm_pool.adapters.prometheus import api
 from slurm_pool.clitypes import Finite
 from slurm_pool.errors import InputError
+from slurm_pool.text import shown
 from slurm_pool.textio import read_json
 
 _LEGEND = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -81,6 +82,14 @@ def legend(fmt: str, labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__") or "value"
 
 
+def plot_text(text: str) -> str:
+    """Label values (node names, reasons) as matplotlib shows them literally: controls made visible, ``$``
+    escaped (a pair would be read as mathtext, and a malformed one ends the drawing), and a leading ``_``
+    kept (matplotlib leaves such a label out of the legend)."""
+    out = shown(text).replace("$", r"\$")
+    return " " + out if out.startswith("_") else out
+
+
 def _filename(panel: Mapping[str, Any]) -> str:
     slug = _SLUG.sub("-", str(panel.get("title", "panel")).lower()).strip("-") or "panel"
     return f"{int(panel.get('id') or 0):02d}-{slug[:60]}.png"
@@ -123,7 +132,7 @@ def render_panels(
                     continue
                 xs = [mdates.date2num(datetime.datetime.fromtimestamp(t)) for t, _ in pts]
                 label = legend(str(target.get("legendFormat", "")), row["metric"])
-                ax.plot(xs, [v for _, v in pts], label=label, marker=".", markersize=3, linewidth=1)
+                ax.plot(xs, [v for _, v in pts], label=plot_text(label), marker=".", markersize=3, linewidth=1)
                 n += 1
         unit = ((panel.get("fieldConfig") or {}).get("defaults") or {}).get("unit", "")
         unit = UNITS.get(unit, unit)

@@ -38,6 +38,7 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
             if item.name in _dupes(names) and names.index(item.name) != i:
                 yield Issue(f"{label}[{i}].name", f"{item.name!r} is defined twice")
 
+    yield from _reserved(spec)
     node_owner: dict[str, str] = {}
     group_nodes: dict[str, list[str]] = {}
     for gi, group in enumerate(spec.node_groups):
@@ -48,6 +49,10 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
             continue
         group_nodes[group.name] = nodes
         for node in nodes:
+            if node.upper() in RESERVED_NODE_NAMES:
+                yield Issue(
+                    f"node_groups[{gi}].hosts", f"{node!r} is a word Slurm reads as {RESERVED_NODE_NAMES[node.upper()]}"
+                )
             if node in node_owner:
                 yield Issue(f"node_groups[{gi}].hosts", f"node {node!r} is already in group {node_owner[node]!r}")
             node_owner.setdefault(node, group.name)
@@ -197,6 +202,28 @@ def _check_layouts(spec: PoolSpec, gi: int) -> Iterator[Issue]:
             )
             continue
         yield from _placement_issues(f"{base}.{name}", gpus.model, per_gpu)
+
+
+#: Words Slurm reads as keywords in any case, not as names (src/common/read_config.c: ``NodeName=DEFAULT`` and
+#: ``PartitionName=DEFAULT`` set defaults; src/slurmctld/read_config.c: a partition's ``Nodes=ALL``).
+RESERVED_NODE_NAMES = {"DEFAULT": "the defaults of every node (NodeName=DEFAULT)", "ALL": "every node (Nodes=ALL)"}
+RESERVED_PARTITION_NAMES = {"DEFAULT": "the defaults of every partition (PartitionName=DEFAULT)"}
+#: sacctmgr's root of the association tree: a project of that name would be the whole cluster's account.
+RESERVED_ACCOUNTS = {"root": "Slurm's root account"}
+
+
+def _reserved(spec: PoolSpec) -> Iterator[Issue]:
+    for pi, part in enumerate(spec.partitions):
+        if part.name.upper() in RESERVED_PARTITION_NAMES:
+            yield Issue(
+                f"partitions[{pi}].name",
+                f"{part.name!r} is a word Slurm reads as {RESERVED_PARTITION_NAMES[part.name.upper()]}",
+            )
+    for pi, proj in enumerate(spec.projects):
+        if proj.name in RESERVED_ACCOUNTS:
+            yield Issue(
+                f"projects[{pi}].name", f"{proj.name!r} is {RESERVED_ACCOUNTS[proj.name]}; name the project otherwise"
+            )
 
 
 def partition_groups(spec: PoolSpec, entries: list[str], node_owner: dict[str, str] | None = None) -> set[str]:

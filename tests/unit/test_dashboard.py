@@ -156,6 +156,7 @@ class FakePrometheus(BaseHTTPRequestHandler):
     """``/api/v1/query_range``: two series for any query, an error for ``bad``."""
 
     queries: list[dict[str, str]] = []
+    tiers: tuple[str, ...] = ("a", "b")
 
     def do_GET(self) -> None:  # noqa: N802 -- http.server's name
         q = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
@@ -165,7 +166,7 @@ class FakePrometheus(BaseHTTPRequestHandler):
         else:
             start = float(q["start"])
             values = [[start + i, str(i % 3)] for i in range(10)]
-            result = [{"metric": {"tier": t}, "values": values} for t in ("a", "b")]
+            result = [{"metric": {"tier": t}, "values": values} for t in type(self).tiers]
             code, body = 200, {"status": "success", "data": {"resultType": "matrix", "result": result}}
         raw = json.dumps(body).encode()
         self.send_response(code)
@@ -181,6 +182,7 @@ class FakePrometheus(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_prometheus():
     FakePrometheus.queries = []
+    FakePrometheus.tiers = ("a", "b")
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -217,3 +219,21 @@ def test_dashboard_png_command(fake_prometheus, tmp_path):
     assert res.exit_code == 1 and "error: 'bad(': bad_data: parse error" in res.output, res.output
     res = CliRunner().invoke(cli, ["dashboard-png", str(bad), "--prometheus", "http://127.0.0.1:1", "--out", "x"])
     assert res.exit_code == 1 and res.output.startswith("error: http://127.0.0.1:1"), res.output
+
+
+@pytest.mark.parametrize(
+    "label,want",
+    [("a-gpu1", "a-gpu1"), ("$x$", r"\$x\$"), ("_hidden", " _hidden"), ("a\x1b[2J", "a\\x1b[2J")],
+    ids=ascii,
+)
+def test_plot_text_is_shown_literally(label, want):
+    assert pn.plot_text(label) == want
+
+
+def test_label_values_are_never_read_as_mathtext(dashboard, fake_prometheus, tmp_path):
+    # Issue 30: a label value from Slurm (a node name, a reason) with "$" made matplotlib parse mathtext,
+    # and a malformed one ended the drawing in a traceback.
+    pytest.importorskip("matplotlib")
+    FakePrometheus.tiers = ("$\\frac{$", "_x", "a\x1b[2J$")
+    done = pn.render_panels(dashboard, fake_prometheus, tmp_path, range_s=600, end=1_700_000_000.0)
+    assert done and all(r.series >= 3 for r in done)

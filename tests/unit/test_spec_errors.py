@@ -116,6 +116,16 @@ CASES = [
     ("non-ascii-host", mutate(_set(["node_groups", 0, "hosts"], "ä-gpu[1-2]")), "node_groups[0].hosts", "ASCII"),
     ("huge-hostlist", mutate(_set(["node_groups", 0, "hosts"], "n[1-100000000]")), "node_groups[0].hosts", "more than"),
     ("version-true", mutate(_set(["version"], True)), "version", "not a supported spec version"),
+    # Issue 30: names Slurm reads as keywords (read_config.c compares them case-insensitively).
+    (
+        "partition-default",
+        mutate(_set(["partitions", 0, "name"], "default")),
+        "partitions[0].name",
+        "PartitionName=DEFAULT",
+    ),
+    ("node-default", mutate(_set(["node_groups", 1, "hosts"], "default")), "node_groups[1].hosts", "NodeName=DEFAULT"),
+    ("node-all", mutate(_set(["node_groups", 1, "hosts"], "All")), "node_groups[1].hosts", "Nodes=ALL"),
+    ("project-root", mutate(_set(["projects", 3, "name"], "root")), "projects[3].name", "root account"),
     ("max-batch-requeue-0", mutate(_set(["scheduler", "max_batch_requeue"], 0)), "scheduler.max_batch_requeue", "1"),
     (
         "max-batch-requeue-past-16-bits",
