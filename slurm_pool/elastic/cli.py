@@ -140,9 +140,11 @@ def node(
     command: tuple[str, ...],
 ) -> None:
     """Inside a job: become this node's torchrun agent on the core's rendezvous (exec)."""
+    from slurm_pool.adapters.records import RecordError
     from slurm_pool.adapters.runner import CommandError
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.spec.hosts import expand
+    from slurm_pool.text import matches
 
     slurm = SlurmClient()
     try:
@@ -156,8 +158,10 @@ def node(
     host = expand(core.nodes)[0]
     try:
         address = next((n.address for n in slurm.nodes() if n.name == host and n.address), host)
-    except CommandError:
+    except (CommandError, RecordError):
         address = host
+    if not matches("host", address):  # Slurm's NodeAddr goes into torchrun's --rdzv-endpoint
+        raise click.ClickException(f"the core's node address {shown(repr(address))} is not a host name or address")
     is_host = os.environ.get("SLURM_JOB_ID") == str(core_id) and os.environ.get("SLURM_NODEID", "0") == "0"
     job = ElasticJob(min_nodes, max_nodes, command, torchrun=torchrun, nproc_per_node=nproc_per_node,
                      max_restarts=max_restarts, last_call_timeout=last_call_timeout)  # fmt: skip
