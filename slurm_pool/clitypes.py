@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from slurm_pool.text import strict_float, strict_int
+
 
 class Finite(click.FloatRange):
     """A float in a range that is also a real number: ``nan`` and ``inf`` pass FloatRange, not this."""
@@ -17,4 +19,38 @@ class Finite(click.FloatRange):
         out = super().convert(value, param, ctx)
         if not math.isfinite(out):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return out
+
+
+class StrictInt(click.ParamType):
+    """A whole number in ASCII digits (no ``1_0``, no other scripts' digits), within bounds."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, maximum: int | None = None):
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            out = strict_int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a whole number in ASCII digits", param, ctx)
+        if out < self.minimum or (self.maximum is not None and out > self.maximum):
+            top = "" if self.maximum is None else f" and at most {self.maximum}"
+            self.fail(f"{out} is not at least {self.minimum}{top}", param, ctx)
+        return out
+
+
+class PositiveSeconds(click.ParamType):
+    """A finite number of seconds above zero (no NaN or infinity)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            out = strict_float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if out <= 0:
+            self.fail(f"{value!r} is not above zero", param, ctx)
         return out

@@ -20,12 +20,13 @@ from typing import Any
 import click
 import yaml
 
+from slurm_pool.clitypes import PositiveSeconds, StrictInt
 from slurm_pool.conf_cli import slurm_version_option, target_version
 from slurm_pool.errors import InputError, PoolError
 from slurm_pool.mig.catalogue import canonical_model, known_models
 from slurm_pool.mig.profiles import GEOMETRIES
 from slurm_pool.text import check as check_rule
-from slurm_pool.text import check_free_text, check_path, markup_safe, matches, shown, strict_float, strict_int
+from slurm_pool.text import check_free_text, check_path, markup_safe, matches, shown
 from slurm_pool.textio import read_json, read_text
 from slurm_pool.versions import SlurmVersion
 
@@ -40,40 +41,6 @@ class MigFailed(PoolError):
 
 #: ``--nvidia-smi``: a program name on the nodes' PATH (a path is checked as a path).
 _PROGRAM_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-
-
-class StrictInt(click.ParamType):
-    """A whole number in ASCII digits (no ``1_0``, no other scripts' digits), within bounds."""
-
-    name = "integer"
-
-    def __init__(self, minimum: int, maximum: int | None = None):
-        self.minimum, self.maximum = minimum, maximum
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        try:
-            out = strict_int(value)
-        except ValueError:
-            self.fail(f"{value!r} is not a whole number in ASCII digits", param, ctx)
-        if out < self.minimum or (self.maximum is not None and out > self.maximum):
-            top = "" if self.maximum is None else f" and at most {self.maximum}"
-            self.fail(f"{out} is not at least {self.minimum}{top}", param, ctx)
-        return out
-
-
-class PositiveSeconds(click.ParamType):
-    """A finite number of seconds above zero (no NaN or infinity)."""
-
-    name = "seconds"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        try:
-            out = strict_float(value)
-        except ValueError:
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        if out <= 0:
-            self.fail(f"{value!r} is not above zero", param, ctx)
-        return out
 
 
 #: ``--gpus`` at most: far more GPUs than a pool has, few enough to plan for.
@@ -278,12 +245,10 @@ def plan(
 
 def _write_whole(path: str, text: str) -> None:
     """Write ``--out`` whole (a temporary file renamed over it) or not at all."""
-    from slurm_pool.checkpoint.store import atomic_write
+    from slurm_pool.outfiles import write_all
 
-    try:
-        atomic_write(str(Path(path)), text.encode())
-    except OSError as exc:
-        raise MigInputError(f"--out: cannot write {path!r}: {exc.strerror or exc}") from None
+    target = Path(path)
+    write_all(target.parent, {target.name: text}, option="--out", make_dir=False)
 
 
 def _outputs(result: Any, version: SlurmVersion) -> dict[str, Any]:

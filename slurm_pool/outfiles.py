@@ -45,10 +45,15 @@ def check_targets(outdir: Path, names: list[str], option: str = "-o") -> None:
         raise InputError("\n".join(f"{option} {outdir}: {p}; nothing written" for p in problems))
 
 
-def write_all(outdir: Path, files: Mapping[str, str], option: str = "-o") -> list[Path]:
-    """Write ``files`` (name -> text) into ``outdir``: every one, or none.  The paths written, in order."""
+def write_all(outdir: Path, files: Mapping[str, str], option: str = "-o", make_dir: bool = True) -> list[Path]:
+    """Write ``files`` (name -> text) into ``outdir``: every one, or none.  The paths written, in order.
+
+    ``make_dir``: create ``outdir`` (and its parents) when missing; else a missing one is an error.
+    """
     names = list(files)
     check_targets(outdir, names, option)
+    if not make_dir and not outdir.is_dir():
+        raise InputError(f"{option} {outdir}: no such directory; nothing written")
     try:
         outdir.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=".slurm-pool-", dir=outdir))
