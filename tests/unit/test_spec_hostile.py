@@ -91,6 +91,25 @@ def test_a_valid_value_followed_by_a_line_break_is_refused(position, tail) -> No
     assert any(i.path.startswith(field) for i in exc.value.issues), (field, [str(i) for i in exc.value.issues])
 
 
+@pytest.mark.parametrize("position", POSITIONS, ids=_ids)
+@pytest.mark.parametrize("value", [7, 1.5, True, [], {}, ["x"], {"a": "b"}], ids=ascii)
+def test_a_wrong_type_in_any_string_is_refused_naming_the_field(position, value) -> None:
+    path = CONCRETE[position]
+    assert path is not None
+    if isinstance(path[-1], tuple):  # a dict key: YAML keys of other types are refused too
+        doc = with_value(BASE, path, "placeholder")
+        parent = doc
+        for p in path[:-1]:
+            parent = parent[p]
+        parent[value if isinstance(value, (int, float, bool)) else 7] = parent.pop("placeholder")
+    else:
+        doc = with_value(BASE, path, value)
+    with pytest.raises(SpecError) as exc:
+        parse_spec(doc)
+    field = dotted(path)
+    assert any(i.path.startswith(field) for i in exc.value.issues), (field, [str(i) for i in exc.value.issues])
+
+
 # A slurm.conf / gres.conf / helpers.conf line: a comment, or KEY=VALUE words (values may be quoted).
 CONF_LINE = re.compile(r'#.*|\s*|(?:[A-Za-z][A-Za-z0-9]*=(?:"[^"\n]*"|[^\s"]*)\s*)+')
 CONF_FILES = ("slurm.conf", "slurm-pool.conf", "gres.conf", "helpers.conf")
