@@ -38,7 +38,7 @@ def validate(spec: str) -> None:
     s = load_spec(spec)
     nodes = sum(len(expand(g.hosts)) for g in s.node_groups)
     click.echo(
-        f"{spec}: valid (version {s.version}, cluster {s.cluster.name}, {nodes} nodes, "
+        f"{shown(spec)}: valid (version {s.version}, cluster {s.cluster.name}, {nodes} nodes, "
         f"{len(s.partitions)} partitions, {len(s.tiers)} tiers)"
     )
 

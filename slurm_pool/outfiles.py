@@ -45,8 +45,8 @@ def check_targets(outdir: Path, names: list[str], option: str = "-o") -> None:
         raise InputError("\n".join(f"{option} {outdir}: {p}; nothing written" for p in problems))
 
 
-def write_all(outdir: Path, files: Mapping[str, str], option: str = "-o", make_dir: bool = True) -> list[Path]:
-    """Write ``files`` (name -> text) into ``outdir``: every one, or none.  The paths written, in order.
+def write_all(outdir: Path, files: Mapping[str, str | bytes], option: str = "-o", make_dir: bool = True) -> list[Path]:
+    """Write ``files`` (name -> text or bytes) into ``outdir``: every one, or none.  The paths written, in order.
 
     ``make_dir``: create ``outdir`` (and its parents) when missing; else a missing one is an error.
     """
@@ -61,8 +61,11 @@ def write_all(outdir: Path, files: Mapping[str, str], option: str = "-o", make_d
         raise PoolError(f"{option} {outdir}: {exc.strerror or exc}; nothing written") from None
     moved: list[tuple[Path, Path | None]] = []  # (target, its old content kept in the stage, or None)
     try:
-        for name, text in files.items():
-            (stage / name).write_text(text)
+        for name, data in files.items():
+            if isinstance(data, bytes):
+                (stage / name).write_bytes(data)
+            else:
+                (stage / name).write_text(data)
         for name in names:
             target = outdir / name
             old: Path | None = stage / f".old-{name}"

@@ -167,4 +167,4 @@ def dashboard_png(dashboard: str, prometheus_url: str, out_dir: str, range_s: fl
     for r in render_panels(
         load_dashboard(dashboard), prometheus_url, out_dir, range_s=range_s, rate_interval=rate_interval
     ):
-        click.echo(f"{r.path}\t{r.series} series\t{r.title}")
+        click.echo(f"{shown(r.path)}\t{r.series} series\t{shown(r.title)}")

@@ -10,9 +10,11 @@ Given a :class:`~slurm_pool.sim.sizing.Sizing` it also writes ``sizing.png``
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Callable
 
+from slurm_pool.outfiles import write_all
 from slurm_pool.sim.engine import Result, quantile
 from slurm_pool.sim.sizing import Sizing, borrowers_done_in_window
 
@@ -103,10 +105,8 @@ def sizing_markdown(sz: Sizing) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(
-    path: Path, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None], rows: int = 1
-) -> Path:
-    """One PNG: ``draw`` fills the axes (a list of them, one per row, when ``rows`` > 1)."""
+def _plot(size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None], rows: int = 1) -> bytes:
+    """One PNG's bytes: ``draw`` fills the axes (a list of them, one per row, when ``rows`` > 1)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,9 +121,10 @@ def _plot(
         ax.legend(fontsize=7, loc="lower right")
     axes[-1].set_xlabel(xlabel)
     fig.tight_layout()
-    fig.savefig(path)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
     plt.close(fig)
-    return path
+    return png.getvalue()
 
 
 def tier_steps(r: Result) -> tuple[list[float], list[float], list[float]]:
@@ -156,7 +157,9 @@ def sizing_curves(sizings: list[tuple[str, Sizing]], path: str | Path) -> Path:
         ax.set_yscale("symlog", linthresh=0.01)
         ax.set_ylim(bottom=0)
 
-    return _plot(Path(path), (7, 4.5), "pool GPUs / dedicated GPUs", "owners' p95 wait / dedicated p95", draw)
+    png = _plot((7, 4.5), "pool GPUs / dedicated GPUs", "owners' p95 wait / dedicated p95", draw)
+    target = Path(path)
+    return write_all(target.parent, {target.name: png}, option="--out")[0]
 
 
 def write_report(
@@ -165,17 +168,22 @@ def write_report(
     title: str = "Pool replay",
     sizing: Sizing | None = None,
 ) -> list[Path]:
-    """Write the plots and ``report.md`` into ``directory``; return the paths written."""
+    """Write the plots and ``report.md`` into ``directory``, every file or none; return the paths written."""
+    return write_all(Path(directory), report_files(results, title, sizing), option="--report")
+
+
+def report_files(
+    results: list[tuple[str, Result]], title: str = "Pool replay", sizing: Sizing | None = None
+) -> dict[str, bytes | str]:
+    """The plots (PNG bytes) and ``report.md`` (text), by file name."""
     if not results:
         raise ValueError("results: nothing to report")
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    files: dict[str, bytes | str] = {}
 
     def plot(
         name: str, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None], rows: int = 1
     ) -> None:
-        written.append(_plot(out / name, size, xlabel, ylabel, draw, rows))
+        files[name] = _plot(size, xlabel, ylabel, draw, rows)
 
     def busy(axes: Any) -> None:
         for ax, (label, r) in zip(axes if len(results) > 1 else [axes], results, strict=True):
@@ -213,7 +221,5 @@ def write_report(
     if sizing is not None:
         plot(SIZING_PLOT, (6, 4), "GPUs in the pool", "owners' p95 wait (hours)", sizes)
 
-    page = out / "report.md"
-    page.write_text(markdown(results, title) + ("\n" + sizing_markdown(sizing) if sizing is not None else ""))
-    written.append(page)
-    return written
+    files["report.md"] = markdown(results, title) + ("\n" + sizing_markdown(sizing) if sizing is not None else "")
+    return files

@@ -205,6 +205,15 @@ def test_cli_report_into_a_file_exits_2(tmp_path):
     assert res.exit_code == 2 and "--report" in res.output and "Traceback" not in res.output, res.output
 
 
+def test_cli_report_writes_every_file_or_none(tmp_path):
+    # Issue 30 (found this session): a report.md that was a directory left the two PNGs written before it failed.
+    out = tmp_path / "report"
+    (out / "report.md").mkdir(parents=True)
+    res = _cli("--spec", str(SPEC), "--sacct", str(SACCT), "--report", str(out))
+    assert res.exit_code == 2 and "nothing written" in res.output, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["report.md"]
+
+
 def test_report_tables_by_project_and_tier_steps():
     from slurm_pool.sim.engine import Result
     from slurm_pool.sim.report import markdown, tier_steps
