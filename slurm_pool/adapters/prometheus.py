@@ -45,8 +45,8 @@ def api(prometheus_url: str, endpoint: str, params: Mapping[str, str], timeout: 
 MAX_POINTS = 11000
 
 
-def range_samples(data: Mapping[str, Any], *, combine: str = "sum") -> list[tuple[float, float]]:
-    """``(time, value)`` of a ``query_range`` result's matrix, series summed (or maxed) per time.
+def matrix(data: Any) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+    """Each series of a ``query_range`` result's matrix: its labels and its ``(time, value)`` samples.
 
     NaN and infinite samples are left out; anything not shaped like Prometheus' matrix, or a
     number Prometheus would not print (``1_0``, other scripts' digits), is a :class:`QueryError`.
@@ -58,11 +58,13 @@ def range_samples(data: Mapping[str, Any], *, combine: str = "sum") -> list[tupl
     result = data.get("result") or []
     if not isinstance(result, list):
         raise QueryError("the matrix's result is not a list")
-    per_time: dict[float, list[float]] = {}
+    out = []
     for series in result:
         values = series.get("values") if isinstance(series, dict) else None
-        if not isinstance(values, list):
-            raise QueryError(f"a series without a list of values: {shown(series)[:200]}")
+        labels = series.get("metric") if isinstance(series, dict) else None
+        if not isinstance(values, list) or not isinstance(labels or {}, dict):
+            raise QueryError(f"a series without labels and a list of values: {shown(series)[:200]}")
+        points = []
         for pair in values:
             if not (isinstance(pair, list) and len(pair) == 2):
                 raise QueryError(f"a sample is not [time, value]: {shown(pair)[:200]}")
@@ -70,9 +72,19 @@ def range_samples(data: Mapping[str, Any], *, combine: str = "sum") -> list[tupl
             if v in _NOT_FINITE:
                 continue
             try:
-                per_time.setdefault(strict_float(t, "time"), []).append(strict_float(v, "value"))
+                points.append((strict_float(t, "time"), strict_float(v, "value")))
             except ValueError as exc:
                 raise QueryError(f"a sample Prometheus would not print: {shown(exc)}") from None
+        out.append(({str(k): str(x) for k, x in (labels or {}).items()}, points))
+    return out
+
+
+def range_samples(data: Mapping[str, Any], *, combine: str = "sum") -> list[tuple[float, float]]:
+    """``(time, value)`` of a ``query_range`` result's matrix, series summed (or maxed) per time (see :func:`matrix`)."""
+    per_time: dict[float, list[float]] = {}
+    for _labels, points in matrix(data):
+        for t, v in points:
+            per_time.setdefault(t, []).append(v)
     pick = max if combine == "max" else sum
     return sorted((t, float(pick(vs))) for t, vs in per_time.items())
 

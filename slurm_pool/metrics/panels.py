@@ -11,6 +11,7 @@ imported only here.
 from __future__ import annotations
 
 import datetime
+import io
 import re
 import time
 from dataclasses import dataclass
@@ -19,9 +20,10 @@ from typing import Any, Iterator, Mapping
 
 import click
 
-from slurm_pool.adapters.prometheus import api
+from slurm_pool.adapters.prometheus import api, matrix
 from slurm_pool.clitypes import Finite
 from slurm_pool.errors import InputError
+from slurm_pool.outfiles import write_all
 from slurm_pool.text import shown
 from slurm_pool.textio import read_json
 
@@ -104,7 +106,7 @@ def render_panels(
     end: float | None = None,
     rate_interval: str = "1m",
 ) -> list[Rendered]:
-    """Draw every panel of ``dashboard`` over the last ``range_s`` seconds into ``out_dir``."""
+    """Draw every panel of ``dashboard`` over the last ``range_s`` seconds into ``out_dir`` (every PNG, or none)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,12 +114,11 @@ def render_panels(
     import matplotlib.pyplot as plt
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     end = time.time() if end is None else end
     start = end - range_s
     step = max(1.0, range_s / 300)
     values = variables(dashboard, rate_interval, f"{int(range_s)}s")
-    done = []
+    done, pngs = [], {}
     for panel in panels(dashboard):
         fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
         n = 0
@@ -126,12 +127,11 @@ def render_panels(
             data = api(
                 prometheus_url, "query_range", {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
             )
-            for row in data.get("result", []):
-                pts = [(float(t), float(v)) for t, v in row.get("values", [])]
+            for labels, pts in matrix(data):
                 if not pts:
                     continue
                 xs = [mdates.date2num(datetime.datetime.fromtimestamp(t)) for t, _ in pts]
-                label = legend(str(target.get("legendFormat", "")), row["metric"])
+                label = legend(str(target.get("legendFormat", "")), labels)
                 ax.plot(xs, [v for _, v in pts], label=plot_text(label), marker=".", markersize=3, linewidth=1)
                 n += 1
         unit = ((panel.get("fieldConfig") or {}).get("defaults") or {}).get("unit", "")
@@ -149,10 +149,12 @@ def render_panels(
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
         fig.tight_layout()
-        path = out / _filename(panel)
-        fig.savefig(path)
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
         plt.close(fig)
-        done.append(Rendered(str(panel.get("title", "")), path, n))
+        pngs[_filename(panel)] = png.getvalue()
+        done.append(Rendered(str(panel.get("title", "")), out / _filename(panel), n))
+    write_all(out, pngs, option="--out")
     return done
 
 

@@ -221,6 +221,18 @@ def test_dashboard_png_command(fake_prometheus, tmp_path):
     assert res.exit_code == 1 and res.output.startswith("error: http://127.0.0.1:1"), res.output
 
 
+def test_dashboard_png_writes_every_panel_or_none(fake_prometheus, tmp_path):
+    # A query that fails on the second panel leaves no PNG of the first.
+    pytest.importorskip("matplotlib")
+    two = tmp_path / "two.json"
+    targets = [[{"expr": "up"}], [{"expr": "bad("}]]
+    two.write_text(json.dumps({"panels": [{"id": i, "title": f"p{i}", "targets": t} for i, t in enumerate(targets)]}))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["dashboard-png", str(two), "--prometheus", fake_prometheus, "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    assert not out.exists() or not list(out.iterdir())
+
+
 @pytest.mark.parametrize(
     "label,want",
     [("a-gpu1", "a-gpu1"), ("$x$", r"\$x\$"), ("_hidden", " _hidden"), ("a\x1b[2J", "a\\x1b[2J")],
