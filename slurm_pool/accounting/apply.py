@@ -169,7 +169,7 @@ def diff(
             preempt_later.append(_modify(f"qos {q.name}", "qos", [f"name={q.name}"], pc))
     changes.extend(preempt_later)
 
-    accts_have = {r["Account"]: r for r in slurm.sacctmgr_show("account", ["Account", "Descr", "Org"])}
+    accts_have = _accounts(slurm)
     assoc_rows = slurm.sacctmgr_show("assoc", ASSOC_FIELDS, where=["where", f"cluster={cluster}"])
     assoc_have = {(r["Account"], r["User"]): r for r in assoc_rows}
     for a in plan.accounts:
@@ -241,6 +241,20 @@ def diff(
     if prune:
         changes.extend(_prune(plan, qos_have, accts_have, assoc_have))
     return changes
+
+
+def _accounts(slurm: SlurmClient) -> dict[str, dict[str, str]]:
+    """Each account's Descr and Org as slurmdbd has them.
+
+    One free-text field per query, before the account's name: a "|" or a line
+    break a human put in either stays in its field (see ``parsable_rows``), so
+    the ownership tag in Org is read from the right column.
+    """
+    have: dict[str, dict[str, str]] = {}
+    for field in ("Descr", "Org"):
+        for r in slurm.sacctmgr_show("account", [field, "Account"]):
+            have.setdefault(r["Account"], {"Account": r["Account"]})[field] = r[field]
+    return have
 
 
 def _prune(plan: AccountingPlan, qos_have: dict, accts_have: dict, assoc_have: dict) -> list[Change]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-from slurm_pool.adapters.records import JobRecord, NodeRecord, node_command, parse_jobs, parse_nodes
+from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError, node_command, parse_jobs, parse_nodes
 from slurm_pool.adapters.runner import Runner, SubprocessRunner
 from slurm_pool.versions import SlurmVersion
 
@@ -78,13 +78,11 @@ class SlurmClient:
         """Rows of ``sacctmgr show`` as dicts keyed by the requested field names."""
         argv = ["sacctmgr", "-n", "-P", "show", entity, *where, "format=" + ",".join(fields)]
         res = self.runner.run(argv)
-        rows = []
-        for line in res.stdout.splitlines():
-            if not line.strip():
-                continue
-            values = split_parsable(line, fields)
-            rows.append({f: (values[i] if i < len(values) else "") for i, f in enumerate(fields)})
-        return rows
+        n = len(fields)
+        return [
+            dict(zip(fields, split_parsable(row, fields)[:n], strict=True))
+            for row in parsable_rows(res.stdout, fields, argv)
+        ]
 
     def sacctmgr(self, *args: str) -> None:
         """One non-interactive sacctmgr change."""
@@ -93,6 +91,35 @@ class SlurmClient:
 
 #: sacctmgr fields that hold free text, where a "|" of -P's separator may sit.
 FREE_TEXT_FIELDS = ("Description", "Descr", "Org", "Organization")
+
+
+def parsable_rows(text: str, fields: Sequence[str], argv: Sequence[str] = ("sacctmgr",)) -> list[str]:
+    """The rows of ``sacctmgr -n -P`` output, one per record.
+
+    A line break a human put in a description (``sacctmgr modify account ... set
+    description=...``) is printed raw, so a record may span lines: a line with
+    fewer "|" than the fields need continues onto the next.  That is only
+    unambiguous when the last field is not free text, so callers put a key last
+    (``Descr,Account``); a break that cannot be placed, or a record still short
+    at the end of the output, is a :class:`RecordError`, never a row of blanks.
+    """
+    rows: list[str] = []
+    pending: str | None = None
+    for line in text.split("\n"):
+        if pending is None and not line.strip():
+            continue
+        row = line if pending is None else f"{pending}\n{line}"
+        if row.count("|") + 1 < len(fields):
+            pending = row
+            continue
+        pending = None
+        if "\n" in row and fields[-1] in FREE_TEXT_FIELDS:
+            # The break may end the last field or start the next record: it cannot be told.
+            raise RecordError(f"{' '.join(argv)} printed a line break that cannot be placed: {row!r}")
+        rows.append(row)
+    if pending is not None and pending.strip():
+        raise RecordError(f"{' '.join(argv)} printed a record with fewer fields than {','.join(fields)}: {pending!r}")
+    return rows
 
 
 def split_parsable(line: str, fields: Sequence[str]) -> list[str]:

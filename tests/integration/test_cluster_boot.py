@@ -106,6 +106,28 @@ def test_accounting_second_apply_changes_nothing(slurm_cluster):
     assert spy.calls and all(c[:1] == ["sacctmgr"] and "show" in c for c in spy.calls)
 
 
+def test_a_line_break_in_a_sites_account_shifts_nothing(slurm_cluster):
+    """Hardening, third round: sacctmgr prints a line break in a description or
+    organisation raw; the account is read whole, and apply (with --prune) leaves it."""
+    from slurm_pool.accounting.apply import apply_accounting
+    from slurm_pool.adapters.runner import SubprocessRunner
+    from slurm_pool.adapters.slurm import SlurmClient
+
+    runner = SubprocessRunner(env=slurm_cluster.env)
+    slurm = SlurmClient(runner)
+    add = ["sacctmgr", "-i", "add", "account", "zz-site", "Description=the site's\nown", "Organization=physics\ndept"]
+    runner.run(add)
+    try:
+        descr = {r["Account"]: r["Descr"] for r in slurm.sacctmgr_show("account", ["Descr", "Account"])}
+        org = {r["Account"]: r["Org"] for r in slurm.sacctmgr_show("account", ["Org", "Account"])}
+        assert (descr["zz-site"].lower(), org["zz-site"].lower()) == ("the site's\nown", "physics\ndept")
+        assert set(descr) == set(org) and all("\n" not in name for name in descr)
+        lines: list[str] = []
+        assert apply_accounting(slurm_cluster.spec, slurm, prune=True, dry_run=True, echo=lines.append) == []
+    finally:
+        runner.run(["sacctmgr", "-i", "delete", "account", "zz-site"], check=False)
+
+
 def _cli(slurm_cluster, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **slurm_cluster.env, "PYTHONPATH": str(REPO)}
     return subprocess.run(

@@ -8,8 +8,9 @@ import pytest
 
 from slurm_pool.accounting.apply import apply_accounting, diff
 from slurm_pool.accounting.plan import build_plan
+from slurm_pool.adapters.records import RecordError
 from slurm_pool.adapters.runner import CommandError, RecordingRunner, Result
-from slurm_pool.adapters.slurm import SlurmClient, split_parsable
+from slurm_pool.adapters.slurm import SlurmClient, parsable_rows, split_parsable
 from slurm_pool.spec import load_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
@@ -235,3 +236,53 @@ def test_a_bar_a_human_put_in_a_description_does_not_break_the_next_apply(world)
     assert [c.summary.split(":")[0] for c in changes] == ["~ qos shared"]
     assert "Description: gpu | cpu -> " in changes[0].summary
     assert apply_accounting(spec, slurm, echo=lambda _m: None) == []
+
+
+@pytest.mark.parametrize(
+    "text,fields,want",
+    [
+        ("a|b|c\n", ["Name", "Description", "Priority"], ["a|b|c"]),
+        ("a|b|c\nd|e|f\n", ["Name", "Description", "Priority"], ["a|b|c", "d|e|f"]),
+        ("\n\na|b|c\n\n", ["Name", "Description", "Priority"], ["a|b|c"]),
+        # a line break a human put in a description: the record spans lines
+        ("a|one\ntwo|c\nd|e|f\n", ["Name", "Description", "Priority"], ["a|one\ntwo|c", "d|e|f"]),
+        ("a|one\n\ntwo|c\n", ["Name", "Description", "Priority"], ["a|one\n\ntwo|c"]),
+        ("one\ntwo|acct\n", ["Descr", "Account"], ["one\ntwo|acct"]),
+        # A "|" and a break in one description ("x|y\nz") print as two complete
+        # rows: sacctmgr -P cannot tell them apart, so the account key comes last
+        # and a bogus row names no account slurm-pool owns.
+        ("cluster\n", ["Cluster"], ["cluster"]),
+        ("", ["Cluster"], []),
+    ],
+)
+def test_a_record_spans_lines_where_a_description_holds_a_line_break(text, fields, want):
+    assert parsable_rows(text, fields) == want
+
+
+@pytest.mark.parametrize(
+    "text,fields",
+    [
+        ("a|b\n", ["Name", "Description", "Priority"]),  # short at the end: not a row of blanks
+        ("a|one\ntwo\n", ["Name", "Description", "Priority"]),
+        ("acct|one\ntwo\nb|x\n", ["Account", "Org"]),  # last field free: the break cannot be placed
+    ],
+)
+def test_a_record_that_cannot_be_placed_is_refused(text, fields):
+    with pytest.raises(RecordError, match="sacctmgr printed"):
+        parsable_rows(text, fields)
+
+
+def test_a_line_break_a_human_put_in_an_account_keeps_its_owner_and_the_next_account(world):
+    # The third hardening round: a description or organisation with a line break
+    # (sacctmgr prints it raw) shifted the next account's row, so apply tried to
+    # add an account that exists and --prune read the wrong Org.
+    fake, _runner, slurm = world
+    spec = load_spec(EXAMPLE)
+    apply_accounting(spec, slurm, echo=lambda _m: None)
+    names = sorted(fake.accounts)
+    fake.accounts[names[0]]["Descr"] = "first line\nsecond | line"
+    fake.accounts["site"] = {"Descr": "the site's\naccount", "Org": "physics\ndept"}  # not ours: left alone
+    changes = apply_accounting(spec, slurm, prune=True, echo=lambda _m: None)
+    assert [c.summary for c in changes] == [f"~ account {names[0]}: Description"]
+    assert fake.accounts["site"] == {"Descr": "the site's\naccount", "Org": "physics\ndept"}
+    assert apply_accounting(spec, slurm, prune=True, echo=lambda _m: None) == []
