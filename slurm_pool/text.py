@@ -32,6 +32,10 @@ RULES: dict[str, Pattern[str]] = {
     "name": re.compile(r"[a-z][a-z0-9_-]{0,62}"),
     # POSIX-portable login names, as useradd and sacctmgr take them.
     "user": re.compile(r"[a-z_][a-z0-9_-]{0,31}"),
+    # A job's user as a directory name (SLURM_JOB_USER): letters, digits, '_', '.', '-'; '.' and '..' refused apart.
+    "login": re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}"),
+    # A job id as Slurm writes it: ASCII digits only.
+    "job-id": re.compile(r"[0-9]{1,20}"),
     # A Slurm node (or host) name.
     "node": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"),
     # A host name or address slurm.conf takes (SlurmctldHost, NodeAddr): letters, digits, '.', '-', ':' (IPv6).
@@ -55,6 +59,8 @@ RULES: dict[str, Pattern[str]] = {
 SHAPES = {
     "name": "a lower-case letter, then up to 62 lower-case letters, digits, '_' or '-'",
     "user": "a login name: a lower-case letter or '_', then up to 31 lower-case letters, digits, '_' or '-'",
+    "login": "a user name: a letter or '_', then up to 63 letters, digits, '_', '.' or '-'",
+    "job-id": "a job id: 1 to 20 ASCII digits",
     "node": "a node name: a letter or digit, then up to 127 letters, digits, '.', '_' or '-'",
     "host": "a host name or address: letters, digits, '.', '-' or ':'",
     "feature": "1 to 64 letters, digits, '_', '.', '+' or '-'",

@@ -217,11 +217,27 @@ def validate_snapshot(snap: Any) -> list[str]:
         problems.append("gpus must be a list")
     else:
         for i, g in enumerate(gpus):
-            if not isinstance(g, dict) or not isinstance(g.get("index"), int):
+            if not isinstance(g, dict) or not _whole(g.get("index")):
                 problems.append(f"gpus[{i}] needs an integer index")
-    if not isinstance(snap.get("xid_events", []), list):
+                continue
+            for key in ("ecc", "remapped_rows", "retired_pages"):
+                if not isinstance(g.get(key) or {}, dict):
+                    problems.append(f"gpus[{i}].{key} must be an object")
+            if not isinstance(g.get("mig_devices") or [], list):
+                problems.append(f"gpus[{i}].mig_devices must be a list")
+    events = snap.get("xid_events", [])
+    if not isinstance(events, list):
         problems.append("xid_events must be a list")
+    else:
+        for i, ev in enumerate(events):
+            if not isinstance(ev, dict) or not _whole(ev.get("seq")) or not _whole(ev.get("xid")):
+                problems.append(f"xid_events[{i}] needs integer seq and xid")
     return problems
+
+
+def _whole(value: Any) -> bool:
+    """An integer from JSON: not a bool, not a string of digits."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # -- replay -----------------------------------------------------------------
@@ -258,10 +274,13 @@ class ReplaySource:
         self.trusted = trusted
 
     def snapshot(self) -> dict[str, Any]:
-        if self.trusted:
-            check_private_file(self.path)
-        try:
-            with open(self.path, encoding="utf-8") as fh:
+        checked = check_private_file(self.path) if self.trusted else None
+        try:  # read the file that was checked: no link followed, no FIFO waited on, not a swapped one
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | (os.O_NOFOLLOW | os.O_NONBLOCK if checked else 0))
+            with open(fd, encoding="utf-8") as fh:
+                st = os.fstat(fd)
+                if checked is not None and (st.st_dev, st.st_ino) != (checked.st_dev, checked.st_ino):
+                    raise SnapshotError(f"{self.path}: replaced while being read")
                 snap = json.load(fh)
         except OSError as exc:
             raise SnapshotError(f"{self.path}: {exc.strerror}") from None

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 import click
 
+from slurm_pool.clitypes import Finite, StrictInt
 from slurm_pool.errors import InputError, Issue, SpecError
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.text import matches, shown
@@ -62,7 +63,7 @@ def parse_now(value: str | None, config: Bridge) -> datetime:
 @click.option("--now", help="Plan for this ISO 8601 time instead of the clock (tests, off-peak checks).")
 @click.option(
     "--force-after",
-    type=click.IntRange(min=0),
+    type=StrictInt(0),
     help="Delete pods whose eviction is still refused this many seconds after the reclaim began.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
@@ -132,7 +133,7 @@ def rebalance(
 @click.option(
     "--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False), help="Kubeconfig on this node."
 )
-@click.option("--seconds", default=30.0, show_default=True, type=click.FloatRange(min=0), help="Deadline.")
+@click.option("--seconds", default=30.0, show_default=True, type=Finite(min=0), help="Deadline.")
 def fence_node(node: str, kubeconfig: str, seconds: float) -> None:
     """Cordon NODE in Kubernetes and delete its pods (the placeholder runs this when Slurm preempts it).
 

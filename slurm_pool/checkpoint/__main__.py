@@ -9,12 +9,20 @@ not the CLI's dependencies (containers, a system python).  Options as for
 from __future__ import annotations
 
 import sys
+from typing import Callable
+
+from slurm_pool.text import shown, strict_float, strict_int
 
 USAGE = (
     "usage: python3 -m slurm_pool.checkpoint [--checkpoint-dir DIR] [--warn-seconds N] "
     "[--max-self-requeues N] [--poll SECONDS] -- CMD ..."
 )
-_OPTS = {"--checkpoint-dir": str, "--warn-seconds": int, "--max-self-requeues": int, "--poll": float}
+_OPTS: dict[str, Callable[[str], str | int | float]] = {
+    "--checkpoint-dir": str,
+    "--warn-seconds": strict_int,
+    "--max-self-requeues": strict_int,
+    "--poll": strict_float,
+}
 
 
 def parse(argv: list[str]) -> tuple[dict[str, object], list[str]]:
@@ -31,9 +39,12 @@ def parse(argv: list[str]) -> tuple[dict[str, object], list[str]]:
                 raise ValueError(f"{key} needs a value")
             val = rest.pop(0)
         try:
-            opts[key[2:].replace("-", "_")] = _OPTS[key](val)
+            value = _OPTS[key](val)
         except ValueError:
             raise ValueError(f"{key}: bad value {val!r}") from None
+        if not isinstance(value, str) and value < 0:
+            raise ValueError(f"{key}: {val!r} is below 0")
+        opts[key[2:].replace("-", "_")] = value
     if rest[:1] == ["--"]:
         rest = rest[1:]
     if not rest:
@@ -45,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts, cmd = parse(sys.argv[1:] if argv is None else argv)
     except ValueError as exc:
-        print(f"{USAGE}\nerror: {exc}", file=sys.stderr)
+        print(f"{USAGE}\nerror: {shown(exc)}", file=sys.stderr)
         return 2
     from slurm_pool.checkpoint.settings import resolve
     from slurm_pool.checkpoint.supervisor import Supervisor
@@ -58,11 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         value = given(key)
         return None if value is None else int(value)
 
-    st = resolve(
-        checkpoint_dir=given("checkpoint_dir"),
-        warn_seconds=count("warn_seconds"),
-        max_self_requeues=count("max_self_requeues"),
-    )
+    try:
+        st = resolve(
+            checkpoint_dir=given("checkpoint_dir"),
+            warn_seconds=count("warn_seconds"),
+            max_self_requeues=count("max_self_requeues"),
+        )
+    except ValueError as exc:
+        print(f"error: {shown(exc)}", file=sys.stderr)
+        return 2
     return Supervisor(cmd, st, poll_seconds=float(given("poll") or 0.0)).run()
 
 

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from slurm_pool.clitypes import Finite
+from slurm_pool.clitypes import Finite, StrictInt
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -19,13 +19,13 @@ from slurm_pool.clitypes import Finite
 )
 @click.option(
     "--warn-seconds",
-    type=click.IntRange(min=0),
+    type=StrictInt(0),
     default=None,
     help="Act this long before the time limit (default: node.conf warn_seconds).",
 )
 @click.option(
     "--max-self-requeues",
-    type=click.IntRange(min=0),
+    type=StrictInt(0),
     default=None,
     help="Time-limit self-requeues allowed per job (default: node.conf max_self_requeues).",
 )

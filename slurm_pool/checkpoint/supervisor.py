@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 from slurm_pool.adapters.records import JobRecord
 from slurm_pool.checkpoint import control, slurmjob, store
 from slurm_pool.checkpoint.settings import JobSettings, signal_name
+from slurm_pool.text import shown
 from slurm_pool.versions import SlurmVersion, VersionError
 
 QUERY_TTL = 2.0
@@ -127,7 +128,8 @@ class Supervisor:
         self._old: dict[int, Any] = {}
 
     def log(self, msg: str) -> None:
-        self._log(f"slurm-pool run [{self.clock() - self.start:7.1f}s]: {msg}")
+        # Slurm's state, reason and errors, and the paths, are quoted here: one line, no terminal control
+        self._log(shown(f"slurm-pool run [{self.clock() - self.start:7.1f}s]: {msg}"))
 
     # -- Slurm ---------------------------------------------------------
     def job_info(self, fresh: bool = False) -> JobRecord | None:

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from slurm_pool.clitypes import StrictInt
 from slurm_pool.elastic.plan import (
     ENV_SHARE_STORE,
     ElasticJob,
@@ -41,18 +42,18 @@ def _split(values: tuple[str, ...], option: str) -> tuple[str, ...]:
 
 
 @elastic.command()
-@click.option("--min", "min_nodes", type=click.IntRange(1, MAX_NODES), required=True, help="Nodes of the core.")
-@click.option("--max", "max_nodes", type=click.IntRange(1, MAX_NODES), required=True, help="Nodes at most.")
+@click.option("--min", "min_nodes", type=StrictInt(1, MAX_NODES), required=True, help="Nodes of the core.")
+@click.option("--max", "max_nodes", type=StrictInt(1, MAX_NODES), required=True, help="Nodes at most.")
 @click.option("--core", "core_args", multiple=True, help="sbatch options of the core (its tier: guaranteed or shared).")
 @click.option("--extension", "ext_args", multiple=True, help="sbatch options of each extension (a preemptible tier).")
 @click.option("--sbatch", "common_args", multiple=True, help="sbatch options of every job (--gres, --time, -D, -o).")
 @click.option("--torchrun", default="torchrun", show_default=True, help="The torchrun the nodes run.")
-@click.option("--nproc-per-node", type=click.IntRange(1, 64), default=1, show_default=True)
-@click.option("--max-restarts", type=click.IntRange(0, 100000), default=100, show_default=True,
+@click.option("--nproc-per-node", type=StrictInt(1, 64), default=1, show_default=True)
+@click.option("--max-restarts", type=StrictInt(0, 100000), default=100, show_default=True,
               help="torchrun's --max-restarts (every leave counts).")  # fmt: skip
 @click.option(
     "--leave-seconds",
-    type=click.IntRange(1, 86400),
+    type=StrictInt(1, 86400),
     default=20,
     show_default=True,
     help="SIGTERM this many seconds before a preempted extension is stopped (at most its tier's GraceTime).",
@@ -121,13 +122,13 @@ def submit(
 
 
 @elastic.command(hidden=True)
-@click.option("--core", "core_id", type=int, required=True)
-@click.option("--min", "min_nodes", type=int, required=True)
-@click.option("--max", "max_nodes", type=int, required=True)
+@click.option("--core", "core_id", type=StrictInt(1), required=True)
+@click.option("--min", "min_nodes", type=StrictInt(1, MAX_NODES), required=True)
+@click.option("--max", "max_nodes", type=StrictInt(1, MAX_NODES), required=True)
 @click.option("--torchrun", required=True)
-@click.option("--nproc-per-node", type=int, default=1)
-@click.option("--max-restarts", type=int, default=100)
-@click.option("--last-call-timeout", type=int, default=3)
+@click.option("--nproc-per-node", type=StrictInt(1, 64), default=1)
+@click.option("--max-restarts", type=StrictInt(0, 100000), default=100)
+@click.option("--last-call-timeout", type=StrictInt(1, 86400), default=3)
 @click.argument("command", nargs=-1, required=True)
 def node(
     core_id: int,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from slurm_pool.clitypes import StrictInt
 from slurm_pool.text import shown
 
 DEFAULT_SPEC = "examples/pool.yaml"
@@ -52,7 +53,7 @@ _state_opt = click.option(
 @cluster.command()
 @_spec_opt
 @_state_opt
-@click.option("--port-base", type=int, help="First of the loopback ports to use (default 16800).")
+@click.option("--port-base", type=StrictInt(1024, 65000), help="First of the loopback ports to use (default 16800).")
 @click.option(
     "--slurm",
     help="Slurm to run: an install prefix, or the version of a build cached by "

@@ -32,6 +32,7 @@ from slurm_pool.render.context import build_context
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec import PoolSpec, load_spec
 from slurm_pool.spec.hosts import expand
+from slurm_pool.text import strict_int
 
 if TYPE_CHECKING:
     from slurm_pool.localcluster.notebooks import Hub
@@ -120,7 +121,9 @@ class LocalCluster:
         self.spec: PoolSpec = load_spec(self.spec_path)
         root = Path(state_dir) if state_dir else default_state_dir(self.spec.cluster.name)
         saved = saved_record(root)
-        base = port_base or saved.get("port_base") or int(os.environ.get("SLURM_POOL_PORT_BASE", DEFAULT_PORT_BASE))
+        base = _port_base(
+            port_base or saved.get("port_base") or os.environ.get("SLURM_POOL_PORT_BASE") or DEFAULT_PORT_BASE
+        )
         if slurm is not None:
             try:
                 prefix: Path | None = resolve_prefix(slurm)
@@ -593,6 +596,17 @@ class LocalCluster:
                     )
                     if res.returncode not in (0, 9):
                         raise ClusterError(f"useradd {user} failed: {res.stderr.strip()}") from None
+
+
+def _port_base(value: object) -> int:
+    """The first port, from the option, cluster.json or $SLURM_POOL_PORT_BASE: it goes into slurm.conf."""
+    try:
+        base = strict_int(value, "port base")
+    except ValueError as exc:
+        raise ClusterError(str(exc)) from None
+    if not 1024 <= base <= 65000:
+        raise ClusterError(f"port base {base} is not between 1024 and 65000")
+    return base
 
 
 def saved_record(root: Path) -> dict:

@@ -22,7 +22,7 @@ import click
 from slurm_pool import nodeconf
 from slurm_pool.clitypes import Finite
 from slurm_pool.metrics.collector import DEFAULT_DEADLINE, DEFAULT_LEND_PARTITION
-from slurm_pool.text import check_free_text, matches, shown
+from slurm_pool.text import check_free_text, has_control, matches, shown
 
 DEFAULT_LISTEN = "127.0.0.1:9877"
 
@@ -37,6 +37,8 @@ def parse_listen(value: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if host:
+        if has_control(host) or any(c.isspace() for c in host):  # an IPv6 scope id takes anything
+            raise ValueError(f"{value!r}: {host!r} is not a host name or address")
         try:
             ipaddress.ip_address(host)
         except ValueError:

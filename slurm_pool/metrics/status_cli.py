@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from slurm_pool.clitypes import Finite
+from slurm_pool.clitypes import Finite, StrictInt
 from slurm_pool.errors import InputError
 from slurm_pool.metrics.outcomes import outcome_files
 from slurm_pool.metrics.status import DEFAULT_LAST, build, preemption, tables
@@ -131,7 +131,7 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
     default=None,
     help="Directory with <node>/outcomes.jsonl [node.conf's state_dir]; '' lists no preemptions.",
 )
-@click.option("--last", default=DEFAULT_LAST, show_default=True, type=click.IntRange(0), help="Preemptions listed.")
+@click.option("--last", default=DEFAULT_LAST, show_default=True, type=StrictInt(0), help="Preemptions listed.")
 @click.option(
     "--usage-hours",
     default=24.0,

@@ -17,6 +17,8 @@ from slurm_pool.adapters.slurmjson import REASON_PREFIX
 
 REASON_MAX = 240
 MAX_STICKY_XIDS = 16
+#: The highest GPU id (device minor) a job's GPU list may name.
+MAX_GPU_ID = 1023
 
 
 class Failure(NamedTuple):
@@ -65,13 +67,18 @@ def gpu_failures(g: dict[str, Any]) -> list[Failure]:
 
 
 def job_gpu_ids(value: str | None) -> set[int]:
-    """GPU ids from ``SLURM_JOB_GPUS``/``CUDA_VISIBLE_DEVICES`` (``0,2`` or ``0-3``); UUIDs are skipped."""
+    """GPU ids from ``SLURM_JOB_GPUS``/``CUDA_VISIBLE_DEVICES`` (``0,2`` or ``0-3``); UUIDs are skipped.
+
+    So are ids above :data:`MAX_GPU_ID`: ``0-99999999999`` would fill the root prolog's memory.
+    """
     out: set[int] = set()
     for part in (value or "").split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
         if (lo.isascii() and lo.isdigit()) and (not sep or (hi.isascii() and hi.isdigit())):
-            out.update(range(int(lo), int(hi if sep else lo) + 1))
+            top = int(hi if sep else lo)
+            if top <= MAX_GPU_ID:
+                out.update(range(int(lo), top + 1))
     return out
 
 

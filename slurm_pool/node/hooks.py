@@ -357,7 +357,7 @@ class Hooks:
 
         if self.env.get("SLURM_SHARDS_ON_NODE"):
             return True
-        info = query_job(self.runner, job, self.scontrol) if job else None
+        info = query_job(self.runner, job, self.scontrol) if matches("job-id", job) else None
         if info is None:
             self.log(f"job {job}: cannot ask Slurm whether it holds GPU shards; its GPUs count as its own", error=True)
             return False

@@ -24,13 +24,14 @@ import stat
 from typing import Any, Callable
 
 from slurm_pool.errors import PoolError
+from slurm_pool.text import RULES
 
-#: A user name as a directory name (matched in full: ``re.fullmatch``).
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+#: A user name as a directory name (matched in full: ``re.fullmatch``); ``slurm-pool run`` uses the same rule.
+NAME_RE = RULES["login"]
 #: A committed checkpoint's directory name (matched in full).
 CKPT_RE = re.compile(r"ckpt-([0-9]{12})")
 #: A job id as Slurm writes it: ASCII digits only (``str.isdigit`` also takes "²"), matched in full.
-JOB_ID_RE = re.compile(r"[0-9]{1,20}")
+JOB_ID_RE = RULES["job-id"]
 _UID_RE = re.compile(r"[0-9]{1,10}")
 OUTCOME_MAX = 65536
 #: Open a directory, never through a symlink (every root-side walk uses these).

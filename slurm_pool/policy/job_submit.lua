@@ -109,9 +109,15 @@ local function count(v, unset)
 	return nil
 end
 
--- User input quoted in a message: short, printable.
+-- User input quoted in a message: short, printable.  Besides C0 controls and DEL
+-- (%c), the UTF-8 of C1 controls, line and paragraph separators, bidi controls
+-- and the BOM become "?" (the characters slurm_pool.text calls controls).
 local function clip(s)
-	s = string.gsub(tostring(s), "%c", "?")
+	s = string.gsub(tostring(s), "\194[\128-\159]", "?")
+	s = string.gsub(s, "\226\128[\142\143\168-\174]", "?")
+	s = string.gsub(s, "\226\129[\166-\169]", "?")
+	s = string.gsub(s, "\239\187\191", "?")
+	s = string.gsub(s, "%c", "?")
 	if #s > 64 then s = string.sub(s, 1, 61) .. "..." end
 	return "'" .. s .. "'"
 end

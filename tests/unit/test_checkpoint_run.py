@@ -433,3 +433,87 @@ def test_click_free_entry_point_arguments(argv, ok):
     else:
         with pytest.raises(ValueError):
             parse(argv)
+
+
+HOSTILE_JOB_ENV = [
+    ("SLURM_JOB_ID", "42\n"),
+    ("SLURM_JOB_ID", "../../etc"),
+    ("SLURM_JOB_ID", "42\nPartition=admin"),
+    ("SLURM_JOB_ID", "4\x1b[2J2"),
+    ("SLURM_JOB_ID", "٤٢"),
+    ("SLURM_JOB_ID", "-1"),
+    ("SLURM_JOB_USER", "../root"),
+    ("SLURM_JOB_USER", "alice\n"),
+    ("SLURM_JOB_USER", "a/b"),
+    ("SLURM_JOB_USER", ".."),
+    ("SLURM_JOB_USER", "al\u202eice"),
+    ("SLURM_POOL_WARN_SECONDS", "nan"),
+    ("SLURM_POOL_WARN_SECONDS", "inf"),
+    ("SLURM_POOL_WARN_SECONDS", "1_0"),
+    ("SLURM_POOL_WARN_SECONDS", "-5"),
+    ("SLURM_POOL_WARN_SECONDS", "1e400"),
+    ("SLURM_POOL_MAX_SELF_REQUEUES", "١٢"),
+    ("SLURM_POOL_MAX_SELF_REQUEUES", "2.5"),
+    ("SLURM_POOL_KILL_WAIT", "abc"),
+    ("SLURM_POOL_KILL_WAIT", "[/]"),
+    ("SLURM_POOL_CHECKPOINT_SIGNAL", "KILL"),
+    ("SLURM_POOL_CHECKPOINT_SIGNAL", "STOP"),
+    ("SLURM_POOL_CHECKPOINT_SIGNAL", "99"),
+    ("SLURM_POOL_CHECKPOINT_SIGNAL", "USR1\x1b[31m"),
+]
+
+
+@pytest.mark.parametrize("var,value", HOSTILE_JOB_ENV)
+def test_wrapper_refuses_hostile_job_environment(monkeypatch, tmp_path, var, value):
+    # Before: SLURM_JOB_ID=../../etc put the checkpoints outside the base, nan and 1_0 were
+    # read as numbers, KILL crashed signal.signal() and abc raised a traceback.
+    from click.testing import CliRunner
+
+    from slurm_pool.checkpoint.__main__ import main
+    from slurm_pool.checkpoint.settings import resolve
+    from slurm_pool.cli import cli
+
+    for k in list(os.environ):
+        if k.startswith(("SLURM_", "SPANK_")):
+            monkeypatch.delenv(k)
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURM_POOL_NODE_CONF": str(tmp_path / "absent")}
+    env[var] = value
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=var):
+        resolve(checkpoint_dir=None)
+    res = CliRunner().invoke(cli, ["run", "--", "true"])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"error: {var}"), res.output
+    assert not [c for c in res.output.rstrip("\n") if not c.isprintable()], res.output
+    assert main(["--", "true"]) == 2
+    assert not (tmp_path / "ck").exists()
+
+
+def test_wrapper_log_shows_slurm_text_as_one_line():
+    from slurm_pool.checkpoint.settings import resolve
+    from slurm_pool.checkpoint.supervisor import Supervisor
+
+    lines: list[str] = []
+    st = resolve({"SLURM_POOL_NODE_CONF": "/nonexistent"}, checkpoint_dir="/tmp/ck")
+    sup = Supervisor(["true"], st, env={}, runner=object(), log=lines.append)
+    sup.log("job state RUNNING, reason \x1b]0;owned\x07\nslurm-pool run: requeued\u2028")
+    assert len(lines) == 1 and all(c.isprintable() for c in lines[0]), lines
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--warn-seconds", "1_0", "--", "true"],
+        ["--warn-seconds", "١٢", "--", "true"],
+        ["--max-self-requeues", "-1", "--", "true"],
+        ["--poll", "nan", "--", "true"],
+        ["--poll", "inf", "--", "true"],
+        ["--poll", "-1", "--", "true"],
+    ],
+)
+def test_click_free_entry_point_refuses_kind_numbers(argv):
+    from slurm_pool.checkpoint.__main__ import parse
+
+    with pytest.raises(ValueError):
+        parse(argv)

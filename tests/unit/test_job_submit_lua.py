@@ -273,6 +273,36 @@ ROUTING = [
 ]
 
 
+@pytest.mark.parametrize("field", ["qos", "partition", "account", "tres_per_node"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x\u0085y",
+        "x\u009by",
+        "x\u2028y",
+        "x\u2029y",
+        "x\u202ey",
+        "x\u200fy",
+        "x\u2066y",
+        "\ufeffx",
+        "x\x1b[2Jy",
+        "x\0y",
+    ],
+    ids=ascii,
+)
+def test_quoted_user_input_holds_no_control_character(policy: LuaPolicy, field: str, text: str) -> None:
+    # Before: clip() replaced only %c (C0 and DEL), so NEL, U+2028 and bidi controls in a QOS,
+    # partition or account reached the user's terminal and slurmctld's log.
+    from slurm_pool.text import control_chars
+
+    job: dict[str, Any] = {"account": "proja", "time_limit": 60}
+    job[field] = "gres/gpu:" + text + ":1" if field == "tres_per_node" else text
+    out = policy.submit(unset_job(**job))
+    assert out.rc != OK and out.message
+    assert not control_chars(out.message.replace("\n", " ")), out.message
+    assert "'x?" in out.message or "'?x" in out.message, out.message
+
+
 def check(out: Any, rc: int, fields: dict[str, Any], fragments: list[str]) -> None:
     assert out.rc == rc, out.message
     for key, value in fields.items():

@@ -414,7 +414,22 @@ def test_parse_listen(value, want):
     assert metrics_cli.parse_listen(value) == want
 
 
-@pytest.mark.parametrize("value", ["9877", "host:", "host:port", "h:70000"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "9877",
+        "host:",
+        "host:port",
+        "h:70000",
+        "h:1_0",
+        "h:٩٠",
+        "h\n:80",
+        "[fe80::1%\x1b[31m]:80",  # before: ipaddress takes any IPv6 scope id
+        "[fe80::1%eth0\nx]:80",
+        "[fe80::1%eth0 x]:80",
+        "[fe80::1%\u202e]:80",
+    ],
+)
 def test_parse_listen_rejects(value):
     with pytest.raises(ValueError):
         metrics_cli.parse_listen(value)

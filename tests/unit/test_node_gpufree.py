@@ -176,3 +176,19 @@ def test_a_shard_jobs_prolog_asks_slurm_before_failing_for_a_busy_gpu(tmp_path, 
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.parametrize("job_id", ["42\n", "42,43", "--help", "٤٢", "-1", "42 --json"])
+def test_a_busy_gpu_asks_slurm_only_about_a_real_job_id(tmp_path, job_id):
+    # Before: SLURM_JOB_ID went to `squeue --jobs` as it came, even when job_identity refused it.
+    n = Node(tmp_path, "h100x8_healthy.json", gpu_busy_wait="0", epilog_query="no")
+    n.slurm_says(flags=("IDLE",), gres="gpu:h100:8")
+    n.runner.on(["squeue", "--json"], json.dumps({"jobs": [SHARD_JOB]}))
+    other = _child()
+    try:
+        _with_processes(n, {0: [other.pid]})
+        assert n.hooks(SLURM_JOB_ID=job_id, SLURM_JOB_GPUS="0", SLURM_JOB_PARTITION="dev").prolog() == 1
+        assert not [c for c in n.runner.calls if c[:1] in (("squeue",), ("scontrol",)) and "job" in " ".join(c)]
+    finally:
+        other.kill()
+        other.wait()

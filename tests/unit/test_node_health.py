@@ -136,6 +136,13 @@ def test_gres_gpu_count(gres, n):
         (None, set()),
         ("GPU-5a3e-..,MIG-11", set()),
         ("1,x,3-2", {1}),
+        # hostile or garbled values: other scripts' digits, '_', controls; ranges past any GPU id
+        ("٠,١", set()),
+        ("1_0,2", {2}),
+        ("0,1\nSLURM_JOB_GPUS=7", {0}),
+        ("0-4096", set()),
+        ("1,1024-1025", {1}),
+        ("0-99999999999,2", {2}),  # before: a range of 10**11 ints filled the root prolog's memory
     ],
 )
 def test_job_gpu_ids(value, ids):

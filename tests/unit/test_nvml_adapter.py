@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import types
 from pathlib import Path
 
@@ -287,3 +288,55 @@ def test_processes_are_listed_only_when_asked_and_only_where_nvml_answers(tmp_pa
     gpus = src.snapshot()["gpus"]
     assert gpus[0]["processes"] == [7, 31] and gpus[1]["processes"] == [] and "processes" not in gpus[2]
     assert nvml.gpu_processes({"gpus": gpus}) is None  # GPU 2 could not say
+
+
+@pytest.mark.parametrize("swap", ["symlink", "rename"])
+def test_replay_reads_the_file_it_checked(tmp_path, monkeypatch, swap):
+    # A file swapped between the owner check and the open: before, open() followed the new link.
+    p = tmp_path / "s.json"
+    p.write_text((DATA / "h100x8_healthy.json").read_text())
+    p.chmod(0o644)
+    planted = tmp_path / "planted.json"
+    planted.write_text((DATA / "ecc_failure.json").read_text())
+    planted.chmod(0o666)
+    checked = nvml.check_private_file
+
+    def check_then_swap(path, **kw):
+        st = checked(path, **kw)
+        new = tmp_path / "new.json"
+        if swap == "symlink":
+            new.symlink_to(planted)
+        else:
+            shutil.copyfile(planted, new)
+        os.replace(new, path)
+        return st
+
+    monkeypatch.setattr(nvml, "check_private_file", check_then_swap)
+    with pytest.raises(nvml.SnapshotError):
+        nvml.ReplaySource(str(p)).snapshot()
+
+
+@pytest.mark.parametrize(
+    "change,problem",
+    [
+        ({"xid_events": [{"seq": "nan", "xid": 79}]}, "xid_events"),
+        ({"xid_events": [{"seq": "1_0", "xid": 79}]}, "xid_events"),
+        ({"xid_events": [{"seq": 1}]}, "xid_events"),
+        ({"xid_events": [{"seq": True, "xid": 79}]}, "xid_events"),
+        ({"xid_events": ["79"]}, "xid_events"),
+        ({"gpus": [{"index": True}]}, "index"),
+        ({"gpus": [{"index": 0, "ecc": "x"}]}, "ecc"),
+        ({"gpus": [{"index": 0, "remapped_rows": [1]}]}, "remapped_rows"),
+        ({"gpus": [{"index": 0, "retired_pages": "pending"}]}, "retired_pages"),
+        ({"gpus": [{"index": 0, "mig_enabled": True, "mig_devices": "abc"}]}, "mig_devices"),
+    ],
+)
+def test_replay_refuses_wrong_types_the_checks_would_trip_on(tmp_path, change, problem):
+    # Before: each one passed validation and then crashed the health check (ValueError, KeyError,
+    # AttributeError), or counted a string of digits as a kernel sequence number.
+    snap = {**json.loads((DATA / "h100x8_healthy.json").read_text()), "xid_source": "replay", **change}
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(snap))
+    p.chmod(0o644)
+    with pytest.raises(nvml.SnapshotError, match=problem):
+        nvml.ReplaySource(str(p)).snapshot()

@@ -67,3 +67,48 @@ def test_the_sweep_can_fail(robustness):
     robustness.check_parser(t, "boom", lambda: 1 / 0, (ValueError,))
     robustness.check_cli(t, ["validate", str(ROOT / "examples" / "pool.yaml")], 60.0)
     assert (t.tried, t.clean, len(t.failures)) == (2, 1, 1) and "ZeroDivisionError" in t.failures[0]
+
+
+NUMBER_OPTIONS = [
+    (["run"], "--warn-seconds", "1_0"),
+    (["run"], "--max-self-requeues", "١٢"),
+    (["status"], "--last", "1_0"),
+    (["rebalance"], "--force-after", "٣"),
+    (["fence-node"], "--seconds", "nan"),
+    (["fence-node"], "--seconds", "inf"),
+    (["elastic", "submit"], "--min", "1_0"),
+    (["elastic", "submit"], "--leave-seconds", "٢٠"),
+    (["elastic", "node"], "--core", "1_0"),
+    (["elastic", "node"], "--min", "0"),
+    (["elastic", "node"], "--last-call-timeout", "-1"),
+    (["cluster", "up"], "--port-base", "-1"),
+    (["cluster", "up"], "--port-base", "99999"),
+    (["cluster", "up"], "--port-base", "1_6800"),
+]
+
+
+@pytest.mark.parametrize("path,option,value", NUMBER_OPTIONS)
+def test_number_options_refuse_what_int_reads_too_kindly(path, option, value):
+    # click's int() takes 1_0 and other scripts' digits; its FloatRange takes nan and inf
+    # (fence-node --seconds nan never reached its deadline).
+    import click
+
+    from slurm_pool.cli import cli
+
+    cmd: click.Command = cli
+    ctx = click.Context(cli)
+    for name in path:
+        assert isinstance(cmd, click.Group)
+        cmd = cmd.get_command(ctx, name)  # type: ignore[assignment]
+    param = next(p for p in cmd.params if option in p.opts)
+    with pytest.raises(click.BadParameter):
+        param.type.convert(value, param, ctx)
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1_6800", "99999", "16800\\nSlurmctldPort=1"])
+def test_local_cluster_port_base_from_the_environment_is_checked(monkeypatch, tmp_path, value):
+    from slurm_pool.localcluster.cluster import ClusterError, LocalCluster
+
+    monkeypatch.setenv("SLURM_POOL_PORT_BASE", value.replace("\\n", "\n"))
+    with pytest.raises(ClusterError, match="port base"):
+        LocalCluster(ROOT / "examples" / "pool.yaml", tmp_path / "state")
