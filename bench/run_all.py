@@ -37,6 +37,7 @@ BENCHES: dict[str, tuple[list[str], bool]] = {
     "reclaim_latency": (["reclaim_latency.py"], True),
     "sim_validate": (["sim_validate.py"], True),
     "elastic": (["elastic.py"], True),
+    "api_load": (["api_load.py"], True),
 }
 
 HEADER = """# Benchmarks

@@ -77,4 +77,10 @@ else
 fi
 run sacct -j "$JA","$JB" -X -o JobID,User,Partition,QOS,State,Start,End
 
+if "$PY" -c "import slurm_pool.web.app" 2>/dev/null; then
+  say "6. The web console: every user has a password; Slurm decides what each may do"
+  "$SP" cluster up --state-dir "$STATE" --with-console ${SLURM:+--slurm "$SLURM"} | grep '^console:' \
+    || echo "   (the console did not start: see $STATE/log/console.out)"
+fi
+
 say "Done.  The cluster keeps running: '$SP cluster down --state-dir $STATE' stops it."

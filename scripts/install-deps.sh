@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   slurm-wlm slurmctld slurmd slurmdbd slurm-client slurm-wlm-basic-plugins slurm-wlm-mysql-plugin
-  libslurm-dev munge mariadb-server mariadb-client lua5.1 lua-check prometheus
+  libslurm-dev munge
+  # auth/jwt for slurmctld (the console's tokens); 26.05 builds its own from libjwt-dev
+  slurm-wlm-jwt-plugin mariadb-server mariadb-client lua5.1 lua-check prometheus
   python3 python3-venv python3-dev gcc make valgrind openssl procps iproute2 passwd
   # the ssh path of `mig apply` is tested against a real sshd on a loopback port
   openssh-server openssh-client
@@ -50,9 +52,9 @@ VENV_PY=/usr/bin/python3
 if [ ! -x .venv/bin/python ]; then
   "$VENV_PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest, ruff, mypy, rich, matplotlib, pre_commit, wheel, selenium" 2>/dev/null; then
+if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest, ruff, mypy, rich, matplotlib, pre_commit, wheel, selenium, fastapi, uvicorn, jwt, pamela, httpx" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test,k8s]"
+  .venv/bin/python -m pip install -q -e ".[test,k8s,console]"
 fi
 
 # The SPANK plugin, built against Debian's libslurm-dev.

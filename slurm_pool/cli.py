@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "fence-node": "slurm_pool.bridge.cli:fence_node",
     "simulate": "slurm_pool.sim.cli:simulate",
     "elastic": "slurm_pool.elastic.cli:elastic",
+    "serve": "slurm_pool.web.cli:serve",
 }
 
 
@@ -45,6 +46,8 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
+        if ctx.params.get("remote") is not None and cmd_name in REMOTE_COMMANDS:
+            target = REMOTE_COMMANDS[cmd_name]  # the same command, asked of a slurm-pool service
         if target is None:
             return None
         module, attr = target.split(":")
@@ -64,10 +67,39 @@ class LazyGroup(click.Group):
             raise click.exceptions.Exit(exc.exit_code) from None
 
 
+#: Subcommands that talk to a remote ``slurm-pool serve`` under ``--remote``: name -> "module:attribute".
+REMOTE_COMMANDS: dict[str, str] = {"status": "slurm_pool.remote_cli:status"}
+#: Where the group leaves ``(url, token)`` of ``--remote`` for the subcommand (``ctx.meta`` is shared);
+#: the same string as ``slurm_pool.remote_cli.REMOTE_KEY`` (not imported: it would load httpx on every command).
+REMOTE_KEY = "slurm_pool.remote"
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="slurm-pool")
-def cli() -> None:
+@click.option(
+    "--remote",
+    metavar="URL",
+    default=None,
+    help=f"Ask a slurm-pool service at URL (its REST API) instead of Slurm; for: {', '.join(sorted(REMOTE_COMMANDS))}.",
+)
+@click.option(
+    "--token",
+    metavar="JWT",
+    default=None,
+    help="Slurm JWT for --remote, as `scontrol token` prints it [$SLURM_JWT, which keeps it out of ps].",
+)
+@click.pass_context
+def cli(ctx: click.Context, remote: str | None, token: str | None) -> None:
     """Turn per-project GPU servers into one shared, preemptible Slurm pool."""
+    if remote is None:
+        if token is not None:
+            raise click.UsageError("--token is for --remote")
+        return
+    if ctx.invoked_subcommand not in REMOTE_COMMANDS:
+        raise click.UsageError(
+            f"--remote works with {', '.join(sorted(REMOTE_COMMANDS))}, not {ctx.invoked_subcommand or 'no command'}"
+        )
+    ctx.meta[REMOTE_KEY] = (remote, token)
 
 
 def main(argv: list[str] | None = None) -> None:

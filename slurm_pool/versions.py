@@ -123,6 +123,14 @@ FACTS: tuple[Fact, ...] = (
         "sbatch's --get-user-env option'; src/common/slurm_opt.c (26.05.3) slurm_opt_get_user_env has_arg = no_argument",
     ),
     Fact(
+        "sbatch_scrubs_slurm_jwt",
+        (26, 5, 0),
+        "sbatch drops SLURM_JWT from the environment it gives the job (before, a token used to submit reached "
+        "the job, where srun would try it, expired)",
+        "CHANGELOG/slurm-26.05.md 26.05.0rc1 'sbatch - Now scrubs SLURM_JWT from the environment'; measured "
+        "by tests/integration/test_jwt_e2e.py on 26.05.3 and 22.05.8",
+    ),
+    Fact(
         "rebootless_node_features",
         (24, 5, 0),
         "node_features/helpers takes Flags=rebootless: a changed feature is applied without RebootProgram",

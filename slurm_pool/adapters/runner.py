@@ -52,12 +52,36 @@ class Runner(Protocol):
     ) -> Result: ...
 
 
+#: What of the service's environment a command run as another user keeps (besides ``SLURM_*``).
+USER_ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+
+
+def user_environment(user: str, base: Mapping[str, str]) -> tuple[dict[str, str], int, int, list[int], str]:
+    """The environment, uid, gid, groups and home directory for running a command as ``user``.
+
+    Only :data:`USER_ENV_KEEP` and ``SLURM_*`` (Slurm's configuration, such as ``SLURM_CONF``) pass from
+    ``base``, so nothing else of the service's environment reaches the user's commands (sbatch
+    exports its environment into the job).
+    """
+    import pwd
+
+    pw = pwd.getpwnam(user)  # KeyError when there is no such user
+    env = {k: v for k, v in base.items() if k in USER_ENV_KEEP or (k.startswith("SLURM_") and k != "SLURM_JWT")}
+    env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name, SHELL=pw.pw_shell or "/bin/sh")
+    return env, pw.pw_uid, pw.pw_gid, os.getgrouplist(pw.pw_name, pw.pw_gid), pw.pw_dir
+
+
 @dataclass
 class SubprocessRunner:
-    """Runs commands for real.  ``env`` is merged over the current environment."""
+    """Runs commands for real.  ``env`` is merged over the current environment.
+
+    With ``user``, each command runs as that user (its uid, gid and groups, in its home directory) with
+    only a small part of the current environment (:func:`user_environment`), ``env`` merged over it.
+    """
 
     env: Mapping[str, str] | None = None
     default_timeout: float = 120.0
+    user: str | None = None
 
     def run(
         self,
@@ -68,6 +92,12 @@ class SubprocessRunner:
         timeout: float | None = None,
     ) -> Result:
         env = dict(os.environ)
+        uid = gid = None
+        groups: list[int] | None = None
+        cwd: str | None = None
+        if self.user is not None:
+            env, uid, gid, groups, home = user_environment(self.user, env)
+            cwd = home if os.path.isdir(home) else "/"
         if self.env:
             env.update(self.env)
         try:
@@ -78,10 +108,16 @@ class SubprocessRunner:
                 text=True,
                 env=env,
                 timeout=timeout or self.default_timeout,
+                user=uid,
+                group=gid,
+                extra_groups=groups,
+                cwd=cwd,
             )
             res = Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
         except FileNotFoundError as exc:
             res = Result(tuple(argv), 127, "", str(exc))
+        except PermissionError as exc:  # not allowed to switch to ``user``, or not executable
+            res = Result(tuple(argv), 126, "", str(exc))
         except subprocess.TimeoutExpired:
             res = Result(tuple(argv), 124, "", f"timed out after {timeout or self.default_timeout}s")
         if check and not res.ok:

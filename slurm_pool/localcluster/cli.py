@@ -64,9 +64,22 @@ _state_opt = click.option(
     is_flag=True,
     help="Also start JupyterHub for the spec's notebook tier (its environment is installed once, cached).",
 )
-def up(spec: str | None, state_dir: str | None, port_base: int | None, slurm: str | None, with_notebooks: bool) -> None:
+@click.option(
+    "--with-console",
+    is_flag=True,
+    help="Also give the spec's users random passwords and start the web console (slurm-pool serve).",
+)
+def up(
+    spec: str | None,
+    state_dir: str | None,
+    port_base: int | None,
+    slurm: str | None,
+    with_notebooks: bool,
+    with_console: bool,
+) -> None:
     """Start the cluster (safe to run twice)."""
     from slurm_pool.localcluster.cluster import ClusterError
+    from slurm_pool.localcluster.console import ConsoleError
 
     c = _cluster(spec, state_dir, port_base, slurm)
     if with_notebooks and c.spec.notebooks is None:
@@ -78,11 +91,25 @@ def up(spec: str | None, state_dir: str | None, port_base: int | None, slurm: st
             click.echo(
                 f"JupyterHub: {hub.url} (users {', '.join(sorted(_hub_users(c.spec)))}; password in {hub.password_file})"
             )
-    except (ClusterError, TimeoutError) as exc:
+        if with_console:
+            _up_console(c)
+    except (ClusterError, ConsoleError, TimeoutError) as exc:
         raise click.ClickException(f"{exc} (logs: {c.layout.log})") from None
     click.echo(
         f'cluster {c.spec.cluster.name} is up; use: eval "$(slurm-pool cluster env --state-dir {c.layout.root})"'
     )
+
+
+def _up_console(c) -> None:
+    """Passwords for the spec's users, then ``slurm-pool serve``; print where and how to log in."""
+    from slurm_pool.localcluster import console
+
+    users = console.console_users(c)
+    passwords = console.set_passwords(users, c.layout.root)
+    url = console.start_console(c)
+    shown_user = users[0] if users else None
+    login = f"; log in as {shown_user} with password {passwords[shown_user]}" if shown_user else ""
+    click.echo(f"console: {url}{login} (every user's password: {console.passwords_file(c.layout.root)})")
 
 
 def _hub_users(spec) -> set[str]:

@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING
 from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.errors import PoolError
+from slurm_pool.localcluster.console import ensure_jwt_key
 from slurm_pool.localcluster.procs import ProcTable, wait_for
 from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
 from slurm_pool.render import Site, SlurmVersion, render_all
@@ -85,7 +86,7 @@ class Layout:
         return self.root / "mysql" / "mysqld.sock"
 
     def port(self, what: str) -> int:
-        offsets = {"mysql": 6, "slurmctld": 17, "slurmd": 18, "slurmdbd": 19, "proxy": 30, "hub": 31, "proxy_api": 32}
+        offsets = dict(mysql=6, slurmctld=17, slurmd=18, slurmdbd=19, proxy=30, hub=31, proxy_api=32, console=33)
         return self.port_base + offsets[what]
 
     def env(self) -> dict[str, str]:
@@ -178,7 +179,13 @@ class LocalCluster:
             spank_plugin=str(L.root / "lib" / "slurm_pool_spank.so"),
             extra_slurm_conf=("SlurmdParameters=config_overrides",),
             reboot_program="/bin/false",  # never reboot this machine
+            jwt_key=str(self.jwt_key_path),
         )
+
+    @property
+    def jwt_key_path(self) -> Path:
+        """Slurm's auth/jwt HS256 key (``up`` makes it; see ``localcluster.console``)."""
+        return self.layout.etc / "jwt_hs256.key"
 
     def _db_password(self) -> str:
         f = self.layout.root / "mysql" / "slurm.pass"
@@ -269,6 +276,7 @@ class LocalCluster:
         ctx = build_context(self.spec, site, version, layouts)
         files["slurmdbd.conf"] = render_template(jinja_environment(default_templates_dir()), "slurmdbd.conf.j2", ctx)
         L.etc.mkdir(parents=True, exist_ok=True)
+        ensure_jwt_key(self.jwt_key_path, site.slurm_user)
         for name, text in files.items():
             _write(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)
         self._write_node_programs()
@@ -462,7 +470,7 @@ class LocalCluster:
         # The hub first: on the way down it cancels its servers' jobs, which needs slurmctld.
         if self.procs.get("jupyterhub") is not None and self.hub().stop():
             stopped.append("jupyterhub")
-        order = [f"slurmd-{n}" for n in self.nodes()] + ["slurmctld", "slurmdbd", "mysql", "munge"]
+        order = ["console"] + [f"slurmd-{n}" for n in self.nodes()] + ["slurmctld", "slurmdbd", "mysql", "munge"]
         known = {p.name for p in self.procs.all()}
         for name in order + sorted(known - set(order)):
             if self.procs.stop(name):
@@ -473,6 +481,8 @@ class LocalCluster:
         names = ["munge", "mysql", "slurmdbd", "slurmctld"] + [f"slurmd-{n}" for n in self.nodes()]
         if self.spec.notebooks is not None:
             names.append("jupyterhub")
+        if self.procs.get("console") is not None:  # started by ``up --with-console``
+            names.append("console")
         return {n: self.procs.running(n) for n in names}
 
     # -- daemons -------------------------------------------------------

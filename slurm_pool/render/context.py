@@ -15,6 +15,7 @@ from slurm_pool.mig import catalogue, features
 from slurm_pool.render.site import Site
 from slurm_pool.spec.hosts import expand, fold
 from slurm_pool.spec.model import NodeGroup, PoolSpec
+from slurm_pool.text import check_path
 from slurm_pool.versions import SlurmVersion
 
 
@@ -218,7 +219,21 @@ def build_context(
         "mig_helper_lines": helper_lines,
         "mig_layout_table": layout_table,
         "mig_exec_time": features.EXEC_TIME,
+        "jwt_key": jwt_key(spec, site),
     }
+
+
+def jwt_key(spec: PoolSpec, site: Site) -> str | None:
+    """The HS256 key file of Slurm's ``auth/jwt`` (the site's, else the console section's), or None: no JWTs.
+
+    It goes into ``AuthAltParameters=jwt_key=...``, a comma-separated list: a plain path only.
+    """
+    if site.jwt_key is not None:
+        try:
+            return check_path(site.jwt_key, "site jwt_key")
+        except ValueError as exc:
+            raise SpecError([Issue("site.jwt_key", str(exc))]) from None
+    return spec.console.jwt_key if spec.console is not None else None
 
 
 def _mig_features(spec: PoolSpec, site: Site, version: SlurmVersion) -> tuple[list[str], dict[str, Any] | None]:

@@ -51,6 +51,8 @@ class Site:
     #: one, even a rebootless one, which never runs it (see slurm_pool.mig.features).
     reboot_program: str = "/sbin/reboot"
     extra_slurm_conf: tuple[str, ...] = ()
+    #: HS256 key of Slurm's ``auth/jwt`` (AuthAltTypes); wins over the spec's ``console.jwt_key``.
+    jwt_key: str | None = None
 
     def node_dev_dir(self, node: str) -> str:
         """Device directory of one node (per node when emulated)."""

@@ -15,6 +15,7 @@ from slurm_pool import text
 from slurm_pool.mig.catalogue import canonical_model
 from slurm_pool.spec.base import Feature, Host, Name, PlainPath, SlurmTime, Strict, User
 from slurm_pool.spec.bridge import Bridge
+from slurm_pool.spec.console import Console
 from slurm_pool.spec.notebooks import Notebooks
 
 PreemptMode = Literal["off", "cancel", "requeue", "suspend"]
@@ -225,6 +226,8 @@ class PoolSpec(Strict):
     bridge: Optional[Bridge] = None
     #: JupyterHub's notebook servers as Slurm jobs; absent: no notebook tier.
     notebooks: Optional[Notebooks] = None
+    #: The web console and REST API (``slurm-pool serve``); present, Slurm also accepts JWTs.
+    console: Optional[Console] = None
 
     def tier(self, name: str) -> Tier:
         return next(t for t in self.tiers if t.name == name)

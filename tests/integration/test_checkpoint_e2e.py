@@ -19,8 +19,6 @@ import json
 import os
 import random
 import re
-import shutil
-import stat
 import subprocess
 import sys
 import time
@@ -28,71 +26,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ckptjob import TRAIN, job_python, workdir
 from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "examples" / "train_sim.py"
 NODE = "a-gpu1"
 STEPS, EVERY, STEP_TIME = 600, 50, 0.1
 PREEMPTIONS = 3
-
-
-def _reachable(path: str) -> bool:
-    """Whether any user may execute ``path`` (every parent directory o+x)."""
-    p = Path(path).resolve()
-    if not p.is_file() or not p.stat().st_mode & stat.S_IXOTH:
-        return False
-    return all(d.stat().st_mode & stat.S_IXOTH for d in p.parents)
-
-
-def job_python() -> str:
-    """A python3 the job's user can run (the test's own may live under /root)."""
-    if _reachable(sys.executable):
-        return sys.executable
-    for d in os.defpath.split(os.pathsep) + ["/usr/local/bin", "/usr/bin"]:
-        cand = shutil.which("python3", path=d)
-        if cand and _reachable(cand):
-            return cand
-    pytest.fail("no python3 the job's user can execute (install Debian's python3)")
-
-
-@pytest.fixture
-def node_conf(cluster):
-    """Write ``slurm-pool-node.conf`` beside the cluster's slurm.conf; restore it afterwards."""
-    path = Path(cluster.env["SLURM_CONF"]).parent / "slurm-pool-node.conf"
-    old = path.read_bytes() if path.exists() else None
-
-    def write(**values: str) -> Path:
-        values.setdefault("scontrol", cluster.scontrol)  # the hooks run with slurmd's minimal PATH
-        path.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
-        os.chown(path, 0, 0)
-        path.chmod(0o644)
-        return path
-
-    yield write
-    if old is None:
-        path.unlink(missing_ok=True)
-    else:
-        path.write_bytes(old)
-
-
-def _workdir(tag: str) -> Path:
-    """A world-writable work dir holding a copy of the package and train_sim.py.
-
-    The job runs as alice, who may not be able to read the checkout (CI may
-    clone under a private home): the click-free wrapper needs only the
-    standard library and this copy.
-    """
-    d = Path("/tmp") / f"sp-{tag}-{int(time.time())}-{random.randrange(10**6)}"
-    d.mkdir(mode=0o777)
-    d.chmod(0o777)
-    shutil.copytree(REPO / "slurm_pool", d / "lib" / "slurm_pool", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(TRAIN, d / "train_sim.py")
-    for p in [d / "lib", *(d / "lib").rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    return d
 
 
 SCRIPT = """#!/bin/bash
@@ -142,7 +84,7 @@ def _last_step(run: list[str]) -> int:
 
 
 def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
-    work = _workdir("ckpt")
+    work = workdir("ckpt")
     state, base = work / "state", work / "ckpt"
     node_conf(state_dir=str(state), checkpoint_base_dir=str(base), gpus="none", warn_seconds="30")
     py = job_python()
@@ -219,7 +161,7 @@ def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
 
 def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
     """A 2-minute job with warn_seconds 60 requeues itself at ~60 s and resumes."""
-    work = _workdir("tlim")
+    work = workdir("tlim")
     node_conf(
         state_dir=str(work / "state"),
         checkpoint_base_dir=str(work / "ckpt"),
@@ -273,7 +215,7 @@ def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
 def test_prune_keeps_queued_jobs_and_removes_gone_ones(cluster, node_conf):
     """``slurm-pool checkpoints prune`` against the real squeue: the running job's
     directory survives even when old; a gone job's old directory is removed."""
-    work = _workdir("prune")
+    work = workdir("prune")
     base = work / "ckpt"
     node_conf(state_dir=str(work / "state"), checkpoint_base_dir=str(base), gpus="none")
     job = cluster.sbatch(

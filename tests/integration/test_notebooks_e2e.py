@@ -13,23 +13,19 @@ A screenshot of JupyterLab is kept in ``test-artifacts/``.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from slurm_pool.adapters.records import parse_jobs
 from tests.conftest import TEST_SLURM
+from tests.support.browser import ARTIFACTS
 from tests.support.notebooks import notebook_spec_text
 from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("SLURM_POOL_TEST_ARTIFACTS", REPO / "test-artifacts"))
-CHROMEDRIVER = "/usr/bin/chromedriver"
 USER = "alice"
 SLICE = "nvidia_a100_1g.5gb"
 
@@ -56,23 +52,6 @@ def hub_cluster(tmp_path_factory):
     # Nothing of the hub outlives the cluster, and it wrote nothing into the checkout.
     wait_for(lambda: not hub.leftovers(), 30, "the hub's proxy and idle culler to stop")
     assert not (REPO / "jupyterhub-proxy.pid").exists()
-
-
-@pytest.fixture
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="sp-chromium-")
-    opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,900", f"--user-data-dir={profile}"):  # fmt: skip
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(120)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")

@@ -34,11 +34,22 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The lowest port the kernel hands out to outgoing connections and ``bind(0)`` (Linux's default 32768)."""
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_base(n_nodes: int, tries: int = 50) -> int:
-    """A base port whose service and node ports are all free."""
+    """A base port whose service and node ports are all free, below the kernel's ephemeral range: a port
+    free when checked there can be taken by any outgoing connection before the daemon binds it (seen: a
+    slurmd of a second cluster refused with "Address already in use")."""
+    top = max(12000, min(40000, _ephemeral_low()) - 100 - n_nodes)
     for _ in range(tries):
-        base = random.randrange(20000, 40000, 200)
-        ports = [base + o for o in (6, 17, 18, 19, 30, 31, 32)] + [base + 100 + i for i in range(n_nodes)]
+        base = random.randrange(10000, top, 200)
+        ports = [base + o for o in (6, 17, 18, 19, 30, 31, 32, 33)] + [base + 100 + i for i in range(n_nodes)]
         if all(_port_free(p) for p in ports):
             return base
     raise RuntimeError("no free block of loopback ports found")

@@ -21,7 +21,7 @@ ITEM, KEY, VALUE = "[*]", "{key}", "{value}"
 
 
 def base_document() -> dict[str, Any]:
-    """The example with a notebook tier, MIG layouts, and every optional string of the bridge set."""
+    """The example with a notebook tier, MIG layouts, and every optional string of the bridge and console set."""
     doc = notebook_spec()
     group = next(g for g in doc["node_groups"] if g["name"] == "c")
     group["gpus"]["layouts"] = {"mig_mixed": [["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"], None]}
@@ -49,6 +49,15 @@ def base_document() -> dict[str, Any]:
             "forecast": {"prometheus_url": "http://127.0.0.1:9090", "inference_query": "sum(x)"},
         }
     )
+    doc["console"] = {
+        "jwt_key": "/var/spool/slurm/statesave/jwt_hs256.key",
+        "operators": ["carol"],
+        "pam_service": "login",
+        "trusted_proxies": ["10.0.0.0/24"],
+        "user_header": "X-Remote-User",
+        "prometheus_url": "http://127.0.0.1:9090",
+        "hub_url": "https://hub.example.org/",
+    }
     doc["tiers"][3]["grace_time"] = 40  # the fence's seconds fit in k8s-lend's grace
     return doc
 

@@ -196,3 +196,72 @@ def test_a_failed_move_puts_back_the_files_already_moved(tmp_path, capsys, monke
         main(["render", str(EXAMPLE), "-o", str(out), "--slurm-version", "26.05"])
     assert exc.value.code == 1 and "put back" in capsys.readouterr().err
     assert _tree(out) == before  # slurm.conf is the old one again; no new file stays
+
+
+# -- auth/jwt for the console (issue 27) -------------------------------------------------------------------
+
+#: What a console section changes: slurm.conf (AuthAltTypes) and, through its hash, the manifest.
+CONSOLE_GOLDEN = ("slurm.conf", "manifest.json")
+
+
+@pytest.fixture(scope="module")
+def console_spec(spec):
+    from slurm_pool.spec.console import Console
+
+    return spec.model_copy(update={"console": Console()})
+
+
+@pytest.mark.parametrize("version", ["22.05", "26.05"])
+def test_golden_console(spec, console_spec, version):
+    plain = _golden_view(render_all(spec, Site(), SlurmVersion.parse(version)))
+    files = _golden_view(render_all(console_spec, Site(), SlurmVersion.parse(version)))
+    gdir = GOLDEN / f"console-{version}"
+    if os.environ.get("UPDATE_GOLDEN"):
+        gdir.mkdir(parents=True, exist_ok=True)
+        for name in CONSOLE_GOLDEN:
+            (gdir / name).write_text(files[name])
+    assert sorted(p.name for p in gdir.iterdir()) == sorted(CONSOLE_GOLDEN)
+    for name, text in files.items():
+        want = (gdir / name).read_text() if name in CONSOLE_GOLDEN else plain[name]
+        assert text == want, f"console-{version}/{name} differs from its golden file"
+
+
+@pytest.mark.parametrize(
+    "with_console, site_key, want",
+    [
+        (False, None, None),
+        (True, None, "/var/spool/slurm/statesave/jwt_hs256.key"),
+        (False, "/st/etc/jwt_hs256.key", "/st/etc/jwt_hs256.key"),
+        (True, "/st/etc/jwt_hs256.key", "/st/etc/jwt_hs256.key"),  # the site wins
+    ],
+)
+def test_jwt_key_turns_on_auth_jwt(spec, console_spec, with_console, site_key, want):
+    from slurm_pool.render.context import build_context
+    from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
+
+    s = console_spec if with_console else spec
+    site = Site(jwt_key=site_key)
+    conf = render_all(s, site, SlurmVersion(26, 5))["slurm.conf"]
+    dbd = render_template(
+        jinja_environment(default_templates_dir()),
+        "slurmdbd.conf.j2",
+        build_context(s, site, SlurmVersion(26, 5)),
+    )
+    for text in (conf, dbd):
+        alt = [ln for ln in text.splitlines() if ln.startswith("AuthAlt")]
+        assert alt == ([] if want is None else ["AuthAltTypes=auth/jwt", f"AuthAltParameters=jwt_key={want}"])
+
+
+@pytest.mark.parametrize("bad", ["relative/key", "/a,b", "/k=v", "/a b", "/a/../b", "/a\nAuthType=none", ""], ids=ascii)
+def test_a_site_jwt_key_must_be_a_plain_path(spec, bad):
+    with pytest.raises(SpecError, match="jwt_key"):
+        render_all(spec, Site(jwt_key=bad), SlurmVersion(22, 5))
+
+
+def test_a_console_jwt_key_must_be_a_plain_path(spec):
+    from slurm_pool.spec.load import parse_spec
+
+    data = spec.model_dump(mode="json", exclude_none=True)
+    data["console"] = {"jwt_key": "/k,AuthType=none"}
+    with pytest.raises(SpecError, match="jwt_key"):
+        parse_spec(data)

@@ -6,6 +6,7 @@ The full sweep, whose table is docs/robustness.md, runs the same code with more 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import types
 from pathlib import Path
@@ -41,6 +42,51 @@ def test_hostile_values_are_refused_or_come_out_harmless(robustness, seed):
     assert len(results) >= 8 and all(t.tried for t in results.values())
     failures = [f"{name}: {f}" for name, t in results.items() for f in t.failures]
     assert failures == []
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_bad_input_to_every_api_endpoint_is_a_4xx_naming_the_field(robustness, seed):
+    # The REST API's rows of docs/robustness.md on a sample: POST bodies, path values, GET queries.
+    results = robustness.run_api(per_target=40, seed=seed, timeout=60.0)
+    assert len(results) >= 6 and all(t.tried == 40 for t in results.values())
+    failures = [f"{name}: {f}" for name, t in results.items() for f in t.failures]
+    assert failures == []
+
+
+@pytest.mark.parametrize(
+    "status,body,field,problem",
+    [
+        (200, b'{"ok": true}', None, None),
+        (422, b'{"status": 422, "message": "body.gpus: too big", "field": "body.gpus"}', "body.gpus", None),
+        (422, b'{"status": 422, "message": "x", "field": "body.k..."}', "body.kkkk", None),  # cut when long
+        (404, b'{"status": 404, "message": "no job", "field": "job_id"}', "path.job_id", None),  # only a 422 names
+        (500, b'{"status": 500, "message": "internal error"}', None, "HTTP 500"),
+        (400, b"Traceback (most recent call last):", None, "traceback"),
+        (400, b"<html>bad</html>", None, "not JSON"),
+        (422, b'{"status": 422, "message": ""}', None, "message"),
+        (422, b'{"status": 422, "message": "x", "field": "body.tier"}', "body.gpus", "not the changed"),
+        (422, json.dumps({"status": 422, "message": "x", "field": "body.x\\x1b"}).encode(), "body.x\x1b", None),
+        (422, b'{"status": 422, "message": "x", "field": "body.x\\u001b"}', None, "control character"),
+        (422, b'{"status": 422, "message": "' + b"k" * 5000 + b'"}', None, "echoing"),
+    ],
+)
+def test_the_api_sweep_can_fail(robustness, status, body, field, problem):
+    got = robustness.http_verdict(status, body, field)
+    assert (got is None) if problem is None else (problem in got), got
+
+
+def test_the_api_sweep_catches_a_500(robustness, monkeypatch):
+    # A view that raises makes the service answer 500: every explain and submit request is then a failure.
+    from slurm_pool.web import views
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(views, "explain", broken)
+    results = robustness.run_api(per_target=20, seed=1, timeout=60.0)
+    bad = results["REST API: POST /api/v1/jobs/explain body"].failures
+    assert bad and any("HTTP 500" in f for f in bad)
+    assert results["REST API: POST /api/v1/login body"].failures == []
 
 
 @pytest.mark.parametrize(

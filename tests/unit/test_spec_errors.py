@@ -145,6 +145,22 @@ CASES = [
         "projects[0].description",
         "control characters",
     ),
+    (
+        "console-bad-proxy",
+        mutate(_set(["console"], {"trusted_proxies": ["10.0.0.300"]})),
+        "console.trusted_proxies[0]",
+        "10.0.0.300",
+    ),
+    (
+        "console-bad-header",
+        mutate(_set(["console"], {"user_header": "X-User: admin"})),
+        "console.user_header",
+        "header",
+    ),
+    ("console-bad-operator", mutate(_set(["console"], {"operators": ["Root;"]})), "console.operators[0]", "Root;"),
+    ("console-refresh-zero", mutate(_set(["console"], {"refresh_seconds": 0})), "console.refresh_seconds", "too small"),
+    ("console-unknown-key", mutate(_set(["console"], {"jwt": "/x"})), "console.jwt", "unknown key"),
+    ("console-relative-key", mutate(_set(["console"], {"jwt_key": "../key"})), "console.jwt_key", "../key"),
     ("duplicate-key", EXAMPLE.read_text().replace("version: 1", "version: 1\nversion: 1", 1), "", "given twice"),
 ]
 

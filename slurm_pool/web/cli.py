@@ -1,0 +1,79 @@
+"""``slurm-pool serve``: the web console and REST API of a pool (uvicorn)."""
+
+from __future__ import annotations
+
+import click
+
+from slurm_pool.errors import InputError
+
+DEFAULT_LISTEN = "127.0.0.1:8787"
+#: Connections served at once (more get 503): the load benchmark polls with 200 clients.
+LIMIT_CONCURRENCY = 1024
+#: Seconds an idle keep-alive connection is kept (a slow client holds nothing for long).
+KEEP_ALIVE = 5
+#: Bytes of request line and headers h11 buffers before refusing the request.
+MAX_HEADERS = 16 * 1024
+
+
+@click.command("serve")
+@click.option(
+    "--spec",
+    "spec_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The pool spec (with a console: section).",
+)
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT to serve on (put TLS in front).")
+@click.option(
+    "--state-dir", default=None, help="Directory with <node>/outcomes.jsonl [node.conf's state_dir]; '' reads none."
+)
+@click.option("--key", "key_path", default=None, help="Slurm's HS256 JWT key [the spec's console.jwt_key].")
+def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | None) -> None:
+    """Serve the pool's web console and REST API: each user sees and does what Slurm lets them."""  # fmt: skip
+    from slurm_pool.metrics.cli import parse_listen
+
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    from slurm_pool.spec import load_spec
+
+    spec = load_spec(spec_path)
+    if spec.console is None:
+        raise InputError(
+            f"{spec_path}: the spec has no console section; add 'console:' (jwt_key, operators, ...) to serve it"
+        )
+    import uvicorn
+
+    from slurm_pool.adapters.runner import SubprocessRunner
+    from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.metrics.cli import default_state_dir
+    from slurm_pool.web.actions import UserCommands
+    from slurm_pool.web.app import create_app
+    from slurm_pool.web.guard import Guard
+    from slurm_pool.web.identity import Authenticator, load_key, pam_checker, user_exists
+
+    key = load_key(key_path or spec.console.jwt_key)
+    auth = Authenticator(
+        key, spec.console, check_password=pam_checker(spec.console.pam_service), user_exists=user_exists
+    )
+    app = create_app(
+        spec,
+        slurm=SlurmClient(SubprocessRunner(default_timeout=20.0)),
+        auth=auth,
+        commands=UserCommands(key),
+        state_dir=default_state_dir() if state_dir is None else (state_dir or None),
+    )
+    click.echo(f"slurm-pool serve: http://{host}:{port}/ (API under /api/v1)", err=True)
+    uvicorn.run(
+        Guard(app),  # outermost too, so even Starlette's own 500 answer carries the headers
+        host=host,
+        port=port,
+        proxy_headers=False,
+        forwarded_allow_ips="",
+        server_header=False,
+        limit_concurrency=LIMIT_CONCURRENCY,
+        timeout_keep_alive=KEEP_ALIVE,
+        h11_max_incomplete_event_size=MAX_HEADERS,
+        log_level="info",
+    )

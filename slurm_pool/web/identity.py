@@ -1,0 +1,527 @@
+"""Who is calling the service: Slurm JWTs, browser sessions, a site proxy's header; CSRF and login limits.
+
+Three ways in, tried in this order (the first one a request carries decides):
+
+* **Token** -- ``Authorization: Bearer <jwt>``, as ``scontrol token`` prints it: HS256 only, signed
+  with the cluster's ``jwt_key``, claims ``iat``, ``exp`` and ``sun`` (Slurm's user claim), the user a
+  valid login name that exists.  A token is no ambient credential (a browser never adds it on its own),
+  so token callers need no CSRF token.
+* **Session** -- the ``slurm_pool_session`` cookie a PAM login gave (HttpOnly, SameSite=Strict, Secure
+  under TLS).  Sessions live in memory only: an id and a CSRF secret of 256 random bits each, an expiry
+  that slides with use, a bounded count (the oldest go first), and logout forgets the id, so a cookie
+  replayed afterwards is refused.  State-changing requests must send ``X-CSRF-Token`` equal to the
+  session's, and must not come from another site (``Origin`` same as ``Host``; ``Sec-Fetch-Site``
+  ``same-origin`` or ``none``).
+* **Proxy** -- a site proxy that authenticated the user itself names them in ``console.user_header``.
+  The header is believed only from ``console.trusted_proxies``; from anywhere else it is ignored.
+  A proxy's browser users carry an ambient credential too (the proxy's own cookie), and have no CSRF
+  token of ours: their state-changing requests must carry ``Origin`` or ``Sec-Fetch-Site`` (every
+  current browser sends them), and both must say same-origin.  The proxy must pass ``Host`` through.
+
+Logins are rate-limited per user and per client address before PAM is asked, and a wrong user and a
+wrong password get the same answer.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import math
+import os
+import re
+import secrets
+import stat
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping, Optional
+from urllib.parse import urlsplit
+
+import jwt
+
+from slurm_pool import text
+from slurm_pool.errors import InputError
+from slurm_pool.spec.console import Console
+
+SESSION_COOKIE = "slurm_pool_session"
+CSRF_HEADER = "X-CSRF-Token"
+#: Longest token (and Authorization header) read at all; Slurm's are a few hundred bytes.
+MAX_TOKEN = 4096
+#: Seconds of clock skew forgiven on ``exp``, ``iat`` and ``nbf``.
+LEEWAY = 5
+#: Shortest HS256 key accepted, in bytes (RFC 7518 3.2: at least the hash's size).
+MIN_KEY = 32
+#: Largest key file read.
+MAX_KEY = 64 * 1024
+#: Sessions kept at once; past it the least recently used is dropped.
+MAX_SESSIONS = 10_000
+#: Login limits: failures allowed per user and per client address within the window.
+USER_FAILURES = 5
+IP_FAILURES = 20
+FAILURE_WINDOW = 300.0
+#: Users and addresses tracked by the login limiter at once.
+MAX_TRACKED = 10_000
+#: Longest password passed to PAM.
+MAX_PASSWORD = 1024
+
+#: A session id or CSRF secret: ``secrets.token_urlsafe(32)``, 43 URL-safe base64 characters.
+SECRET_RE = re.compile(r"[A-Za-z0-9_-]{43}")
+#: A compact JWS: header.payload.signature (the signature may be empty, as ``alg: none`` makes it).
+JWT_RE = re.compile(r"[A-Za-z0-9_-]{1,4096}\.[A-Za-z0-9_-]{1,4096}\.[A-Za-z0-9_-]{0,4096}")
+BEARER_RE = re.compile(r"(?i:bearer)[ ]+(\S+)")
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_SAME_SITE = frozenset({"same-origin", "none"})
+_BAD_LOGIN = "the user name or password is not correct"
+
+
+class AuthError(Exception):
+    """A request refused for who is (not) calling: 401, 403 or 429, with a message for the client."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class KeyFileError(InputError):
+    """The JWT key file cannot be used.  Exit status 2."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller: the user, and how they proved it."""
+
+    user: str
+    via: Literal["token", "session", "proxy"]
+    session_id: Optional[str] = None
+    csrf: Optional[str] = None
+
+
+# -- the key and tokens -------------------------------------------------------------
+def load_key(path: str) -> bytes:
+    """The HS256 key at ``path``, as Slurm reads it (the file's bytes); KeyFileError when it is unsafe.
+
+    Not a symbolic link, a regular file, owned by root or the service's user, nothing for "other"
+    (group may read it: sites share it with SlurmUser's group), and at least 32 bytes.
+    """
+    where = f"console.jwt_key: {text.shown(path)}"
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise KeyFileError(f"{where}: no such file") from None
+    except PermissionError:
+        raise KeyFileError(f"{where}: cannot be read (permission denied)") from None
+    except OSError as e:
+        if os.path.islink(path):
+            raise KeyFileError(f"{where}: is a symbolic link; name the key file itself") from None
+        raise KeyFileError(f"{where}: cannot be opened ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"{where}: is not a regular file")
+        if st.st_uid not in (0, os.geteuid()):
+            raise KeyFileError(
+                f"{where}: is owned by uid {st.st_uid}; it must be owned by root or by the service's user "
+                f"(uid {os.geteuid()})"
+            )
+        if st.st_mode & 0o007:
+            mode = stat.S_IMODE(st.st_mode)
+            raise KeyFileError(f"{where}: other users may access it (mode {mode:04o}); run chmod o-rwx on it")
+        if st.st_size > MAX_KEY:
+            raise KeyFileError(f"{where}: is {st.st_size} bytes; a key is at most {MAX_KEY}")
+        data = b""
+        while len(data) <= MAX_KEY:
+            chunk = os.read(fd, MAX_KEY + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_KEY:
+        raise KeyFileError(f"{where}: is larger than {MAX_KEY} bytes")
+    if len(data) < MIN_KEY:
+        raise KeyFileError(f"{where}: holds {len(data)} bytes; an HS256 key needs at least {MIN_KEY}")
+    return data
+
+
+def mint(key: bytes, user: str, lifespan: int = 60, now: float | None = None) -> str:
+    """A token Slurm's auth/jwt accepts for ``user``: HS256, claims ``iat``, ``exp`` and ``sun``."""
+    text.check("login", user, "user")
+    if isinstance(lifespan, bool) or not isinstance(lifespan, int) or lifespan < 1:
+        raise ValueError(f"lifespan: {lifespan!r} is not a positive whole number of seconds")
+    if len(key) < MIN_KEY:
+        raise ValueError(f"an HS256 key needs at least {MIN_KEY} bytes")
+    issued = int(time.time() if now is None else now)
+    claims = {"iat": issued, "exp": issued + lifespan, "sun": user}
+    return jwt.encode(claims, key, algorithm="HS256", headers={"typ": "JWT"})
+
+
+def _time_claim(claims: Mapping[str, Any], name: str) -> float | None:
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise AuthError(401, f"the token's {name!r} claim is not a time")
+    return float(value)
+
+
+def verify(key: bytes, token: str, user_exists: Callable[[str], bool], now: float | None = None) -> str:
+    """The user ``token`` was minted for; AuthError(401) unless it is a valid, current Slurm token."""
+    if not isinstance(token, str) or len(token) > MAX_TOKEN:
+        raise AuthError(401, f"the token is longer than {MAX_TOKEN} characters")
+    if not JWT_RE.fullmatch(token):
+        raise AuthError(401, "the token is not a JWT (header.payload.signature)")
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError:
+        raise AuthError(401, "the token's header cannot be read") from None
+    alg = header.get("alg")
+    if alg != "HS256":
+        raise AuthError(401, f"the token is signed with {text.shown(str(alg))[:32]!r}; only HS256 is accepted")
+    try:
+        claims = jwt.decode(
+            token,
+            key,
+            algorithms=["HS256"],
+            options={
+                "require": ["exp", "iat", "sun"],
+                "verify_exp": False,  # checked below, against ``now``
+                "verify_iat": False,
+                "verify_nbf": False,
+                "enforce_minimum_key_length": True,
+            },
+        )
+    except jwt.InvalidSignatureError:
+        raise AuthError(401, "the token's signature does not match the cluster's key") from None
+    except jwt.MissingRequiredClaimError as e:
+        raise AuthError(401, f"the token has no {e.claim!r} claim") from None
+    except jwt.PyJWTError as e:
+        raise AuthError(401, f"the token is not valid ({text.shown(str(e))[:120]})") from None
+    at = time.time() if now is None else now
+    exp, iat, nbf = (_time_claim(claims, n) for n in ("exp", "iat", "nbf"))
+    assert exp is not None and iat is not None  # required above
+    if exp + LEEWAY < at:
+        raise AuthError(401, "the token has expired")
+    if iat - LEEWAY > at or (nbf is not None and nbf - LEEWAY > at):
+        raise AuthError(401, "the token is not valid yet (issued in the future)")
+    user = claims["sun"]
+    if not text.matches("login", user):
+        raise AuthError(401, f"the token's user {text.shown(str(user))[:80]!r} is not a user name")
+    if not user_exists(user):
+        raise AuthError(401, f"the token's user {user!r} does not exist")
+    return str(user)
+
+
+def pam_checker(service: str) -> Callable[[str, str], bool]:
+    """A password check against PAM ``service`` (authentication and account), for :class:`Authenticator`."""
+    import pamela  # type: ignore[import-untyped]
+
+    def check(user: str, password: str) -> bool:
+        try:
+            pamela.authenticate(user, password, service=service, resetcred=0)
+        except pamela.PAMError:
+            return False
+        return True
+
+    return check
+
+
+# -- helpers ----------------------------------------------------------------------
+def _one(headers: Mapping[str, str], name: str, status: int) -> str | None:
+    """The one value of header ``name`` (any case); AuthError(status) when it is sent twice."""
+    lower = name.lower()
+    found = [v for k, v in headers.items() if k.lower() == lower]
+    if len(found) > 1:
+        raise AuthError(status, f"the request has more than one {name} header")
+    return found[0] if found else None
+
+
+def _netloc(origin: str) -> str | None:
+    """``host[:port]`` of an ``Origin`` (default ports dropped, lower case); None when it is not one."""
+    try:
+        parts = urlsplit(origin)
+        port = parts.port
+    except ValueError:
+        return None
+    extra = parts.path or parts.query or parts.fragment or "@" in parts.netloc or "#" in origin or "?" in origin
+    if parts.scheme not in ("http", "https") or not parts.hostname or extra:
+        return None
+    default = 80 if parts.scheme == "http" else 443
+    host = parts.netloc.rsplit(":", 1)[0] if port is not None else parts.netloc
+    return host.lower() if port in (None, default) else f"{host.lower()}:{port}"
+
+
+def _host(host: str) -> set[str]:
+    """The ways a ``Host`` header can be written as an origin's ``host[:port]``."""
+    host = host.lower()
+    forms = {host}
+    for default in (":80", ":443"):
+        if host.endswith(default):
+            forms.add(host[: -len(default)])
+    return forms
+
+
+def _check_site(headers: Mapping[str, str], required: bool) -> None:
+    """AuthError(403) for a request another site made (``Origin``, ``Sec-Fetch-Site``)."""
+    site = _one(headers, "Sec-Fetch-Site", 403)
+    origin = _one(headers, "Origin", 403)
+    if required and site is None and origin is None:
+        raise AuthError(403, "the request has neither an Origin nor a Sec-Fetch-Site header")
+    if site is not None and site.lower() not in _SAME_SITE:
+        raise AuthError(403, f"cross-site request refused (Sec-Fetch-Site: {text.shown(site)[:40]})")
+    if origin is not None:
+        host = _one(headers, "Host", 403)
+        netloc = _netloc(origin)
+        if netloc is None or host is None or netloc not in _host(host):
+            raise AuthError(403, f"cross-site request refused (Origin {text.shown(origin)[:100]!r})")
+
+
+@dataclass
+class _Session:
+    user: str
+    csrf: str
+    used: float
+
+
+class _Failures:
+    """Failed logins per key within a sliding window, for at most MAX_TRACKED keys."""
+
+    def __init__(self, limit: int, window: float):
+        self.limit = limit
+        self.window = window
+        self.seen: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def _recent(self, key: str, now: float) -> deque[float]:
+        times = self.seen.get(key)
+        if times is None:
+            return deque()
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        if not times:
+            del self.seen[key]
+        return times
+
+    def wait(self, key: str, now: float) -> float:
+        """Seconds until ``key`` may try again (0: now)."""
+        times = self._recent(key, now)
+        if len(times) < self.limit:
+            return 0.0
+        return times[-self.limit] + self.window - now
+
+    def add(self, key: str, now: float) -> None:
+        times = self._recent(key, now)
+        self.seen[key] = times
+        self.seen.move_to_end(key)
+        times.append(now)
+        while len(times) > self.limit:
+            times.popleft()
+        while len(self.seen) > MAX_TRACKED:
+            self.seen.popitem(last=False)
+
+    def discard(self, key: str, at: float) -> None:
+        """Take back the attempt counted at ``at`` (it succeeded)."""
+        times = self.seen.get(key)
+        if times is not None and at in times:
+            times.remove(at)
+
+    def clear(self, key: str) -> None:
+        self.seen.pop(key, None)
+
+
+class Authenticator:
+    """Decides who a request comes from, keeps browser sessions, and guards logins and state changes."""
+
+    def __init__(
+        self,
+        key: bytes,
+        console: Console,
+        *,
+        check_password: Callable[[str, str], bool],
+        user_exists: Callable[[str], bool],
+        clock: Callable[[], float] = time.time,
+    ):
+        self._key = key
+        self._console = console
+        self._check_password = check_password
+        self._user_exists = user_exists
+        self._clock = clock
+        self._proxies = [ipaddress.ip_network(n, strict=False) for n in console.trusted_proxies]
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._by_user = _Failures(USER_FAILURES, FAILURE_WINDOW)
+        self._by_ip = _Failures(IP_FAILURES, FAILURE_WINDOW)
+        self._lock = threading.Lock()
+
+    # -- who is calling --------------------------------------------------------------
+    def caller(self, headers: Mapping[str, str], cookies: Mapping[str, str], client_ip: str | None) -> Caller:
+        """The caller: Bearer token, else session cookie, else trusted proxy header; AuthError(401)."""
+        auth = _one(headers, "Authorization", 401)
+        if auth is not None:
+            if len(auth) > MAX_TOKEN + 16:
+                raise AuthError(401, f"the token is longer than {MAX_TOKEN} characters")
+            m = BEARER_RE.fullmatch(auth)
+            if m is None:
+                raise AuthError(401, "the Authorization header is not 'Bearer <token>'")
+            return Caller(verify(self._key, m.group(1), self._user_exists, self._clock()), "token")
+        cookie = cookies.get(SESSION_COOKIE)
+        session = self._session(cookie) if cookie is not None else None
+        if session is not None:
+            return session
+        proxied = self._proxied(headers, client_ip)
+        if proxied is not None:
+            return proxied
+        if cookie is not None:
+            raise AuthError(401, "the session has expired or was logged out; log in again")
+        raise AuthError(401, "not logged in: log in, or send 'Authorization: Bearer <token>' (scontrol token)")
+
+    def _session(self, cookie: str) -> Caller | None:
+        if not SECRET_RE.fullmatch(cookie):
+            return None
+        now = self._clock()
+        with self._lock:
+            session = self._sessions.get(cookie)
+            if session is None:
+                return None
+            if now - session.used > self._console.session_seconds:
+                del self._sessions[cookie]
+                return None
+            session.used = now
+            self._sessions.move_to_end(cookie)
+            return Caller(session.user, "session", cookie, session.csrf)
+
+    def _trusted(self, client_ip: str | None) -> bool:
+        if not client_ip or not self._proxies:
+            return False
+        try:
+            addr = ipaddress.ip_address(client_ip)
+        except ValueError:
+            return False
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        return any(addr in net for net in self._proxies)
+
+    def _proxied(self, headers: Mapping[str, str], client_ip: str | None) -> Caller | None:
+        if not self._trusted(client_ip):
+            return None  # the header is anyone's to send: never read it
+        name = self._console.user_header
+        user = _one(headers, name, 401)
+        if user is None:
+            return None
+        if not text.matches("login", user):
+            raise AuthError(401, f"the proxy's {name} header {text.shown(user)[:80]!r} is not a user name")
+        if not self._user_exists(user):
+            raise AuthError(401, f"the proxy's user {user!r} does not exist")
+        return Caller(user, "proxy")
+
+    # -- sessions ------------------------------------------------------------------
+    def login(self, user: str, password: str, client_ip: str | None) -> Caller:
+        """A new session for ``user`` when PAM takes ``password``; AuthError 401, or 429 past the limits."""
+        ip = client_ip or "-"
+        valid = (
+            isinstance(user, str)
+            and text.matches("login", user)
+            and isinstance(password, str)
+            and 0 < len(password) <= MAX_PASSWORD
+            and "\x00" not in password
+        )
+        now = self._clock()
+        with self._lock:
+            wait = max(self._by_ip.wait(ip, now), self._by_user.wait(user, now) if valid else 0.0)
+            if wait <= 0:
+                # Counted before PAM answers, so parallel guesses cannot overrun the limits.
+                self._by_ip.add(ip, now)
+                if valid:
+                    self._by_user.add(user, now)
+        if wait > 0:
+            raise AuthError(429, f"too many failed logins; try again in {math.ceil(wait)} seconds")
+        ok = False
+        if valid:
+            try:
+                ok = bool(self._check_password(user, password)) and bool(self._user_exists(user))
+            except Exception:  # a broken PAM stack is a failed login, not a 500
+                ok = False
+        if not ok:
+            raise AuthError(401, _BAD_LOGIN)
+        with self._lock:
+            self._by_ip.discard(ip, now)
+            self._by_user.clear(user)
+            return self._new_session(user, self._clock())
+
+    def _new_session(self, user: str, now: float) -> Caller:
+        """Called with the lock held."""
+        limit = self._console.session_seconds
+        while self._sessions:
+            oldest = next(iter(self._sessions.values()))
+            if now - oldest.used <= limit and len(self._sessions) < MAX_SESSIONS:
+                break
+            self._sessions.popitem(last=False)
+        sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        self._sessions[sid] = _Session(user, csrf, now)
+        return Caller(user, "session", sid, csrf)
+
+    def logout(self, caller: Caller) -> None:
+        """Forget the caller's session (a token or proxy caller has none)."""
+        if caller.via == "session" and caller.session_id is not None:
+            with self._lock:
+                self._sessions.pop(caller.session_id, None)
+
+    # -- cross-site requests -------------------------------------------------------
+    def check_csrf(self, caller: Caller, method: str, headers: Mapping[str, str]) -> None:
+        """AuthError(403) for a state-changing request a browser may have been tricked into sending."""
+        if method.upper() in _SAFE_METHODS or caller.via == "token":
+            return
+        _check_site(headers, required=caller.via == "proxy")
+        if caller.via == "session":
+            given = _one(headers, CSRF_HEADER, 403)
+            if given is None:
+                raise AuthError(403, f"the request has no {CSRF_HEADER} header")
+            if caller.csrf is None or not SECRET_RE.fullmatch(given):
+                raise AuthError(403, f"the {CSRF_HEADER} header does not match the session")
+            if not hmac.compare_digest(given.encode("ascii"), caller.csrf.encode("ascii")):
+                raise AuthError(403, f"the {CSRF_HEADER} header does not match the session")
+
+    def check_login_origin(self, headers: Mapping[str, str]) -> None:
+        """AuthError(403) for a login POST from another site (which would log the browser in as someone else)."""
+        _check_site(headers, required=False)
+
+    # -- cookies -------------------------------------------------------------------
+    def cookie_header(self, caller: Caller, secure: bool) -> str:
+        """The ``Set-Cookie`` value for the caller's session (a browser-session cookie; the server expires it)."""
+        if caller.via != "session" or caller.session_id is None or not SECRET_RE.fullmatch(caller.session_id):
+            raise ValueError("only a session caller has a session cookie")
+        return f"{SESSION_COOKIE}={caller.session_id}; Path=/; HttpOnly; SameSite=Strict" + (
+            "; Secure" if secure else ""
+        )
+
+    def clear_cookie_header(self, secure: bool) -> str:
+        """The ``Set-Cookie`` value that removes the session cookie."""
+        return f"{SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
+
+
+#: Seconds an answer of the user database is reused: every API call checks its token's user, and
+#: ``getpwnam`` reads /etc/passwd (or asks NSS) each time.  A removed user's tokens die within this.
+USER_TTL = 30.0
+_users: dict[str, tuple[float, bool]] = {}
+_users_lock = threading.Lock()
+
+
+def user_exists(user: str, clock: Callable[[], float] = time.monotonic) -> bool:
+    """The system knows ``user`` (a token for anyone else is refused); asked again after :data:`USER_TTL` s."""
+    import pwd
+
+    now = clock()
+    with _users_lock:
+        hit = _users.get(user)
+    if hit is not None and now - hit[0] < USER_TTL:
+        return hit[1]
+    try:
+        pwd.getpwnam(user)
+        known = True
+    except (KeyError, ValueError):
+        known = False
+    with _users_lock:
+        if len(_users) >= MAX_SESSIONS:
+            _users.clear()
+        _users[user] = (now, known)
+    return known

@@ -1,0 +1,192 @@
+"""Issue 27, check 2: the console's defences, each tried against the running service and the real Slurm.
+
+Every row of ``docs/security.md``'s table is one case here.  Tokens come from
+the cluster's own key (``scontrol token`` for good ones); Bob's job is a real
+job that must keep running whatever Alice tries, both when the service
+refuses first and, with the service's own check switched off, when only
+Slurm stands in the way.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import jwt
+import pytest
+
+from tests.support.console import Service, running_console
+from tests.support.patience import patience
+
+pytestmark = pytest.mark.slurm
+
+SLEEP = "#!/bin/bash\nsleep 300\n"
+XSS = '<img src=x onerror="document.title=1">'
+
+
+def _bobs_job(cluster) -> int:
+    job = cluster.sbatch("-p", "b-owner", "--qos=guaranteed", "-A", "projb", "-t", "10", "-o", "/dev/null",
+                         user="bob", script=SLEEP)  # fmt: skip
+    cluster.wait_state(job, ["RUNNING"], timeout=60)
+    return job
+
+
+def _client(svc: Service, token: str | None = None, **kw) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=svc.url, headers=headers, timeout=30, **kw)
+
+
+def _login(svc: Service, user: str) -> tuple[httpx.Client, str]:
+    c = _client(svc)
+    r = c.post("/api/v1/login", json={"user": user, "password": svc.passwords[user]})
+    assert r.status_code == 200, r.text
+    return c, r.json()["csrf_token"]
+
+
+def _forged(svc: Service, **claims) -> str:
+    now = int(time.time())
+    body = {"iat": now, "exp": now + 300, "sun": "alice", **claims}
+    return jwt.encode(body, svc.key, algorithm="HS256")
+
+
+def _alg_none() -> str:
+    now = int(time.time())
+    return jwt.encode({"iat": now, "exp": now + 300, "sun": "alice"}, None, algorithm="none")
+
+
+def test_tokens_the_service_refuses(cluster):
+    with running_console(cluster) as svc:
+        cases = {
+            "no token": None,
+            "expired": _forged(svc, iat=int(time.time()) - 600, exp=int(time.time()) - 300),
+            "another key": jwt.encode(
+                {"iat": int(time.time()), "exp": int(time.time()) + 300, "sun": "alice"}, b"k" * 32, algorithm="HS256"
+            ),  # fmt: skip
+            "alg none": _alg_none(),
+            "no such user": _forged(svc, sun="nosuchuser"),
+            "garbage": "a.b.c",
+        }
+        for case, token in cases.items():
+            with _client(svc, token) as c:
+                for path in ("/api/v1/me", "/api/v1/jobs", "/api/v1/pool"):
+                    r = c.get(path)
+                    assert r.status_code == 401, (case, path, r.status_code, r.text)
+        with _client(svc, svc.token("alice")) as c:  # and a real one is accepted
+            assert c.get("/api/v1/me").json()["user"] == "alice"
+
+
+@pytest.mark.parametrize("check_access", [True, False], ids=["service-refuses", "slurm-refuses"])
+def test_alice_cannot_touch_bobs_job(cluster, check_access):
+    bob_job = _bobs_job(cluster)
+    with running_console(cluster, check_access=check_access) as svc:
+        with _client(svc, svc.token("alice")) as c:
+            if check_access:
+                r = c.get(f"/api/v1/jobs/{bob_job}")
+                assert r.status_code in (403, 404), r.text
+                listed = c.get("/api/v1/jobs").json()
+                assert bob_job not in [j["job_id"] for j in listed["jobs"]]
+                assert sum(listed["hidden"].values()) >= 1
+            for action in ("cancel", "hold", "requeue"):
+                r = c.post(f"/api/v1/jobs/{bob_job}/{action}")
+                assert r.status_code in (403, 404), (action, r.status_code, r.text)
+                assert cluster.job_field(bob_job, "%T") == "RUNNING", action
+            r = c.post(f"/api/v1/jobs/{bob_job}/tier", json={"tier": "scavenger"})
+            assert r.status_code in (403, 404), r.text
+    assert cluster.job_field(bob_job, "%T") == "RUNNING"
+    assert cluster.job_field(bob_job, "%q") == "guaranteed"
+
+
+def test_browser_sessions_are_guarded(cluster):
+    with running_console(cluster) as svc:
+        c, csrf = _login(svc, "alice")
+        try:
+            # missing CSRF token, and a cross-site form POST
+            assert c.post("/api/v1/jobs/1/hold").status_code == 403
+            r = c.post("/api/v1/jobs/1/hold", headers={"X-CSRF-Token": csrf, "Origin": "https://evil.example"})
+            assert r.status_code == 403, r.text
+            r = c.post("/api/v1/logout", headers={"X-CSRF-Token": "x" + csrf})
+            assert r.status_code == 403
+            cookie = c.cookies.get("slurm_pool_session")
+            assert cookie
+            assert c.post("/api/v1/logout", headers={"X-CSRF-Token": csrf}).status_code in (200, 204)
+        finally:
+            c.close()
+        with _client(svc) as replay:
+            replay.cookies.set("slurm_pool_session", cookie)
+            assert replay.get("/api/v1/me").status_code == 401  # the cookie replayed after logout
+        # a login form posted from another site
+        with _client(svc) as other:
+            r = other.post(
+                "/api/v1/login",
+                json={"user": "alice", "password": svc.passwords["alice"]},
+                headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+            )
+            assert r.status_code == 403, r.text
+        # brute force: refused with 429 before PAM is asked again, even with the right password
+        with _client(svc) as brute:
+            codes = [brute.post("/api/v1/login", json={"user": "bob", "password": f"guess{i}"}).status_code
+                     for i in range(12)]  # fmt: skip
+            assert codes[0] == 401 and 429 in codes, codes
+            r = brute.post("/api/v1/login", json={"user": "bob", "password": svc.passwords["bob"]})
+            assert r.status_code == 429
+
+
+def test_headers_static_files_and_bodies(cluster):
+    with running_console(cluster) as svc, _client(svc, svc.token("alice")) as c:
+        for path in ("/", "/api/v1/me", "/static/app.js"):
+            h = c.get(path).headers
+            csp = h["content-security-policy"]
+            assert "'unsafe-inline'" not in csp and "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+            assert h["x-content-type-options"] == "nosniff"
+        assert "no-store" in c.get("/api/v1/me").headers["cache-control"]
+        for path in ("/static/../../../etc/passwd", "/static/%2e%2e/%2e%2e/etc/passwd", "/static/..%2fweb%2fapp.py",
+                     "/static//etc/passwd"):  # fmt: skip
+            r = c.get(path)
+            assert r.status_code in (400, 404), (path, r.status_code)
+            assert "root:" not in r.text
+        r = c.post("/api/v1/jobs/explain", content=b"{" + b" " * (2 * 1024 * 1024) + b"}",
+                   headers={"Content-Type": "application/json"})  # fmt: skip
+        assert r.status_code == 413
+        r = c.post(
+            "/api/v1/jobs/explain", content=b'{"tier": "\xff\xfe"}', headers={"Content-Type": "application/json"}
+        )
+        assert 400 <= r.status_code < 500, r.text
+
+
+def test_slow_clients_do_not_stall_the_others(cluster):
+    with running_console(cluster) as svc:
+        host, port = svc.url.removeprefix("http://").split(":")
+        slow = []
+        for _ in range(20):  # each sends half a request line and stops
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(b"GET /api/v1/me HTTP/1.1\r\nHost: x\r\n")
+            slow.append(s)
+        try:
+            with _client(svc, svc.token("alice")) as c:
+                t0 = time.monotonic()
+                for _ in range(10):
+                    assert c.get("/api/v1/me").status_code == 200
+                assert time.monotonic() - t0 < patience(10)
+        finally:
+            for s in slow:
+                s.close()
+
+
+def test_a_hostile_job_name_renders_inert_in_chromium(cluster, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    job = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-t", "5", "-J", XSS, "-o", "/dev/null",
+                         "--comment", "<script>document.title=2</script>", user="alice", script=SLEEP)  # fmt: skip
+    with running_console(cluster) as svc:
+        browser.get(svc.url + "/")
+        WebDriverWait(browser, patience(60)).until(lambda d: d.find_elements(By.ID, "login-user"))
+        browser.find_element(By.ID, "login-user").send_keys("alice")
+        browser.find_element(By.ID, "login-password").send_keys(svc.passwords["alice"])
+        browser.find_element(By.ID, "login-submit").click()
+        for page in ("#/jobs", f"#/job/{job}"):
+            browser.get(f"{svc.url}/{page}")
+            WebDriverWait(browser, patience(60)).until(lambda d: XSS in d.find_element(By.TAG_NAME, "main").text)
+            assert not browser.find_elements(By.CSS_SELECTOR, "main img"), page  # shown as text, not an element
+            assert "slurm-pool" in browser.title and browser.title not in ("1", "2"), page  # no handler ran

@@ -1,0 +1,73 @@
+"""What a checkpointing test job needs on the real cluster: a python its user can run, a copy of the
+package it can read, and the node hooks' ``slurm-pool-node.conf`` pointed at the test's own directories."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "examples" / "train_sim.py"
+
+
+def _reachable(path: str) -> bool:
+    """Whether any user may execute ``path`` (every parent directory o+x)."""
+    p = Path(path).resolve()
+    if not p.is_file() or not p.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(d.stat().st_mode & stat.S_IXOTH for d in p.parents)
+
+
+def job_python() -> str:
+    """A python3 the job's user can run (the test's own may live under /root)."""
+    if _reachable(sys.executable):
+        return sys.executable
+    for d in os.defpath.split(os.pathsep) + ["/usr/local/bin", "/usr/bin"]:
+        cand = shutil.which("python3", path=d)
+        if cand and _reachable(cand):
+            return cand
+    pytest.fail("no python3 the job's user can execute (install Debian's python3)")
+
+
+@pytest.fixture
+def node_conf(cluster):
+    """Write ``slurm-pool-node.conf`` beside the cluster's slurm.conf; restore it afterwards."""
+    path = Path(cluster.env["SLURM_CONF"]).parent / "slurm-pool-node.conf"
+    old = path.read_bytes() if path.exists() else None
+
+    def write(**values: str) -> Path:
+        values.setdefault("scontrol", cluster.scontrol)  # the hooks run with slurmd's minimal PATH
+        path.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
+        os.chown(path, 0, 0)
+        path.chmod(0o644)
+        return path
+
+    yield write
+    if old is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(old)
+
+
+def workdir(tag: str) -> Path:
+    """A world-writable work dir holding a copy of the package and train_sim.py.
+
+    The job runs as alice, who may not be able to read the checkout (CI may
+    clone under a private home): the click-free wrapper needs only the
+    standard library and this copy.
+    """
+    d = Path("/tmp") / f"sp-{tag}-{int(time.time())}-{random.randrange(10**6)}"
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)
+    shutil.copytree(REPO / "slurm_pool", d / "lib" / "slurm_pool", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(TRAIN, d / "train_sim.py")
+    for p in [d / "lib", *(d / "lib").rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return d
