@@ -477,3 +477,14 @@ def test_a_job_sacct_does_not_have_yet_has_no_runs() -> None:
     runner.on(["sacct"], json.dumps({"jobs": [], "errors": [{"error": "Unable to contact slurmdbd"}]}))
     with pytest.raises(RecordError):
         PoolReader(SlurmClient(runner), 10, Clock()).detail(9)
+
+
+def test_a_window_without_jobs_is_an_empty_accounting() -> None:
+    """22.05's sacct says "Nothing found" of a quiet day: no runs, not a failure retried on every read."""
+    runner = replay("22.05")
+    runner.on(["sacct"], json.dumps({"jobs": [], "errors": [{"error": "Nothing found"}]}))
+    runs, start, end = PoolReader(SlurmClient(runner), 10, Clock()).accounting(24)
+    assert runs == [] and end - start == 24 * 3600
+    runner.on(["sacct"], json.dumps({"jobs": [], "errors": [{"error": "Unable to contact slurmdbd"}]}))
+    with pytest.raises(RecordError):
+        PoolReader(SlurmClient(runner), 10, Clock()).accounting(24)
