@@ -19,6 +19,20 @@ from typing import Mapping
 from slurm_pool.errors import InputError, PoolError
 
 
+def replace_file(path: Path, text: str, mode: int) -> None:
+    """Replace ``path`` with ``text`` by a rename, with exactly ``mode``; never readable wider than that.
+
+    The staging file beside it is created owner-only without following a link, then given ``mode``.
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+        os.fchmod(out.fileno(), mode)
+    os.replace(tmp, path)
+
+
 def _problem(target: Path) -> str | None:
     try:
         st = os.lstat(target)

@@ -28,6 +28,7 @@ from slurm_pool.errors import PoolError
 from slurm_pool.localcluster.console import ensure_jwt_key
 from slurm_pool.localcluster.procs import ProcTable, wait_for
 from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
+from slurm_pool.outfiles import replace_file
 from slurm_pool.render import Site, SlurmVersion, render_all
 from slurm_pool.render.context import build_context
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
@@ -212,7 +213,7 @@ class LocalCluster:
         """Repartition a node's emulated GPUs (what nvidia-smi does on real ones)."""
         d = self.layout.root / "dev" / node
         d.mkdir(parents=True, exist_ok=True)
-        _write(d / "mig.json", json.dumps([list(lay) if lay is not None else None for lay in layouts]), 0o644)
+        replace_file(d / "mig.json", json.dumps([list(lay) if lay is not None else None for lay in layouts]), 0o644)
 
     def node_gres(self, node: str) -> str:
         """The ``Gres=`` value the current slurm.conf gives ``node``."""
@@ -278,7 +279,7 @@ class LocalCluster:
         L.etc.mkdir(parents=True, exist_ok=True)
         ensure_jwt_key(self.jwt_key_path, site.slurm_user)
         for name, text in files.items():
-            _write(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)
+            replace_file(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)
         self._write_node_programs()
         self._write_mig_helpers()
         self._write_nvidia_smi()
@@ -328,7 +329,7 @@ class LocalCluster:
                 argv += ["--backend", "slurm_pool.localcluster.mig:helper_device"]
                 env = f"SLURM_POOL_STATE_DIR={shlex.quote(str(self.layout.root))}"
                 text = f'#!/bin/sh\n{env} exec {" ".join(shlex.quote(a) for a in argv)} "$@"\n'
-                _write(Path(helper_path(str(bindir), node)), text, 0o755)
+                replace_file(Path(helper_path(str(bindir), node)), text, 0o755)
 
     def _write_nvidia_smi(self) -> None:
         """One emulated ``nvidia-smi-<node>`` per GPU node, for ``mig apply`` over ssh
@@ -348,7 +349,7 @@ class LocalCluster:
                 bindir.mkdir(parents=True, exist_ok=True)
                 argv = [sys.executable, "-I", "-S", "-c", code, "--node", node]
                 text = f'#!/bin/sh\n{env} exec {" ".join(shlex.quote(a) for a in argv)} "$@"\n'
-                _write(bindir / f"nvidia-smi-{node}", text, 0o755)
+                replace_file(bindir / f"nvidia-smi-{node}", text, 0o755)
 
     def _write_node_programs(self) -> None:
         """The Prolog/Epilog/HealthCheckProgram scripts and the node.conf they read."""
@@ -364,13 +365,13 @@ class LocalCluster:
         # Emulated GPUs have no NVML: "auto" skips the device checks where the
         # library is absent; tests replay snapshots through this same file.
         # The hooks run with slurmd's minimal PATH: name this Slurm's own scontrol.
-        _write(
+        replace_file(
             conf,
             nodeconf.render(self.spec, state_dir=str(state), gpus="auto", scontrol=self.layout.which("scontrol")),
             0o644,
         )
         for prog in ("prolog", "epilog", "healthcheck"):
-            _write(
+            replace_file(
                 bindir / f"slurm-pool-{prog}",
                 nodeconf.render_hook(prog, sys.executable, str(conf), paths=nodeconf.hook_paths()),
                 0o755,
@@ -630,10 +631,3 @@ def saved_record(root: Path) -> dict:
 
 def _ok(argv: list[str]) -> bool:
     return subprocess.run(argv, capture_output=True).returncode == 0
-
-
-def _write(path: Path, text: str, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, path)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterable
 from slurm_pool.adapters.runner import Runner, SubprocessRunner
 from slurm_pool.errors import PoolError
 from slurm_pool.localcluster.procs import wait_for
+from slurm_pool.outfiles import replace_file
 from slurm_pool.text import check
 
 if TYPE_CHECKING:
@@ -70,16 +71,6 @@ def _saved(path: Path) -> dict[str, str]:
     return {u: p for u, p in data.items() if isinstance(u, str) and isinstance(p, str) and p.isalnum()}
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only, atomically (never briefly wider)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.replace(tmp, path)
-
-
 def set_passwords(users: Iterable[str], state_dir: str | Path, runner: Runner | None = None) -> dict[str, str]:
     """Give each user a random password (kept from an earlier call), set with ``chpasswd``; user -> password.
 
@@ -98,7 +89,7 @@ def set_passwords(users: Iterable[str], state_dir: str | Path, runner: Runner | 
         if not res.ok:
             # chpasswd's own message names the user, never the password.
             raise ConsoleError(f"chpasswd failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[:300]}")
-    _write_private(path, json.dumps({**saved, **out}, indent=2, sort_keys=True) + "\n")
+    replace_file(path, json.dumps({**saved, **out}, indent=2, sort_keys=True) + "\n", 0o600)
     return out
 
 
@@ -152,7 +143,7 @@ def start_console(cluster: "LocalCluster", timeout: float = 60.0) -> str:
     if not cluster.procs.running(PROC):
         spec_file = L.root / "console" / "pool.json"
         spec_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _write_private(spec_file, json.dumps(service_spec(cluster), indent=2) + "\n")
+        replace_file(spec_file, json.dumps(service_spec(cluster), indent=2) + "\n", 0o600)
         cluster.procs.start(PROC, serve_argv(cluster, spec_file), L.log / "console.out", env=L.env())
 
     def ready() -> bool:

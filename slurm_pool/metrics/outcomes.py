@@ -17,7 +17,7 @@ import math
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from slurm_pool.checkpoint.slurmjob import REASONS
 from slurm_pool.text import matches
@@ -29,6 +29,8 @@ AGE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 
 MAX_LINE = 64 * 1024
 #: Most bytes read from one file per scrape (the rest waits for the next one).
 MAX_READ = 8 * 1024 * 1024
+#: Bytes read from the end of each node's outcome file for the latest records (status, the console).
+TAIL_BYTES = 256 * 1024
 
 
 @dataclass
@@ -135,6 +137,40 @@ def outcome_files(state_dir: str) -> list[tuple[str, str]]:
         for node in sorted(os.listdir(state_dir))
         if matches("node", node)
     ]
+
+
+def tail_lines(state_dir: str, size: int = TAIL_BYTES) -> Iterator[tuple[str, bytes]]:
+    """``(node, line)`` for each whole, non-blank line in the last ``size`` bytes of every node's outcome file.
+
+    Files are opened without following a symlink, and only regular files are read; unreadable ones
+    (and an unlistable ``state_dir``) are skipped.
+    """
+    try:
+        files = outcome_files(state_dir)
+    except OSError:
+        return
+    for node, path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            start = max(0, st.st_size - size)
+            os.lseek(fd, start, os.SEEK_SET)
+            data = os.read(fd, st.st_size - start)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        lines = data.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # began mid-line
+        for line in lines[:-1]:  # the last piece has no newline yet (or is empty)
+            if line.strip():
+                yield node, line
 
 
 def load_record(line: bytes | str) -> dict[str, Any] | None:

@@ -9,51 +9,23 @@ and the tail of each node's ``outcomes.jsonl`` under node.conf's
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Callable, Iterator
 
 import click
 
 from slurm_pool.clitypes import Finite, StrictInt
 from slurm_pool.errors import InputError
-from slurm_pool.metrics.outcomes import outcome_files
+from slurm_pool.metrics.outcomes import TAIL_BYTES, tail_lines
 from slurm_pool.metrics.status import DEFAULT_LAST, build, preemption, tables
 from slurm_pool.text import shown, strict_float
 
-#: Bytes read from the end of each node's outcome file.
-TAIL_BYTES = 256 * 1024
-
 
 def tail_preemptions(state_dir: str, tail: int = TAIL_BYTES) -> Iterator[dict[str, Any]]:
-    """Preemption entries from the last ``tail`` bytes of every ``<state_dir>/<node>/outcomes.jsonl``.
-
-    Files are not followed through symlinks; unreadable ones are skipped.
-    """
-    try:
-        files = outcome_files(state_dir)
-    except OSError:
-        return
-    for node, path in files:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            size = os.fstat(fd).st_size
-            start = max(0, size - tail)
-            os.lseek(fd, start, os.SEEK_SET)
-            data = os.read(fd, size - start)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        lines = data.split(b"\n")
-        if start > 0:
-            lines = lines[1:]  # began mid-line
-        for line in lines[:-1]:  # the last piece has no newline yet (or is empty)
-            entry = preemption(node, line) if line.strip() else None
-            if entry is not None:
-                yield entry
+    """Preemption entries from the last ``tail`` bytes of every ``<state_dir>/<node>/outcomes.jsonl``."""
+    for node, line in tail_lines(state_dir, tail):
+        entry = preemption(node, line)
+        if entry is not None:
+            yield entry
 
 
 def read_records(slurm: Any, argv: list[str], parse: Callable[[str, str], list[Any]], kind: str) -> list[Any]:

@@ -17,7 +17,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 from slurm_pool import text
 
 
-def _word(rule: str) -> AfterValidator:
+def word(rule: str) -> AfterValidator:
+    """A validator: the string matches `rule` of :mod:`slurm_pool.text` in full."""
+
     def check(v: str) -> str:
         if not text.matches(rule, v):
             raise ValueError(f"{v!r} does not match {text.SHAPES[rule]}")
@@ -45,14 +47,14 @@ def _command(v: str) -> str:
     return v
 
 
-Name = Annotated[str, _word("name")]
-User = Annotated[str, _word("user")]
-Host = Annotated[str, _word("host")]
-Feature = Annotated[str, _word("feature")]
-SlurmTime = Annotated[str, _word("time")]
-MigProfile = Annotated[str, _word("mig-profile")]
-K8sLabel = Annotated[str, _word("k8s-label")]
-K8sName = Annotated[str, _word("k8s-name")]
+Name = Annotated[str, word("name")]
+User = Annotated[str, word("user")]
+Host = Annotated[str, word("host")]
+Feature = Annotated[str, word("feature")]
+SlurmTime = Annotated[str, word("time")]
+MigProfile = Annotated[str, word("mig-profile")]
+K8sLabel = Annotated[str, word("k8s-label")]
+K8sName = Annotated[str, word("k8s-name")]
 PlainPath = Annotated[str, AfterValidator(_plain_path)]
 CommandLine = Annotated[str, AfterValidator(_command)]
 

@@ -16,6 +16,8 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from slurm_pool import text
+from slurm_pool.spec.base import Feature, MigProfile, SlurmTime, word
+from slurm_pool.spec.base import Name as Word
 
 API_VERSION = "v1"
 #: Job control a user may ask for (each runs as that user; Slurm decides).
@@ -26,35 +28,21 @@ EVENT_KINDS = ("submitted", "started", "preempted", "checkpointed", "requeued", 
 MAX_SCRIPT = 64 * 1024
 
 
-def _rule(rule: str) -> AfterValidator:
+def _no_controls(allowed: str = "") -> AfterValidator:
+    """A validator: no control character in the string but those in ``allowed``."""
+
     def check(v: str) -> str:
-        if not text.matches(rule, v):
-            raise ValueError(f"{v!r} does not match {text.SHAPES[rule]}")
+        bad = text.control_chars(v.translate({ord(c): None for c in allowed}))
+        if bad:
+            raise ValueError(f"holds control characters ({', '.join(dict.fromkeys(bad))})")
         return v
 
     return AfterValidator(check)
 
 
-def _free_text(v: str) -> str:
-    bad = text.control_chars(v.replace("\n", "").replace("\t", ""))
-    if bad:
-        raise ValueError(f"holds control characters ({', '.join(dict.fromkeys(bad))})")
-    return v
-
-
-def _label(v: str) -> str:
-    bad = text.control_chars(v)
-    if bad:
-        raise ValueError(f"holds control characters ({', '.join(dict.fromkeys(bad))})")
-    return v
-
-
-Word = Annotated[str, _rule("name")]
-SlurmTime = Annotated[str, _rule("time")]
-MigProfile = Annotated[str, _rule("mig-profile")]
-NodeName = Annotated[str, _rule("node")]
-Script = Annotated[str, Field(min_length=1, max_length=MAX_SCRIPT), AfterValidator(_free_text)]
-Label = Annotated[str, Field(max_length=128), AfterValidator(_label)]
+NodeName = Annotated[str, word("node")]
+Script = Annotated[str, Field(min_length=1, max_length=MAX_SCRIPT), _no_controls("\n\t")]
+Label = Annotated[str, Field(max_length=128), _no_controls()]
 
 
 class Request(BaseModel):
@@ -86,7 +74,7 @@ class Me(Response):
 
 
 class Login(Request):
-    user: Annotated[str, _rule("login")]
+    user: Annotated[str, word("login")]
     password: str = Field(min_length=1, max_length=1024)
 
 
@@ -188,7 +176,7 @@ class SubmitRequest(Request):
     tier: Word
     project: Optional[Word] = None
     gpus: int = Field(default=1, ge=0, le=64)
-    gpu_type: Optional[Annotated[str, _rule("feature")]] = None
+    gpu_type: Optional[Feature] = None
     mig: Optional[MigProfile] = None
     shards: Optional[int] = Field(default=None, ge=1, le=1024)
     time_limit: SlurmTime = "01:00:00"

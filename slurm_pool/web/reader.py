@@ -21,7 +21,6 @@ end of its last lend-partition job) come from the projects page's cached
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -36,7 +35,7 @@ from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError
 from slurm_pool.adapters.runner import Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
-from slurm_pool.metrics.outcomes import load_record, outcome_files
+from slurm_pool.metrics.outcomes import load_record, tail_lines
 from slurm_pool.metrics.parse import job_nodes
 from slurm_pool.web import models, views
 
@@ -50,8 +49,6 @@ DETAIL_SECONDS = 5.0
 SLOW_SECONDS = 60.0
 #: Jobs whose details are kept.
 DETAIL_CACHE = 512
-#: Bytes read from the end of each node's outcome file for one job.
-TAIL_BYTES = 256 * 1024
 #: What sacct --json's errors say of a job the accounting does not have.
 NOTHING_FOUND = "Nothing found"
 #: Seconds the first request waits for the first read.
@@ -356,19 +353,13 @@ class PoolReader:
         """The epilog's records that name ``job_id``, from the end of every node's outcome file."""
         if not self.state_dir:
             return []
-        try:
-            files = outcome_files(self.state_dir)
-        except OSError:
-            return []
-        needle = f'"job_id": "{job_id}"'.encode()
+        needles = (f'"job_id": "{job_id}"'.encode(), f'"job_id":"{job_id}"'.encode())
         out = []
-        for _node, path in files:
-            data = _tail(path)
-            for line in data.split(b"\n"):
-                if needle in line or f'"job_id":"{job_id}"'.encode() in line:
-                    rec = load_record(line)
-                    if rec is not None:
-                        out.append(rec)
+        for _node, line in tail_lines(self.state_dir):
+            if any(n in line for n in needles):
+                rec = load_record(line)
+                if rec is not None:
+                    out.append(rec)
         return out
 
     def coordinators(self) -> dict[str, set[str]]:
@@ -412,25 +403,3 @@ class PoolReader:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _tail(path: str, size: int = TAIL_BYTES) -> bytes:
-    """The whole lines of the last ``size`` bytes of a regular file (not followed through a symlink)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        st = os.fstat(fd)
-        if not (st.st_mode & 0o170000) == 0o100000:
-            return b""
-        start = max(0, st.st_size - size)
-        os.lseek(fd, start, os.SEEK_SET)
-        data = os.read(fd, st.st_size - start)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
-    if start > 0:
-        data = data.partition(b"\n")[2]
-    return data[: data.rfind(b"\n") + 1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import stat
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,20 @@ def test_the_service_reads_the_cluster_spec_with_its_key(local):
 
 def test_console_users_are_every_project_user(local):
     assert console.console_users(local) == sorted({u for p in local.spec.projects for u in p.users})
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o644, 0o755])
+def test_replace_file_gives_exactly_the_mode_and_never_follows_its_staging_link(tmp_path, mode) -> None:
+    from slurm_pool.outfiles import replace_file
+
+    target, victim = tmp_path / "slurm.conf", tmp_path / "victim"
+    victim.write_text("keep")
+    target.write_text("old")
+    (tmp_path / ".slurm.conf.tmp").symlink_to(victim)  # planted where the staging file goes
+    old_umask = os.umask(0o077)
+    try:
+        replace_file(target, "new\n", mode)
+    finally:
+        os.umask(old_umask)
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == mode
+    assert victim.read_text() == "keep" and not (tmp_path / ".slurm.conf.tmp").exists()
