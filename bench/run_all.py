@@ -32,6 +32,7 @@ BENCHES: dict[str, tuple[list[str], bool]] = {
     "sim_speed": (["sim_speed.py"], False),
     "forecast_replay": (["forecast_replay.py"], False),
     "prolog_latency": (["prolog_latency.py"], False),
+    "site_scale": (["site_scale.py"], False),
     "submit_overhead": (["submit_overhead.py", "--spec", "examples/pool.yaml"], True),
     "preempt_resume": (["preempt_resume.py"], True),
     "reclaim_latency": (["reclaim_latency.py"], True),

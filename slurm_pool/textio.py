@@ -3,18 +3,23 @@
 Every failure is an :class:`~slurm_pool.errors.InputError` (exit 2) that names
 the file: a missing or unreadable file, bytes that are not UTF-8, JSON that
 does not parse or nests too deeply to read.  ``-`` is standard input.
+
+Text and JSON read whole are capped at :data:`MAX_BYTES`; inputs with no cap,
+such as a site's ``sacct --json`` history, are read as a stream
+(:func:`open_binary`) by readers that keep only what they need.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 from slurm_pool.errors import InputError
 
-#: Files larger than this are refused (plans, traces and exports are far smaller).
+#: Files read whole larger than this are refused (specs, plans and traces are far smaller).
 MAX_BYTES = 256 * 1024 * 1024
 
 
@@ -54,3 +59,17 @@ def _no_constant(name: str) -> Any:
 def read_json(path: str) -> Any:
     """The JSON document in ``path`` (``-``: standard input)."""
     return parse_json(read_text(path), path)
+
+
+@contextlib.contextmanager
+def open_binary(path: str) -> Iterator[IO[bytes]]:
+    """``path`` (``-``: standard input) as a binary file to stream, of any size; InputError naming it."""
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        fh = Path(path).open("rb")
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from None
+    with fh:
+        yield fh

@@ -131,6 +131,25 @@ FACTS: tuple[Fact, ...] = (
         "by tests/integration/test_jwt_e2e.py on 26.05.3 and 22.05.8",
     ),
     Fact(
+        "squeue_json_filters",
+        (24, 5, 1),
+        "squeue --json applies squeue's filters, the default state filter (pending, running, suspended, "
+        "completing, stage-out) included; before, it printed every job the controller had, finished ones too, so "
+        "a narrow squeue read adds --states=all to list the same jobs",
+        "CHANGELOG/slurm-24.05.md 24.05.1 'Fix filtering arguments being ignored when using squeue --json'; "
+        "src/squeue/print.c squeue_filter_jobs_for_json and _filter_job; measured on 22.05.8 (FAILED and "
+        "CANCELLED jobs in squeue --json, tests/data/slurm/22.05/squeue-lent.json)",
+    ),
+    Fact(
+        "squeue_format_excnodes",
+        (26, 5, 0),
+        "squeue --Format takes ExcNodes (a job's --exclude list); without it the narrow job read takes the "
+        "excluded nodes from a second read, --format=%A...%x, which every release has.  The first release "
+        "with it is not written down: 26.05 is the first this is known of, so releases between read twice",
+        "26.05.3 src/squeue/opts.c fmt_data_job {\"ExcNodes\", 'x', _print_job_exc_nodes}; measured on 22.05.8 "
+        "(squeue: error: Invalid job format specification: ExcNodes)",
+    ),
+    Fact(
         "rebootless_node_features",
         (24, 5, 0),
         "node_features/helpers takes Flags=rebootless: a changed feature is applied without RebootProgram",

@@ -11,7 +11,12 @@ import pytest
 from hypothesis import settings
 
 # The real Kubernetes control plane (session-scoped; started only by tests that ask for it).
-pytest_plugins = ["tests.support.k8s_fixtures", "tests.support.ckptjob", "tests.support.browser"]
+pytest_plugins = [
+    "tests.support.k8s_fixtures",
+    "tests.support.ckptjob",
+    "tests.support.browser",
+    "tests.support.narrow_text",
+]
 
 # HYPOTHESIS_PROFILE=ci (set by .ci/run): the same examples every run, so that a
 # landing never hinges on a random draw; without it each run explores new ones.

@@ -14,7 +14,9 @@ One vocabulary for what Slurm says, whichever release said it:
 * numbers, plain or ``{set, infinite, number}`` (23.02+), through
   :func:`~slurm_pool.adapters.slurmjson.number`.
 
-Recorded output of both ends is in ``tests/data/slurm/<version>/``.
+Recorded output of both ends is in ``tests/data/slurm/<version>/``.  The same
+records also come from narrow ``sinfo``/``squeue --Format`` text
+(:mod:`slurm_pool.adapters.narrow`), through :func:`node_record` and :func:`job_record`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
@@ -78,7 +82,7 @@ _USER_TEXT_KEYS = frozenset(
 _REASON_SUFFIX = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*\Z")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class State:
     """A Slurm state: its base word and its flags, all upper case.
 
@@ -121,10 +125,17 @@ def node_state(value: Any, flags: Any = None) -> State:
 
 
 def job_state(value: Any) -> State:
+    if isinstance(value, str):
+        return _job_state_word(value)
     return State.parse(value, bases=JOB_BASE_STATES)
 
 
-@dataclass(frozen=True)
+@lru_cache(maxsize=256)
+def _job_state_word(value: str) -> State:
+    return State.parse(value, bases=JOB_BASE_STATES)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRecord:
     """A node as ``scontrol show node`` (or 22.05's ``sinfo --json``) describes it."""
 
@@ -248,13 +259,13 @@ def parse_nodes(text: str, what: str = "node records") -> list[NodeRecord]:
         raise RecordError(f"{what}: 'nodes' is not a list")
     out: dict[str, NodeRecord] = {}
     for i, n in enumerate(_records(nodes, what, "nodes")):
-        rec = _convert(node_record, n, f"{what}: nodes[{i}]")
+        rec = convert_record(node_record, n, f"{what}: nodes[{i}]")
         if rec.name:
             out.setdefault(rec.name, rec)
     return list(out.values())
 
 
-def _convert(fn: Callable[[Mapping[str, Any]], T], raw: Mapping[str, Any], where: str) -> T:
+def convert_record(fn: Callable[[Mapping[str, Any]], T], raw: Mapping[str, Any], where: str) -> T:
     """One record, or RecordError naming it: well-formed JSON can still hold a value of the wrong type."""
     try:
         return fn(raw)
@@ -289,7 +300,11 @@ def parse_node_text(text: str, name: str) -> NodeRecord | None:
 # -- jobs ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+#: The ``raw`` of a record read without its JSON (narrow reads): one shared, read-only empty mapping.
+_NO_RAW: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as ``squeue --json`` / ``scontrol show job`` / ``sacct --json`` describe it.
 
@@ -384,15 +399,8 @@ def _gpus_in(value: Any) -> tuple[int, Counter[str]]:
     return 0, Counter()
 
 
-def job_record(j: Mapping[str, Any]) -> JobRecord:
-    """One job of ``squeue --json``, ``scontrol show job --json`` or ``sacct --json``."""
-    st = j.get("job_state")
-    sacct_state = _obj(j.get("state"))  # sacct: {current, reason}
-    if st is None:
-        st = sacct_state.get("current") if sacct_state else j.get("state")
-    times = _obj(j.get("time"))  # sacct nests them
-    limit = number(j.get("time_limit")) if "time_limit" in j else number(times.get("limit"))
-    tres = _obj(j.get("tres"))  # sacct nests TRES
+def _tres_counts(tres: Mapping[str, Any], j: Mapping[str, Any]) -> tuple[int, Counter[str], int]:
+    """GPU units, per type, and shards: of the allocation, else of the request (then per node, for shards)."""
     gpus: int = 0
     typed: Counter[str] = Counter()
     for value in (tres.get("allocated"), j.get("tres_alloc_str"), tres.get("requested"), j.get("tres_req_str")):
@@ -410,14 +418,47 @@ def job_record(j: Mapping[str, Any]) -> JobRecord:
         shards = tres_shards(value)
         if shards:
             break
+    return gpus, typed, shards
+
+
+@lru_cache(maxsize=4096)
+def string_tres(
+    alloc: str | None, req: str | None, per_node: str | None
+) -> tuple[int, tuple[tuple[str, int], ...], int]:
+    """:func:`_tres_counts` of squeue's TRES strings, hashable so that it is cached."""
+    gpus, typed, shards = _tres_counts({}, {"tres_alloc_str": alloc, "tres_req_str": req, "tres_per_node": per_node})
+    return gpus, tuple(typed.items()), shards
+
+
+def job_record(j: Mapping[str, Any], keep_raw: bool = True) -> JobRecord:
+    """One job of ``squeue --json``, ``scontrol show job --json`` or ``sacct --json`` (``raw``: ``j``, or empty)."""
+    st = j.get("job_state")
+    sacct_state = _obj(j.get("state"))  # sacct: {current, reason}
+    if st is None:
+        st = sacct_state.get("current") if sacct_state else j.get("state")
+    times = _obj(j.get("time"))  # sacct nests them
+    limit = number(j.get("time_limit")) if "time_limit" in j else number(times.get("limit"))
+    tres = _obj(j.get("tres"))  # sacct nests TRES
+    strings = (j.get("tres_alloc_str"), j.get("tres_req_str"), j.get("tres_per_node"))
+    if not tres and all(v is None or isinstance(v, str) for v in strings):
+        gpus, types, shards = string_tres(*strings)  # squeue's strings repeat: computed once each
+        typed: Mapping[str, int] = dict(types)
+    else:
+        gpus, typed, shards = _tres_counts(tres, j)
     req = j.get("requeue")
     reason = j.get("state_reason")
     if reason is None:
         reason = sacct_state.get("reason")
+    state = job_state(st)
+    end = _time(j.get("end_time") if "end_time" in j else times.get("end"))
+    if limit is None and state.any(WAITING) and not state.any(ON_NODE):
+        # Slurm's end for an unlimited job that has not started is an artefact of its
+        # estimate (start plus a year, or plus INFINITE*60 wrapped to 32 bits: backfill.c), not a time.
+        end = None
     return JobRecord(
         job_id=number(j.get("job_id")) or 0,
         name=_text(j.get("name")),
-        state=job_state(st),
+        state=state,
         reason=_text(reason),
         partition=_text(j.get("partition")),
         qos=_text(j.get("qos")),
@@ -431,7 +472,7 @@ def job_record(j: Mapping[str, Any]) -> JobRecord:
         requeue=None if req is None else bool(req),
         submit_time=_time(j.get("submit_time") if "submit_time" in j else times.get("submission")),
         start_time=_time(j.get("start_time") if "start_time" in j else times.get("start")),
-        end_time=_time(j.get("end_time") if "end_time" in j else times.get("end")),
+        end_time=end,
         preempt_time=_time(j.get("preempt_time")),
         time_limit=None if limit is None else float(limit) * 60.0,
         gpus=gpus,
@@ -439,7 +480,7 @@ def job_record(j: Mapping[str, Any]) -> JobRecord:
         shards=shards,
         node_count=number(j.get("node_count")),
         features=_text(j.get("features")),
-        raw=j,
+        raw=j if keep_raw else _NO_RAW,
     )
 
 
@@ -454,7 +495,9 @@ def parse_jobs(text: str, what: str = "job records") -> list[JobRecord]:
 
 def job_records(jobs: Iterable[Any], what: str = "job records") -> list[JobRecord]:
     """Job records from a parsed ``jobs`` list; RecordError naming a job with a value of the wrong type."""
-    return [_convert(job_record, j, f"{what}: jobs[{i}]") for i, j in enumerate(_records(list(jobs), what, "jobs"))]
+    return [
+        convert_record(job_record, j, f"{what}: jobs[{i}]") for i, j in enumerate(_records(list(jobs), what, "jobs"))
+    ]
 
 
 def _parse_stamp(v: str) -> float | None:

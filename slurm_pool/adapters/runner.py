@@ -3,15 +3,21 @@
 Every call to ``scontrol``, ``sacctmgr``, ``sinfo``, ``nvidia-smi`` and friends
 goes through a :class:`Runner`.  Production code uses :class:`SubprocessRunner`;
 unit tests use :class:`RecordingRunner`, which records each call, replays
-canned results and can inject failures.
+canned results and can inject failures.  Both can also ``stream`` a command's
+output (a binary file read as the command prints it) for outputs too large to
+hold whole, such as a site's ``sacct --json`` history.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from slurm_pool.errors import PoolError
 
@@ -83,14 +89,8 @@ class SubprocessRunner:
     default_timeout: float = 120.0
     user: str | None = None
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        check: bool = True,
-        input: str | None = None,
-        timeout: float | None = None,
-    ) -> Result:
+    def _context(self) -> dict[str, Any]:
+        """The environment, user and directory a command runs with (``subprocess`` keywords)."""
         env = dict(os.environ)
         uid = gid = None
         groups: list[int] | None = None
@@ -100,18 +100,24 @@ class SubprocessRunner:
             cwd = home if os.path.isdir(home) else "/"
         if self.env:
             env.update(self.env)
+        return {"env": env, "user": uid, "group": gid, "extra_groups": groups, "cwd": cwd}
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> Result:
         try:
             proc = subprocess.run(
                 list(argv),
                 input=input,
                 capture_output=True,
                 text=True,
-                env=env,
                 timeout=timeout or self.default_timeout,
-                user=uid,
-                group=gid,
-                extra_groups=groups,
-                cwd=cwd,
+                **self._context(),
             )
             res = Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
         except FileNotFoundError as exc:
@@ -123,6 +129,61 @@ class SubprocessRunner:
         if check and not res.ok:
             raise CommandError(res)
         return res
+
+    @contextlib.contextmanager
+    def stream(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[IO[bytes]]:
+        """The command's standard output as a binary file, read while it runs (killed past ``timeout``).
+
+        A command that fails (or times out) is a :class:`CommandError` when the block ends, also when
+        reading its output failed first (what it printed was cut short by the failure).
+        """
+        limit = timeout or self.default_timeout
+        args = tuple(argv)
+        with tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=err, **self._context())
+            except FileNotFoundError as exc:
+                raise CommandError(Result(args, 127, "", str(exc))) from None
+            except PermissionError as exc:
+                raise CommandError(Result(args, 126, "", str(exc))) from None
+            late = threading.Event()
+
+            def expire() -> None:
+                late.set()
+                proc.kill()
+
+            timer = threading.Timer(limit, expire)
+            timer.start()
+            assert proc.stdout is not None
+            try:
+                try:
+                    yield proc.stdout
+                finally:
+                    proc.stdout.close()  # a command still printing stops (SIGPIPE) when the reader gave up
+                    rc = proc.wait()
+                    timer.cancel()
+            except Exception:
+                if late.is_set() or rc > 0:
+                    raise CommandError(_failed(args, rc, late.is_set(), limit, err)) from None
+                raise
+            if late.is_set() or rc != 0:
+                raise CommandError(_failed(args, rc, late.is_set(), limit, err))
+
+
+def _failed(args: tuple[str, ...], rc: int, late: bool, limit: float, err: IO[bytes]) -> Result:
+    """The result of a streamed command that failed: its exit status and what it wrote to stderr."""
+    if late:
+        return Result(args, 124, "", f"timed out after {limit}s")
+    err.seek(0)
+    return Result(args, rc, "", err.read(64 * 1024).decode("utf-8", "replace"))
+
+
+def stream_output(runner: Runner, argv: Sequence[str], timeout: float | None = None) -> Any:
+    """A context manager giving the binary output of ``argv``: streamed where ``runner`` can, else read whole."""
+    stream = getattr(runner, "stream", None)
+    if stream is not None:
+        return stream(argv, timeout=timeout)
+    return contextlib.nullcontext(io.BytesIO(runner.run(list(argv), timeout=timeout).stdout.encode()))
 
 
 Responder = Callable[[tuple[str, ...], str | None], Result | None]
@@ -176,6 +237,11 @@ class RecordingRunner:
         if check and not res.ok:
             raise CommandError(res)
         return res
+
+    @contextlib.contextmanager
+    def stream(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[IO[bytes]]:
+        """:meth:`run`'s canned stdout as a binary file (recorded, and failing, like :meth:`run`)."""
+        yield io.BytesIO(self.run(argv, timeout=timeout).stdout.encode())
 
     def commands(self, program: str) -> list[tuple[str, ...]]:
         """The recorded calls of one program."""

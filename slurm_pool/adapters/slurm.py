@@ -1,18 +1,23 @@
-"""The one interface to Slurm: its commands' JSON output and scontrol/sacctmgr.
+"""The one interface to Slurm: its commands' output and scontrol/sacctmgr.
 
-Reads use node records (``sinfo --json`` on 22.05, ``scontrol show nodes
---json`` from 23.02; see :mod:`slurm_pool.adapters.records`), ``squeue
---json`` and ``sacct --json``; writes use ``scontrol`` and ``sacctmgr -i``.
+Reads of node and job records are narrow by default (``sinfo --Format`` and
+``squeue --Format`` with only the records' fields; see
+:mod:`slurm_pool.adapters.narrow`); the JSON reads stay (:meth:`SlurmClient.nodes_json`,
+:meth:`SlurmClient.jobs_json`: ``sinfo --json`` on 22.05, ``scontrol show nodes
+--json`` from 23.02, ``squeue --json``) for what needs a job's whole JSON, and
+``sacct --json`` for finished jobs; writes use ``scontrol`` and ``sacctmgr -i``.
 Everything goes through a :class:`~slurm_pool.adapters.runner.Runner`, so unit
 tests use the recording fake and integration tests the real daemons.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol, Sequence
 
+from slurm_pool.adapters import narrow
 from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError, node_command, parse_jobs, parse_nodes
-from slurm_pool.adapters.runner import Runner, SubprocessRunner
+from slurm_pool.adapters.runner import CommandError, Result, Runner, SubprocessRunner
 from slurm_pool.versions import SlurmVersion
 
 
@@ -31,6 +36,8 @@ class SlurmClient:
     def __init__(self, runner: Runner | None = None, version: SlurmVersion | None = None):
         self.runner = runner or SubprocessRunner()
         self._version = version
+        #: What Slurm printed for the last read of each source ("nodes", "jobs"): (bytes, seconds of the commands).
+        self.last_read: dict[str, tuple[int, float]] = {}
 
     # -- reads ----------------------------------------------------------
     def version(self) -> SlurmVersion:
@@ -47,9 +54,31 @@ class SlurmClient:
         # that says so, not a failed command.
         return parse(res.stdout, f"{' '.join(argv)} printed no readable records")
 
+    def _narrow(self, argv: list[str]) -> str:
+        """A narrow read's output; a failure names the command, not its long --Format."""
+        res = self.runner.run(argv, check=False)
+        if not res.ok:
+            raise CommandError(Result((argv[2], "--Format"), res.returncode, res.stdout, res.stderr))
+        return res.stdout
+
+    def _timed(self, source: str, argvs: list[list[str]]) -> list[str]:
+        """The outputs of a read's commands; their size and time go to :attr:`last_read`."""
+        start = time.monotonic()
+        outs = [self._narrow(a) if a[:1] == ["env"] else self.runner.run(a).stdout for a in argvs]
+        size = sum(len(o.encode("utf-8", "surrogateescape")) for o in outs)
+        self.last_read[source] = (size, time.monotonic() - start)
+        return outs
+
     def nodes(self) -> list[NodeRecord]:
-        """Every node's record, from the command that has them on this Slurm."""
-        return self._read(node_command(self.version()), parse_nodes)
+        """Every node's record, through the narrow ``sinfo --Format`` read (the JSON records' values)."""
+        v, tok = self.version(), narrow.Tokens.fresh()
+        (out,) = self._timed("nodes", [narrow.node_command(v, tok)])
+        return narrow.parse_node_text(out, v, tok, "sinfo --Format printed no readable records")
+
+    def nodes_json(self) -> list[NodeRecord]:
+        """Every node's record, from the JSON command that has them on this Slurm."""
+        (out,) = self._timed("nodes", [node_command(self.version())])
+        return parse_nodes(out, f"{' '.join(node_command(self.version()))} printed no readable records")
 
     def node(self, name: str) -> NodeRecord:
         for n in self.nodes():
@@ -58,7 +87,23 @@ class SlurmClient:
         raise KeyError(name)
 
     def jobs(self) -> list[JobRecord]:
-        return self._read(["squeue", "--json"], parse_jobs)
+        """The queue's job records, through the narrow ``squeue --Format`` read (the JSON records' values).
+
+        Jobs text cannot say exactly (23.02+ state flags, a reason Slurm replaced by its
+        description, ...: :mod:`slurm_pool.adapters.narrow`) are read again as JSON, by id.
+        ``raw`` is the text's values, not the JSON: use :meth:`jobs_json` for that.
+        """
+        v, tok = self.version(), narrow.Tokens.fresh()
+        outs = self._timed("jobs", narrow.job_commands(v, tok))
+        text = narrow.parse_job_text(outs, v, tok, "squeue --Format printed no readable records")
+        if not text.fallback_ids:
+            return text.records
+        return narrow.merge(text, self._read(narrow.fallback_command(text.fallback_ids), parse_jobs))
+
+    def jobs_json(self) -> list[JobRecord]:
+        """The queue's job records from ``squeue --json`` (``raw`` is each job's JSON)."""
+        (out,) = self._timed("jobs", [["squeue", "--json"]])
+        return parse_jobs(out, "squeue --json printed no readable records")
 
     def accounting_jobs(self, *args: str) -> list[JobRecord]:
         return self._read(["sacct", "--json", *args], parse_jobs)

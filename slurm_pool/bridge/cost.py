@@ -7,6 +7,7 @@ keeps lent so far and the :class:`~slurm_pool.bridge.forecast.Forecast`.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Mapping, Sequence
 
@@ -44,31 +45,60 @@ def lease_left(snap: Snapshot, n: str, t: float, config: Bridge) -> float:
     return max(0.0, min(lease, min(starts) + lease - t))
 
 
-def lend_cost(
-    snap: Snapshot, n: str, keep: Sequence[str], fc: Forecast | None, t: float, horizon: float
-) -> tuple[float, int, str]:
-    """Reclaim cost of lending ``n``: its group's forecast Slurm load, then how many of its group are lent."""
-    if fc is None or n not in fc.group_of:
-        return 0.0, 0, n
-    g = fc.group_of[n]
-    load = fc.slurm_peak(g, t, horizon) / max(fc.capacity.get(g, 0), 1) if fc.enabled else 0.0
-    return round(load, 3), sum(1 for m in keep if fc.group_of.get(m) == g), n
+class Groups:
+    """The forecast's node groups as the planner lends: each group's load, and what of it is lent so far.
 
+    Kept up to date as nodes are lent (:meth:`add`), so the cost and the veto of a node
+    cost the same whatever is lent already.
+    """
 
-def slurm_veto(snap: Snapshot, n: str, keep: Sequence[str], fc: Forecast | None, t: float, horizon: float) -> str:
-    """Why lending ``n`` now would take GPUs that Slurm's forecast wants back within ``horizon`` ("" if none)."""
-    if fc is None or not fc.enabled or n not in fc.group_of:
-        return ""
-    g = fc.group_of[n]
-    cap = fc.capacity.get(g, 0)
-    left = cap - gpus_of(snap, [m for m in keep if fc.group_of.get(m) == g] + [n])
-    peak = fc.slurm_peak(g, t, horizon)
-    if peak <= left:
-        return ""
-    return (
-        f"forecast: group {g}'s Slurm jobs want {peak:.1f} of its {cap} GPU(s) within {horizon:.0f}s, "
-        f"lending the node would leave {left}"
-    )
+    def __init__(self, snap: Snapshot, fc: Forecast | None, t: float, horizon: float, keep: Sequence[str] = ()):
+        self.snap, self.fc, self.t, self.horizon = snap, fc, t, horizon
+        self.lent: Counter[str] = Counter()
+        self.gpus: Counter[str] = Counter()
+        self._peak: dict[str, float] = {}
+        for n in keep:
+            self.add(n)
+
+    def group(self, n: str) -> str | None:
+        """``n``'s node group (None: the forecast has none for it, or there is no forecast)."""
+        return None if self.fc is None else self.fc.group_of.get(n)
+
+    def add(self, n: str) -> None:
+        """``n`` is lent from now on."""
+        g = self.group(n)
+        if g is not None:
+            self.lent[g] += 1
+            self.gpus[g] += gpus_of(self.snap, [n])
+
+    def peak(self, g: str) -> float:
+        """The GPUs group ``g``'s Slurm jobs want at most within the horizon."""
+        if g not in self._peak:
+            self._peak[g] = self.fc.slurm_peak(g, self.t, self.horizon) if self.fc is not None else 0.0
+        return self._peak[g]
+
+    def cost(self, g: str | None, n: str) -> tuple[float, int, str]:
+        """Reclaim cost of lending ``n`` of group ``g``: its group's forecast Slurm load, then how many of it are lent."""
+        if g is None or self.fc is None:
+            return 0.0, 0, n
+        load = self.peak(g) / max(self.fc.capacity.get(g, 0), 1) if self.fc.enabled else 0.0
+        return round(load, 3), self.lent[g], n
+
+    def veto(self, n: str) -> str:
+        """Why lending ``n`` now would take GPUs that Slurm's forecast wants back within the horizon ("" if none)."""
+        fc = self.fc
+        if fc is None or not fc.enabled or n not in fc.group_of:
+            return ""
+        g = fc.group_of[n]
+        cap = fc.capacity.get(g, 0)
+        left = cap - (self.gpus[g] + gpus_of(self.snap, [n]))
+        peak = self.peak(g)
+        if peak <= left:
+            return ""
+        return (
+            f"forecast: group {g}'s Slurm jobs want {peak:.1f} of its {cap} GPU(s) within {self.horizon:.0f}s, "
+            f"lending the node would leave {left}"
+        )
 
 
 def ahead_returns(
@@ -88,8 +118,12 @@ def ahead_returns(
             out[order[0]] = f"the off-peak windows close within {later}s: nodes go back one per run, {stagger}s apart"
     if fc is None or not fc.enabled:
         return out
-    for g in sorted({fc.group_of[n] for n in order if n in fc.group_of}):
-        mine = [n for n in order if fc.group_of.get(n) == g and n not in out]
+    by_group: dict[str, list[str]] = {}
+    for n in order:
+        if n in fc.group_of:
+            by_group.setdefault(fc.group_of[n], []).append(n)
+    for g in sorted(by_group):
+        mine = [n for n in by_group[g] if n not in out]
         if not mine:
             continue
         horizon = config.return_ahead_seconds + stagger * (len(mine) - 1)

@@ -188,6 +188,15 @@ class _Observed:
     cluster_runtimes: list[Obj] = field(default_factory=list)
     #: (namespace, service, component, bound) of each live pod of a service
     pods: list[tuple[str, str, str, bool]] = field(default_factory=list)
+    _bound: dict[tuple[str, str, str], list[bool]] | None = None
+
+    def bound(self, ns: str, service: str, component: str) -> list[bool]:
+        """Whether each live pod of ``service``'s ``component`` is bound (pods indexed on the first call)."""
+        if self._bound is None:
+            self._bound = {}
+            for p_ns, svc, comp, bound in self.pods:
+                self._bound.setdefault((p_ns, svc, comp), []).append(bound)
+        return self._bound.get((ns, service, component), [])
 
 
 def _keep(problems: list[str] | None, exc: Unreadable) -> None:
@@ -325,7 +334,7 @@ def _components(isvc: Obj, ns: str, name: str, gpu_resource: str, seen: _Observe
             (f"{at}.model", f"{r_at}: spec.containers", f"{at}.containers"),
         )
         replicas = _replicas(f"{name}-{comp}", ns, component, seen, at)
-        live = [bound for p_ns, svc, c, bound in seen.pods if p_ns == ns and svc == name and c == comp]
+        live = seen.bound(ns, name, comp)
         if any(not bound for bound in live):
             replicas = max(replicas, len(live))
         _add(total, per_pod, replicas)
@@ -394,7 +403,13 @@ def allocatable_gpus(node: Obj, gpu_resource: str = "nvidia.com/gpu") -> dict[st
     out = {}
     for k, v in alloc.items():
         if _gpu_like(k, gpu_resource, "status.allocatable"):
-            n = devices(v, f"status.allocatable[{k}]")
+            n = _count_text(v) if type(v) is str else None
+            n = devices(v, f"status.allocatable[{k}]") if n is None else n
             if n:
                 out[k] = n
     return out
+
+
+def _count_text(value: str) -> int | None:
+    """A device count written as plain ASCII digits (what the API server sends), else None (read it in full)."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None

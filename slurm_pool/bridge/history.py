@@ -1,7 +1,8 @@
 """The forecast's inputs, read once per run: the spec's node groups, sacct and Prometheus history.
 
 Slurm's history is ``sacct --json`` over ``forecast.history_days`` (allocations
-only, every user); inference history is the exporter's
+only, every user), read as a stream (:mod:`slurm_pool.adapters.sacct_stream`:
+one job at a time, only the hourly demand kept, no size cap); inference history is the exporter's
 ``slurm_pool_inference_demand_gpus`` in Prometheus, at one-hour steps.  An
 unreachable Prometheus is reported and the run goes on without an inference
 forecast (lending then follows current demand), so a monitoring outage never
@@ -15,6 +16,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from slurm_pool.adapters.prometheus import QueryError, query_range
+from slurm_pool.adapters.runner import stream_output
+from slurm_pool.adapters.sacct_stream import job_records
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.bridge.forecast import HOUR, Forecast, profile, slurm_demand
 from slurm_pool.spec.bridge import Bridge
@@ -56,15 +59,19 @@ def build_forecast(spec: Any, config: Bridge, sources: Sources, now: datetime) -
     end = now.timestamp()
     start = end - settings.history_days * DAY
     stamp = "%Y-%m-%dT%H:%M:%S"
-    jobs = sources.slurm.accounting_jobs(
+    argv = [
+        "sacct",
+        "--json",
         "--allusers",
         "--allocations",
         "--starttime",
         datetime.fromtimestamp(start, timezone.utc).astimezone().strftime(stamp),
         "--endtime",
         datetime.fromtimestamp(end, timezone.utc).astimezone().strftime(stamp),
-    )
-    series = slurm_demand(jobs, group_of, start, end, skip_partitions=[config.partition])
+    ]
+    with stream_output(sources.slurm.runner, argv) as out:  # never the whole history in memory
+        jobs = job_records(out, f"{' '.join(argv)} printed no readable records")
+        series = slurm_demand(jobs, group_of, start, end, skip_partitions=[config.partition])
     slurm = {g: profile(s, settings.slurm_quantile, zone) for g, s in series.items()}
     warnings = []
     try:

@@ -18,33 +18,51 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from functools import cached_property, lru_cache
+from typing import Any, Iterable, Mapping, TypeVar
 
 from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import JobRecord, NodeRecord, State
 from slurm_pool.adapters.slurmjson import REASON_PREFIX
-from slurm_pool.bridge.demand import allocatable_gpus, isvc_demand, total_demand
-from slurm_pool.bridge.objects import (
-    Unreadable,
-    ident,
-    identity,
-    mapping,
-    objects,
-    show,
-    string,
-    strings,
+from slurm_pool.bridge.demand import isvc_demand, total_demand
+from slurm_pool.bridge.k8sview import (
+    LENT_LABEL,
+    RECLAIM_SINCE,
+    RECLAIM_TAINT,
+    K8sNodeView,
+    PodView,
+    Taint,
+    k8s_node_view,
+    pod_view,
+    sum_resources,
 )
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.spec.hosts import HostlistError, expand
-from slurm_pool.text import matches, shown
+from slurm_pool.text import RULES, matches
 
-T = TypeVar("T")
+__all__ = [
+    "LEND_COMMENT",
+    "LENT_LABEL",
+    "PLACEHOLDER_NAME",
+    "RECLAIM_SINCE",
+    "RECLAIM_TAINT",
+    "K8sNodeView",
+    "PendingJob",
+    "Placeholder",
+    "PodView",
+    "SlurmNodeView",
+    "Snapshot",
+    "Taint",
+    "build_snapshot",
+    "isvc_gpus",
+    "k8s_node_view",
+    "placeholder_node",
+    "pod_view",
+    "sum_resources",
+]
+
 #: Comment of every placeholder job; the node follows as ``node=NAME``.
 LEND_COMMENT = f"{REASON_PREFIX}lend"
-#: Kubernetes names the bridge owns (all under the ``slurm-pool`` prefix).
-LENT_LABEL = "slurm-pool/lent"
-RECLAIM_TAINT = "slurm-pool/reclaimed"
-RECLAIM_SINCE = "slurm-pool/reclaim-since"
 #: Job name of placeholder jobs (for squeue readers; the comment is what counts).
 PLACEHOLDER_NAME = "slurm-pool-lend"
 
@@ -78,6 +96,7 @@ PLACEHOLDER_ACTIVE = frozenset(
     {"PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
 )
 PLACEHOLDER_RUNNING = frozenset({"RUNNING", "CONFIGURING"})
+_NODE = RULES["node"]
 _NODE_IN_COMMENT = re.compile(r"(?:^|\s)node=(\S+)")
 
 
@@ -166,113 +185,33 @@ class PendingJob:
         return self.fits(node)
 
     def fits(self, node: SlurmNodeView) -> bool:
+        """One node's share of its request fits ``node`` (:meth:`need`)."""
+        return has(node, self.need)
+
+    @cached_property
+    def need(self) -> Need:
+        """What one node must have for its share: GPUs per type and in all, features (None: not checked)."""
         per_node = max(self.node_count, 1)
-        have = dict(node.gpus)
-        for typ, count in self.gpu_types:
-            if typ and have.get(typ, 0) < -(-count // per_node):
-                return False
-        if sum(have.values()) < -(-self.gpus // per_node):
-            return False
+        typed = frozenset((typ, -(-count // per_node)) for typ, count in self.gpu_types if typ)
+        feats = None
         if self.features and _SIMPLE_CONSTRAINT.fullmatch(self.features):
-            return set(re.split(r"[&,]", self.features)) <= set(node.features)
-        return True
+            feats = frozenset(re.split(r"[&,]", self.features))
+        return typed, -(-self.gpus // per_node), feats
 
 
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"
-
-    def as_dict(self) -> dict[str, str]:
-        out = {"key": self.key, "effect": self.effect}
-        if self.value:
-            out["value"] = self.value
-        return out
+#: :attr:`PendingJob.need`: (GPU type, GPUs of it) pairs, GPUs in all, the features of a simple constraint.
+Need = tuple[frozenset[tuple[str, int]], int, frozenset[str] | None]
 
 
-@dataclass(frozen=True)
-class K8sNodeView:
-    """A Kubernetes node: schedulability and the marks the bridge owns."""
-
-    name: str
-    gpus: int = 0
-    unschedulable: bool = False
-    taints: tuple[Taint, ...] = ()
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    #: Allocatable per GPU-like resource (``nvidia.com/gpu``, ``nvidia.com/mig-*``); ``gpus`` is the configured one.
-    gpu_resources: Mapping[str, int] = field(default_factory=dict)
-    #: What of the Node could not be read ("": all of it could); such a node is never lent.
-    problem: str = ""
-
-    @property
-    def ours_tainted(self) -> bool:
-        return any(t.key == RECLAIM_TAINT for t in self.taints)
-
-    @property
-    def lent(self) -> bool:
-        return self.labels.get(LENT_LABEL) == "true"
-
-    def resources(self, gpu_resource: str) -> Mapping[str, int]:
-        """Allocatable per GPU-like resource (a view built without them: ``gpus`` of ``gpu_resource``)."""
-        return self.gpu_resources or {gpu_resource: self.gpus}
-
-    @property
-    def fenced(self) -> bool:
-        """Closed to new pods by the bridge (cordon plus our taint)."""
-        return self.unschedulable and self.ours_tainted
-
-    @property
-    def cordoned_by_someone_else(self) -> bool:
-        return self.unschedulable and not self.ours_tainted
-
-    @property
-    def open(self) -> bool:
-        """Lent and open: uncordoned, untainted, labelled, no reclaim mark."""
-        return not self.unschedulable and not self.ours_tainted and self.lent and RECLAIM_SINCE not in self.annotations
-
-    @property
-    def reclaim_since(self) -> str | None:
-        return self.annotations.get(RECLAIM_SINCE)
-
-
-def sum_resources(views: Iterable[K8sNodeView], gpu_resource: str) -> dict[str, int]:
-    """The GPU-like resources of ``views`` added up."""
-    out: dict[str, int] = {}
-    for v in views:
-        for r, c in v.resources(gpu_resource).items():
-            out[r] = out.get(r, 0) + c
-    return out
-
-
-@dataclass(frozen=True)
-class PodView:
-    """A pod bound to a node."""
-
-    namespace: str
-    name: str
-    node: str
-    phase: str = "Running"
-    terminating: bool = False
-    daemonset: bool = False
-    mirror: bool = False
-    #: What of the pod could not be read ("": all of it could); such a pod holds its node.
-    problem: str = ""
-    #: Its namespace and name could be read, so it can be evicted by them.
-    named: bool = True
-
-    @property
-    def workload(self) -> bool:
-        """A pod that has to leave before the node goes back to Slurm (like ``kubectl drain``)."""
-        if self.problem:
-            return True
-        return not (self.daemonset or self.mirror) and self.phase not in ("Succeeded", "Failed")
-
-    @property
-    def ref(self) -> str:
-        """``namespace/name``, terminal-safe."""
-        return f"{shown(self.namespace)}/{shown(self.name)}"
+def has(node: SlurmNodeView, need: Need) -> bool:
+    """``node`` has what ``need`` asks of one node."""
+    typed, total, feats = need
+    have = dict(node.gpus)
+    if any(have.get(typ, 0) < count for typ, count in typed):
+        return False
+    if sum(have.values()) < total:
+        return False
+    return feats is None or feats <= set(node.features)
 
 
 @dataclass(frozen=True)
@@ -297,44 +236,79 @@ class Snapshot:
     #: while there are any, the demand and the nodes' capacity are not known whole.
     unreadable: tuple[str, ...] = ()
 
+    # The indexes below are made once per snapshot (its fields never change), so that what the
+    # planner asks per node costs nothing like a scan of the whole cluster.
+
+    @cached_property
+    def _managed(self) -> frozenset[str]:
+        names = {n for n, v in self.slurm_nodes.items() if self.lend_partition in v.partitions}
+        names &= self.k8s_nodes.keys()
+        names |= {n for n, v in self.k8s_nodes.items() if v.lent or v.reclaim_since}
+        names |= {n for n, v in self.k8s_nodes.items() if v.problem and n in self._placeholders}
+        return frozenset(names)
+
+    @cached_property
+    def _placeholders(self) -> dict[str, tuple[Placeholder, ...]]:
+        """Node -> its active placeholders, in job id order."""
+        return _by_node(p for p in self.placeholders if p.active)
+
+    @cached_property
+    def _workload(self) -> dict[str, tuple[PodView, ...]]:
+        """Node -> the pods on it that have to leave before it goes back to Slurm, in listing order."""
+        return _by_node(p for p in self.pods if p.workload)
+
     @property
     def managed(self) -> list[str]:
         """Nodes the bridge may lend: in the lend partition and in Kubernetes, plus any it marked.
 
         A node whose marks cannot be read but that holds a placeholder counts as marked.
         """
-        names = {n for n, v in self.slurm_nodes.items() if self.lend_partition in v.partitions}
-        names &= set(self.k8s_nodes)
-        names |= {n for n, v in self.k8s_nodes.items() if v.lent or v.reclaim_since}
-        names |= {n for n, v in self.k8s_nodes.items() if v.problem and self.placeholders_on(n)}
-        return sorted(names)
+        return sorted(self._managed)
 
-    @property
+    @cached_property
     def base_gpus(self) -> int:
         """GPUs of schedulable Kubernetes nodes that are not Slurm's (always there for inference)."""
-        managed = set(self.managed)
+        managed = self._managed
         return sum(v.gpus for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable)
 
     def base_resources(self, gpu_resource: str) -> dict[str, int]:
         """:attr:`base_gpus` per GPU-like resource, MIG slices included."""
-        managed = set(self.managed)
+        managed = self._managed
         return sum_resources(
             (v for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable), gpu_resource
         )
 
     def placeholders_on(self, node: str) -> list[Placeholder]:
-        return [p for p in self.placeholders if p.node == node and p.active]
+        """The active placeholders on ``node``."""
+        return list(self._placeholders.get(node, ()))
 
     def workload_pods(self, node: str) -> list[PodView]:
-        return [p for p in self.pods if p.node == node and p.workload]
+        """The pods on ``node`` that keep it from Slurm (:attr:`PodView.workload`)."""
+        return list(self._workload.get(node, ()))
+
+
+_On = TypeVar("_On", Placeholder, PodView)
+
+
+def _by_node(items: Iterable[_On]) -> dict[str, tuple[_On, ...]]:
+    """``items`` grouped by their ``node``, each group in the order given."""
+    out: dict[str, list[_On]] = {}
+    for item in items:
+        out.setdefault(item.node, []).append(item)
+    return {n: tuple(group) for n, group in out.items()}
 
 
 # -- building a snapshot ------------------------------------------------------
 
 
+@lru_cache(maxsize=1 << 16)
 def _nodes_of(hostlist: str) -> frozenset[str]:
+    """The nodes of a Slurm hostlist (a job's nodes, required or excluded nodes), each list expanded once."""
     if not hostlist or hostlist in ("(null)", "None"):
         return frozenset()
+    names = hostlist.split(",")
+    if all(_NODE.fullmatch(n) for n in names):  # no ranges: the names themselves
+        return frozenset(names)
     try:
         return frozenset(expand(hostlist))
     except HostlistError:
@@ -360,98 +334,44 @@ def isvc_gpus(isvc: Mapping[str, Any], gpu_resource: str, **observed: Iterable[M
     return isvc_demand(isvc, gpu_resource, **observed).get(gpu_resource, 0)
 
 
-class _Problems(list[str]):
-    """The problems met reading one object; :meth:`read` gives a cautious value for a field it cannot read."""
-
-    def read(self, get: Callable[[], T], cautious: T) -> T:
-        try:
-            return get()
-        except Unreadable as exc:
-            self.append(str(exc))
-            return cautious
-
-
-def _taint(t: Mapping[str, Any], i: int) -> Taint:
-    at = f"spec.taints[{i}]"
-    return Taint(string(t, "key", f"{at}.key"), string(t, "value", f"{at}.value"), string(t, "effect", f"{at}.effect"))
-
-
-def k8s_node_view(obj: Any, gpu_resource: str) -> K8sNodeView:
-    """What the bridge reads of a Node.
-
-    Raises :class:`Unreadable` when its name cannot be read.  A field of the wrong shape leaves
-    the view at its cautious value -- cordoned by someone else, no marks, no GPUs -- and is named
-    in ``problem`` (the planner never lends such a node).
-    """
-    _, name = identity(obj, "Node", namespaced=False)
-    bad = _Problems()
-    meta = obj["metadata"]
-    spec: Mapping[str, Any] | None = bad.read(lambda: mapping(obj, "spec", "spec"), None)
-    status: Mapping[str, Any] = bad.read(lambda: mapping(obj, "status", "status"), {})
-    unschedulable, taints = True, tuple[Taint, ...]()  # cordoned by someone else, until its spec is read
-    if spec is not None:
-        unschedulable = bad.read(lambda: _flag(spec), True)
-        taints = bad.read(lambda: tuple(_taint(t, i) for i, t in enumerate(objects(spec, "taints", "spec.taints"))), ())
-    gpu_resources: dict[str, int] = bad.read(lambda: allocatable_gpus({"status": status}, gpu_resource), {})
-    return K8sNodeView(
-        name=name,
-        gpus=gpu_resources.get(gpu_resource, 0),
-        unschedulable=unschedulable,
-        taints=taints,
-        labels=bad.read(lambda: strings(meta, "labels", "metadata.labels"), {}),
-        annotations=bad.read(lambda: strings(meta, "annotations", "metadata.annotations"), {}),
-        gpu_resources=gpu_resources,
-        problem=f"{ident('Node', obj)}: " + "; ".join(bad) if bad else "",
-    )
+def _jobs(
+    config: Bridge, jobs: Iterable[JobRecord], may_preempt: frozenset[str] | None
+) -> tuple[list[Placeholder], list[PendingJob], dict[str, list[int]]]:
+    """The placeholders, the pending jobs outside the lend partition, and node -> the other jobs on it."""
+    placeholders, pending = [], []
+    busy: dict[str, list[int]] = {}
+    where: dict[State, tuple[bool, bool]] = {}  # a state -> (on a node, waiting): a handful of states
+    for job in jobs:
+        lent = placeholder_node(job, config.partition, config.account)
+        if lent is not None:
+            placeholders.append(Placeholder(job.job_id, lent, job.state, job.restart_count, job.start_time or None))
+            continue
+        seen = where.get(job.state)
+        if seen is None:
+            seen = where[job.state] = (job.on_node, job.waiting)
+        on_node, waiting = seen
+        if on_node:
+            for n in _nodes_of(job.nodes):
+                busy.setdefault(n, []).append(job.job_id)
+        elif waiting:
+            parts = tuple(p for p in job.partition.split(",") if p and p != config.partition)
+            if parts:
+                pending.append(_pending(job, parts, may_preempt))
+    return placeholders, pending, busy
 
 
-def _flag(spec: Mapping[str, Any]) -> bool:
-    value = spec.get("unschedulable")
-    if value is not None and not isinstance(value, bool):
-        raise Unreadable(f"spec.unschedulable: {show(value)} is not true or false")
-    return bool(value)
-
-
-def pod_view(obj: Any, node: str | None = None) -> PodView | None:
-    """A bound pod, or None for one no node holds.
-
-    ``node``: the node the pods were listed for; a pod there whose ``spec.nodeName`` cannot be read
-    is taken to hold it.  Without ``node`` such a pod raises :class:`Unreadable`: nobody can tell
-    which node it holds.  Any other field of the wrong shape leaves the pod holding its node (a
-    workload, not terminating) and is named in ``problem``.
-    """
-    where = ident("Pod", obj)
-    try:
-        if not isinstance(obj, Mapping):
-            raise Unreadable(f"{show(obj)} is not an object")
-        bound = string(mapping(obj, "spec", "spec"), "nodeName", "spec.nodeName")
-        if bound and not matches("k8s-name", bound):
-            raise Unreadable(f"spec.nodeName: {show(bound)} is not a Kubernetes node name")
-    except Unreadable as exc:
-        if node is None:
-            raise Unreadable(f"{where}: {exc}: which node the pod holds cannot be told") from None
-        return PodView("", "", node, problem=f"{where}: {exc}", named=False)
-    if not bound:
-        return None
-    bad = _Problems()
-    namespace, name = bad.read(lambda: identity(obj, "Pod"), ("", ""))
-    named = not bad
-    meta: Mapping[str, Any] = bad.read(lambda: mapping(obj, "metadata", "metadata"), {})
-    owners: list[Mapping[str, Any]] = bad.read(lambda: objects(meta, "ownerReferences", "metadata.ownerReferences"), [])
-    notes: dict[str, str] = bad.read(lambda: strings(meta, "annotations", "metadata.annotations"), {})
-    gone = meta.get("deletionTimestamp")
-    if gone is not None and not isinstance(gone, str):
-        bad.append(f"metadata.deletionTimestamp: {show(gone)} is not a time")
-    return PodView(
-        namespace=namespace,
-        name=name,
-        node=bound,
-        phase=bad.read(lambda: string(mapping(obj, "status", "status"), "phase", "status.phase", "Pending"), "Running"),
-        terminating=isinstance(gone, str) and bool(gone),
-        daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
-        mirror="kubernetes.io/config.mirror" in notes,
-        problem=f"{where}: " + "; ".join(p.removeprefix(f"{where}: ") for p in bad) if bad else "",
-        named=named,
+def _pending(job: JobRecord, parts: tuple[str, ...], may_preempt: frozenset[str] | None) -> PendingJob:
+    return PendingJob(
+        job.job_id,
+        parts,
+        required=_nodes_of(job.required_nodes),
+        excluded=_nodes_of(job.excluded_nodes),
+        reason=job.reason,
+        gpus=job.gpus,
+        gpu_types=tuple(sorted(job.gpu_types.items())),
+        node_count=job.node_count or 1,
+        features=job.features,
+        preempts_lend=may_preempt is None or job.qos in may_preempt,
     )
 
 
@@ -480,34 +400,7 @@ def build_snapshot(
         )
         for n in slurm_nodes
     }
-    placeholders, pending = [], []
-    busy: dict[str, list[int]] = {}
-    for job in jobs:
-        lent = placeholder_node(job, config.partition, config.account)
-        if lent is not None:
-            placeholders.append(Placeholder(job.job_id, lent, job.state, job.restart_count, job.start_time or None))
-            continue
-        if job.on_node:
-            for n in _nodes_of(job.nodes):
-                busy.setdefault(n, []).append(job.job_id)
-        elif job.waiting:
-            parts = tuple(p for p in job.partition.split(",") if p and p != config.partition)
-            if not parts:
-                continue
-            pending.append(
-                PendingJob(
-                    job.job_id,
-                    parts,
-                    required=_nodes_of(job.required_nodes),
-                    excluded=_nodes_of(job.excluded_nodes),
-                    reason=job.reason,
-                    gpus=job.gpus,
-                    gpu_types=tuple(sorted(job.gpu_types.items())),
-                    node_count=job.node_count or 1,
-                    features=job.features,
-                    preempts_lend=may_preempt is None or job.qos in may_preempt,
-                )
-            )
+    placeholders, pending, busy = _jobs(config, jobs, may_preempt)
     k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}
     pods = list(pods)
     pod_views = tuple(p for p in (pod_view(o) for o in pods) if p is not None)

@@ -31,16 +31,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from slurm_pool.bridge.cost import (
-    ahead_returns,
-    gpus_of,
-    lease_left,
-    lend_cost,
-    resources_of,
-    shortfall,
-    slurm_veto,
-)
+from slurm_pool.bridge.claims import claims
+from slurm_pool.bridge.cost import Groups, ahead_returns, gpus_of, resources_of, shortfall
 from slurm_pool.bridge.forecast import Forecast
+from slurm_pool.bridge.lending import Supply, give_back, lend_more
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT, K8sNodeView, Snapshot
 from slurm_pool.bridge.windows import off_peak, parse_time
 from slurm_pool.spec.bridge import Bridge
@@ -144,48 +138,7 @@ class Plan:
 
 # -- planning --------------------------------------------------------------------
 
-
-def claims(snap: Snapshot, config: Bridge) -> tuple[dict[str, list[int]], list[int]]:
-    """Node -> the pending jobs that claim it, and the jobs left waiting for inference.
-
-    A job claims as many nodes as it asks for, of those it could run on
-    (``PendingJob.could_use``: partitions, node lists, one node's share of its
-    GPUs by type, simple constraints): idle nodes first, then the lent ones with
-    the fewest pods, then busy ones.  So a job that fits nowhere claims nothing,
-    and a 1-node job takes back at most one node.  A job whose tier does not
-    preempt the placeholders (``PendingJob.preempts_lend``: a spot job) never
-    claims a lent node that serves pods: taking it would cost inference a cold
-    start for work that pays less.  Such a job is in the second list when that
-    left it with fewer nodes than it asks for.
-    """
-    out: dict[str, list[int]] = {}
-    waiting: list[int] = []
-
-    def lent(name: str) -> bool:
-        k = snap.k8s_nodes.get(name)
-        return bool(snap.placeholders_on(name)) or (k is not None and k.lent)
-
-    def cost(name: str) -> tuple[int, int, str]:
-        """Idle Slurm nodes first (the job can start there now), then lent ones, then busy ones."""
-        if lent(name):
-            rank = 1
-        else:
-            rank = 2 if snap.busy.get(name) or not snap.slurm_nodes[name].idle else 0
-        return rank, len(snap.workload_pods(name)), name
-
-    for job in sorted(snap.pending, key=lambda j: j.job_id):
-        if job.reason in config.ignore_pending_reasons:
-            continue
-        fit = [n for n, s in snap.slurm_nodes.items() if not s.unavailable and job.could_use(s)]
-        want = max(job.node_count, 1)
-        if not job.preempts_lend:
-            allowed = [n for n in fit if not (lent(n) and snap.workload_pods(n))]
-            if len(allowed) < min(want, len(fit)):
-                waiting.append(job.job_id)
-            fit = allowed
-        for name in sorted(fit, key=cost)[:want]:
-            out.setdefault(name, []).append(job.job_id)
-    return out, waiting
+__all__ = ["PHASES", "NodePlan", "Plan", "Step", "claims", "plan"]
 
 
 def _blockers(
@@ -260,82 +213,43 @@ def plan(
         need = max(need, math.ceil(fc.inference.peak(t, warmup) - 1e-9) - snap.base_gpus)
         need_by[gres] = need
 
-    def supply(names: list[str]) -> dict[str, int]:
-        return resources_of(snap, names, gres)
-
-    def covered_without(n: str, rest: list[str]) -> bool:
-        """The rest meets every resource's need, with the hysteresis on those ``n`` offers."""
-        mine, have = supply([n]), supply(rest)
-        pad = {r: config.hysteresis_gpus if r in mine and v > 0 else 0 for r, v in need_by.items()}
-        return all(have.get(r, 0) >= v + pad[r] for r, v in need_by.items())
-
     # Demand or capacity not known whole: lend nothing new, give nothing back for demand.
     frozen = bool(snap.unreadable)
     claimed, spot_waiting = claims(snap, config)
     blockers = {n: _blockers(snap, config, n, lend_allowed, claimed) for n in managed}
 
-    def pods(n: str) -> int:
-        return len(snap.workload_pods(n))
-
     def in_use(n: str) -> bool:
         k = snap.k8s_nodes.get(n)
-        return bool(snap.placeholders_on(n) or pods(n) or (k is not None and (k.lent or k.reclaim_since)))
+        return bool(snap.placeholders_on(n) or snap.workload_pods(n) or (k is not None and (k.lent or k.reclaim_since)))
 
     used = [n for n in managed if in_use(n)]
-    keep = [n for n in used if not blockers[n]]
     cap = config.max_lent_nodes if config.max_lent_nodes is not None else len(managed)
-    dropped: dict[str, str] = {}
-    held: dict[str, str] = {}
-    # Give back what demand no longer needs (with the hysteresis, once the minimum lease ran):
-    # nodes already being reclaimed first, then those with the fewest pods.
-    for n in sorted(keep, key=lambda n: (snap.k8s_nodes[n].reclaim_since is None, pods(n), n)):
-        rest = [m for m in keep if m != n]
-        if len(keep) > cap:
-            dropped[n] = f"more than bridge.max_lent_nodes ({cap}) lent"
-        elif not frozen and covered_without(n, rest):
-            left = lease_left(snap, n, t, config)
-            if left > 0:
-                held[n] = f"kept for its minimum lease ({left:.0f}s left) though demand dropped"
-                continue
-            dropped[n] = (
-                f"inference demand dropped: {_amounts(need_by, base, gres)} wanted, "
-                f"{_amounts(supply(rest), base, gres)} without this node"
-            )
-        else:
-            continue
-        keep = rest
+    supply = Supply(snap, gres)
+    # Give back what demand no longer needs (with the hysteresis, once the minimum lease ran).
+    keep = [n for n in used if not blockers[n]]
+    keep, dropped, held = give_back(snap, config, keep, need_by, base, cap, frozen=frozen, t=t, supply=supply)
     ahead = ahead_returns(snap, config, now, keep, fc)
     dropped.update(ahead)
     keep = [n for n in keep if n not in ahead]
     # Lend more while demand is not met, cheapest reclaim first (nodes holding pods are in ``keep``).
-    free = [n for n in managed if n not in used and not blockers[n]]
+    in_used = set(used)
+    free = [n for n in managed if n not in in_used and not blockers[n]]
     closing = not config.lend_outside_off_peak and not off_peak(
         config, now + timedelta(seconds=config.stagger_seconds * len(keep))
     )
-    while free and len(keep) < cap and not frozen:
-        # The scarcest resource still short first (a MIG slice few nodes offer), then the cheapest node.
-        short = shortfall(need_by, supply(keep))
-        offers = {r: [n for n in free if supply([n]).get(r, 0) > 0] for r in short}
-        offers = {r: ns for r, ns in offers.items() if ns}
-        if not offers:
-            break
-        scarce = min(offers, key=lambda r: (len(offers[r]), r))
-        n = min(offers[scarce], key=lambda n: lend_cost(snap, n, keep, fc, t, horizon))
-        free.remove(n)
-        veto = slurm_veto(snap, n, keep, fc, t, horizon)
-        if closing:
-            veto = "the off-peak windows close before a lend would pay"
-        if veto:
-            blockers[n].append(veto)
-            continue
-        keep.append(n)
+    if free and not frozen:
+        groups = Groups(snap, fc, t, horizon, keep)
+        keep, vetoed = lend_more(snap, keep, free, need_by, cap, groups, closing=closing, supply=supply)
+        for n, why in vetoed.items():
+            blockers[n].append(why)
 
     stamp = now.isoformat()
     plans = []
+    lent = set(keep)
     for n in managed:
-        if n in keep:
+        if n in lent:
             plans.append(_lend(snap, n, held.get(n), frozen))
-        elif n in used:
+        elif n in in_used:
             plans.append(
                 _reclaim(snap, n, tuple(blockers[n]) or (dropped.get(n, "not needed"),), now, stamp, force_after)
             )
@@ -349,7 +263,7 @@ def plan(
             "pending job(s) " + ",".join(map(str, spot_waiting)) + " of tiers that do not preempt "
             f"{config.qos} wait: the lent nodes they fit serve inference"
         )
-    for r, unmet in shortfall(need_by, supply(keep)).items():
+    for r, unmet in shortfall(need_by, resources_of(snap, keep, gres)).items():
         what = "GPU(s)" if r == gres else f"{r} slice(s)"
         notes.append(f"{unmet} {what} of inference demand cannot be met by lending")
     if frozen:
@@ -365,19 +279,12 @@ def plan(
         base_gpus=snap.base_gpus,
         lent_gpus=gpus_of(snap, keep),
         demand_by_resource={r: v for r, v in sorted(wanted.items()) if v},
-        lent_by_resource=supply(keep),
+        lent_by_resource=resources_of(snap, keep, gres),
         nodes=tuple(plans),
         notes=tuple(notes),
         unreadable=snap.unreadable,
         forecast=fc.summary(t, warmup, horizon) if fc is not None and fc.enabled else None,
     )
-
-
-def _amounts(by: dict[str, int], base: dict[str, int], gres: str) -> str:
-    """``by`` plus what Kubernetes has outside Slurm, as text: ``4 GPU(s) + 2 nvidia.com/mig-3g.20gb``."""
-    total = {r: by.get(r, 0) + base.get(r, 0) for r in sorted(set(by) | set(base) | {gres})}
-    parts = [f"{total.pop(gres)} GPU(s)"] + [f"{v} {r}" for r, v in total.items() if v]
-    return " + ".join(parts)
 
 
 def _orphans(snap: Snapshot, config: Bridge, managed: set[str]) -> list[NodePlan]:

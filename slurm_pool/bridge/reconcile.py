@@ -58,6 +58,7 @@ class Report:
             dry_run=self.dry_run,
             ok=self.ok,
             seconds=self.seconds,
+            duration_seconds=self.seconds,
             results=[r.to_dict() for r in self.results],
             errors=[e for r in self.failed for e in r.errors],
         )
@@ -154,11 +155,11 @@ def take_lease(k8s: K8sAPI, config: Bridge, holder: str, wall: datetime) -> None
         raise
 
 
-def give_back_lease(k8s: K8sAPI, config: Bridge, holder: str) -> None:
-    """Free the Lease if this run still holds it; a failure only lets it expire later."""
+def give_back_lease(k8s: K8sAPI, config: Bridge, holder: str, record: dict[str, str] | None = None) -> None:
+    """Free the Lease if this run still holds it, leaving ``record`` on it; a failure only lets it expire later."""
     try:
         current = k8s.read_lease(config.lease_namespace, config.lease_name)
-        body = lease.released(current, holder) if current else None
+        body = lease.released(current, holder, record) if current else None
         if body:
             k8s.write_lease(config.lease_namespace, body)
     except (K8sError, Unreadable):
@@ -192,6 +193,7 @@ def reconcile(
     holder = holder or default_holder()
     if not dry_run:
         take_lease(k8s, config, holder, datetime.now(timezone.utc))
+    report: Report | None = None
     try:
         the_plan = plan(
             observe(slurm, k8s, config, preemptors), config, now, force_after=force_after, forecast=forecast
@@ -203,6 +205,9 @@ def reconcile(
             report.results = (executor or Executor(slurm, k8s, config)).run(the_plan)
     finally:
         if not dry_run:
-            give_back_lease(k8s, config, holder)
+            steps = None if report is None else len(report.results)
+            record = lease.run_annotations(time.monotonic() - began, datetime.now(timezone.utc), steps)
+            give_back_lease(k8s, config, holder, record)
+    assert report is not None  # set unless the try raised
     report.seconds = round(time.monotonic() - began, 2)
     return report

@@ -69,12 +69,14 @@ def build_registry(
     reclaim_interval: float = 60.0,
     inference: Callable[[], Mapping[str, int]] | None = None,
     gpu_resource: str = "nvidia.com/gpu",
+    rebalance: Callable[[], Mapping[str, float]] | None = None,
 ) -> Any:
     """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics).
 
     ``reclaim_window`` > 0 reads ``sacct`` over that many seconds, at most every ``reclaim_interval``
     seconds, for the reclaim histogram.  ``inference`` reads the inference tier's demand per GPU-like
-    resource on each scrape (:func:`slurm_pool.bridge.k8s.inference_demand`).
+    resource on each scrape (:func:`slurm_pool.bridge.k8s.inference_demand`); ``rebalance`` the last
+    rebalance run's record on the bridge's Lease (:func:`rebalance_reader`).
     """
     from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -100,6 +102,7 @@ def build_registry(
             reclaims=reclaims,
             inference=inference,
             gpu_resource=gpu_resource,
+            rebalance=rebalance,
         )
     )
     if process_metrics:
@@ -107,8 +110,28 @@ def build_registry(
     return registry
 
 
+def rebalance_reader(api: Any, namespace: str, name: str) -> Callable[[], Mapping[str, float]]:
+    """A reader of the last rebalance run's record on the bridge's Lease (none yet: an empty record).
+
+    The values are checked as they are read (:func:`slurm_pool.bridge.lease.last_run`): one that does not
+    read raises, which the collector counts as a failed Kubernetes read.
+    """
+    from slurm_pool.bridge.lease import last_run
+
+    return lambda: last_run(api.read_lease(namespace, name))
+
+
 def inference_reader(spec_path: str, kubeconfig: str | None) -> tuple[Callable[[], Mapping[str, int]], str]:
     """The spec's bridge section wired to Kubernetes: a reader of the demand, and the GPU resource."""
+    inference, _, gpu_resource = bridge_readers(spec_path, kubeconfig)
+    return inference, gpu_resource
+
+
+def bridge_readers(
+    spec_path: str, kubeconfig: str | None
+) -> tuple[Callable[[], Mapping[str, int]], Callable[[], Mapping[str, float]], str]:
+    """The spec's bridge section wired to Kubernetes: readers of the demand and of the last rebalance
+    run (on the bridge's Lease), and the GPU resource."""
     from slurm_pool.bridge.k8s import KubernetesAPI, inference_demand
     from slurm_pool.spec import load_spec
 
@@ -119,7 +142,8 @@ def inference_reader(spec_path: str, kubeconfig: str | None) -> tuple[Callable[[
         api = KubernetesAPI.connect(config, kubeconfig)
     except Exception as exc:  # noqa: BLE001 -- the client raises several kinds for an unusable config
         raise click.BadParameter(f"no usable Kubernetes configuration: {exc}", param_hint="--kubeconfig") from None
-    return (lambda: inference_demand(api, config)), config.gpu_resource
+    rebalance = rebalance_reader(api, config.lease_namespace, config.lease_name)
+    return (lambda: inference_demand(api, config)), rebalance, config.gpu_resource
 
 
 @click.command("exporter")
@@ -169,7 +193,8 @@ def inference_reader(spec_path: str, kubeconfig: str | None) -> tuple[Callable[[
     default=None,
     type=click.Path(dir_okay=False),
     help="Pool spec with a bridge section: also export the inference demand KServe shows "
-    "(slurm_pool_inference_demand_gpus, which the bridge's forecast reads back).",
+    "(slurm_pool_inference_demand_gpus, which the bridge's forecast reads back) and the last rebalance run "
+    "(slurm_pool_rebalance_duration_seconds).",
 )
 @click.option(
     "--kubeconfig",
@@ -207,9 +232,9 @@ def exporter(
         raise click.BadParameter("needs --spec (the bridge section says what to read)", param_hint="--kubeconfig")
     if state_dir is None:
         state_dir = default_state_dir()
-    inference, gpu_resource = None, "nvidia.com/gpu"
+    inference, rebalance, gpu_resource = None, None, "nvidia.com/gpu"
     if spec_path:
-        inference, gpu_resource = inference_reader(spec_path, kubeconfig)
+        inference, rebalance, gpu_resource = bridge_readers(spec_path, kubeconfig)
     registry = build_registry(
         SubprocessRunner(default_timeout=slurm_timeout),
         state_dir=state_dir,
@@ -219,6 +244,7 @@ def exporter(
         reclaim_interval=reclaim_interval,
         inference=inference,
         gpu_resource=gpu_resource,
+        rebalance=rebalance,
     )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)

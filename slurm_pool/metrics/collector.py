@@ -13,6 +13,10 @@ instances, each one GRES unit)::
     slurm_pool_scrape_errors_total{source}          nodes | jobs | outcomes | reclaims | kubernetes |
                                                     deadline
     slurm_pool_scrape_duration_seconds
+    slurm_pool_slurm_read_seconds{source}           nodes | jobs: the last read of Slurm, the command
+                                                    and the parsing of its output
+    slurm_pool_slurm_read_bytes{source}             nodes | jobs: what Slurm printed for it, when
+                                                    the client says (``SlurmClient.last_read``)
     slurm_pool_gpus{node,type,state}                allocated | idle | drained | down
     slurm_pool_gpu_utilization_ratio                allocated / all units, pool-wide
     slurm_pool_partition_gpu_utilization_ratio{partition}
@@ -39,12 +43,18 @@ instances, each one GRES unit)::
                                                     given the bridge (what the forecast reads back)
     slurm_pool_inference_demand{resource}           the same for every GPU-like resource, MIG
                                                     slices (nvidia.com/mig-*) included
+    slurm_pool_rebalance_duration_seconds           the last rebalance run that held the bridge's
+                                                    Lease: its duration, its end (Unix time) and
+    slurm_pool_rebalance_last_end_timestamp_seconds the steps it carried out, as it left them on
+    slurm_pool_rebalance_steps                      the Lease, when the exporter is given the bridge
 
-A failed Kubernetes read leaves the two inference families out of that scrape
-(a gap in the history, not a false 0).  Label values and help texts come from
-Slurm, Kubernetes or the command line: each goes through
-:func:`slurm_pool.text.shown`, so ``--once`` never writes a control character
-to a terminal (the exposition format escapes only ``\\``, ``"`` and newlines).
+A failed Kubernetes read leaves the inference (or rebalance) families out of
+that scrape (a gap in the history, not a false 0); so does a run record on the
+Lease that does not read as one (counted as a ``kubernetes`` error).  Label
+values and help texts come from Slurm, Kubernetes or the command line: each
+goes through :func:`slurm_pool.text.shown`, so ``--once`` never writes a
+control character to a terminal (the exposition format escapes only ``\\``,
+``"`` and newlines).
 """
 
 from __future__ import annotations
@@ -98,6 +108,8 @@ class _Reading:
     outcomes: list[Metric] | None = None  # built in the reader, which alone touches the tally
     reclaims: list[Metric] | None = None  # likewise
     inference: dict[str, int] | None = None  # GPU-like resource -> count KServe wants
+    rebalance: dict[str, float] | None = None  # the last run's record: seconds, end, steps
+    reads: dict[str, tuple[float, int | None]] = field(default_factory=dict)  # source -> (seconds, bytes)
     failed: Counter[str] = field(default_factory=Counter)
 
 
@@ -120,10 +132,12 @@ class PoolCollector:
         reclaims: ReclaimTally | None = None,
         inference: Callable[[], Mapping[str, int]] | None = None,
         gpu_resource: str = "nvidia.com/gpu",
+        rebalance: Callable[[], Mapping[str, float]] | None = None,
     ):
         self.slurm = slurm
         self.reclaims = reclaims
         self.inference = inference
+        self.rebalance = rebalance
         self.gpu_resource = gpu_resource
         self.lend_partition = lend_partition
         self.deadline = deadline
@@ -146,11 +160,13 @@ class PoolCollector:
         """Query Slurm once (runs in the reader thread)."""
         out = _Reading()
         for source, fn in (("nodes", self.slurm.nodes), ("jobs", self.slurm.jobs)):
+            start = time.monotonic()
             try:
                 setattr(out, source, fn())
             except Exception as exc:  # noqa: BLE001 -- any failure becomes a metric
                 out.failed[source] += 1
                 log.warning("%s failed: %s", source, exc)
+            out.reads[source] = (time.monotonic() - start, read_bytes(self.slurm, source))
         if self.outcomes is not None:
             try:
                 out.failed["outcomes"] += self.outcomes.refresh()
@@ -171,6 +187,12 @@ class PoolCollector:
             except Exception as exc:  # noqa: BLE001
                 out.failed["kubernetes"] += 1
                 log.warning("reading the inference demand failed: %s", exc)
+        if self.rebalance is not None:
+            try:
+                out.rebalance = {str(k): float(v) for k, v in self.rebalance().items()}
+            except Exception as exc:  # noqa: BLE001
+                out.failed["kubernetes"] += 1
+                log.warning("reading the last rebalance run failed: %s", shown(exc))
         return out
 
     def _shared_read(self) -> Future[_Reading]:
@@ -223,6 +245,9 @@ class PoolCollector:
         out.extend(reading.reclaims or [])
         if reading.inference is not None:
             out.extend(inference_metrics(reading.inference, self.gpu_resource))
+        if reading.rebalance is not None:
+            out.extend(rebalance_metrics(reading.rebalance))
+        out.extend(read_metrics(reading.reads))
         healthy = built_nodes is not None and built_jobs is not None and built_pool is not None
         up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")
         up.add_metric([], 1.0 if healthy else 0.0)
@@ -236,6 +261,53 @@ class PoolCollector:
         duration = GaugeMetricFamily("slurm_pool_scrape_duration_seconds", "Time the last scrape took.")
         duration.add_metric([], time.monotonic() - start)
         return [up, errors, duration, *out]
+
+
+def read_bytes(slurm: object, source: str) -> int | None:
+    """What Slurm printed for the client's last ``source`` read, if it says (``last_read``: source ->
+    (bytes, seconds)); None otherwise."""
+    last = getattr(slurm, "last_read", None)
+    entry = last.get(source) if isinstance(last, Mapping) else None
+    if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], int) and not isinstance(entry[0], bool):
+        return entry[0] if entry[0] >= 0 else None
+    return None
+
+
+def read_metrics(reads: Mapping[str, tuple[float, int | None]]) -> list[Metric]:
+    """Seconds (and bytes, where known) of the last read of each Slurm source; none before the first."""
+    seconds = GaugeMetricFamily(
+        "slurm_pool_slurm_read_seconds",
+        "Seconds the last read of Slurm took (the command and the parsing of its output), by source.",
+        labels=["source"],
+    )
+    size = GaugeMetricFamily(
+        "slurm_pool_slurm_read_bytes", "Bytes Slurm printed for the last read, by source.", labels=["source"]
+    )
+    for source in sorted(reads):
+        took, nbytes = reads[source]
+        seconds.add_metric([source], took)
+        if nbytes is not None:
+            size.add_metric([source], float(nbytes))
+    return [seconds, size] if reads else []
+
+
+#: Families of the last rebalance run's record, by its key (:func:`slurm_pool.bridge.lease.last_run`).
+REBALANCE = {
+    "seconds": ("slurm_pool_rebalance_duration_seconds", "Seconds the last rebalance run that held the Lease took."),
+    "end": ("slurm_pool_rebalance_last_end_timestamp_seconds", "When the last rebalance run ended (Unix time)."),
+    "steps": ("slurm_pool_rebalance_steps", "Steps the last rebalance run carried out."),
+}
+
+
+def rebalance_metrics(record: Mapping[str, float]) -> list[Metric]:
+    """The last rebalance run as it left itself on the bridge's Lease: each value it recorded."""
+    out: list[Metric] = []
+    for key, (name, text) in REBALANCE.items():
+        if key in record:
+            fam = GaugeMetricFamily(name, text)
+            fam.add_metric([], float(record[key]))
+            out.append(fam)
+    return out
 
 
 def node_metrics(nodes: Iterable[NodeRecord]) -> list[Metric]:

@@ -1,7 +1,7 @@
 """``slurm-pool status``: the running pool in the terminal (rich tables) or as JSON.
 
-One node-record query and one ``squeue --json`` (through
-:class:`~slurm_pool.adapters.slurm.SlurmClient`, as the exporter reads them),
+One narrow node read and one narrow job read (``sinfo``/``squeue --Format``,
+through :class:`~slurm_pool.adapters.slurm.SlurmClient`, as the exporter reads them),
 and the tail of each node's ``outcomes.jsonl`` under node.conf's
 ``state_dir`` for the last preemptions.
 """
@@ -28,30 +28,28 @@ def tail_preemptions(state_dir: str, tail: int = TAIL_BYTES) -> Iterator[dict[st
             yield entry
 
 
-def read_records(slurm: Any, argv: list[str], parse: Callable[[str, str], list[Any]], kind: str) -> list[Any]:
-    """The records ``argv`` prints, read by ``parse``.
+def read_records(read: Callable[[], list[Any]], what: str, kind: str) -> list[Any]:
+    """The records ``read`` returns (a :class:`~slurm_pool.adapters.slurm.SlurmClient` read).
 
     A command that fails raises :class:`~slurm_pool.errors.PoolError` (exit 1);
     one whose output cannot be read raises
     :class:`~slurm_pool.adapters.records.RecordError` (exit 2) saying so, e.g.
-    ``squeue --json printed no readable job records: not JSON: ...``.  Both
+    ``squeue --Format printed no readable job records: ...``.  Both
     messages show Slurm's words, never pass them to the terminal raw.
     """
     from slurm_pool.adapters.records import RecordError
     from slurm_pool.adapters.runner import CommandError
     from slurm_pool.errors import PoolError
 
-    cmd = " ".join(argv)
     try:
-        res = slurm.runner.run(argv)
+        return read()
     except CommandError as exc:
         raise PoolError(shown(exc)) from None
     except OSError as exc:  # could not be run at all (not executable, say)
-        raise PoolError(shown(f"{cmd}: {exc}")) from None
-    try:
-        return parse(res.stdout, cmd)
+        raise PoolError(shown(f"{what}: {exc}")) from None
     except RecordError as exc:
-        raise RecordError(shown(f"{cmd} printed no readable {kind}: {str(exc).removeprefix(cmd + ': ')}")) from None
+        detail = str(exc).split(" printed no readable records", 1)[-1]  # ": why", or " (%x): why"
+        raise RecordError(shown(f"{what} printed no readable {kind}{detail}")) from None
 
 
 def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, Any]:
@@ -60,7 +58,6 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
     not raised."""
     import time
 
-    from slurm_pool.adapters.records import parse_jobs
     from slurm_pool.adapters.runner import CommandError
     from slurm_pool.errors import PoolError
     from slurm_pool.metrics.charges import usage_by_tier
@@ -70,7 +67,7 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
     argv = ["sacct", "--json", "-a", "-X", "-D", "-S", since, "-E", "now"]
     try:
-        runs = read_records(slurm, argv, parse_jobs, "job records")
+        runs = read_records(lambda: slurm.accounting_jobs(*argv[2:]), "sacct --json", "job records")
         rows = slurm.sacctmgr_show("qos", ["Name", "UsageFactor"])
     except CommandError as exc:
         return {"hours": hours, "error": shown(f"sacctmgr failed: {exc}")}
@@ -118,7 +115,6 @@ def status(
     as_json: bool, spec_path: str | None, state_dir: str | None, last: int, usage_hours: float, slurm_timeout: float
 ) -> None:
     """Show GPUs by state, tier and project, pending demand, lent nodes and the last preemptions."""
-    from slurm_pool.adapters.records import node_command, parse_jobs, parse_nodes
     from slurm_pool.adapters.runner import CommandError, SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.errors import PoolError
@@ -135,11 +131,11 @@ def status(
         state_dir = default_state_dir()
     slurm = SlurmClient(SubprocessRunner(default_timeout=slurm_timeout))
     try:
-        version = slurm.version()
+        slurm.version()  # asked first: a Slurm that cannot say its release fails here, not mid-read
     except CommandError as exc:
         raise PoolError(shown(exc)) from None
-    nodes = read_records(slurm, node_command(version), parse_nodes, "node records")
-    jobs = read_records(slurm, ["squeue", "--json"], parse_jobs, "job records")
+    nodes = read_records(slurm.nodes, "sinfo --Format", "node records")
+    jobs = read_records(slurm.jobs, "squeue --Format", "job records")
     pre = list(tail_preemptions(state_dir)) if state_dir else []
     usage = tier_usage(slurm, usage_hours) if usage_hours > 0 else None
     data = build(nodes, jobs, pre, lend_partition=lend_partition, last=last, usage=usage)

@@ -18,7 +18,6 @@ from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool
 from slurm_pool.sim.sizing import summary as sizing_summary
 from slurm_pool.sim.units import describe
 from slurm_pool.text import shown
-from slurm_pool.textio import read_json
 
 
 def summary(r: Result, base: Result, prices: dict[str, tuple[str, float]] | None = None) -> dict[str, Any]:
@@ -218,7 +217,7 @@ def simulate(
     if not capacity:
         raise click.ClickException(f"{spec_path}: no project owns a node group with GPUs (projects[].owns)")
     mig = history.mig_nodes(spec) if on_nodes else None  # only the node engine models MIG instances
-    hist = history.jobs_from_sacct(read_json(sacct_path), capacity, name=sacct_path, mig=mig)
+    hist = history.read_sacct(sacct_path, capacity, mig=mig)
     grace = float(default_grace(spec)) if grace is None else grace
     nodes = nodes_from_spec(spec)
     policies = standard_policies(grace, checkpoint_interval, restart_overhead)

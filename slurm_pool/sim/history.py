@@ -25,6 +25,10 @@ dedicated servers gave, and what the pool would give, on the same jobs.
   refused with its index and field (:class:`HistoryError`, exit 2), never
   dropped or counted as "never ran": a replay that quietly lost jobs would
   size the pool on less work than was done.
+* :func:`read_sacct` reads the export as a stream (:mod:`slurm_pool.adapters.sacct_stream`):
+  no size cap, one job object at a time, memory bounded by the jobs kept.  A
+  Slurm ``errors`` list anywhere in the document refuses it (one after the
+  last job, at the end, before anything is returned).
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from slurm_pool.adapters.records import job_record
+from slurm_pool.adapters.sacct_stream import sacct_jobs
 from slurm_pool.errors import InputError
 from slurm_pool.mig.demand import is_mig_type, profile_for_gres_type
 from slurm_pool.sim.engine import Job
@@ -42,6 +47,7 @@ from slurm_pool.sim.nodes import nodes_from_spec
 from slurm_pool.sim.units import mig_counts
 from slurm_pool.spec.hosts import expand
 from slurm_pool.text import strict_int
+from slurm_pool.textio import open_binary
 
 
 class HistoryError(InputError):
@@ -181,6 +187,12 @@ def _whole(value: Any, what: str) -> None:
         raise HistoryError(f"{what}: {value!r} is too large")
 
 
+def read_sacct(path: str, capacity: dict[str, int], mig: MigNodes | None = None) -> History:
+    """:func:`jobs_from_sacct` of the ``sacct --json`` file ``path`` (``-``: standard input), streamed."""
+    with open_binary(path) as fh:
+        return jobs_from_records(sacct_jobs(fh, path, HistoryError), capacity, path, mig)
+
+
 def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mig: MigNodes | None = None) -> History:
     """The GPU jobs of a ``sacct --json`` document, times shifted to start at 0.
 
@@ -188,10 +200,17 @@ def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mi
     """
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
         raise HistoryError(f"{name}: not sacct --json output (no 'jobs' list)")
-    rows: list[tuple[float, str, str | None, float, int, str | None]] = []
+    return jobs_from_records(enumerate(data["jobs"]), capacity, name, mig)
+
+
+def jobs_from_records(
+    records: Iterable[tuple[int, Any]], capacity: dict[str, int], name: str = "sacct", mig: MigNodes | None = None
+) -> History:
+    """:func:`jobs_from_sacct` of ``(index, job object)`` pairs, read once: only the replay's jobs are kept."""
+    rows: list[Any] = []
     last_end = 0.0
     skipped: Counter[str] = Counter()
-    for i, raw in enumerate(data["jobs"]):
+    for i, raw in records:
         if not isinstance(raw, dict):
             raise HistoryError(f"{name}: jobs[{i}] is not an object")
         check_numbers(raw, f"{name}: jobs[{i}]")
@@ -221,8 +240,6 @@ def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mi
     if not rows:
         raise HistoryError(f"{name}: no GPU job that ran ({dict(skipped) or 'no jobs'})")
     t0 = min(r[0] for r in rows)
-    jobs = [
-        Job(f"{job_id}#{k}", project, submit - t0, work, gpus, profile)
-        for k, (submit, job_id, project, work, gpus, profile) in enumerate(rows)
-    ]
-    return History(dict(capacity), jobs, t0, last_end, skipped)
+    for k, (submit, job_id, project, work, gpus, profile) in enumerate(rows):  # in place: one row at a time
+        rows[k] = Job(f"{job_id}#{k}", project, submit - t0, work, gpus, profile)
+    return History(dict(capacity), rows, t0, last_end, skipped)

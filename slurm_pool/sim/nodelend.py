@@ -27,64 +27,12 @@ is free for other jobs at once, not after the placeholder's grace.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
 
-from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
+from slurm_pool.sim.engine import Job
+from slurm_pool.sim.lendrule import CLASSES, OVERFLOW, LendRule, LendStats, job_class
+from slurm_pool.sim.nodestate import EngineState
 
-if TYPE_CHECKING:  # pragma: no cover
-    from slurm_pool.sim.nodes import _Sim
-
-#: An owner's job beyond its share: borrowed tier, but often a higher QOS than borrowers' (``shared``).
-OVERFLOW = "overflow"
-CLASSES = frozenset({GUARANTEED, OVERFLOW, BORROWED})
-
-
-def job_class(job: Job, tier: str) -> str:
-    """Who preempts placeholders is decided per class: guaranteed, an owner's overflow, or a borrower."""
-    return OVERFLOW if tier == BORROWED and job.project is not None else tier
-
-
-@dataclass(frozen=True)
-class LendRule:
-    """How the rebalancer lends, for :class:`~.nodes.NodePolicy.lend`."""
-
-    period: float = 300.0
-    #: Lending allowed at this time (None: always).
-    window: Callable[[float], bool] | None = None
-    #: GPUs the inference tier wants at this time (None: every idle node is wanted).
-    demand: Callable[[float], float] | None = None
-    max_nodes: int | None = None
-    #: Seconds from a reclaim until the preemptor holds the node (placeholder's GraceTime + fence).
-    grace: float = 10.0
-    #: Job classes (:func:`job_class`) that preempt placeholders (``spec.bridge.lend_preemptors``).
-    preemptors: frozenset[str] = CLASSES
-
-    def __post_init__(self) -> None:
-        if not self.period > 0:
-            raise ValueError(f"lend.period: {self.period} is not positive")
-        if not self.grace >= 0:
-            raise ValueError(f"lend.grace: {self.grace} is negative")
-        if self.max_nodes is not None and self.max_nodes < 0:
-            raise ValueError(f"lend.max_nodes: {self.max_nodes} is negative")
-        unknown = self.preemptors - CLASSES
-        if unknown:
-            raise ValueError(f"lend.preemptors: {sorted(unknown)} are not job classes ({', '.join(sorted(CLASSES))})")
-
-
-@dataclass
-class LendStats:
-    """What lending did in one replay (inside the window)."""
-
-    lent_gpu_seconds: float = 0.0
-    #: Inference demand met by lent GPUs (``min(demand, lent)`` over time; no demand: all lent time).
-    served_gpu_seconds: float = 0.0
-    demand_gpu_seconds: float = 0.0
-    lends: int = 0
-    reclaims: int = 0  # placeholders Slurm's jobs preempted
-    given_back: int = 0  # nodes the rebalancer returned (demand fell, window closed)
-    #: Each lease: node, lent at, ended at, and how it ended ("reclaimed", "given back" or "lent").
-    leases: list[tuple[str, float, float, str]] = field(default_factory=list)
+__all__ = ["CLASSES", "OVERFLOW", "LendRule", "LendStats", "Lender", "job_class"]
 
 
 class Lender:
@@ -94,10 +42,10 @@ class Lender:
     :mod:`.units`) is taken from Slurm's jobs while it is lent.
     """
 
-    def __init__(self, sim: _Sim, rule: LendRule):
+    def __init__(self, sim: EngineState, rule: LendRule):
         self.sim = sim
         self.rule = rule
-        self.lent: dict[int, float] = {}  # node -> lent at (insertion order: oldest first)
+        self.lent = sim.lent  # node -> lent at (insertion order: oldest first), shared with the state
         self.stats = LendStats()
         self.since = 0.0  # last time the integrals were brought up to date
         self.wanted = 0.0  # demand at the last tick
@@ -163,7 +111,7 @@ class Lender:
                 self.lent[n] = sim.now
                 self.stats.lends += 1
                 for u in self.units_of[n]:
-                    sim._set_free(u, 0)
+                    sim.set_free(u, 0)
 
     def _give_back(self, n: int) -> None:
         self._end(n, "given back")
@@ -173,7 +121,7 @@ class Lender:
         sim = self.sim
         self.stats.leases.append((sim.nodes[n].name, self.lent.pop(n), sim.now, how))
         for u in self.units_of[n]:
-            sim._set_free(u, sim.size[u])
+            sim.set_free(u, sim.size[u])
 
     # -- Slurm's side --------------------------------------------------------------
     def reclaims(self, job: Job, tier: str) -> bool:
@@ -211,7 +159,7 @@ class Lender:
         for u in chosen:
             self._end(sim.units.node[u], "reclaimed")
             self.stats.reclaims += 1
-        alloc = sim._fit(job, scope)
+        alloc = sim.fit(job, scope)
         assert alloc is not None, "a reclaimed node must make the job fit"
         return alloc, sim.now + self.rule.grace
 

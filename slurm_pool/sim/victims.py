@@ -4,32 +4,28 @@ A guaranteed job that fits no free GPUs of its project takes borrowed GPUs
 on ONE of its nodes (or on the whole nodes it needs): the node with the least
 work at risk, and there the borrowers already signalled first, then the
 least work at risk (borrowers with no servers before owners' overflow).
-Functions of the engine's state (:class:`.nodes._Sim`), split from
+Functions of the engine's state (:class:`.nodestate.EngineState`), split from
 :mod:`.nodes` for size.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from slurm_pool.sim.engine import BORROWED, Job
-
-if TYPE_CHECKING:  # pragma: no cover
-    from slurm_pool.sim.nodes import _Run, _Sim
+from slurm_pool.sim.nodestate import EngineState, Run
 
 #: Per node: (node, GPUs it gives from free, [(victim, GPUs taken from it)]).
-Plan = list[tuple[int, int, list[tuple["_Run", int]]]]
+Plan = list[tuple[int, int, list[tuple[Run, int]]]]
 
 
-def risk(sim: _Sim, r: _Run) -> tuple[bool, float, str]:
+def risk(sim: EngineState, r: Run) -> tuple[bool, float, str]:
     """How much preempting ``r`` costs: owners' overflow last, then work done since its start."""
     return (r.job.project is not None, (sim.now - r.start) * r.w, r.job.id)
 
 
-def plan_node(sim: _Sim, n: int, need: int) -> tuple[float, list[tuple[_Run, int]]] | None:
+def plan_node(sim: EngineState, n: int, need: int) -> tuple[float, list[tuple[Run, int]]] | None:
     """Borrowers on unit ``n`` giving ``need`` GPUs: signalled ones first, then least risk."""
-    leaving: list[tuple[_Run, int]] = []
-    running: list[tuple[_Run, int]] = []
+    leaving: list[tuple[Run, int]] = []
+    running: list[tuple[Run, int]] = []
     for r in sim.on_node[n].values():
         if r.tier != BORROWED:
             continue
@@ -49,12 +45,12 @@ def plan_node(sim: _Sim, n: int, need: int) -> tuple[float, list[tuple[_Run, int
     return (total, out) if need <= 0 else None
 
 
-def plan_victims(sim: _Sim, job: Job, key: tuple[str, str | None]) -> Plan | None:
+def plan_victims(sim: EngineState, job: Job, key: tuple[str, str | None]) -> Plan | None:
     """The nodes and victims that make room for guaranteed ``job`` of ``key`` (project, kind); None: none do."""
     idx = sim.index[key]
     plans: Plan = []
     if job.gpus <= idx.top:
-        best: tuple[float, int, list[tuple[_Run, int]]] | None = None
+        best: tuple[float, int, list[tuple[Run, int]]] | None = None
         for n in sim.owned[key]:
             if sim.bheld[n] and sim.free[n] + sim.bheld[n] >= job.gpus:
                 plan = plan_node(sim, n, job.gpus - sim.free[n])

@@ -26,6 +26,9 @@ from pydantic import BaseModel
 from slurm_pool.client import ApiError, PoolClient
 from slurm_pool.web import models as m
 
+pytestmark = pytest.mark.usefixtures("narrow_from_json")
+
+
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "api" / "openapi.json"
 EXAMPLE = REPO / "examples" / "pool.yaml"

@@ -14,6 +14,8 @@ from slurm_pool.spec import load_spec
 from slurm_pool.spec.bridge import ForecastSettings
 from tests.unit.test_bridge_plan import EXAMPLE_SPEC, NIGHT, world
 
+pytestmark = pytest.mark.usefixtures("narrow_from_json")
+
 MONDAY = datetime(2026, 1, 5, tzinfo=timezone.utc).timestamp()  # a Monday, 00:00 UTC
 GROUP_OF = {"a-gpu1": "a", "a-gpu2": "a", "b-gpu1": "b", "c-gpu1": "c"}
 CAPACITY = {"a": 4, "b": 2, "c": 2}

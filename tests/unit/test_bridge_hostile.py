@@ -29,6 +29,8 @@ from slurm_pool.text import control_chars
 from tests.support.k8s_fake import FakeK8s, isvc, pod_manifest
 from tests.unit.test_bridge_plan import CONFIG, EXAMPLE_SPEC, World, world
 
+pytestmark = pytest.mark.usefixtures("narrow_from_json")
+
 GPU = "nvidia.com/gpu"
 ESC = "\x1b[31m"
 

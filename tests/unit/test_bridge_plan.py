@@ -29,6 +29,10 @@ from slurm_pool.bridge.windows import in_window, off_peak
 from slurm_pool.spec.bridge import Bridge, OffPeakWindow, check_bridge
 from slurm_pool.versions import SlurmVersion
 from tests.support.k8s_fake import NODES, FakeK8s, isvc, merge, node_manifest, pod_manifest
+from tests.support.narrow_text import as_json_calls
+
+pytestmark = pytest.mark.usefixtures("narrow_from_json")
+
 
 EXAMPLE_SPEC = str(Path(__file__).resolve().parents[2] / "examples" / "pool.yaml")
 OWNER = {"a-gpu1": "a-owner", "a-gpu2": "a-owner", "b-gpu1": "b-owner", "c-gpu1": "c-owner"}
@@ -615,7 +619,7 @@ def test_idempotent(demand, change, now):
     calls, patches = len(w.runner.calls), len(w.k8s.patches)
     second = w.run(now)
     assert second.results == [] and second.ok
-    assert [c[0] for c in w.runner.calls[calls:]] == ["sinfo", "squeue"], "a no-op run only reads"
+    assert [c[0] for c in as_json_calls(w.runner.calls[calls:])] == ["sinfo", "squeue"], "a no-op run only reads"
     assert len(w.k8s.patches) == patches
 
 

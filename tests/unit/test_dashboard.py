@@ -55,7 +55,8 @@ def exported_names(tmp_path: Path) -> set[str]:
     r.on(["squeue", "--json"], (DATA / "squeue-lent.json").read_text())
     reg = CollectorRegistry()
     inference = lambda: {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}  # noqa: E731 - the bridge's reader
-    reg.register(PoolCollector(SlurmClient(r), state_dir=str(tmp_path), inference=inference))
+    rebalance = lambda: {"seconds": 12.5, "end": 1.8e9, "steps": 3.0}  # noqa: E731 - the Lease's run record
+    reg.register(PoolCollector(SlurmClient(r), state_dir=str(tmp_path), inference=inference, rebalance=rebalance))
     names = set()
     for fam in reg.collect():
         names.add(fam.name)

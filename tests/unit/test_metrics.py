@@ -29,6 +29,10 @@ from slurm_pool.metrics.collector import PoolCollector
 from slurm_pool.metrics.outcomes import AGE_BUCKETS, OutcomeTally, parse_record
 from slurm_pool.metrics.parse import job_nodes, node_gpu_states
 from slurm_pool.text import control_chars
+from tests.support.narrow_text import as_json_calls
+
+pytestmark = pytest.mark.usefixtures("narrow_from_json")
+
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "slurm"
@@ -108,7 +112,7 @@ def test_registering_queries_nothing_and_each_scrape_queries_once(version):
     generate_latest(reg)
     generate_latest(reg)
     nodes = tuple(NODE_COMMAND[version])
-    assert r.calls == [("sinfo", "--version"), nodes, ("squeue", "--json"), nodes, ("squeue", "--json")]
+    assert as_json_calls(r.calls) == [("sinfo", "--version"), nodes, ("squeue", "--json"), nodes, ("squeue", "--json")]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -18,6 +18,8 @@ from slurm_pool.web.actions import UserCommands
 from slurm_pool.web.app import create_app
 from tests.unit.test_web_views import KEY, Clock, example_spec, pool_reads, replay
 
+pytestmark = pytest.mark.usefixtures("narrow_from_json")
+
 USERS = {"alice", "bob", "carol", "olga", "dave"}
 OWNERS = {1: "alice", 2: "bob", 3: "carol", 4: "alice", 5: "bob", 6: "alice"}
 DENIED = "scancel: error: Kill job error on job id {}: Access/permission denied"

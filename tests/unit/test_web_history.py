@@ -19,6 +19,9 @@ from slurm_pool.spec.load import load_spec_text
 from slurm_pool.web import models, views
 from slurm_pool.web.reader import PoolReader, history_samples, reclaim_times, utilisation_query
 
+pytestmark = pytest.mark.usefixtures("narrow_from_json")
+
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "slurm"
 NODE_COMMAND = {"22.05": ["sinfo", "--json"], "26.05": ["scontrol", "show", "nodes", "--json"]}

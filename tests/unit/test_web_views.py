@@ -19,6 +19,10 @@ from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
 from slurm_pool.web import actions, models, views
 from slurm_pool.web.reader import PoolReader
+from tests.support.narrow_text import as_json_calls
+
+pytestmark = pytest.mark.usefixtures("narrow_from_json")
+
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "slurm"
@@ -300,7 +304,7 @@ def test_projects_hours() -> None:
 
 # -- the shared read ---------------------------------------------------------------------
 def pool_reads(runner: RecordingRunner, version: str) -> int:
-    return sum(1 for c in runner.calls if list(c) in (NODE_COMMAND[version], ["squeue", "--json"]))
+    return sum(1 for c in as_json_calls(runner.calls) if list(c) in (NODE_COMMAND[version], ["squeue", "--json"]))
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -1,0 +1,338 @@
+"""The node engine's state, and the moves every part of it makes (pure).
+
+:class:`EngineState` is what :mod:`.nodes` (the event loop and the main
+scheduler), :mod:`.backfill`, :mod:`.victims` and :mod:`.nodelend` share:
+the nodes as units (:mod:`.units`), their free GPUs and the runs on them,
+the queues, the reservations, and the moves that change them (fit, launch,
+release).  The parts depend on this module, never on each other's names.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, Result, note_held
+from slurm_pool.sim.freeindex import FreeIndex, TimeIndex
+from slurm_pool.sim.lendrule import LendRule, LendStats
+from slurm_pool.sim.units import check_mig, expand_units
+
+ALL = "*"  # the scope of every node
+
+
+@dataclass(frozen=True)
+class Node:
+    """One server: ``gpus`` GPUs, owned by ``owner`` (None: nobody's)."""
+
+    name: str
+    gpus: int
+    owner: str | None = None
+    #: The MIG layouts of its partitioned GPUs, one tuple of profile names each (``()``: MIG on, no
+    #: instances); its other ``gpus - len(mig)`` GPUs are whole.
+    mig: tuple[tuple[str, ...], ...] = ()
+    #: Compute slices of one of its GPUs (4 on an A30): an instance of ``Ng.XXgb`` counts N of them.
+    slices_per_gpu: int = 7
+
+
+@dataclass(frozen=True)
+class NodePolicy(Policy):
+    """:class:`~.engine.Policy` plus Slurm's backfill."""
+
+    backfill: bool = True
+    #: Seconds every job asks for (None: its exact remaining duration).
+    time_limit: float | None = None
+    #: Jobs behind a blocked queue head that backfill looks at (as bf_max_job_test).
+    bf_depth: int = 100
+    #: Seconds a requeued job is held before it may start again (0: at once).  Slurm holds it for
+    #: SchedulerParameters=requeue_delay + 1, by default 120 + 1 s (job_mgr.c, ``_requeue_delay``).
+    requeue_delay: float = 0.0
+    #: Owner jobs beyond the share borrow (False: they wait for their own nodes, as jobs routed
+    #: only to the owner's partition do).
+    owners_borrow: bool = True
+    #: Seconds a finished job's GPUs stay taken before another job can start on them: Slurm's
+    #: epilog and COMPLETING state, then the scheduling pass that starts the next job (0: at once).
+    release_delay: float = 0.0
+    #: Seconds between backfill passes (Slurm's bf_interval; 0: backfill at every event).  Backfill
+    #: then starts jobs only at multiples of it, while queue heads start at once (the main scheduler
+    #: runs on each submission and job end).
+    bf_interval: float = 0.0
+    #: Lend whole idle nodes to the inference tier (:mod:`.nodelend`; None: no lending).
+    lend: LendRule | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One run of a job: GPUs held on ``nodes`` from ``start`` to ``end``."""
+
+    job: str
+    tier: str
+    placed: float  # when the scheduler gave it the GPUs (a preemptor then waits for its victims)
+    start: float  # when it holds them (``placed`` plus any grace wait)
+    end: float  # finished, or gone at the end of its grace window, or when the replay stopped
+    nodes: tuple[tuple[str, int], ...]  # (node, GPUs or, with ``profile``, instances held there)
+    outcome: str  # "done", "preempted" or "running"
+    signalled: float | None = None  # preempted: when it was signalled (its work stops there)
+    profile: str | None = None  # MIG instances of this profile (None: whole GPUs)
+
+
+@dataclass
+class NodeResult(Result):
+    """:class:`~.engine.Result` plus the schedule, run by run."""
+
+    schedule: list[Placement] = field(default_factory=list)
+    backfilled: int = 0
+    #: What lending to the inference tier did (None: the policy lends nothing).
+    lending: LendStats | None = None
+
+
+@dataclass(slots=True)
+class Run:
+    """One run of a job: what it holds where, from when, and (signalled) when it is gone."""
+
+    job: Job
+    tier: str
+    alloc: dict[int, int]  # unit -> GPUs (or instances) held
+    placed: float
+    begin: float  # holds its GPUs from here
+    start: float  # useful work from here (after a restart)
+    version: int
+    w: float  # GPU-equivalents it counts for (its GPUs; for instances, their share of the GPU)
+    free_at: float | None = None  # signalled: gone at this time
+    claimed: dict[int, int] = field(default_factory=dict)  # GPUs owners took over while it leaves
+
+
+@dataclass(slots=True)
+class JobState:
+    """A job's progress over its runs: work kept, first start, runs so far."""
+
+    done: float = 0.0
+    first_start: float | None = None
+    runs: int = 0
+
+
+class EngineState:
+    """One replay's state: units, free GPUs, runs, queues and reservations, and the moves on them."""
+
+    def __init__(self, nodes: list[Node], policy: NodePolicy, window: float):
+        if not nodes:
+            raise ValueError("nodes: none given")
+        names: set[str] = set()
+        for nd in nodes:
+            if nd.name in names:
+                raise ValueError(f"nodes: duplicate node name {nd.name!r}")
+            names.add(nd.name)
+            if nd.gpus < 1:
+                raise ValueError(f"nodes: node {nd.name!r} has gpus {nd.gpus}, not at least 1")
+            check_mig(nd)
+        if policy.time_limit is not None and not policy.time_limit > 0:
+            raise ValueError(f"time_limit: {policy.time_limit} is not positive")
+        if policy.bf_depth < 0:
+            raise ValueError(f"bf_depth: {policy.bf_depth} is negative")
+        if not policy.bf_interval >= 0:
+            raise ValueError(f"bf_interval: {policy.bf_interval} is negative")
+        self.nodes = nodes
+        # Per unit (:mod:`.units`; unit n < len(nodes) is node n's whole GPUs), and keyed (scope, kind).
+        self.units = units = expand_units(nodes)
+        self.size = units.size
+        self.owner = [nodes[n].owner for n in units.node]
+        self.free = list(self.size)
+        self.total_free = sum(self.size)
+        self.all_eq = self.free_eq = sum(s * c for s, c in zip(self.size, units.cost, strict=True))  # 1/den GPUs
+        self.bheld = [0] * len(self.size)  # GPUs held by borrowed runs, not yet claimed by an owner
+        self.on_node: list[dict[str, Run]] = [{} for _ in self.size]
+        self.ver = [0] * len(self.size)
+        self.watch: list[list[set[int]]] = [[] for _ in self.size]  # the dirty sets of the time indexes of each unit
+        self.tindex: dict[tuple[str, str | None, bool, int], TimeIndex] = {}
+        projects = sorted({o for o in self.owner if o is not None})
+        kinds = sorted(set(units.kind), key=lambda k: (k is not None, k or ""))
+        self.owned: dict[tuple[str, str | None], list[int]] = {(s, k): [] for s in [*projects, ALL] for k in kinds}
+        for u, k in enumerate(units.kind):
+            for s in {ALL, self.owner[u] or ALL} if self.size[u] else ():
+                self.owned[(s, k)].append(u)
+        self.share = {key: sum(self.size[u] for u in m) for key, m in self.owned.items()}
+        self.index = {key: FreeIndex(self.size, m) for key, m in self.owned.items()}
+        for u in range(len(self.size)):
+            self.note(u)
+        self.used = {key: 0 for key in self.owned if key[0] != ALL}  # guaranteed GPUs per project and kind
+        self.used_eq = 0  # ... all of them, in 1/den GPUs
+        #: Per (scope, kind): how often a unit's free GPUs rose to at least g (index g), and last, to all of
+        #: them.  While a count stays, no node of the scope has come to fit what did not fit (backfill).
+        self.rises = {key: [0] * (idx.top + 2) for key, idx in self.index.items()}
+        self.usedgen: dict[str | None, int] = {p: 0 for p in projects}  # changes of a project's guaranteed GPUs
+        self.qgen: dict[str | None, int] = {p: 0 for p in [*projects, None]}  # changes in a queue's first jobs
+        #: Per queue: the last backfill pass that started nothing and found nothing fitting, and what it saw.
+        self.bf_idle: dict[str | None, tuple[object, list[tuple[list[int], int, int]]]] = {}
+        self.borrowed_on = dict(self.used)
+        self.pol = policy
+        self.window = window
+        self.res = NodeResult(policy.name, window, sum(nd.gpus for nd in nodes))
+        self.queues: dict[str | None, deque[Job]] = {p: deque() for p in projects}
+        self.queues[None] = deque()
+        self.runs: dict[str, Run] = {}
+        self.leaving: dict[str, Run] = {}
+        self.state: dict[str, JobState] = {}
+        self.events: list[tuple[float, int, str, object]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.epoch = 0  # bumped when GPUs may come free earlier than any time limit said
+        self.tcache: dict[tuple[int, int, bool], tuple[int, float]] = {}  # node's time for a need, by version
+        self.resv: dict[str | None, tuple[str, int, float, dict[int, int]]] = {}
+        self.owner_jobs = self.owner_done = 0
+        self.lent: dict[int, float] = {}  # nodes lent to the inference tier -> since (:mod:`.nodelend`)
+        #: The units of each scope's nodes (a project's partition, or all of them).
+        self.scope_units = {p: frozenset(u for u, o in enumerate(self.owner) if o == p) for p in projects}
+        self.scope_units[ALL] = frozenset(range(len(self.size)))
+        self.bf_next: float | None = None  # the backfill pass already due (with bf_interval)
+
+    def note(self, n: int) -> None:
+        """Index unit ``n`` at its free GPUs, in its scopes."""
+        if not self.size[n]:
+            return  # a node whose GPUs are all partitioned: no whole GPUs to place on
+        f, k = self.free[n], self.units.kind[n]
+        self.index[(ALL, k)].note(n, f)
+        o = self.owner[n]
+        if o is not None:
+            self.index[(o, k)].note(n, f)
+
+    def set_free(self, n: int, f: int) -> None:
+        """Unit ``n`` now has ``f`` free GPUs (or instances)."""
+        old = self.free[n]
+        if f > old and self.size[n]:  # GPUs came free: count the levels crossed, per scope (:attr:`rises`)
+            k, o = self.units.kind[n], self.owner[n]
+            for counts in (self.rises[(ALL, k)], self.rises[(o, k)]) if o is not None else (self.rises[(ALL, k)],):
+                for g in range(old + 1, f + 1):
+                    counts[g] += 1
+                if f == self.size[n]:
+                    counts[-1] += 1
+        self.total_free += f - self.free[n]
+        self.free_eq += (f - self.free[n]) * self.units.cost[n]
+        self.free[n] = f
+        self.bump(n)
+        self.note(n)
+
+    def bump(self, n: int) -> None:
+        """What unit ``n`` holds or will free changed: its version moves, and backfill's times of it are stale."""
+        self.ver[n] += 1
+        for dirty in self.watch[n]:
+            dirty.add(n)
+
+    def time_index(self, key: tuple[str, str | None, bool, int], members: list[int], whole: bool) -> TimeIndex:
+        """Backfill's index of when ``key`` (scope, kind, preemptible, need; 0: whole nodes) fits per node."""
+        idx = self.tindex.get(key)
+        if idx is None:
+            idx = self.tindex[key] = TimeIndex(members, whole, self.size)
+            for n in members:
+                self.watch[n].append(idx.dirty)
+        return idx
+
+    def push(self, t: float, kind: str, payload: object) -> None:
+        """Schedule an event (events at one time run in the order pushed)."""
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, payload))
+
+    # -- accounting ------------------------------------------------------------
+    def segment(self, s: float, e: float, gpus: float) -> float:
+        """GPU-seconds of ``gpus`` from ``s`` to ``e``, inside the window."""
+        return max(0.0, min(e, self.window) - max(s, 0.0)) * gpus
+
+    def account(self, run: Run, until: float, kept: float) -> None:
+        """Count ``run``'s time up to ``until``: ``kept`` seconds of useful work, the rest lost."""
+        useful = self.segment(run.start, run.start + kept, run.w)
+        self.res.useful_gpu_seconds += useful
+        if run.job.project is not None:
+            self.res.owner_gpu_seconds += useful
+        self.res.lost_gpu_seconds += self.segment(run.start + kept, until, run.w)
+        note_held(self.res, run.tier, self.segment(run.start, until, run.w))
+
+    def record(self, run: Run, end: float, outcome: str) -> None:
+        """Add ``run`` to the schedule, ended at ``end`` with ``outcome``."""
+        nodes = tuple((self.nodes[self.units.node[u]].name, c) for u, c in sorted(run.alloc.items()))
+        sig = None if run.free_at is None else run.free_at - self.pol.grace
+        self.res.schedule.append(
+            Placement(run.job.id, run.tier, run.placed, run.begin, end, nodes, outcome, sig, run.job.profile)
+        )
+
+    # -- placing ---------------------------------------------------------------
+    def fit(self, job: Job, scope: str, skip: frozenset[int] = frozenset()) -> dict[int, int] | None:
+        """Free GPUs (of its kind) for ``job`` in ``scope`` now: best fit on one node, or whole nodes."""
+        idx = self.index[(scope, job.profile)]
+        if job.gpus <= idx.top:
+            n = idx.best_fit(self.free, job.gpus)
+            if n is not None and n in skip:  # look past the reserved nodes
+                n = idx.best_fit(self.free, job.gpus, skip)
+            return None if n is None else {n: job.gpus}
+        if job.profile is not None:
+            return None  # MIG instances on one node only
+        got = idx.whole_nodes(self.free, job.gpus, skip)
+        return None if got is None else {n: self.size[n] for n in got}
+
+    def fits(self, job: Job, scope: str) -> bool:
+        """Whether :meth:`fit` finds room for ``job`` in ``scope`` (nothing skipped), without placing it."""
+        return self.index[(scope, job.profile)].fits(job.gpus, job.profile is None)
+
+    def take(self, run: Run, free_part: dict[int, int]) -> None:
+        """``run`` holds its allocation; ``free_part`` of it comes from free GPUs."""
+        for n, c in free_part.items():
+            self.set_free(n, self.free[n] - c)
+        for n in run.alloc:
+            self.on_node[n][run.job.id] = run
+            if run.tier == BORROWED:
+                self.borrow(n, run.alloc[n])
+
+    def borrow(self, n: int, c: int) -> None:
+        """Borrowed runs hold ``c`` more GPUs of unit ``n``."""
+        self.bheld[n] += c
+        o = self.owner[n]
+        if o is not None:
+            self.borrowed_on[(o, self.units.kind[n])] += c
+
+    def eq(self, job: Job, alloc: dict[int, int]) -> int:
+        """The GPUs (or instances) ``job`` counts for, in 1/den GPUs (every unit of an alloc is of one kind)."""
+        return job.gpus * self.units.cost[next(iter(alloc))]
+
+    def launch(self, job: Job, tier: str, alloc: dict[int, int], free_part: dict[int, int], ready: float) -> None:
+        """Start ``job`` in ``tier`` on ``alloc`` now; it holds the GPUs from ``ready`` (after any grace wait)."""
+        st = self.state[job.id]
+        overhead = self.pol.restart_overhead if st.done > 0 else 0.0
+        w = job.gpus * self.units.weight(next(iter(alloc)))
+        self.res.grace_gpu_seconds += self.segment(self.now, ready, w)
+        self.res.restart_gpu_seconds += self.segment(ready, ready + overhead, w)
+        if st.first_start is None:
+            st.first_start = ready
+        st.runs += 1
+        if tier == GUARANTEED:
+            assert job.project is not None
+            self.used[(job.project, job.profile)] += job.gpus
+            self.usedgen[job.project] += 1
+            self.used_eq += self.eq(job, alloc)
+        run = Run(job, tier, alloc, self.now, ready, ready + overhead, st.runs, w)
+        self.runs[job.id] = run
+        self.take(run, free_part)
+        self.push(run.start + job.work - st.done, "finish", (job.id, run.version))
+
+    def release(self, run: Run) -> None:
+        """``run``'s GPUs come free (those owners claimed stay with them)."""
+        for n, c in run.alloc.items():
+            left = c - run.claimed.get(n, 0)
+            self.set_free(n, self.free[n] + left)
+            if run.tier == BORROWED:
+                self.borrow(n, -left)
+            del self.on_node[n][run.job.id]
+        if run.tier == GUARANTEED:
+            assert run.job.project is not None
+            self.used[(run.job.project, run.job.profile)] -= run.job.gpus
+            self.usedgen[run.job.project] += 1
+            self.used_eq -= self.eq(run.job, run.alloc)
+
+    def tier(self, job: Job) -> tuple[str | None, str]:
+        """The tier ``job`` would run in now, and where (None: it must wait)."""
+        p = job.project
+        if p is not None:
+            key = (p, job.profile)
+            if self.used[key] + job.gpus <= self.share[key]:
+                if job.profile is None or job.gpus <= self.index[key].top:  # MIG: on one of its nodes
+                    return GUARANTEED, p
+        if not self.pol.pooled or (p is not None and not self.pol.owners_borrow):
+            return None, ALL if p is None else p
+        return BORROWED, ALL
