@@ -145,6 +145,13 @@ def measure(area: str, case: str, inputs: Path, baseline: bool, timeout: float, 
     if expired:
         return Run(None, peak, error=f"stopped after {timeout:.0f} s")
     record = last_json(out)
+    if (
+        not rc
+        and record is not None
+        and record.get("seconds") is None
+        and str(record.get("note", "")).startswith("skipped")
+    ):
+        return Run(None, peak, record)  # the module says why it did not run (e.g. would not fit in memory)
     if rc or record is None or not isinstance(record.get("seconds"), (int, float)):
         return Run(None, peak, error=f"exited {rc}: {tail(err or out)}")
     return Run(float(record["seconds"]), peak, record)

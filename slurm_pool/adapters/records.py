@@ -117,6 +117,8 @@ class State:
         return "+".join(self)
 
     def any(self, words: Iterable[str]) -> bool:
+        if isinstance(words, (set, frozenset)):  # the hot case (ON_NODE, WAITING, ...): no Python loop
+            return self.base in words or not self.flags.isdisjoint(words)
         return any(w in self for w in words)
 
 
