@@ -93,6 +93,30 @@ class Daemon:
         self.fh.close()
 
 
+def leave_a_run_record(spec: Path, kubeconfig: Path) -> None:
+    """Take and give back the bridge's Lease with a run record, as a rebalance run does (``reconcile``).
+
+    The exporter reads it back as the ``slurm_pool_rebalance_*`` metrics, whether or not a bridge
+    test ran a real rebalance earlier in the session.  A Lease held by a live run records its own.
+    """
+    from datetime import datetime, timezone
+
+    from slurm_pool.bridge.k8s import KubernetesAPI
+    from slurm_pool.bridge.lease import LeaseHeld, run_annotations
+    from slurm_pool.bridge.reconcile import give_back_lease, take_lease
+    from slurm_pool.spec import load_spec
+    from slurm_pool.spec.bridge import bridge_of
+
+    config = bridge_of(load_spec(spec))
+    k8s = KubernetesAPI.connect(config, kubeconfig)
+    holder = "metrics-e2e/" + os.urandom(4).hex()
+    try:
+        take_lease(k8s, config, holder, datetime.now(timezone.utc))
+    except LeaseHeld:
+        return
+    give_back_lease(k8s, config, holder, run_annotations(1.5, datetime.now(timezone.utc), 3))
+
+
 @pytest.fixture(scope="module")
 def exporter(slurm_cluster, k8s_kubeconfig, tmp_path_factory):
     """``slurm-pool exporter`` on a free loopback port, talking to the test cluster, and given the
@@ -106,6 +130,7 @@ def exporter(slurm_cluster, k8s_kubeconfig, tmp_path_factory):
     data["bridge"]["kserve_namespace"] = "metrics-e2e"  # no InferenceService there: a demand of 0
     spec = logs / "pool.yaml"
     spec.write_text(yaml.safe_dump(data))
+    leave_a_run_record(spec, k8s_kubeconfig)
     argv = [sys.executable, "-m", "slurm_pool.metrics.cli", "--listen", f"127.0.0.1:{port}", "--reclaim-interval", "1"]
     d = Daemon([*argv, "--spec", str(spec), "--kubeconfig", str(k8s_kubeconfig)], logs / "exporter.log", env)
     url = f"http://127.0.0.1:{port}/metrics"
