@@ -166,6 +166,8 @@ class PoolCollector:
             except Exception as exc:  # noqa: BLE001 -- any failure becomes a metric
                 out.failed[source] += 1
                 log.warning("%s failed: %s", source, exc)
+                out.reads[source] = (time.monotonic() - start, None)  # last_read is still the read before
+                continue
             out.reads[source] = (time.monotonic() - start, read_bytes(self.slurm, source))
         if self.outcomes is not None:
             try:

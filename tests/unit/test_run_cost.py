@@ -227,6 +227,19 @@ def test_a_failed_read_still_has_its_time():
         assert sample(reg, "slurm_pool_slurm_read_seconds", {"source": source}) is not None
 
 
+def test_a_failed_read_exports_no_size_of_the_read_before():
+    # The client's last_read still holds the previous (successful) read: it is not this read's size.
+    r = runner()
+    client = SlurmClient(r)
+    client.last_read.update({"nodes": (111, 0.1), "jobs": (222, 0.1)})  # what the read before said
+    for prefix in (["env"], ["squeue"], ["sinfo", "--json"], ["scontrol"]):
+        r.fail(prefix, returncode=1, stderr="slurm_load_jobs error")
+    reg = scrape(PoolCollector(client))
+    for source in ("nodes", "jobs"):
+        assert sample(reg, "slurm_pool_slurm_read_seconds", {"source": source}) is not None
+        assert sample(reg, "slurm_pool_slurm_read_bytes", {"source": source}) is None
+
+
 @pytest.mark.parametrize(
     "last_read, want",
     [
