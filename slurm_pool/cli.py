@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "simulate": "slurm_pool.sim.cli:simulate",
     "elastic": "slurm_pool.elastic.cli:elastic",
     "serve": "slurm_pool.web.cli:serve",
+    "why": "slurm_pool.predict.cli:why",
 }
 
 

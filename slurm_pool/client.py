@@ -238,6 +238,12 @@ class PoolClient:
         """One job in full, with its timeline."""
         return self._get(m.JobDetail, f"/jobs/{job_id(id)}")
 
+    def why(self, id: int | str, alternatives: bool = True) -> m.Why:
+        """Why a pending job waits, when the pool's model starts it, and (``alternatives``) what would start it
+        sooner; an :class:`ApiError` 409 for a job that is not waiting."""
+        params = None if alternatives else {"alternatives": "false"}
+        return self._get(m.Why, f"/jobs/{job_id(id)}/why", params)
+
     def projects(self) -> list[m.ProjectView]:
         """The caller's projects: guaranteed, borrowed and lent GPU-hours, charges per tier."""
         return _read_list(m.ProjectView, *self._request("GET", "/projects"))

@@ -13,7 +13,7 @@ tests use the recording fake and integration tests the real daemons.
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from slurm_pool.adapters import narrow
 from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError, node_command, parse_jobs, parse_nodes
@@ -186,3 +186,28 @@ def installed_version(runner: Runner | None = None) -> SlurmVersion | None:
         if res.ok:
             return SlurmVersion.parse(res.stdout, what=" ".join(argv), output=True)
     return None
+
+
+def read_records(read: Callable[[], list[Any]], what: str, kind: str) -> list[Any]:
+    """The records ``read`` returns (a :class:`~slurm_pool.adapters.slurm.SlurmClient` read).
+
+    A command that fails raises :class:`~slurm_pool.errors.PoolError` (exit 1);
+    one whose output cannot be read raises
+    :class:`~slurm_pool.adapters.records.RecordError` (exit 2) saying so, e.g.
+    ``squeue --Format printed no readable job records: ...``.  Both
+    messages show Slurm's words, never pass them to the terminal raw.
+    """
+    from slurm_pool.adapters.records import RecordError
+    from slurm_pool.adapters.runner import CommandError
+    from slurm_pool.errors import PoolError
+    from slurm_pool.text import shown
+
+    try:
+        return read()
+    except CommandError as exc:
+        raise PoolError(shown(exc)) from None
+    except OSError as exc:  # could not be run at all (not executable, say)
+        raise PoolError(shown(f"{what}: {exc}")) from None
+    except RecordError as exc:
+        detail = str(exc).split(" printed no readable records", 1)[-1]  # ": why", or " (%x): why"
+        raise RecordError(shown(f"{what} printed no readable {kind}{detail}")) from None

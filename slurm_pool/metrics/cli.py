@@ -70,13 +70,15 @@ def build_registry(
     inference: Callable[[], Mapping[str, int]] | None = None,
     gpu_resource: str = "nvidia.com/gpu",
     rebalance: Callable[[], Mapping[str, float]] | None = None,
+    predict: Callable[[], Mapping[str, tuple[list[float], int]]] | None = None,
 ) -> Any:
     """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics).
 
     ``reclaim_window`` > 0 reads ``sacct`` over that many seconds, at most every ``reclaim_interval``
     seconds, for the reclaim histogram.  ``inference`` reads the inference tier's demand per GPU-like
     resource on each scrape (:func:`slurm_pool.bridge.k8s.inference_demand`); ``rebalance`` the last
-    rebalance run's record on the bridge's Lease (:func:`rebalance_reader`).
+    rebalance run's record on the bridge's Lease (:func:`rebalance_reader`); ``predict`` the predicted
+    waits of the pending jobs (:class:`slurm_pool.metrics.predicted.PredictionReader`).
     """
     from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -103,11 +105,28 @@ def build_registry(
             inference=inference,
             gpu_resource=gpu_resource,
             rebalance=rebalance,
+            predict=predict,
         )
     )
     if process_metrics:
         ProcessCollector(registry=registry)
     return registry
+
+
+def prediction_reader(
+    spec_path: str, runner: Any, interval: float
+) -> Callable[[], Mapping[str, tuple[list[float], int]]]:
+    """The spec's pool, predicted from Slurm at most every ``interval`` seconds (its own Slurm client)."""
+    from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.metrics.predicted import PredictionReader
+    from slurm_pool.predict.live import forecast
+    from slurm_pool.predict.pool import PoolModel
+    from slurm_pool.spec import load_spec
+
+    spec = load_spec(spec_path)
+    pool = PoolModel.from_spec(spec)
+    slurm = SlurmClient(runner)
+    return PredictionReader(lambda: forecast(slurm, spec, pool=pool), interval)
 
 
 def rebalance_reader(api: Any, namespace: str, name: str) -> Callable[[], Mapping[str, float]]:
@@ -202,6 +221,20 @@ def bridge_readers(
     type=click.Path(dir_okay=False),
     help="Kubeconfig for --spec [$KUBECONFIG, ~/.kube/config, else in-cluster].",
 )
+@click.option(
+    "--predict-spec",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Pool spec: also export each pending job's predicted wait (slurm_pool_pending_predicted_wait_seconds), "
+    "as `slurm-pool why` predicts it.",
+)
+@click.option(
+    "--predict-interval",
+    default=60.0,
+    show_default=True,
+    type=Finite(min=1),
+    help="Seconds between forecasts for --predict-spec (each reads squeue --json, sinfo and sacct).",
+)
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 def exporter(
     listen: str,
@@ -213,6 +246,8 @@ def exporter(
     reclaim_interval: float,
     spec_path: str | None,
     kubeconfig: str | None,
+    predict_spec: str | None,
+    predict_interval: float,
     once: bool,
 ) -> None:
     """Serve Prometheus metrics of the pool (GPUs, jobs, drains, lending, preemptions)."""
@@ -235,6 +270,9 @@ def exporter(
     inference, rebalance, gpu_resource = None, None, "nvidia.com/gpu"
     if spec_path:
         inference, rebalance, gpu_resource = bridge_readers(spec_path, kubeconfig)
+    predict = None
+    if predict_spec:
+        predict = prediction_reader(predict_spec, SubprocessRunner(default_timeout=slurm_timeout), predict_interval)
     registry = build_registry(
         SubprocessRunner(default_timeout=slurm_timeout),
         state_dir=state_dir,
@@ -245,6 +283,7 @@ def exporter(
         inference=inference,
         gpu_resource=gpu_resource,
         rebalance=rebalance,
+        predict=predict,
     )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)

@@ -74,6 +74,7 @@ from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics.outcomes import OutcomeTally
 from slurm_pool.metrics.parse import lent_nodes, node_gpu_states
+from slurm_pool.metrics.predicted import prediction_metrics
 from slurm_pool.metrics.reclaims import ReclaimTally
 from slurm_pool.text import shown
 
@@ -81,7 +82,7 @@ log = logging.getLogger(__name__)
 
 GPU_STATES = ("allocated", "idle", "drained", "down")
 DRAIN_OWNERS = ("slurm-pool", "human")
-SOURCES = ("nodes", "jobs", "outcomes", "reclaims", "kubernetes", "deadline")
+SOURCES = ("nodes", "jobs", "outcomes", "reclaims", "kubernetes", "deadline", "predict")
 #: Seconds a scrape waits for Slurm: below Prometheus' default scrape_timeout of 10 s.
 DEFAULT_DEADLINE = 8.0
 DEFAULT_LEND_PARTITION = "k8s-lend"
@@ -109,6 +110,7 @@ class _Reading:
     reclaims: list[Metric] | None = None  # likewise
     inference: dict[str, int] | None = None  # GPU-like resource -> count KServe wants
     rebalance: dict[str, float] | None = None  # the last run's record: seconds, end, steps
+    predicted: Mapping[str, tuple[list[float], int]] | None = None  # tier -> (predicted waits, no estimate)
     reads: dict[str, tuple[float, int | None]] = field(default_factory=dict)  # source -> (seconds, bytes)
     failed: Counter[str] = field(default_factory=Counter)
 
@@ -133,8 +135,10 @@ class PoolCollector:
         inference: Callable[[], Mapping[str, int]] | None = None,
         gpu_resource: str = "nvidia.com/gpu",
         rebalance: Callable[[], Mapping[str, float]] | None = None,
+        predict: Callable[[], Mapping[str, tuple[list[float], int]]] | None = None,
     ):
         self.slurm = slurm
+        self.predict = predict
         self.reclaims = reclaims
         self.inference = inference
         self.rebalance = rebalance
@@ -195,6 +199,12 @@ class PoolCollector:
             except Exception as exc:  # noqa: BLE001
                 out.failed["kubernetes"] += 1
                 log.warning("reading the last rebalance run failed: %s", shown(exc))
+        if self.predict is not None:
+            try:
+                out.predicted = self.predict()
+            except Exception as exc:  # noqa: BLE001
+                out.failed["predict"] += 1
+                log.warning("predicting start times failed: %s", shown(exc))
         return out
 
     def _shared_read(self) -> Future[_Reading]:
@@ -249,6 +259,8 @@ class PoolCollector:
             out.extend(inference_metrics(reading.inference, self.gpu_resource))
         if reading.rebalance is not None:
             out.extend(rebalance_metrics(reading.rebalance))
+        if reading.predicted is not None:
+            out.extend(prediction_metrics(reading.predicted))
         out.extend(read_metrics(reading.reads))
         healthy = built_nodes is not None and built_jobs is not None and built_pool is not None
         up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")

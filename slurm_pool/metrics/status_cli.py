@@ -9,10 +9,11 @@ and the tail of each node's ``outcomes.jsonl`` under node.conf's
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import click
 
+from slurm_pool.adapters.slurm import read_records
 from slurm_pool.clitypes import Finite, StrictInt
 from slurm_pool.errors import InputError
 from slurm_pool.metrics.outcomes import TAIL_BYTES, tail_lines
@@ -26,30 +27,6 @@ def tail_preemptions(state_dir: str, tail: int = TAIL_BYTES) -> Iterator[dict[st
         entry = preemption(node, line)
         if entry is not None:
             yield entry
-
-
-def read_records(read: Callable[[], list[Any]], what: str, kind: str) -> list[Any]:
-    """The records ``read`` returns (a :class:`~slurm_pool.adapters.slurm.SlurmClient` read).
-
-    A command that fails raises :class:`~slurm_pool.errors.PoolError` (exit 1);
-    one whose output cannot be read raises
-    :class:`~slurm_pool.adapters.records.RecordError` (exit 2) saying so, e.g.
-    ``squeue --Format printed no readable job records: ...``.  Both
-    messages show Slurm's words, never pass them to the terminal raw.
-    """
-    from slurm_pool.adapters.records import RecordError
-    from slurm_pool.adapters.runner import CommandError
-    from slurm_pool.errors import PoolError
-
-    try:
-        return read()
-    except CommandError as exc:
-        raise PoolError(shown(exc)) from None
-    except OSError as exc:  # could not be run at all (not executable, say)
-        raise PoolError(shown(f"{what}: {exc}")) from None
-    except RecordError as exc:
-        detail = str(exc).split(" printed no readable records", 1)[-1]  # ": why", or " (%x): why"
-        raise RecordError(shown(f"{what} printed no readable {kind}{detail}")) from None
 
 
 def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, Any]:

@@ -39,8 +39,9 @@ def expected_end(sim: EngineState, r: Run, clamp: bool = True) -> float:
     (a time limit already passed: now, unless not ``clamp``)."""
     if r.free_at is not None:
         return r.free_at
-    if sim.pol.time_limit is not None:
-        end = r.begin + sim.pol.time_limit
+    lim = sim.limit_of(r.job)
+    if lim is not None:
+        end = r.begin + lim
         return max(sim.now, end) if clamp else end
     return r.start + r.job.work - sim.state[r.job.id].done
 
@@ -82,7 +83,7 @@ def _indexed(sim: EngineState, job: Job, scope: str, pre: bool, whole: bool) -> 
     ti = sim.time_index((scope, job.profile, pre, need), members, whole)
     ti.refresh(lambda n: node_time(sim, n, sim.size[n] if whole else need, pre, -math.inf, False), sim.ver)
     got, reached = ti.earliest(sim.ver, job.gpus if whole else None, sim.now)
-    if reached and sim.pol.time_limit is None:
+    if reached and not sim.limited:
         return None  # an end at the clock: the scan decides
     return [(max(t, sim.now), n) for t, n in got]
 
@@ -115,7 +116,7 @@ def _scan(sim: EngineState, job: Job, scope: str, preemptible: bool, tier: str, 
     reclaims = bool(lent) and rule is not None and job_class(job, tier) in rule.preemptors
     idx = sim.index[(scope, job.profile)]
     times: list[tuple[float, int]] = []
-    cache = sim.pol.time_limit is None  # else expected ends move with the clock
+    cache = not sim.limited  # else expected ends move with the clock
     for n in idx.members:
         need = sim.size[n] if whole else job.gpus
         if need > sim.size[n]:
@@ -231,7 +232,9 @@ def backfill(
             resolved = True
         st = sim.state[job.id]
         overhead = sim.pol.restart_overhead if st.done > 0 else 0.0
-        lim = sim.pol.time_limit if sim.pol.time_limit is not None else job.work - st.done + overhead
+        lim = sim.limit_of(job)
+        if lim is None:
+            lim = job.work - st.done + overhead
         ends = sim.now + lim
         # the reserved nodes it would overstay: those of the reservations before its end (a prefix of above)
         k, mine = bisect_left(above_t, ends), ends > t_res

@@ -50,6 +50,9 @@ class Job:
     work: float
     gpus: int
     profile: str | None = None
+    #: Seconds the scheduler expects it to hold its GPUs from the start of a run (Slurm's TimeLimit; None:
+    #: the policy's ``time_limit``).  Only the node engine's backfill reads it; the job still runs ``work``.
+    limit: float | None = None
 
 
 @dataclass(frozen=True)

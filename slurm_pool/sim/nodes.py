@@ -43,6 +43,10 @@ nodes.  The model:
   starts the next job); a preemptor may claim them, and starts once they are
   released.
 
+:func:`forward_nodes` runs the same engine forward from a live state: the
+running jobs placed at time 0 (:mod:`.forward`), the pending ones queued in
+the caller's (priority) order, until each has started or a horizon passes.
+
 The state every part shares (nodes as units, free GPUs, runs, queues,
 reservations, and the moves fit, launch and release) is
 :class:`.nodestate.EngineState`; this module adds the event loop, the main
@@ -52,9 +56,9 @@ scheduler and preemption, and :mod:`.backfill`, :mod:`.victims` and
 Simplified against Slurm: one reservation per queue head (not one per waiting
 job), no bf_window or bf_resolution, backfilled jobs do not preempt, the
 queues are scheduled in a fixed order (each project's, then the borrowers'),
-time limits are the jobs' exact remaining durations unless
-``NodePolicy.time_limit`` is given (a job past its limit is not killed, it is
-expected to end at any moment), and no CPUs, memory or topology.  MIG layouts
+time limits are the jobs' exact remaining durations unless a job's own
+``Job.limit`` or ``NodePolicy.time_limit`` is given (a job past its limit is
+not killed, it is expected to end at any moment), and no CPUs, memory or topology.  MIG layouts
 are fixed through a replay, a job's instances are all of one profile, and a
 plain GPU request never lands on a MIG instance (Slurm may give one to an
 untyped ``--gpus``); a guaranteed MIG job must fit one of its project's nodes.
@@ -65,18 +69,30 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from dataclasses import replace
 from itertools import islice
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from slurm_pool.mig.profiles import geometry
 from slurm_pool.sim.backfill import backfill
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, note_tiers
+from slurm_pool.sim.forward import Seed, place_seeds
 from slurm_pool.sim.nodelend import Lender
 from slurm_pool.sim.nodestate import ALL, EngineState, JobState, Node, NodePolicy, NodeResult, Placement, Run
 from slurm_pool.sim.victims import plan_victims
 from slurm_pool.spec.hosts import expand
 
-__all__ = ["ALL", "Node", "NodePolicy", "NodeResult", "Placement", "nodes_from_spec", "simulate_nodes"]
+__all__ = [
+    "ALL",
+    "Node",
+    "NodePolicy",
+    "NodeResult",
+    "Placement",
+    "Seed",
+    "forward_nodes",
+    "nodes_from_spec",
+    "simulate_nodes",
+]
 
 
 class _Sim(EngineState):
@@ -210,18 +226,47 @@ class _Sim(EngineState):
 
     # -- main loop -------------------------------------------------------------
     def run(self, jobs: Iterable[Job]) -> NodeResult:
-        # Arrivals come first among events at the same time (as if pushed first), read from this list in
-        # order rather than held in the heap.
+        """Replay ``jobs`` until the window has passed and every owner job is done."""
         arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
         for job in arrivals:
             self._check(job)
-        self.seq = len(arrivals)
+        return self.loop(arrivals, lambda: self.now >= self.window and self.owner_done == self.owner_jobs)
+
+    def forward(self, running: Iterable[Seed], pending: Sequence[Job], horizon: float) -> NodeResult:
+        """Seed ``running`` at time 0, queue ``pending`` in the order given, and run until all have started."""
+        seeds = list(running)
+        for seed in seeds:
+            self._check(seed.job, seeded=True)
+        arrivals = sorted((replace(j, arrival=0.0) if j.arrival < 0 else j for j in pending), key=lambda j: j.arrival)
+        for job in arrivals:
+            self._check(job)
+        place_seeds(self, seeds)
+        # started: a pending job once it ran once; a seed already signalled once it runs again
+        track = [(self.state[j.id], 1) for j in pending]
+        track += [(self.state[s.job.id], 2) for s in seeds if s.free_at is not None]
+        self.push(horizon, "horizon", None)  # a last pass there, and nothing after it
+        at = 0
+
+        def started() -> bool:
+            nonlocal at
+            while at < len(track) and track[at][0].runs >= track[at][1]:
+                at += 1
+            return at == len(track) or self.now >= horizon
+
+        return self.loop(arrivals, started)
+
+    def loop(self, arrivals: list[Job], stop: Callable[[], bool]) -> NodeResult:
+        """The event loop: ``arrivals`` in order (by arrival time), until no event is left or ``stop()``."""
+        # Arrivals come first among events at the same time (as if pushed first), read from this list in
+        # order rather than held in the heap.
+        self.seq += len(arrivals)
         if self.lender is not None:
             for t in self.lender.ticks():
                 self.push(t, "lend", None)
         nxt, last = 0, len(arrivals)
         events = self.events
-        while nxt < last or events:
+        stopped = stop()  # a forward run may have nothing to wait for
+        while not stopped and (nxt < last or events):
             t = (
                 arrivals[nxt].arrival
                 if nxt < last and (not events or arrivals[nxt].arrival <= events[0][0])
@@ -241,8 +286,7 @@ class _Sim(EngineState):
                 self.lender.tick()
                 self.schedule()  # what it gave back may start a job
             self._note_idle()
-            if self.now >= self.window and self.owner_done == self.owner_jobs:
-                break
+            stopped = stop()
         for run in list(self.runs.values()) + list(self.leaving.values()):
             if run.job.id in self.runs:
                 self.account(run, self.now, max(0.0, self.now - run.start))
@@ -253,7 +297,9 @@ class _Sim(EngineState):
             self.res.lending = self.lender.stats
         return self.res
 
-    def _check(self, job: Job) -> None:
+    def _check(self, job: Job, seeded: bool = False) -> None:
+        """ValueError naming ``job`` and the field when it cannot run here (``seeded``: running at the start,
+        its arrival ignored and a limit of 0 allowed: already past it)."""
         if job.id in self.state:
             raise ValueError(f"job {job.id}: duplicate job id")
         self.state[job.id] = JobState()
@@ -270,8 +316,12 @@ class _Sim(EngineState):
         limit = self.share[(job.project or ALL, None)]
         if job.profile is None and not 1 <= job.gpus <= limit:
             raise ValueError(f"job {job.id}: gpus {job.gpus} outside 1..{limit}")
-        if not (job.work > 0 and job.arrival >= 0):
+        if not (job.work > 0 and (seeded or job.arrival >= 0)):
             raise ValueError(f"job {job.id}: work {job.work} and arrival {job.arrival} must be positive")
+        if job.limit is not None:
+            if not (math.isfinite(job.limit) and (job.limit >= 0 if seeded else job.limit > 0)):
+                raise ValueError(f"job {job.id}: limit {job.limit} is not positive")
+            self.limited = True
         if job.project is not None:
             self.owner_jobs += 1
 
@@ -302,7 +352,8 @@ class _Sim(EngineState):
             self.account(run, self.now, run.job.work - st.done)
             st.done = run.job.work
             del self.runs[job_id]
-            if self.pol.time_limit is not None and self.now < self._limit_end(run):
+            lim = self.limit_of(run.job) if self.limited else None
+            if lim is not None and self.now < run.begin + lim:
                 self.epoch += 1  # ended before its limit: reservations may come earlier
             self.record(run, self.now, "done")
             if self.pol.release_delay > 0:  # completing: its GPUs come free a little later
@@ -336,16 +387,12 @@ class _Sim(EngineState):
         elif kind == "released":
             assert isinstance(payload, Run)
             self.release(payload)
-        elif kind in ("lend", "backfill"):  # a cron tick (run after the scheduler's pass), a backfill pass
+        elif kind in ("lend", "backfill", "horizon"):  # a cron tick (run after the scheduler's pass), a pass
             pass
         elif kind == "eligible":  # a requeued job's hold is over: it keeps its place at the front
             assert isinstance(payload, Job)
             self.queues[payload.project].appendleft(payload)
             self.qgen[payload.project] += 1
-
-    def _limit_end(self, run: Run) -> float:
-        assert self.pol.time_limit is not None
-        return run.begin + self.pol.time_limit
 
 
 def nodes_from_spec(spec: Any) -> list[Node]:
@@ -370,3 +417,20 @@ def simulate_nodes(nodes: Iterable[Node], jobs: Iterable[Job], policy: Policy, w
     if not isinstance(policy, NodePolicy):
         policy = NodePolicy(**vars(policy))
     return _Sim(list(nodes), policy, window).run(jobs)
+
+
+def forward_nodes(
+    nodes: Iterable[Node], running: Iterable[Seed], pending: Sequence[Job], policy: Policy, horizon: float
+) -> NodeResult:
+    """Run the engine forward from a live state and stop once every pending job has started, or at horizon.
+
+    ``running`` are placed at time 0 (:class:`~.forward.Seed`); ``pending`` are queued in the order given
+    (by priority), each into its project's queue (None: the borrowers'), one with ``arrival > 0`` only from
+    then (a begin time, a dependency).  A job's predicted start is the ``start`` of its first placement in
+    the result's schedule; a job without one had not started by ``horizon``.
+    """
+    if not (math.isfinite(horizon) and horizon > 0):
+        raise ValueError(f"horizon: {horizon} is not a positive number of seconds")
+    if not isinstance(policy, NodePolicy):
+        policy = NodePolicy(**vars(policy))
+    return _Sim(list(nodes), policy, horizon).forward(running, pending, horizon)

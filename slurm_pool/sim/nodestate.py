@@ -184,6 +184,15 @@ class EngineState:
         self.scope_units = {p: frozenset(u for u, o in enumerate(self.owner) if o == p) for p in projects}
         self.scope_units[ALL] = frozenset(range(len(self.size)))
         self.bf_next: float | None = None  # the backfill pass already due (with bf_interval)
+        #: Whether any job or the policy has a time limit (:meth:`limit_of`): an expected end may then be one
+        #: the clock has passed, so backfill keeps no per-node time cache and trusts its time index at the clock;
+        #: a job ending before its limit moves reservations earlier.
+        self.limited = policy.time_limit is not None
+
+    def limit_of(self, job: Job) -> float | None:
+        """The seconds ``job`` is expected to hold its GPUs from a run's start: its own limit, else the
+        policy's (None: neither, its exact remaining duration).  Note a job with a limit in :attr:`limited`."""
+        return job.limit if job.limit is not None else self.pol.time_limit
 
     def note(self, n: int) -> None:
         """Index unit ``n`` at its free GPUs, in its scopes."""
@@ -291,8 +300,19 @@ class EngineState:
         """The GPUs (or instances) ``job`` counts for, in 1/den GPUs (every unit of an alloc is of one kind)."""
         return job.gpus * self.units.cost[next(iter(alloc))]
 
-    def launch(self, job: Job, tier: str, alloc: dict[int, int], free_part: dict[int, int], ready: float) -> None:
-        """Start ``job`` in ``tier`` on ``alloc`` now; it holds the GPUs from ``ready`` (after any grace wait)."""
+    def launch(
+        self,
+        job: Job,
+        tier: str,
+        alloc: dict[int, int],
+        free_part: dict[int, int],
+        ready: float,
+        leaving_at: float | None = None,
+    ) -> None:
+        """Start ``job`` in ``tier`` on ``alloc`` now; it holds the GPUs from ``ready`` (after any grace wait).
+
+        ``leaving_at``: it was already signalled (a run seeded at the start, :mod:`.forward`): it holds them
+        until then, and is then requeued."""
         st = self.state[job.id]
         overhead = self.pol.restart_overhead if st.done > 0 else 0.0
         w = job.gpus * self.units.weight(next(iter(alloc)))
@@ -306,10 +326,16 @@ class EngineState:
             self.used[(job.project, job.profile)] += job.gpus
             self.usedgen[job.project] += 1
             self.used_eq += self.eq(job, alloc)
-        run = Run(job, tier, alloc, self.now, ready, ready + overhead, st.runs, w)
-        self.runs[job.id] = run
+        run = Run(job, tier, alloc, self.now, ready, ready + overhead, st.runs, w, leaving_at)
+        if leaving_at is None:
+            self.runs[job.id] = run
+        else:
+            self.leaving[job.id] = run
         self.take(run, free_part)
-        self.push(run.start + job.work - st.done, "finish", (job.id, run.version))
+        if leaving_at is None:
+            self.push(run.start + job.work - st.done, "finish", (job.id, run.version))
+        else:
+            self.push(leaving_at, "requeue", run)
 
     def release(self, run: Run) -> None:
         """``run``'s GPUs come free (those owners claimed stay with them)."""

@@ -26,6 +26,8 @@ from slurm_pool import text
 from slurm_pool.adapters.records import JobRecord, job_state
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.policy.tables import PolicyTables, build_tables
+from slurm_pool.predict.explain import explain
+from slurm_pool.predict.forward import LiveJob
 from slurm_pool.spec.bridge import bridge_of
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
@@ -107,6 +109,53 @@ def validation_problem(exc: RequestValidationError) -> Response:
     return _problem(422, f"{field}: {msg}{value}{more}", field)
 
 
+def why_answer(
+    answer: dict[str, Any], now: float, slurm_estimate: float | None, visible: Callable[[int], bool]
+) -> models.Why:
+    """:meth:`Explanation.as_dict`'s answer as the API's :class:`~slurm_pool.web.models.Why`: the causes name
+    only the jobs ``visible`` keeps, and every text has its control characters shown."""
+    return models.Why(
+        job_id=answer["job_id"],
+        now=now,
+        reason=text.shown(answer["reason"]),
+        reason_text=text.shown(answer["reason_text"]),
+        predicted_start=answer["predicted_start"],
+        range=(answer["range"][0], answer["range"][1]),
+        runtime_seconds=answer["runtime_seconds"],
+        runtime_basis=text.shown(answer["runtime_basis"]),
+        note=text.shown(answer["note"]),
+        slurm_estimate=slurm_estimate,
+        causes=[
+            models.WhyCause(
+                kind=text.shown(c["kind"]),
+                text=text.shown(c["text"]),
+                jobs=[j for j in c["jobs"] if visible(j)],
+                nodes=[text.shown(n) for n in c["nodes"]],
+            )
+            for c in answer["causes"]
+        ],
+        alternatives=[
+            models.WhyAlternative(
+                what=text.shown(a["what"]), how=text.shown(a["how"]), predicted_start=a["predicted_start"]
+            )
+            for a in answer["alternatives"]
+        ],
+    )
+
+
+def not_waiting(job: JobRecord, current: JobRecord | None, live: LiveJob | None) -> str:
+    """Why ``job`` has no answer to "why is it waiting": it runs, is leaving its nodes, or has ended."""
+    if live is not None and live.state == "running":
+        return f"job {job.job_id} is running, not waiting"
+    if live is not None:
+        return f"job {job.job_id} is leaving its nodes (preempted or completing), not waiting"
+    if current is None:
+        return f"job {job.job_id} has ended ({job.state.base.lower() or 'in no state'}), not waiting"
+    if current.waiting:
+        return f"job {job.job_id} is no longer waiting (it left the queue or started since the last read)"
+    return f"job {job.job_id} is {current.state.base.lower() or 'in no state'}, not waiting"
+
+
 def create_app(
     spec: PoolSpec,
     *,
@@ -141,6 +190,7 @@ def create_app(
     # Answers built from one read, serialized once, for every client polling until the next read.
     pool_cache: dict[bool, tuple[Snapshot, bytes]] = {}  # per role: the read it was built from
     jobs_cache: dict[Any, Any] = {}  # "snap" -> the read; (viewer, filters...) -> the answer
+    why_cache: dict[Any, Any] = {}  # "fc" -> the forecast; (job id, alternatives) -> its explanation (any viewer)
 
     def tables() -> PolicyTables:
         """The policy tables for the running Slurm (its version picks the MIG type names)."""
@@ -313,6 +363,37 @@ def create_app(
             log.warning("sacct for job %s failed: %s", job_id, text.shown(str(exc))[:300])
             runs, outcomes = [], []
         return views.job_detail(job, runs or ([current] if current else []), outcomes, current)
+
+    @app.get(f"{API}/jobs/{{job_id}}/why", response_model=models.Why, responses=ERRORS, tags=["jobs"])
+    def get_why(job_id: JobId, who: Who, alternatives: bool = True) -> models.Why:
+        """Why a pending job waits, when the pool's model starts it, and (``alternatives``) what would start it
+        sooner: one forward run of the queue shared by every request for ``refresh_seconds``."""
+        me = viewer(who)
+        job, current = find(job_id, me)
+        try:
+            fc = reader.forecast(spec)
+        except Exception as exc:  # noqa: BLE001 -- Slurm failing is Slurm's problem, said as such
+            raise ApiError(502, f"reading the queue for the forecast failed: {exc}") from None
+        live = fc.jobs.get(job_id)
+        if live is None or live.state != "pending" or job_id not in fc.predictions:
+            raise ApiError(409, not_waiting(job, current, live), "job_id")
+        with tables_lock:
+            if why_cache.get("fc") is not fc:  # a new forecast: every explanation is made afresh
+                why_cache.clear()
+                why_cache["fc"] = fc
+            answer = why_cache.get((job_id, alternatives))
+        if answer is None:  # the same forecast explains a job the same way: once per refresh, whoever polls
+            answer = explain(fc, job_id, alternatives_too=alternatives).as_dict()
+            with tables_lock:
+                if why_cache.get("fc") is fc and len(why_cache) <= MAX_CACHED:
+                    why_cache[(job_id, alternatives)] = answer
+        records = {j.job_id: j for j in reader.snapshot().jobs}
+
+        def visible(other: int) -> bool:
+            rec = records.get(other)
+            return rec is not None and me.sees(rec)
+
+        return why_answer(answer, fc.now, fc.slurm_start.get(job_id), visible)
 
     @app.post(f"{API}/jobs/explain", response_model=models.Explanation, responses=ERRORS, tags=["jobs"])
     def post_explain(body: models.SubmitRequest, who: Changing) -> models.Explanation:

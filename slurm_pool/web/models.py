@@ -222,6 +222,47 @@ class ActionResult(Response):
     message: str = ""
 
 
+# -- why a job waits --------------------------------------------------------
+class WhyCause(Response):
+    """One thing a pending job waits for: ``kind`` (owner, borrower, lent, preempts, dependency, begin, queue,
+    now), in words, with the jobs (only those the caller may see) and nodes it names."""
+
+    kind: str
+    text: str
+    jobs: list[int] = []
+    nodes: list[str] = []
+
+
+class WhyAlternative(Response):
+    """Another way to submit the job, how to ask for it, and when the model starts it then (None: not soon)."""
+
+    what: str
+    how: str
+    predicted_start: Optional[float] = None
+
+
+class Why(Response):
+    """Why a pending job waits and when the pool's model starts it (Unix seconds; None: not within its horizon)."""
+
+    job_id: int
+    #: When the forecast ran.
+    now: float
+    #: Slurm's reason code, and it in the pool's words.
+    reason: str = ""
+    reason_text: str = ""
+    predicted_start: Optional[float] = None
+    #: Earliest and latest start: runtimes from the users' history, and every job using its whole time limit.
+    range: tuple[Optional[float], Optional[float]] = (None, None)
+    runtime_seconds: float = 0.0
+    #: What the runtime rests on: history, user history, time limit, default.
+    runtime_basis: str = ""
+    note: str = ""
+    #: Slurm's own estimate (``squeue --start``; None: it gives none).
+    slurm_estimate: Optional[float] = None
+    causes: list[WhyCause] = []
+    alternatives: list[WhyAlternative] = []
+
+
 # -- projects ---------------------------------------------------------------
 class ProjectView(Response):
     name: str

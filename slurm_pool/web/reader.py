@@ -16,6 +16,10 @@ last reclaims (when the pool last took a lent node back from Kubernetes: the
 end of its last lend-partition job) come from the projects page's cached
 ``sacct`` read, refreshed in the background at most once per
 ``slow_seconds``.
+
+The start-time forecast (``why is my job waiting``) is one forward run of the
+queue shared by every request for ``refresh_seconds``; the users' recent runs it
+estimates runtimes from are read from ``sacct`` at most once per ``slow_seconds``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
 from slurm_pool.metrics.outcomes import load_record, tail_lines
 from slurm_pool.metrics.parse import job_nodes
+from slurm_pool.predict.forward import Forecast
+from slurm_pool.predict.live import HISTORY_DAYS, read_history
+from slurm_pool.predict.live import forecast as live_forecast
+from slurm_pool.predict.pool import PoolModel
 from slurm_pool.web import models, views
 
 log = logging.getLogger(__name__)
@@ -190,6 +198,7 @@ class PoolReader:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurm-pool-web-read")
         self._details: OrderedDict[int, _Timed] = OrderedDict()
         self._slow: dict[str, _Timed] = {}
+        self._models: dict[int, tuple[Any, PoolModel]] = {}  # id(spec) -> (spec, its predictor model)
 
     @property
     def history(self) -> list[models.Sample]:
@@ -399,6 +408,35 @@ class PoolReader:
             return runs, start, end
 
         value: tuple[list[JobRecord], float, float] = self._cached(slot, self.slow_seconds, read)
+        return value
+
+    # -- the start-time forecast --------------------------------------------------
+    def runtime_history(self, days: int = HISTORY_DAYS) -> list[JobRecord]:
+        """The jobs that ended in the last ``days`` (every user's runtimes); cached for ``slow_seconds``.
+
+        An empty window is no history (22.05's sacct answers :data:`NOTHING_FOUND`); other failures raise.
+        """
+        slot = self._slow.setdefault(f"history-{days}", _Timed(float("-inf"), None))
+        value: list[JobRecord] = self._cached(slot, self.slow_seconds, lambda: read_history(self.slurm, days))
+        return value
+
+    def forecast(self, spec: Any) -> Forecast:
+        """Every pending job's predicted start (:func:`slurm_pool.predict.live.forecast`), shared for
+        ``refresh_seconds``: one forward run in flight at a time, the others wait for it and reuse it.
+
+        Raises what the Slurm client raises when squeue, sinfo or sacct fails (the last forecast is kept).
+        """
+        with self._lock:
+            slot = self._slow.setdefault(f"forecast-{id(spec)}", _Timed(float("-inf"), None))
+            model = self._models.get(id(spec))
+            if model is None or model[0] is not spec:
+                model = self._models[id(spec)] = (spec, PoolModel.from_spec(spec))
+
+        def read() -> Forecast:
+            history = self.runtime_history()
+            return live_forecast(self.slurm, spec, now=self.clock(), history=history, pool=model[1])
+
+        value: Forecast = self._cached(slot, self.refresh, read)
         return value
 
     def close(self) -> None:

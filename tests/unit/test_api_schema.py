@@ -204,6 +204,7 @@ CALLS: dict[str, Any] = {
     "status": lambda c: c.status(),
     "jobs": lambda c: c.jobs(state="RUNNING"),
     "job": lambda c: c.job(1),
+    "why": lambda c: c.why(1),
     "projects": lambda c: c.projects(),
     "explain": lambda c: c.explain("scavenger"),
     "submit": lambda c: c.submit("#!/bin/sh\n", "scavenger"),
@@ -314,6 +315,8 @@ def test_sdk_reads_the_real_app(served) -> None:
     detail = alice.job(1)
     assert detail.job.user == "alice" and detail.job.state == "RUNNING"
     assert alice.wait(1, "RUNNING", timeout=0).job_id == 1
+    why = alice.why(4)
+    assert why.job_id == 4 and why.predicted_start is not None and why.causes and why.alternatives
 
 
 def test_sdk_acts_through_the_real_app(served) -> None:
@@ -343,6 +346,8 @@ def test_sdk_acts_through_the_real_app(served) -> None:
         (lambda c: c.job(3), "alice", None, 403, "alice may not"),
         (lambda c: c.cancel(3), "alice", None, 403, "alice may not"),
         (lambda c: c.job(999), "alice", None, 404, "no job 999"),
+        (lambda c: c.why(1), "alice", None, 409, "job 1 is running, not waiting"),
+        (lambda c: c.why(3), "alice", None, 403, "alice may not"),
         (lambda c: c.login("alice", "wrong"), None, None, 401, ""),
     ],
 )

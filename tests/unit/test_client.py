@@ -35,6 +35,16 @@ ANSWERS: dict[tuple[str, str], Any] = {
     },  # fmt: skip
     ("GET", "/api/v1/jobs"): {"jobs": [JOB], "hidden": {"RUNNING": 3}},
     ("GET", "/api/v1/jobs/42"): {"job": JOB, "timeline": [{"time": 1.0, "kind": "submitted"}], "restarts": 0},
+    ("GET", "/api/v1/jobs/42/why"): {
+        "job_id": 42,
+        "now": 100.0,
+        "reason": "Resources",
+        "predicted_start": 700.0,
+        "range": [600.0, 900.0],
+        "slurm_estimate": None,
+        "causes": [{"kind": "owner", "text": "owners' jobs hold its GPUs", "jobs": [7]}],
+        "alternatives": [{"what": "1 GPU instead of 2", "how": "resubmit with --gpus=1", "predicted_start": 100.0}],
+    },  # fmt: skip
     ("POST", "/api/v1/jobs/explain"): EXPLAINED,
     ("POST", "/api/v1/jobs"): {"job_id": 43, "explanation": EXPLAINED},
     **{
@@ -84,6 +94,10 @@ CALLS: list[tuple[str, Callable[[PoolClient], Any], str, str, dict[str, str], An
      lambda r: r.timeline[0].kind == "submitted"),
     ("job by string", lambda c: c.job("42"), "GET", "/api/v1/jobs/42", {}, None, m.JobDetail,
      lambda r: r.job.state == "RUNNING"),
+    ("why", lambda c: c.why(42), "GET", "/api/v1/jobs/42/why", {}, None, m.Why,
+     lambda r: r.range == (600.0, 900.0) and r.causes[0].jobs == [7] and r.alternatives[0].predicted_start == 100.0),
+    ("why without alternatives", lambda c: c.why("42", alternatives=False), "GET", "/api/v1/jobs/42/why",
+     {"alternatives": "false"}, None, m.Why, lambda r: r.predicted_start == 700.0 and r.slurm_estimate is None),
     ("explain", lambda c: c.explain("scavenger", gpus=2), "POST", "/api/v1/jobs/explain", {},
      {"tier": "scavenger", "script": "#!/bin/sh\n", "gpus": 2}, m.Explanation, lambda r: r.ok),
     ("submit", lambda c: c.submit("#!/bin/sh\ntrue\n", "scavenger", checkpoint=True, nodes="b-gpu1"), "POST",
@@ -260,6 +274,7 @@ def test_bad_requests_fail_in_the_client(call, field) -> None:
 
 @pytest.mark.parametrize(
     "call", [lambda c: c.job(True), lambda c: c.job("42/../me"), lambda c: c.cancel(-1), lambda c: c.job("٤٢"),
+             lambda c: c.why("42/../me"),
              lambda c: c.jobs(state="RUNNING\n"), lambda c: c.jobs(user=5)]
 )  # fmt: skip
 def test_bad_ids_and_filters_fail_in_the_client(call) -> None:

@@ -758,6 +758,29 @@
     setText("job-checkpoint-age", "–");
     setText("job-action-result", "");
     byId("job-action-result").removeAttribute("data-ok");
+    renderWhy(null);
+  }
+
+  /** The job, and for a pending one why it waits (a failed forecast is said in its section, not as the page's error). */
+  async function loadJob(r) {
+    const detail = await api("GET", "/jobs/" + r.id);
+    if (!isPending(detail.job)) return { detail: detail, why: null };
+    try {
+      return { detail: detail, why: await api("GET", "/jobs/" + r.id + "/why") };
+    } catch (err) {
+      if (err.status === 401) throw err;
+      if (err.status === 409) return { detail: detail, why: null }; // it started since the job was read
+      return { detail: detail, why: { error: err.message || "the forecast failed" } };
+    }
+  }
+
+  function isPending(job) {
+    return Boolean(job) && String(job.state || "").split("+")[0] === "PENDING";
+  }
+
+  function renderJobPage(data) {
+    renderJob(data.detail);
+    renderWhy(data.why);
   }
 
   function renderJob(detail) {
@@ -796,6 +819,79 @@
     }
     if (!timeline.firstChild) timeline.appendChild(h("li", { class: "muted" }, "No events recorded yet."));
     document.title = "Job " + job.job_id + " · slurm-pool";
+  }
+
+  // -- why is it waiting ------------------------------------------------------
+  /** The job page's "Why is it waiting" section: made once, before the timeline. */
+  function whySection() {
+    const found = byId("job-why");
+    if (found) return found;
+    const section = h("section", { id: "job-why", class: "why", "aria-labelledby": "job-why-heading", hidden: true }, [
+      h("h2", { id: "job-why-heading" }, "Why is it waiting"),
+      h("div", { id: "job-why-body", "aria-live": "polite" }),
+    ]);
+    const timeline = byId("timeline").closest("section");
+    timeline.parentNode.insertBefore(section, timeline);
+    return section;
+  }
+
+  /** A predicted moment: local time, and how far from the forecast's own "now". */
+  function when(t, now) {
+    if (!isNum(t)) return ["none"];
+    const away = isNum(now) && t > now ? " (in " + duration(t - now) + ")" : " (now)";
+    return [h("time", { datetime: isoTime(t) }, localTime(t)), away];
+  }
+
+  function jobLinks(ids) {
+    const shown = list(ids).filter((id) => Number.isInteger(id) && id > 0);
+    const out = [];
+    for (const id of shown) {
+      out.push(out.length ? ", " : shown.length > 1 ? " (jobs " : " (job ", h("a", { href: "#/job/" + id }, String(id)));
+    }
+    if (out.length) out.push(")");
+    return out;
+  }
+
+  function renderWhy(why) {
+    const section = whySection();
+    const body = clear(byId("job-why-body"));
+    section.hidden = !why;
+    if (!why) return;
+    if (why.error) {
+      body.appendChild(h("p", { class: "muted" }, "The forecast is not available: " + why.error));
+      return;
+    }
+    const start = why.predicted_start;
+    const range = list(why.range);
+    body.appendChild(
+      h("p", { class: "why-start" }, [h("strong", null, "Predicted start: "), ...when(start, why.now), why.note ? " — " + why.note : null]),
+    );
+    const fields = h("dl", { class: "fields" });
+    if (isNum(range[0]) && isNum(range[1]) && range[0] !== range[1]) {
+      append(fields, [h("dt", null, "Range"), h("dd", null, [...when(range[0], why.now), " to ", ...when(range[1], why.now)])]);
+    }
+    append(fields, [h("dt", null, "Slurm's estimate"), h("dd", null, when(why.slurm_estimate, why.now))]);
+    append(fields, [h("dt", null, "Reason"), h("dd", null, [why.reason_text || "–", why.reason ? " (" + why.reason + ")" : ""])]);
+    append(fields, [h("dt", null, "Runtime assumed"), h("dd", null, duration(why.runtime_seconds) + (why.runtime_basis ? ", from " + why.runtime_basis : ""))]);
+    body.appendChild(fields);
+    const causes = list(why.causes);
+    if (causes.length) {
+      body.appendChild(h("h3", null, "It waits for"));
+      const ul = h("ul", { class: "why-causes" });
+      for (const c of causes) ul.appendChild(h("li", { "data-kind": c.kind }, [c.text, ...jobLinks(c.jobs)]));
+      body.appendChild(ul);
+    }
+    const sooner = list(why.alternatives)
+      .filter((a) => isNum(a.predicted_start) && (!isNum(start) || a.predicted_start < start - 1))
+      .sort((a, b) => a.predicted_start - b.predicted_start);
+    if (sooner.length) {
+      body.appendChild(h("h3", null, "It would start sooner with"));
+      const ul = h("ul", { class: "why-sooner" });
+      for (const a of sooner) ul.appendChild(h("li", null, [a.what + ": ", ...when(a.predicted_start, why.now), " — ", h("code", null, a.how)]));
+      body.appendChild(ul);
+    } else if (list(why.alternatives).length) {
+      body.appendChild(h("p", { class: "muted" }, "No other way to submit it starts it sooner in the pool's model."));
+    }
   }
 
   function showResult(result) {
@@ -981,8 +1077,8 @@
     job: {
       title: (r) => "Job " + r.id,
       enter: enterJob,
-      load: (r) => api("GET", "/jobs/" + r.id),
-      render: renderJob,
+      load: loadJob,
+      render: renderJobPage,
     },
     projects: { title: () => "Projects", load: () => api("GET", "/projects"), render: renderProjects },
     submit: { title: () => "Submit", enter: () => (state.me ? applyMe(state.me) : null) },

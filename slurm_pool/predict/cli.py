@@ -1,0 +1,103 @@
+"""``slurm-pool why JOBID``: why a pending job waits, when it will start, and what would start it sooner."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from slurm_pool.clitypes import StrictInt
+from slurm_pool.errors import InputError
+from slurm_pool.text import shown
+
+
+def _when(t: float | None, now: float) -> str:
+    if t is None:
+        return "none"
+    from slurm_pool.predict.explain import duration
+
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    return f"{stamp} (in {duration(t - now)})" if t > now else f"{stamp} (now)"
+
+
+def not_waiting(slurm: Any, job_id: int) -> InputError:
+    """The error for a job that is not pending in the queue the caller sees: ended, running, or unknown."""
+    from slurm_pool.adapters.runner import CommandError
+
+    try:
+        runs = slurm.accounting_jobs("--jobs", str(job_id))
+    except (CommandError, OSError, ValueError):
+        runs = []
+    if runs:
+        last = runs[-1]
+        return InputError(f"job {job_id} has ended ({last.state.base or 'unknown state'}): it is not waiting")
+    return InputError(f"job_id: there is no job {job_id} in the queue you can see")
+
+
+@click.command()
+@click.argument("job_id", type=StrictInt(1))
+@click.option("--spec", "spec_path", type=click.Path(exists=True, dir_okay=False), required=True, help="The pool spec.")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+@click.option(
+    "--history-days",
+    type=StrictInt(0, 365),
+    default=14,
+    show_default=True,
+    help="Days of accounting (sacct) read for each user's recent runtimes.",
+)
+@click.option("--no-alternatives", is_flag=True, help="Skip the other ways to submit it (one forward run each).")
+def why(job_id: int, spec_path: str, as_json: bool, history_days: int, no_alternatives: bool) -> None:
+    """Why pending job JOB_ID waits, when the pool's model starts it, and what would start it sooner.
+
+    The queue is run forward in the simulator with each user's recent runtimes;
+    the range runs it again with every job using its whole time limit.
+    """
+    from slurm_pool.adapters.runner import SubprocessRunner
+    from slurm_pool.adapters.slurm import SlurmClient, read_records
+    from slurm_pool.predict.explain import explain
+    from slurm_pool.predict.live import forecast
+    from slurm_pool.spec import load_spec
+
+    spec = load_spec(spec_path)
+    slurm = SlurmClient(SubprocessRunner())
+    fc = read_records(lambda: [forecast(slurm, spec, history_days=history_days)], "squeue --json", "job records")[0]
+    job = fc.jobs.get(job_id)
+    if job is None:
+        raise not_waiting(slurm, job_id)
+    if job.state != "pending":
+        raise InputError(f"job {job_id} is {job.state}, not waiting (since {_when(job.start, fc.now)})")
+    ex = explain(fc, job_id, alternatives_too=not no_alternatives)
+    if as_json:
+        click.echo(json.dumps({"now": fc.now, "slurm_estimate": fc.slurm_start.get(job_id), **ex.as_dict()}, indent=2))
+        return
+    p = ex.prediction
+    lines = [
+        f"Job {job_id} ({job.user}, partition {job.partition}, {job.gpus} {job.profile or 'GPU'}"
+        f"{'s' if job.gpus != 1 and not job.profile else ''}) is pending: {job.reason or 'no reason'}: {ex.reason_text}.",
+        f"Predicted start: {_when(p.start, fc.now)}"
+        + (f", range {_when(p.low, fc.now)} to {_when(p.high, fc.now)}" if p.low != p.high else "")
+        + (f" ({p.note})" if p.note else ""),
+        f"Its runtime: {duration_of(p.runtime.seconds)}, from {p.runtime.basis}.",
+        f"Slurm's own estimate (squeue --start): {_when(fc.slurm_start.get(job_id), fc.now)}",
+    ]
+    if ex.causes:
+        lines.append("It waits for:")
+        lines += [f"  - {c.text}" + (f" (jobs {', '.join(map(str, c.jobs))})" if c.jobs else "") for c in ex.causes]
+    sooner = [a for a in ex.alternatives if a.start is not None and (p.start is None or a.start < p.start - 1)]
+    if sooner:
+        lines.append("It would start sooner with:")
+        lines += [
+            f"  - {a.what}: {_when(a.start, fc.now)}; {a.how}" for a in sorted(sooner, key=lambda a: a.start or 0)
+        ]
+    elif ex.alternatives:
+        lines.append("No other way to submit it starts it sooner in the model.")
+    for line in lines:
+        click.echo(shown(line))
+
+
+def duration_of(seconds: float) -> str:
+    from slurm_pool.predict.explain import duration
+
+    return duration(seconds)

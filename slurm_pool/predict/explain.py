@@ -1,0 +1,274 @@
+"""Why a pending job waits, in the pool's words, and what would let it start sooner (pure).
+
+Slurm's reason code is read through :data:`REASONS` (the codes are
+``job_state_reason_string`` in Slurm's ``src/common/slurm_protocol_defs.c``);
+the forward run (:mod:`.forward`) says what the job actually waits for: the
+jobs that hold the GPUs it gets (an owner's, a borrower's, a node lent to
+Kubernetes), or the borrowers it preempts and their GraceTime.  Each
+alternative is the same forward run with the job changed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from slurm_pool.predict.forward import Forecast, Inputs, LiveJob, Prediction, dependencies, run_forward, with_job
+from slurm_pool.predict.pool import PoolModel
+from slurm_pool.predict.runtimes import Runtimes
+from slurm_pool.sim.engine import GUARANTEED
+from slurm_pool.sim.units import compute_slices
+
+#: Slurm's reason codes a pending job shows, in the pool's words.  ``{qos}`` and ``{partition}`` are the job's.
+REASONS: dict[str, str] = {
+    "None": "the scheduler has not looked at it yet",
+    "Priority": "jobs of higher priority are ahead of it",
+    "Resources": "it waits for GPUs to come free",
+    "Dependency": "it waits for the jobs it depends on",
+    "DependencyNeverSatisfied": "a job it depends on ended in a way that never satisfies it: it will not start",
+    "BeginTime": "its begin time (--begin) has not come",
+    "JobHeldUser": "its user held it: it starts only once released (scontrol release)",
+    "JobHeldAdmin": "an administrator held it: it starts only once released",
+    "ReqNodeNotAvail": "a node it may run on is down, drained or reserved",
+    "NodeDown": "a node it needs is down",
+    "PartitionDown": "its partition {partition} is down",
+    "PartitionInactive": "its partition {partition} is inactive",
+    "PartitionNodeLimit": "it asks for more nodes than partition {partition} allows: it will not start as it is",
+    "PartitionTimeLimit": "its time limit is longer than partition {partition} allows: it will not start as it is",
+    "QOSGrpGRES": "its tier {qos} has all the GPUs its limit (GrpTRES) allows in use",
+    "QOSMaxGRESPerUser": "you have as many GPUs in use in tier {qos} as its per-user limit allows",
+    "QOSMaxGRESPerJob": "it asks for more GPUs than tier {qos} allows one job",
+    "QOSGrpGRESRunMinutes": "tier {qos} has used up its GPU-minutes limit for now",
+    "QOSJobLimit": "tier {qos} runs as many jobs as it allows",
+    "QOSResourceLimit": "tier {qos} has reached a resource limit",
+    "QOSMaxJobsPerUserLimit": "you run as many jobs in tier {qos} as it allows",
+    "AssocGrpGRES": "your account has all the GPUs its limit allows in use",
+    "AssocMaxJobsLimit": "your account runs as many jobs as it allows",
+    "Reservation": "it waits for its reservation",
+    "BadConstraints": "no node has the features it asks for: it will not start as it is",
+    "launch failed requeued held": "its launch failed and Slurm held it: it starts only once released",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One thing the job waits for: ``kind`` (``owner``, ``borrower``, ``lent``, ``preempts``, ``dependency``,
+    ``begin``, ``queue``, ``now``), in words, with the jobs and nodes it names."""
+
+    kind: str
+    text: str
+    jobs: tuple[int, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """Another way to submit the job, how to ask for it, and when the model starts it then."""
+
+    what: str
+    how: str
+    start: float | None
+
+
+@dataclass
+class Explanation:
+    """The answer to "why is my job waiting, and when will it start"."""
+
+    job_id: int
+    reason: str
+    reason_text: str
+    prediction: Prediction
+    causes: list[Cause] = field(default_factory=list)
+    alternatives: list[Alternative] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON types (``--json``, the REST API)."""
+        p = self.prediction
+        return {
+            "job_id": self.job_id,
+            "reason": self.reason,
+            "reason_text": self.reason_text,
+            "predicted_start": p.start,
+            "range": [p.low, p.high],
+            "runtime_seconds": p.runtime.seconds,
+            "runtime_basis": p.runtime.basis,
+            "note": p.note,
+            "causes": [
+                {"kind": c.kind, "text": c.text, "jobs": list(c.jobs), "nodes": list(c.nodes)} for c in self.causes
+            ],
+            "alternatives": [{"what": a.what, "how": a.how, "predicted_start": a.start} for a in self.alternatives],
+        }
+
+
+def reason_text(job: LiveJob) -> str:
+    """Slurm's reason for ``job`` in the pool's words (its code when unknown)."""
+    words = REASONS.get(job.reason)
+    if words is None:
+        return f"Slurm's reason: {job.reason}" if job.reason else "no reason given"
+    return words.format(qos=job.qos or "?", partition=job.partition)
+
+
+def causes(pool: PoolModel, forecast: Forecast, job: LiveJob) -> list[Cause]:
+    """What the forward run says ``job`` waits for."""
+    out: list[Cause] = []
+    pred = forecast.predictions.get(job.job_id)
+    if job.eligible is not None and job.eligible > forecast.now:
+        out.append(
+            Cause("begin", f"it may not start before its begin time, in {duration(job.eligible - forecast.now)}")
+        )
+    if job.dependency and job.reason.startswith("Dependency"):
+        kinds = sorted({k for k, _ in (dependencies(job.dependency) or ([], True))[0]})
+        out.append(Cause("dependency", f"it waits for the jobs it depends on ({', '.join(kinds) or 'see squeue'})"))
+    result = forecast.result
+    if pred is None or pred.start is None or result is None:
+        return out
+    mine = [p for p in result.schedule if p.job == str(job.job_id)]
+    if not mine:
+        return out
+    first = min(mine, key=lambda p: p.start)
+    at = first.start
+    if at <= 0 and first.placed <= 0:
+        out.append(Cause("now", "GPUs it fits on are free now: it starts at the scheduler's next pass"))
+        return out
+    nodes = {n for n, _ in first.nodes}
+    victims = [
+        p
+        for p in result.schedule
+        if p.outcome == "preempted" and p.signalled == first.placed and nodes & {n for n, _ in p.nodes}
+    ]
+    if victims:
+        ids = tuple(sorted(int(p.job) for p in victims if _digits(p.job)))
+        out.append(
+            Cause(
+                "preempts",
+                f"it preempts {len(victims)} borrowed job(s) on {', '.join(sorted(nodes))} and starts when their "
+                f"GraceTime ({pool.grace:g} s) is over",
+                ids,
+                tuple(sorted(nodes)),
+            )
+        )
+    holders = [
+        p
+        for p in result.schedule
+        if p.job != first.job and p.start < at and abs(p.end - at) <= 1.0 and nodes & {n for n, _ in p.nodes}
+    ]
+    by_kind: dict[str, list[Any]] = {}
+    for p in holders:
+        live = forecast.jobs.get(int(p.job)) if _digits(p.job) else None
+        if p.outcome == "preempted":
+            kind = "preempts"  # signalled already (or by it): gone at the end of their GraceTime
+        elif live is not None and live.partition == pool.lend_partition:
+            kind = "lent"
+        elif p.tier == GUARANTEED:
+            kind = "owner"
+        else:
+            kind = "borrower"
+        by_kind.setdefault(kind, []).append((p, live))
+    for kind, items in by_kind.items():
+        ids = tuple(sorted(int(p.job) for p, _ in items if _digits(p.job)))
+        where = tuple(sorted(nodes & {n for p, _ in items for n, _ in p.nodes}))
+        owners = sorted(
+            {pool.queues[lj.partition].owner or "" for _, lj in items if lj and lj.partition in pool.queues}
+        )
+        text = {
+            "owner": f"owners' jobs ({', '.join(o for o in owners if o)}) hold the GPUs it needs on {', '.join(where)}",
+            "borrower": f"running jobs hold the GPUs it needs on {', '.join(where)}",
+            "lent": f"{', '.join(where)} is lent to Kubernetes until the bridge gives it back",
+            "preempts": f"preempted jobs leave {', '.join(where)} at the end of their GraceTime",
+        }[kind]
+        out.append(Cause(kind, f"{text}; expected free in {duration(at)}", ids, where))
+    if not holders and not victims:
+        out.append(Cause("queue", f"jobs ahead of it in the queue take the GPUs first; expected in {duration(at)}"))
+    return out
+
+
+def alternatives(
+    pool: PoolModel,
+    forecast: Forecast,
+    job: LiveJob,
+    runtimes: Runtimes,
+    down: Iterable[str] = (),
+) -> list[Alternative]:
+    """Other ways to submit ``job`` and the start the model gives each (only the jobs this could change)."""
+    listed = list(forecast.jobs.values())
+    tries: list[tuple[str, str, dict[str, Any]]] = []
+    for q in pool.partitions_for(job.account):
+        if q.name != job.partition.split(",")[0]:
+            tries.append(
+                (
+                    f"partition {q.name} (tier {q.tier})",
+                    f"scontrol update JobId={job.job_id} Partition={q.name} QOS={q.tier}",
+                    {"partition": q.name},
+                )
+            )
+    if job.gpus > 1:
+        for n in sorted({job.gpus // 2, 1}, reverse=True):
+            tries.append(
+                (f"{n} GPU{'s' if n > 1 else ''} instead of {job.gpus}", f"resubmit with --gpus={n}", {"gpus": n})
+            )
+    if job.gpus == 1 and job.profile is None and pool.mig.most:
+        small = min(pool.mig.most, key=lambda p: (compute_slices(p) or 99, p))
+        tries.append(
+            (
+                f"a MIG slice ({small})",
+                f"resubmit with --gres=gpu:{small}:1 (the GRES type Slurm names it)",
+                {"profile": small},
+            )
+        )
+    est = forecast.predictions.get(job.job_id)
+    if est is not None and job.limit is not None:
+        shorter = math.ceil(est.runtime.seconds * 1.25 / 60) * 60
+        if shorter < job.limit:
+            tries.append(
+                (
+                    f"a time limit of {duration(shorter)} instead of {duration(job.limit)}",
+                    f"scontrol update JobId={job.job_id} TimeLimit={shorter // 60}",
+                    {"limit": float(shorter)},
+                )
+            )
+    out = []
+    for what, how, change in tries:
+        changed = with_job(listed, job.job_id, **change)
+        out.append(Alternative(what, how, start_of(pool, changed, runtimes, forecast.now, down, job.job_id)))
+    return out
+
+
+def start_of(
+    pool: PoolModel, jobs: Sequence[LiveJob], runtimes: Runtimes, now: float, down: Iterable[str], job_id: int
+) -> float | None:
+    """``job_id``'s start in the expected forward run of ``jobs`` (None: not within the horizon, or outside the model)."""
+    inp = Inputs(pool, jobs, runtimes, now, set(down))
+    if job_id in inp.skip or not inp.pending:
+        return None
+    _, got = run_forward(inp, {j.job_id: inp.est[j.job_id].seconds for j in inp.pending})
+    hit = got.get(str(job_id))
+    return None if hit is None else now + hit[0]
+
+
+def explain(forecast: Forecast, job_id: int, alternatives_too: bool = True) -> Explanation:
+    """The whole answer for one pending job of ``forecast`` (from :func:`.forward.predict`)."""
+    pool, runtimes = forecast.pool, forecast.runtimes
+    assert pool is not None and runtimes is not None, "a forecast from predict()"
+    job = forecast.jobs[job_id]
+    pred = forecast.predictions[job_id]
+    ex = Explanation(job_id, job.reason, reason_text(job), pred, causes(pool, forecast, job))
+    if alternatives_too and not job.held:
+        ex.alternatives = alternatives(pool, forecast, job, runtimes, forecast.down)
+    return ex
+
+
+def _digits(job_id: str) -> bool:
+    """An engine job id that is a Slurm job id (ASCII digits)."""
+    return job_id.isascii() and job_id.isdigit()
+
+
+def duration(seconds: float) -> str:
+    s = max(0, round(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 2 * 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} days {s % 86400 // 3600} h"

@@ -1,0 +1,132 @@
+"""The predictor on the live cluster: Slurm's queue, nodes and recent accounting, read once per forecast.
+
+``squeue --json`` carries what the narrow reader leaves out and a prediction
+needs: each job's priority, dependency and begin (eligible) time, and Slurm's
+own start estimate for pending jobs (what ``squeue --start`` prints).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Sequence
+
+from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError
+from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.adapters.slurmjson import number
+from slurm_pool.mig.demand import is_mig_type
+from slurm_pool.predict.forward import Forecast, LiveJob, predict
+from slurm_pool.predict.pool import PoolModel
+from slurm_pool.predict.runtimes import ENDED, Finished, Runtimes
+from slurm_pool.spec.hosts import expand
+
+#: Days of accounting a forecast reads for each user's recent runtimes.
+HISTORY_DAYS = 14
+#: Node state words under which a node takes no new job.
+UNAVAILABLE = frozenset(
+    {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN", "FUTURE"}
+)
+_HELD = ("JobHeldUser", "JobHeldAdmin", "launch failed requeued held")
+
+
+def unavailable(nodes: Iterable[NodeRecord]) -> set[str]:
+    """Nodes that take no new job: down, drained or draining, failing, not responding."""
+    return {n.name for n in nodes if n.state.any(UNAVAILABLE)}
+
+
+def _profile(rec: JobRecord, pool: PoolModel) -> str | None:
+    types = [t for t, c in rec.gpu_types.items() if c > 0 and is_mig_type(t)]
+    return pool.mig.profile(types[0]) if len(types) == 1 else None
+
+
+def _stamp(value: Any) -> float | None:
+    n = number(value)
+    return float(n) if n else None
+
+
+def live_job(rec: JobRecord, pool: PoolModel, now: float) -> LiveJob | None:
+    """The predictor's view of one queue record (None: a job that holds or waits for nothing any more)."""
+    raw = rec.raw
+    profile = _profile(rec, pool)
+    priority = number(raw.get("priority")) or 0
+    if rec.on_node:
+        names = expand(rec.nodes) if rec.nodes else []
+        if profile is not None:
+            names = names[:1]
+        per = rec.gpus // len(names) if names else 0
+        q = pool.queues.get(rec.partition)
+        leaving, leaves_at = False, None
+        if "COMPLETING" in rec.state:
+            leaving, leaves_at = True, now + 1.0
+        elif rec.preempt_time:
+            leaving, leaves_at = True, rec.preempt_time + (q.grace if q else 0.0)
+        state = "leaving" if leaving else "running"
+        nodes = tuple((n, per) for n in names) if per else ()
+    elif rec.waiting:
+        state, nodes, leaves_at = "pending", (), None
+    else:
+        return None
+    dependency = raw.get("dependency")
+    return LiveJob(
+        job_id=rec.job_id,
+        user=rec.user,
+        account=rec.account,
+        partition=rec.partition,
+        state=state,
+        gpus=rec.gpus,
+        profile=profile,
+        nodes=nodes,
+        priority=priority,
+        submit=rec.submit_time or now,
+        start=rec.start_time if state != "pending" else None,
+        limit=rec.time_limit,
+        eligible=_stamp(raw.get("eligible_time")) if state == "pending" else None,
+        dependency=dependency if isinstance(dependency, str) else "",
+        reason=rec.reason,
+        held=state == "pending" and (rec.reason in _HELD or priority == 0),
+        qos=rec.qos,
+        leaves_at=leaves_at,
+    )
+
+
+def finished(records: Iterable[JobRecord]) -> list[Finished]:
+    """The runs of ``sacct`` records that say how long their work took (ended, not preempted or cancelled)."""
+    out = []
+    for r in records:
+        if r.state.base in ENDED and r.start_time and r.end_time and r.end_time > r.start_time:
+            out.append(Finished(r.user, r.partition, r.gpus, r.end_time, r.end_time - r.start_time))
+    return out
+
+
+def read_history(slurm: SlurmClient, days: int = HISTORY_DAYS) -> list[JobRecord]:
+    """Jobs that ended in the last ``days`` days, every user's the caller may see (none: no history)."""
+    if days <= 0:
+        return []
+    try:
+        return slurm.accounting_jobs("--allusers", "--starttime", f"now-{days}days", "--endtime", "now")
+    except RecordError as exc:
+        if str(exc).endswith("Nothing found"):  # 22.05's sacct --json for a window without jobs
+            return []
+        raise
+
+
+def forecast(
+    slurm: SlurmClient,
+    spec: Any,
+    *,
+    now: float | None = None,
+    history: Sequence[JobRecord] | None = None,
+    history_days: int = HISTORY_DAYS,
+    pool: PoolModel | None = None,
+) -> Forecast:
+    """Read Slurm once and predict every pending job's start (:func:`.forward.predict`)."""
+    pool = pool or PoolModel.from_spec(spec)
+    records = slurm.jobs_json()
+    nodes = slurm.nodes()
+    at = time.time() if now is None else now
+    hist = list(history) if history is not None else read_history(slurm, history_days)
+    jobs = [j for r in records if (j := live_job(r, pool, at)) is not None]
+    fc = predict(pool, jobs, Runtimes(finished(hist)), at, unavailable(nodes))
+    for r in records:
+        if r.job_id in fc.predictions:
+            fc.slurm_start[r.job_id] = r.start_time if r.start_time and r.start_time > 0 else None
+    return fc

@@ -1,0 +1,112 @@
+"""The spec as the predictor sees it: nodes, partitions as the node engine's queues, tiers (pure).
+
+A partition whose nodes are exactly one project's owned groups is that owner's
+guaranteed queue (its jobs run only there, and preempt borrowers); every other
+partition is a borrowed queue over its nodes.  The engine models the pool
+wide borrowed tier (:mod:`slurm_pool.sim.nodes`): a borrowed partition over
+fewer nodes is modelled over the whole pool, which the explanation says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_pool.adapters.slurmjson import parse_duration
+from slurm_pool.sim.engine import BORROWED, GUARANTEED
+from slurm_pool.sim.history import MigNodes, mig_nodes
+from slurm_pool.sim.nodes import Node, nodes_from_spec
+from slurm_pool.spec.bridge import Bridge, bridge_of, lend_preemptors
+from slurm_pool.spec.rules import partition_groups
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """One partition: its tier (QOS), engine tier and owner, order among partitions, and time limits."""
+
+    name: str
+    tier: str
+    engine_tier: str  # GUARANTEED (an owner's partition) or BORROWED
+    owner: str | None
+    priority_tier: int
+    max_time: float | None
+    default_time: float | None
+    grace: float
+    whole_pool: bool  # its nodes are every node of the pool
+
+
+@dataclass(frozen=True)
+class PoolModel:
+    """What a forward run needs from the spec."""
+
+    nodes: tuple[Node, ...]
+    queues: dict[str, Queue]
+    #: Tier -> the tiers its jobs preempt (spec ``tiers[].preempt``).
+    preempts: dict[str, frozenset[str]]
+    #: Project -> the tiers its jobs may use.
+    project_tiers: dict[str, tuple[str, ...]]
+    #: Partitions each account may use (None: any account).
+    allowed: dict[str, frozenset[str] | None]
+    lend_partition: str | None
+    lend_preemptors: frozenset[str]
+    bf_interval: float
+    mig: MigNodes
+    #: The bridge's settings (its off-peak windows say when lent nodes come back); None: no lending.
+    bridge: Bridge | None = None
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "PoolModel":
+        """The model of ``spec`` (a validated :class:`~slurm_pool.spec.model.PoolSpec`)."""
+        owned = {p.name: frozenset(p.owns) for p in spec.projects if p.owns}
+        every = frozenset(g.name for g in spec.node_groups if g.gpus is not None and g.gpus.count > 0)
+        queues: dict[str, Queue] = {}
+        for part in spec.partitions:
+            groups = frozenset(partition_groups(spec, part.nodes)) & every
+            owner = next((p for p, gs in owned.items() if gs == groups), None)
+            tier = spec.tier(part.tier)
+            grace = part.grace_time if part.grace_time is not None else tier.grace_time
+            queues[part.name] = Queue(
+                name=part.name,
+                tier=part.tier,
+                engine_tier=GUARANTEED if owner is not None else BORROWED,
+                owner=owner,
+                priority_tier=part.priority_tier,
+                max_time=parse_duration(part.max_time),
+                default_time=parse_duration(part.default_time) if part.default_time else None,
+                grace=float(grace),
+                whole_pool=groups == every,
+            )
+        bridge = bridge_of(spec)
+        lend = bridge.partition if bridge.partition in queues else None
+        return cls(
+            nodes=tuple(nodes_from_spec(spec)),
+            queues=queues,
+            preempts={t.name: frozenset(t.preempt) for t in spec.tiers},
+            project_tiers={p.name: tuple(p.tiers) for p in spec.projects},
+            allowed={
+                p.name: frozenset(p.allow_accounts) if p.allow_accounts is not None else None for p in spec.partitions
+            },
+            lend_partition=lend,
+            lend_preemptors=lend_preemptors(spec, bridge) if lend is not None else frozenset(),
+            bf_interval=float(spec.scheduler.bf_interval),
+            mig=mig_nodes(spec),
+            bridge=bridge if lend is not None else None,
+        )
+
+    @property
+    def grace(self) -> float:
+        """The GraceTime an owner's preemptor waits for its victims: the longest of the borrowed partitions'."""
+        return max((q.grace for q in self.queues.values() if q.engine_tier == BORROWED), default=0.0)
+
+    def partitions_for(self, account: str) -> list[Queue]:
+        """The partitions ``account`` may submit to whose tier its project may use, best first."""
+        tiers = set(self.project_tiers.get(account, ()))
+        out = [
+            q
+            for q in self.queues.values()
+            if q.tier in tiers
+            and q.owner in (None, account)
+            and (self.allowed.get(q.name) is None or account in (self.allowed[q.name] or ()))
+            and q.name != self.lend_partition
+        ]
+        return sorted(out, key=lambda q: (-q.priority_tier, q.name))

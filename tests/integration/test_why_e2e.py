@@ -1,0 +1,193 @@
+"""``slurm-pool why`` against the real local cluster: each cause it names, and an alternative it suggests.
+
+The example pool: a-gpu[1-2] are proja's (alice), b-gpu1 projb's (bob), c-gpu1 has one whole GPU and one
+MIG GPU; scavenger and shared borrow anywhere with a 20 s GraceTime.  Borrowers stay off c-gpu1 with
+``--exclude`` (an untyped GPU request may land on a MIG instance there), so the pool they see is the
+model's whole-GPU pool.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.patience import wait_for
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+COMMON = ["-o", "/dev/null", "-D", "/tmp"]
+SLEEP = "#!/bin/bash\nsleep 300\n"
+HOLD_GRACE = "#!/bin/bash\ntrap '' TERM USR1\nsleep 300\n"  # a victim that holds its GPUs for all of GraceTime
+
+
+def why(cluster, job_id: int | str, *args: str, spec: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO)}
+    argv = [
+        sys.executable,
+        "-m",
+        "slurm_pool.cli",
+        "why",
+        str(job_id),
+        "--spec",
+        str(spec or cluster.cluster.spec_path),
+    ]
+    return subprocess.run([*argv, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def why_json(cluster, job_id: int, *args: str, spec: Path | None = None) -> dict:
+    res = why(cluster, job_id, "--json", *args, spec=spec)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def owners_everywhere(cluster) -> list[int]:
+    """alice's jobs on both of her nodes and bob's on his: no whole GPU left for a 2-GPU borrower."""
+    jobs = [
+        cluster.sbatch(
+            "-p",
+            "a-owner",
+            "--qos=guaranteed",
+            "-A",
+            "proja",
+            "-w",
+            node,
+            "--gres=gpu:2",
+            *COMMON,
+            user="alice",
+            script=SLEEP,
+        )  # fmt: skip
+        for node in ("a-gpu1", "a-gpu2")
+    ]
+    jobs.append(cluster.sbatch("-p", "b-owner", "--qos=guaranteed", "-A", "projb", "-w", "b-gpu1", "--gres=gpu:2",
+                               *COMMON, user="bob", script=SLEEP))  # fmt: skip
+    for j in jobs:
+        cluster.wait_state(j, ["RUNNING"], timeout=60)
+    return jobs
+
+
+def scavenger(cluster, gpus: int = 2, *extra: str) -> int:
+    return cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", f"--gres=gpu:{gpus}", "-t", "10",
+                          "--exclude=c-gpu1", *extra, *COMMON, user="carol", script=SLEEP)  # fmt: skip
+
+
+def test_a_borrower_behind_owners_and_the_alternative_it_suggests(cluster):
+    owners_everywhere(cluster)
+    job = scavenger(cluster)
+    cluster.wait_state(job, ["PENDING"])
+    got = why_json(cluster, job)
+    assert got["job_id"] == job and got["predicted_start"] is not None
+    low, high = got["range"]
+    assert low <= got["predicted_start"] <= high
+    kinds = {c["kind"] for c in got["causes"]}
+    assert kinds & {"owner"}, got["causes"]
+    owner = next(c for c in got["causes"] if c["kind"] == "owner")
+    assert {"proja", "projb"} & set(owner["text"].replace(",", " ").replace(")", " ").replace("(", " ").split())
+    one = next(a for a in got["alternatives"] if a["what"] == "1 GPU instead of 2")
+    assert one["predicted_start"] is not None and one["predicted_start"] < got["predicted_start"]
+    # Submitted as suggested (one GPU: c-gpu1's whole GPU is free), it starts, and no later than predicted.
+    submitted = time.time()
+    alt = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--gres=gpu:1", "-t", "10",
+                         *COMMON, user="carol", script=SLEEP)  # fmt: skip
+    cluster.wait_state(alt, ["RUNNING"], timeout=60)
+    started = _epoch(cluster, alt)
+    assert started <= max(one["predicted_start"], submitted) + 15, (started, one)
+
+    text = why(cluster, job)
+    assert text.returncode == 0, text.stderr
+    assert f"Job {job} (carol, partition scavenger, 2 GPUs) is pending" in text.stdout
+    assert "It waits for:" in text.stdout and "It would start sooner with:" in text.stdout
+
+
+def _epoch(cluster, job_id: int) -> float:
+    res = cluster.run(["squeue", "--json", "-j", str(job_id)], check=True)
+    from slurm_pool.adapters.records import parse_jobs
+
+    (rec,) = [j for j in parse_jobs(res.stdout) if j.job_id == job_id]
+    assert rec.start_time is not None
+    return rec.start_time
+
+
+def test_an_owner_waits_one_gracetime(cluster):
+    victims = [
+        cluster.sbatch(
+            "-p",
+            "scavenger",
+            "--qos=scavenger",
+            "-A",
+            "projc",
+            "-w",
+            node,
+            "--gres=gpu:2",
+            "-t",
+            "10",
+            "--requeue",
+            *COMMON,
+            user="carol",
+            script=HOLD_GRACE,
+        )  # fmt: skip
+        for node in ("a-gpu1", "a-gpu2")
+    ]
+    for v in victims:
+        cluster.wait_state(v, ["RUNNING"], timeout=60)
+    submitted = time.time()
+    owner = cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "--gres=gpu:2", *COMMON,
+                           user="alice", script=SLEEP)  # fmt: skip
+    got = why_json(cluster, owner, "--no-alternatives")
+    assert got["causes"] and got["causes"][0]["kind"] == "preempts", got
+    assert set(got["causes"][0]["jobs"]) <= set(victims) and got["causes"][0]["jobs"]
+    assert submitted <= got["predicted_start"] <= submitted + 20 + 10  # one GraceTime, and the read's own time
+    cluster.wait_state(owner, ["RUNNING"], timeout=90)
+    assert _epoch(cluster, owner) <= got["range"][1] + 10
+
+
+def test_a_spot_job_waits_for_a_lent_node(cluster, tmp_path):
+    """The bridge gives lent nodes back when its off-peak window ends: here, in two minutes."""
+    end = time.gmtime(time.time() + 180)
+    spec = yaml.safe_load(cluster.cluster.spec_path.read_text())
+    spec["bridge"]["timezone"] = "UTC"
+    spec["bridge"]["off_peak"] = [{"start": time.strftime("%H:%M", time.gmtime(time.time() - 3600)),
+                                   "end": time.strftime("%H:%M", end)}]  # fmt: skip
+    changed = tmp_path / "pool.yaml"
+    changed.write_text(yaml.safe_dump(spec))
+    for node in ("a-gpu1", "a-gpu2"):
+        cluster.sbatch("-p", "a-owner", "--qos=guaranteed", "-A", "proja", "-w", node, "--gres=gpu:2", *COMMON,
+                       user="alice", script=SLEEP)  # fmt: skip
+    lend = cluster.sbatch("-p", "k8s-lend", "--qos=k8s-lend", "-A", "k8s-bridge", "-w", "b-gpu1", "--gres=gpu:2",
+                          *COMMON, user="slurmpool", script=SLEEP)  # fmt: skip
+    cluster.wait_state(lend, ["RUNNING"], timeout=60)
+    job = scavenger(cluster)
+    cluster.wait_state(job, ["PENDING"])
+    # Without history the owners' jobs are expected to run an hour: the lent node comes back first.
+    got = why_json(cluster, job, "--history-days", "0", "--no-alternatives", spec=changed)
+    assert got["causes"][0]["kind"] == "lent" and got["causes"][0]["nodes"] == ["b-gpu1"], got
+    assert got["causes"][0]["jobs"] == [lend]
+    assert got["predicted_start"] <= calendar.timegm(end) + 60
+
+
+@pytest.mark.parametrize("case", ["unknown", "finished", "running"])
+def test_a_job_that_is_not_waiting_is_a_clear_error(cluster, case):
+    if case == "unknown":
+        res, want = why(cluster, 99_999_999), "there is no job 99999999"
+    else:
+        script = "#!/bin/bash\ntrue\n" if case == "finished" else SLEEP
+        job = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--gres=gpu:1", *COMMON,
+                             user="carol", script=script)  # fmt: skip
+        if case == "finished":
+            cluster.wait_state(job, ["COMPLETED"], timeout=60)
+            wait_for(lambda: cluster.sacct_state(job) == "COMPLETED", 30, "sacct has the job")
+            want = f"job {job} has ended (COMPLETED)"
+        else:
+            cluster.wait_state(job, ["RUNNING"], timeout=60)
+            want = f"job {job} is running, not waiting"
+        res = why(cluster, job)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert want in res.stderr and "Traceback" not in res.stderr
