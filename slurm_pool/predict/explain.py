@@ -5,18 +5,18 @@ Slurm's reason code is read through :data:`REASONS` (the codes are
 the forward run (:mod:`.forward`) says what the job actually waits for: the
 jobs that hold the GPUs it gets (an owner's, a borrower's, a node lent to
 Kubernetes), or the borrowers it preempts and their GraceTime.  Each
-alternative is the same forward run with the job changed.
+alternative is placed into the forecast's plan (:mod:`.plan_fit`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from slurm_pool.predict.forward import Forecast, Inputs, LiveJob, Prediction, dependencies, run_forward, with_job
+from slurm_pool.predict.forward import Forecast, LiveJob, Prediction, dependencies
+from slurm_pool.predict.plan_fit import fit
 from slurm_pool.predict.pool import PoolModel
-from slurm_pool.predict.runtimes import Runtimes
 from slurm_pool.sim.engine import GUARANTEED
 from slurm_pool.sim.units import compute_slices
 
@@ -183,67 +183,46 @@ def causes(pool: PoolModel, forecast: Forecast, job: LiveJob) -> list[Cause]:
     return out
 
 
-def alternatives(
-    pool: PoolModel,
-    forecast: Forecast,
-    job: LiveJob,
-    runtimes: Runtimes,
-    down: Iterable[str] = (),
-) -> list[Alternative]:
-    """Other ways to submit ``job`` and the start the model gives each (only the jobs this could change)."""
-    listed = list(forecast.jobs.values())
-    tries: list[tuple[str, str, dict[str, Any]]] = []
+def alternatives(pool: PoolModel, forecast: Forecast, job: LiveJob) -> list[Alternative]:
+    """Other ways to submit ``job``, each with the start it gets in the forecast's plan (:mod:`.plan_fit`)."""
+    est = forecast.predictions.get(job.job_id)
+    runtime = est.runtime.seconds if est is not None else 3600.0
+    here = pool.queues.get(job.partition.split(",")[0])
+    limit = job.limit if job.limit is not None else (here.default_time or here.max_time) if here else None
+    span = limit if limit is not None else runtime
+    owner = here.owner if here is not None and here.engine_tier == GUARANTEED else None
+    out: list[Alternative] = []
+
+    def add(what: str, how: str, gpus: int, profile: str | None, duration: float, where: str | None) -> None:
+        start = fit(forecast, job.job_id, gpus, profile, duration, where, pool.grace)
+        out.append(Alternative(what, how, start))
+
     for q in pool.partitions_for(job.account):
-        if q.name != job.partition.split(",")[0]:
-            tries.append(
-                (
-                    f"partition {q.name} (tier {q.tier})",
-                    f"scontrol update JobId={job.job_id} Partition={q.name} QOS={q.tier}",
-                    {"partition": q.name},
-                )
-            )
+        if here is None or q.name != here.name:
+            where = q.owner if q.engine_tier == GUARANTEED else None
+            move = f"scontrol update JobId={job.job_id} Partition={q.name} QOS={q.tier}"
+            add(f"partition {q.name} (tier {q.tier})", move, job.gpus, job.profile, span, where)
     if job.gpus > 1:
         for n in sorted({job.gpus // 2, 1}, reverse=True):
-            tries.append(
-                (f"{n} GPU{'s' if n > 1 else ''} instead of {job.gpus}", f"resubmit with --gpus={n}", {"gpus": n})
+            add(
+                f"{n} GPU{'s' if n > 1 else ''} instead of {job.gpus}",
+                f"resubmit with --gpus={n}",
+                n,
+                job.profile,
+                span,
+                owner,
             )
     if job.gpus == 1 and job.profile is None and pool.mig.most:
         small = min(pool.mig.most, key=lambda p: (compute_slices(p) or 99, p))
-        tries.append(
-            (
-                f"a MIG slice ({small})",
-                f"resubmit with --gres=gpu:{small}:1 (the GRES type Slurm names it)",
-                {"profile": small},
-            )
-        )
-    est = forecast.predictions.get(job.job_id)
-    if est is not None and job.limit is not None:
-        shorter = math.ceil(est.runtime.seconds * 1.25 / 60) * 60
+        how = f"resubmit with --gres=gpu:{small}:1 (the GRES type Slurm names it)"
+        add(f"a MIG slice ({small})", how, 1, small, span, owner)
+    if job.limit is not None:
+        shorter = math.ceil(runtime * 1.25 / 60) * 60
         if shorter < job.limit:
-            tries.append(
-                (
-                    f"a time limit of {duration(shorter)} instead of {duration(job.limit)}",
-                    f"scontrol update JobId={job.job_id} TimeLimit={shorter // 60}",
-                    {"limit": float(shorter)},
-                )
-            )
-    out = []
-    for what, how, change in tries:
-        changed = with_job(listed, job.job_id, **change)
-        out.append(Alternative(what, how, start_of(pool, changed, runtimes, forecast.now, down, job.job_id)))
+            what = f"a time limit of {duration(shorter)} instead of {duration(job.limit)}"
+            how = f"scontrol update JobId={job.job_id} TimeLimit={shorter // 60}"
+            add(what, how, job.gpus, job.profile, float(shorter), owner)
     return out
-
-
-def start_of(
-    pool: PoolModel, jobs: Sequence[LiveJob], runtimes: Runtimes, now: float, down: Iterable[str], job_id: int
-) -> float | None:
-    """``job_id``'s start in the expected forward run of ``jobs`` (None: not within the horizon, or outside the model)."""
-    inp = Inputs(pool, jobs, runtimes, now, set(down))
-    if job_id in inp.skip or not inp.pending:
-        return None
-    _, got = run_forward(inp, {j.job_id: inp.est[j.job_id].seconds for j in inp.pending})
-    hit = got.get(str(job_id))
-    return None if hit is None else now + hit[0]
 
 
 def explain(forecast: Forecast, job_id: int, alternatives_too: bool = True) -> Explanation:
@@ -254,7 +233,7 @@ def explain(forecast: Forecast, job_id: int, alternatives_too: bool = True) -> E
     pred = forecast.predictions[job_id]
     ex = Explanation(job_id, job.reason, reason_text(job), pred, causes(pool, forecast, job))
     if alternatives_too and not job.held:
-        ex.alternatives = alternatives(pool, forecast, job, runtimes, forecast.down)
+        ex.alternatives = alternatives(pool, forecast, job)
     return ex
 
 

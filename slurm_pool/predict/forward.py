@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from slurm_pool.predict.pool import PoolModel, Queue
@@ -90,6 +90,8 @@ class Forecast:
     pool: PoolModel | None = None
     runtimes: Runtimes | None = None
     down: frozenset[str] = frozenset()
+    #: Engine job id -> when its run in ``result`` is expected to end (from now; also past the run's stop).
+    ends: dict[str, float] = field(default_factory=dict)
 
 
 def dependencies(text: str) -> tuple[list[tuple[str, int]], bool] | None:
@@ -310,6 +312,10 @@ def predict(
     late = {j.job_id: _late(inp, j) for j in inp.pending}
     result, got = run_forward(inp, expected, horizon=horizon)
     forecast.result = result
+    seeds = {s.job.id: s.job.work for s in inp.seeds(late=False)}
+    for p in result.schedule:
+        if p.outcome == "running":
+            forecast.ends[p.job] = p.start + (seeds[p.job] if p.job in seeds else expected[int(p.job)])
     late_got = run_forward(inp, late, late=True, horizon=horizon)[1]
     for j in inp.pending:
         a, b = got.get(str(j.job_id)), late_got.get(str(j.job_id))
@@ -328,8 +334,3 @@ def _late(inp: Inputs, j: LiveJob) -> float:
     q = inp.queue_of[j.job_id]
     limit = j.limit if j.limit is not None else (q.default_time or q.max_time)
     return limit if limit is not None else inp.est[j.job_id].seconds
-
-
-def with_job(jobs: Sequence[LiveJob], job_id: int, **changes: object) -> list[LiveJob]:
-    """``jobs`` with one job changed (an alternative to try)."""
-    return [replace(j, **changes) if j.job_id == job_id else j for j in jobs]  # type: ignore[arg-type]

@@ -7,12 +7,14 @@ bridge's k8s-lend, lending 19:00-07:00 (UTC here).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from slurm_pool.predict.explain import REASONS, explain, reason_text
 from slurm_pool.predict.forward import LiveJob, dependencies, predict
+from slurm_pool.predict.plan_fit import earliest, free_windows
 from slurm_pool.predict.pool import PoolModel
 from slurm_pool.predict.runtimes import DEFAULT, Estimate, Finished, Runtimes, remaining
 from slurm_pool.spec import load_spec_text
@@ -137,7 +139,7 @@ def test_a_shorter_time_limit_would_backfill(pool):
     ex = explain(fc, 11)
     limit = next(a for a in ex.alternatives if a.what.startswith("a time limit"))
     assert limit.what == "a time limit of 7 min instead of 2 h 0 min"
-    assert limit.start == NOW + 5  # at the next backfill pass (bf_interval 5 s)
+    assert limit.start == NOW  # a-gpu2 is free for 7 minutes before the head's reservation
     assert "TimeLimit=7" in limit.how
 
 
@@ -219,3 +221,56 @@ def test_every_reason_reads(pool):
     for code in REASONS:
         assert "{" not in reason_text(wait("u", "shared", 1, 1, reason=code, qos="shared"))
     assert reason_text(wait("u", "shared", 1, 1, reason="Odd\x1b[2J")).startswith("Slurm's reason: Odd")
+
+
+@pytest.mark.parametrize(
+    ("held", "cap", "need", "want"),
+    [
+        ([], 2, 1, [(0.0, math.inf)]),
+        ([(0, 100, 2)], 2, 1, [(100, math.inf)]),
+        ([(0, 100, 1)], 2, 1, [(0.0, math.inf)]),
+        ([(0, 100, 1), (50, 150, 1)], 2, 1, [(0.0, 50), (100, math.inf)]),
+        ([(10, 20, 2), (30, 40, 2)], 2, 2, [(0.0, 10), (20, 30), (40, math.inf)]),
+        ([(0, 10, 1)], 1, 2, []),
+    ],
+)
+def test_free_windows(held, cap, need, want):
+    assert free_windows(held, cap, need) == want
+
+
+@pytest.mark.parametrize(
+    ("windows", "nodes", "duration", "want"),
+    [
+        ({"a": [(0.0, 50.0), (100.0, math.inf)]}, 1, 60, 100.0),
+        ({"a": [(0.0, 50.0)], "b": [(20.0, math.inf)]}, 1, 40, 0.0),
+        ({"a": [(0.0, 50.0), (80.0, math.inf)], "b": [(20.0, math.inf)]}, 2, 20, 20.0),
+        ({"a": [(0.0, 50.0), (80.0, math.inf)], "b": [(20.0, math.inf)]}, 2, 60, 80.0),
+        ({"a": [(0.0, 50.0)]}, 1, 60, None),
+    ],
+)
+def test_earliest(windows, nodes, duration, want):
+    assert earliest(windows, nodes, duration) == want
+
+
+def test_an_alternative_in_the_owners_partition_preempts_after_gracetime(pool):
+    jobs = [
+        run("carol", "scavenger", 1, 2, (("a-gpu1", 2),), 0, limit=7200.0),
+        run("carol", "scavenger", 2, 2, (("a-gpu2", 2),), 0, limit=7200.0),
+        run("bob", "b-owner", 3, 2, (("b-gpu1", 2),), 0, account="projb"),
+        run("carol", "c-owner", 4, 1, (("c-gpu1", 1),), 0),
+        wait("alice", "shared", 10, 2, limit=3600.0, account="proja"),
+    ]
+    runs = history(("carol", "scavenger", 2, 5000.0), ("bob", "b-owner", 2, 9000.0), ("carol", "c-owner", 1, 9000.0))
+    fc = predict(pool, jobs, runs, NOW)
+    assert fc.predictions[10].start == NOW + 5000  # a borrower itself: behind carol's scavenger jobs
+    alts = {a.what: a for a in explain(fc, 10).alternatives}
+    assert alts["partition a-owner (tier guaranteed)"].start == NOW + 20  # preempts carol, after GraceTime
+    assert alts["1 GPU instead of 2"].start == NOW + 5000
+    assert "partition c-owner (tier guaranteed)" not in alts  # not proja's
+
+
+def test_a_mig_slice_alternative_fits_a_free_instance(pool):
+    jobs = [*OWNERS_FULL, wait("carol", "scavenger", 10, 1, limit=600.0)]
+    fc = predict(pool, jobs, history(*OWNER_HISTORY), NOW)
+    alts = {a.what: a for a in explain(fc, 10).alternatives}
+    assert alts["a MIG slice (1g.5gb)"].start == NOW  # c-gpu1's MIG GPU is idle
