@@ -199,7 +199,7 @@ class Inputs:
             work = remaining(self.est[j.job_id].seconds, elapsed, limit)
         free_at = None
         if j.state == "leaving":
-            free_at = max(1.0, (j.leaves_at or self.now) - self.now)
+            free_at = max(1.0, (j.leaves_at or self.now) - self.now + (self.pool.kill_wait if late else 0.0))
         tier = q.engine_tier
         job = Job(str(j.job_id), q.owner if tier == GUARANTEED else None, 0.0, work, j.gpus, j.profile, lim)
         return Seed(job, tier, j.nodes, free_at)
@@ -221,12 +221,13 @@ def lend_left(pool: PoolModel, now: float) -> float:
     return HORIZON
 
 
-def _policy(pool: PoolModel) -> NodePolicy:
+def _policy(pool: PoolModel, late: bool) -> NodePolicy:
+    """The pool's policy; ``late``: a victim holds its GPUs for KillWait past GraceTime (it ignored SIGTERM)."""
     return NodePolicy(
         name="forecast",
         pooled=True,
         preempt=True,
-        grace=pool.grace,
+        grace=pool.grace + (pool.kill_wait if late else 0.0),
         checkpoint_on_signal=True,
         restart_overhead=0.0,
         requeue_delay=REQUEUE_HOLD,
@@ -283,7 +284,7 @@ def run_forward(
         if result is not None and new == arrival:
             break
         arrival = new
-        result = forward_nodes(inp.nodes, seeds, _engine_jobs(inp, work, arrival), _policy(inp.pool), horizon)
+        result = forward_nodes(inp.nodes, seeds, _engine_jobs(inp, work, arrival), _policy(inp.pool, late), horizon)
         prev = starts(result)
         if not deps:
             break

@@ -51,6 +51,9 @@ class PoolModel:
     lend_preemptors: frozenset[str]
     bf_interval: float
     mig: MigNodes
+    #: Seconds between SIGTERM and SIGKILL (slurm.conf KillWait): a victim that ignores SIGTERM holds its GPUs
+    #: that much past GraceTime.
+    kill_wait: float = 0.0
     #: The bridge's settings (its off-peak windows say when lent nodes come back); None: no lending.
     bridge: Bridge | None = None
 
@@ -89,6 +92,7 @@ class PoolModel:
             lend_partition=lend,
             lend_preemptors=lend_preemptors(spec, bridge) if lend is not None else frozenset(),
             bf_interval=float(spec.scheduler.bf_interval),
+            kill_wait=float(spec.scheduler.kill_wait),
             mig=mig_nodes(spec),
             bridge=bridge if lend is not None else None,
         )

@@ -75,7 +75,7 @@ def owners_everywhere(cluster) -> list[int]:
 
 
 def scavenger(cluster, gpus: int = 2, *extra: str) -> int:
-    return cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", f"--gres=gpu:{gpus}", "-t", "10",
+    return cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--signal=B:USR1@30", f"--gres=gpu:{gpus}", "-t", "10",
                           "--exclude=c-gpu1", *extra, *COMMON, user="carol", script=SLEEP)  # fmt: skip
 
 
@@ -95,7 +95,7 @@ def test_a_borrower_behind_owners_and_the_alternative_it_suggests(cluster):
     assert one["predicted_start"] is not None and one["predicted_start"] < got["predicted_start"]
     # Submitted as suggested (one GPU: c-gpu1's whole GPU is free), it starts, and no later than predicted.
     submitted = time.time()
-    alt = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--gres=gpu:1", "-t", "10",
+    alt = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--signal=B:USR1@30", "--gres=gpu:1", "-t", "10",
                          *COMMON, user="carol", script=SLEEP)  # fmt: skip
     cluster.wait_state(alt, ["RUNNING"], timeout=60)
     started = _epoch(cluster, alt)
@@ -130,6 +130,7 @@ def test_an_owner_waits_one_gracetime(cluster):
             "-t",
             "10",
             "--requeue",
+            "--signal=B:USR1@30",
             *COMMON,
             user="carol",
             script=HOLD_GRACE,
@@ -176,9 +177,9 @@ def test_a_spot_job_waits_for_a_lent_node(cluster, tmp_path):
 def test_a_job_that_is_not_waiting_is_a_clear_error(cluster):
     res = why(cluster, 99_999_999)
     assert res.returncode == 2 and "there is no job 99999999" in res.stderr, res.stderr
-    done = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--gres=gpu:1", *COMMON,
+    done = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--signal=B:USR1@30", "--gres=gpu:1", *COMMON,
                           user="carol", script="#!/bin/bash\ntrue\n")  # fmt: skip
-    running = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--gres=gpu:1", *COMMON,
+    running = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--signal=B:USR1@30", "--gres=gpu:1", *COMMON,
                              user="carol", script=SLEEP)  # fmt: skip
     cluster.wait_state(done, ["COMPLETED"], timeout=60)
     wait_for(lambda: cluster.sacct_state(done) == "COMPLETED", 30, "sacct has the job")

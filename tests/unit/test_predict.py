@@ -103,6 +103,7 @@ def test_an_owner_starts_after_one_gracetime(pool):
     ]
     fc = predict(pool, jobs, history(("carol", "scavenger", 2, 3000.0)), NOW)
     assert fc.predictions[10].start == NOW + 20  # the scavenger tier's GraceTime
+    assert fc.predictions[10].high == NOW + 20 + 30  # ... and KillWait, for a victim that ignores SIGTERM
     ex = explain(fc, 10)
     assert [c.kind for c in ex.causes] == ["preempts"]
     assert ex.causes[0].jobs in ((1,), (2,))
