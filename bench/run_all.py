@@ -33,10 +33,12 @@ BENCHES: dict[str, tuple[list[str], bool]] = {
     "forecast_replay": (["forecast_replay.py"], False),
     "prolog_latency": (["prolog_latency.py"], False),
     "site_scale": (["site_scale.py"], False),
+    "predict_speed": (["predict_speed.py"], False),
     "submit_overhead": (["submit_overhead.py", "--spec", "examples/pool.yaml"], True),
     "preempt_resume": (["preempt_resume.py"], True),
     "reclaim_latency": (["reclaim_latency.py"], True),
     "sim_validate": (["sim_validate.py"], True),
+    "start_prediction": (["start_prediction.py"], True),
     "elastic": (["elastic.py"], True),
     "api_load": (["api_load.py"], True),
 }

@@ -43,6 +43,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -85,12 +86,15 @@ class Spec:
     gpus: int
 
 
-def slice_jobs(start_h: float, hours: float, span: float, load: float, lo: int, hi: int) -> list[Spec]:
+def slice_jobs(
+    start_h: float, hours: float, span: float, load: float, lo: int, hi: int, roles: dict | None = None
+) -> list[Spec]:
+    """The slice's jobs, per VC of ``roles`` (default :data:`ROLES`): VC -> (project or None, ...)."""
     arrivals = wl.parse_arrivals_csv(ARRIVALS.read_text(), ARRIVALS.name)
     sampler = wl.RuntimeSampler(wl.parse_runtimes(RUNTIMES.read_text(), RUNTIMES.name))
     start, length = start_h * 3600, hours * 3600
     raw = []
-    for vc, (project, *_) in ROLES.items():
+    for vc, (project, *_) in (roles or ROLES).items():
         for i, a in enumerate(arrivals[vc]):
             if start <= a.time < start + length:
                 raw.append((f"{vc}-{i}", project, (a.time - start) * span / length, sampler.draw(f"{vc}:{i}"), a.gpus))
@@ -126,15 +130,15 @@ def submit(spec: Spec) -> int:
     return int(sh(*argv, input=script).split(";")[0])
 
 
-def replay(specs: list[Spec], timeout: float) -> dict[int, Spec]:
-    """Submit each job at its offset; wait until none is left in the queue."""
+def replay(specs: list[Spec], timeout: float, submit_one: Callable[[Spec], int] = submit) -> dict[int, Spec]:
+    """Submit each job at its offset (with ``submit_one``); wait until none is left in the queue."""
     ids: dict[int, Spec] = {}
     t0 = time.monotonic()
     for s in specs:
         delay = t0 + s.offset - time.monotonic()
         if delay > 0:
             time.sleep(delay)  # the replay's clock: when the trace says the job arrives
-        ids[submit(s)] = s
+        ids[submit_one(s)] = s
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = subprocess.run(
