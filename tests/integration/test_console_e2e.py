@@ -195,11 +195,17 @@ def test_alice_borrows_bobs_server_in_the_browser_and_through_the_sdk(cluster, n
         for job in (web_job, sub.job_id):
             cluster.wait_state(job, ["PENDING", "REQUEUED"], timeout=90)
         cluster.wait_state(bob_job, ["COMPLETED"], timeout=120)
-        for job in (web_job, sub.job_id):
-            cluster.release_begin_time(job)
         _logout(browser)
 
+        # While Slurm holds alice's requeued jobs, her job page says why they wait and when they start.
         _login(browser, svc.url, "alice", svc.passwords["alice"])
+        browser.get(f"{svc.url}/#/job/{web_job}")
+        _wait(browser, "why it waits", lambda d: "Predicted start: " in d.find_element(By.ID, "job-why").text, 60)
+        why = sdk.why(web_job)
+        assert why.job_id == web_job and why.predicted_start is not None, why
+        assert why.predicted_start >= why.now, why
+        for job in (web_job, sub.job_id):
+            cluster.release_begin_time(job)
         done = sdk.wait(sub.job_id, "COMPLETED", timeout=patience(STEPS * STEP_TIME + 240))
         assert done.restart_count >= 1
         cluster.wait_state(web_job, ["COMPLETED"], timeout=STEPS * STEP_TIME + 240)

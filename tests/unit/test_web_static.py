@@ -38,6 +38,7 @@ DOM_IDS = (
     "pool-chart",
     "jobs-table",
     "jobs-filter",
+    "job-why",
     "job-state",
     "timeline",
     "job-cancel",

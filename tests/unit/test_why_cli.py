@@ -40,7 +40,10 @@ def test_a_job_waiting_for_its_dependency(slurm, version):
     slurm(version)
     res = why("4")
     assert res.exit_code == 0, res.output
-    assert "Job 4 (alice, partition a-owner, 1 GPU) is pending: Dependency: it waits for the jobs it depends on." in res.output
+    assert (
+        "Job 4 (alice, partition a-owner, 1 GPU) is pending: Dependency: it waits for the jobs it depends on."
+        in res.output
+    )
     assert "Its runtime: 60 min, from default." in res.output
     assert "it waits for the jobs it depends on (afterok)" in res.output
     got = json.loads(why("4", "--json").output)
