@@ -298,14 +298,19 @@ def load_run(path: Path) -> tuple[str, float, Measured, list[Job], list[float]]:
     return doc["slurm"], doc["wall_seconds"], Measured(**doc["measured"]), jobs, doc["release_gaps"]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def slice_options(ap: argparse.ArgumentParser) -> None:
+    """The options that choose and compress the slice (this bench's and start_prediction's)."""
     ap.add_argument("--start-hour", type=float, default=612.0, help="where the slice starts in the 30-day trace")
     ap.add_argument("--hours", type=float, default=36.0, help="trace hours in the slice")
     ap.add_argument("--span", type=float, default=420.0, help="seconds the slice's arrivals are compressed into")
     ap.add_argument("--load", type=float, default=0.7, help="offered load the durations are scaled to")
     ap.add_argument("--min", dest="lo", type=int, default=5, help="shortest job, seconds")
     ap.add_argument("--max", dest="hi", type=int, default=90, help="longest job, seconds")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    slice_options(ap)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the queue to drain")
     ap.add_argument("--replays", type=int, default=31, help="simulator replays, submit times jittered in their second")
     ap.add_argument("--from", dest="run", type=Path, help="a saved real run (…run.json): no Slurm needed")

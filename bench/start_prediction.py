@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from sim_validate import Spec, replay, slice_jobs  # noqa: E402
+from sim_validate import Spec, replay, slice_jobs, slice_options  # noqa: E402
 from timing import emit, sh  # noqa: E402
 
 from slurm_pool.adapters.runner import SubprocessRunner  # noqa: E402
@@ -326,12 +326,7 @@ def table(doc: dict[str, Any], s: dict[str, Any], cmd: str, kept: str, from_run:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--start-hour", type=float, default=612.0, help="where the slice starts in the 30-day trace")
-    ap.add_argument("--hours", type=float, default=36.0, help="trace hours in the slice")
-    ap.add_argument("--span", type=float, default=420.0, help="seconds the slice's arrivals are compressed into")
-    ap.add_argument("--load", type=float, default=0.7, help="offered load the durations are scaled to")
-    ap.add_argument("--min", dest="lo", type=int, default=5, help="shortest job, seconds")
-    ap.add_argument("--max", dest="hi", type=int, default=90, help="longest job, seconds")
+    slice_options(ap)
     ap.add_argument("--seed", type=int, default=1, help="seed of the time limits' over-ask factors")
     ap.add_argument("--every", type=float, default=10.0, help="seconds between snapshots")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the queue to drain")
