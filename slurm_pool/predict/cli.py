@@ -56,7 +56,7 @@ def why(job_id: int, spec_path: str, as_json: bool, history_days: int, no_altern
     """
     from slurm_pool.adapters.runner import SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient, read_records
-    from slurm_pool.predict.explain import explain
+    from slurm_pool.predict.explain import duration, explain
     from slurm_pool.predict.live import forecast
     from slurm_pool.spec import load_spec
 
@@ -79,7 +79,7 @@ def why(job_id: int, spec_path: str, as_json: bool, history_days: int, no_altern
         f"Predicted start: {_when(p.start, fc.now)}"
         + (f", range {_when(p.low, fc.now)} to {_when(p.high, fc.now)}" if p.low != p.high else "")
         + (f" ({p.note})" if p.note else ""),
-        f"Its runtime: {duration_of(p.runtime.seconds)}, from {p.runtime.basis}.",
+        f"Its runtime: {duration(p.runtime.seconds)}, from {p.runtime.basis}.",
         f"Slurm's own estimate (squeue --start): {_when(fc.slurm_start.get(job_id), fc.now)}",
     ]
     if ex.causes:
@@ -95,9 +95,3 @@ def why(job_id: int, spec_path: str, as_json: bool, history_days: int, no_altern
         lines.append("No other way to submit it starts it sooner in the model.")
     for line in lines:
         click.echo(shown(line))
-
-
-def duration_of(seconds: float) -> str:
-    from slurm_pool.predict.explain import duration
-
-    return duration(seconds)

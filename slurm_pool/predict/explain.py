@@ -188,7 +188,7 @@ def alternatives(pool: PoolModel, forecast: Forecast, job: LiveJob) -> list[Alte
     est = forecast.predictions.get(job.job_id)
     runtime = est.runtime.seconds if est is not None else 3600.0
     here = pool.queues.get(job.partition.split(",")[0])
-    limit = job.limit if job.limit is not None else (here.default_time or here.max_time) if here else None
+    limit = here.limit(job.limit) if here else job.limit
     span = limit if limit is not None else runtime
     owner = here.owner if here is not None and here.engine_tier == GUARANTEED else None
     out: list[Alternative] = []

@@ -152,7 +152,7 @@ class Inputs:
                     self.skip[j.job_id] = f"partition {j.partition!r} is not one of the pool's"
                 continue
             self.queue_of[j.job_id] = q
-            limit = j.limit if j.limit is not None else (q.default_time or q.max_time)
+            limit = q.limit(j.limit)
             self.est[j.job_id] = runtimes.estimate(j.user, q.name, j.gpus, limit)
             if j.state == "pending":
                 why = self._unmodelled(j)
@@ -240,7 +240,7 @@ def _engine_jobs(inp: Inputs, work: Mapping[int, float], arrival: Mapping[int, f
     out = []
     for j in inp.pending:
         q = inp.queue_of[j.job_id]
-        limit = j.limit if j.limit is not None else (q.default_time or q.max_time)
+        limit = q.limit(j.limit)
         project = q.owner if q.engine_tier == GUARANTEED else None
         out.append(Job(str(j.job_id), project, arrival.get(j.job_id, 0.0), work[j.job_id], j.gpus, j.profile, limit))
     return out
@@ -333,5 +333,5 @@ def predict(
 def _late(inp: Inputs, j: LiveJob) -> float:
     """A pending job's runtime in the late run: its whole time limit (else its expected runtime)."""
     q = inp.queue_of[j.job_id]
-    limit = j.limit if j.limit is not None else (q.default_time or q.max_time)
+    limit = q.limit(j.limit)
     return limit if limit is not None else inp.est[j.job_id].seconds

@@ -34,6 +34,10 @@ class Queue:
     grace: float
     whole_pool: bool  # its nodes are every node of the pool
 
+    def limit(self, asked: float | None) -> float | None:
+        """A job's time limit here: what it asked for, else the partition's DefaultTime, else its MaxTime."""
+        return asked if asked is not None else (self.default_time or self.max_time)
+
 
 @dataclass(frozen=True)
 class PoolModel:
