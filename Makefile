@@ -19,6 +19,7 @@ demo: deps $(if $(SLURM),slurm-build)
 
 slurm-build: deps
 	$(PY) -m slurm_pool.localcluster.slurmbuild build
+	$(PY) -m slurm_pool.localcluster.slurmbuild build --variant nolua
 
 # JupyterHub, batchspawner, JupyterLab and configurable-http-proxy for the notebook tier, cached.
 notebooks-build: deps

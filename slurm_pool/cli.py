@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "render": "slurm_pool.conf_cli:render",
     "apply": "slurm_pool.conf_cli:apply",
     "doctor": "slurm_pool.conf_cli:doctor",
+    "diff": "slurm_pool.diff_cli:diff_cmd",
     "cluster": "slurm_pool.localcluster.cli:cluster",
     "mig": "slurm_pool.mig_cli:mig",
     "run": "slurm_pool.checkpoint.cli:run",
@@ -36,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "elastic": "slurm_pool.elastic.cli:elastic",
     "serve": "slurm_pool.web.cli:serve",
     "why": "slurm_pool.predict.cli:why",
+    "spank": "slurm_pool.spank_cli:spank",
 }
 
 

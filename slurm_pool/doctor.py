@@ -14,7 +14,18 @@
                 for this release (MIG type names changed in 23.02.6), and no
                 node refused at registration;
 * accounting -- QOS, accounts and users as ``apply accounting`` would make them;
-* hooks      -- Prolog, Epilog and HealthCheckProgram are slurm-pool's.
+* hooks      -- Prolog, Epilog and HealthCheckProgram are slurm-pool's;
+* plugins    -- PluginDir holds ``job_submit_lua.so`` when the spec has a
+                policy and ``gpu_nvml.so`` when gres.conf says
+                ``AutoDetect=nvml`` (SchedMD's ``slurm.spec`` builds neither
+                unless asked: ``%bcond_with lua``, ``%bcond_with nvml``).
+                When Slurm cannot be asked (slurmctld stops at start on
+                ``JobSubmitPlugins=lua`` without the plugin) this check alone
+                runs, on the PluginDir of slurm.conf or beside ``scontrol``;
+* settings   -- every cluster-wide setting the spec needs
+                (``render.required.cluster_settings``) is in force, as
+                ``scontrol show config`` shows it; each missing one with the
+                line to put in the site's slurm.conf.
 """
 
 from __future__ import annotations
@@ -29,13 +40,14 @@ from pathlib import Path
 
 from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import NodeRecord, parse_config_text
-from slurm_pool.adapters.runner import Result, Runner
+from slurm_pool.adapters.runner import CommandError, Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.render.required import Setting, cluster_settings, missing
 from slurm_pool.spec.hosts import expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion, VersionError
 
-CHECKS = ("version", "spank", "job_submit", "gres", "accounting", "hooks")
+CHECKS = ("version", "spank", "job_submit", "gres", "accounting", "hooks", "plugins", "settings")
 _INCOMPATIBLE = re.compile(r"Incompatible Slurm plugin (\S+) version \(([^)]*)\)")
 
 
@@ -61,6 +73,13 @@ class Facts:
     deferred: list[str] = field(default_factory=list)
     rendered_for: str | None = None
     include_dir: str | None = None
+    #: PluginDir (``:``-separated) and the file names found there (None: not listed).
+    plugin_dir: str = ""
+    plugins: frozenset[str] | None = None
+    #: gres.conf beside slurm.conf asks for ``AutoDetect=nvml`` (None: not read; the spec decides).
+    autodetect_nvml: bool | None = None
+    #: Cluster-wide settings the spec needs that ``scontrol show config`` does not carry.
+    missing_settings: list[Setting] = field(default_factory=list)
 
 
 def gather(spec: PoolSpec, runner: Runner) -> Facts:
@@ -89,6 +108,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
             rendered_for = None
     sinfo = shutil.which("sinfo")
     include = str(Path(sinfo).resolve().parent.parent / "include") if sinfo else None
+    plugin_dir = config.get("PluginDir", "")
     return Facts(
         commands,
         controller,
@@ -99,6 +119,10 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         deferred,
         rendered_for,
         include,
+        plugin_dir,
+        list_plugins(runner, plugin_dir),
+        _asks_nvml(conf),
+        missing(cluster_settings(spec, controller or commands), config),
     )
 
 
@@ -112,6 +136,8 @@ def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
         *_gres(spec, facts, version),
         *_accounting(facts),
         *_hooks(spec, facts),
+        *_plugins(spec, facts),
+        *_settings(facts),
     ]
 
 
@@ -289,6 +315,124 @@ def _hooks(spec: PoolSpec, f: Facts) -> list[Finding]:
     return out
 
 
+#: What each plugin is built from, and how to get a Slurm that has it.
+#: File names: ``pkglib_LTLIBRARIES`` of src/plugins/job_submit/lua/Makefile.am
+#: and src/plugins/gpu/nvml/Makefile.am.
+RPM_REBUILD = (
+    "on EL9 rebuild SchedMD's RPMs with both: dnf install rpm-build lua-devel mariadb-devel munge-devel pam-devel "
+    "readline-devel perl-ExtUtils-MakeMaker (lua-devel from CRB; nvml.h and libnvidia-ml from CUDA's "
+    "cuda-nvml-devel), then rpmbuild -ta slurm-VERSION.tar.bz2 --with lua --with nvml and install the rebuilt "
+    "slurm, slurm-slurmctld, slurm-slurmd and slurm-devel RPMs (docs/el9.md)"
+)
+PLUGIN_FIXES = {
+    "job_submit_lua.so": f"{RPM_REBUILD}; on Debian/Ubuntu apt install slurm-wlm-basic-plugins; "
+    "from source, install Lua's headers (liblua5.x-dev / lua-devel) and configure again without --without-lua",
+    "gpu_nvml.so": f"{RPM_REBUILD}; from source, ./configure --with-nvml=CUDA_DIR (Debian main's packages "
+    "build no gpu/nvml); on every GPU node",
+}
+
+
+def list_plugins(runner: Runner, plugin_dir: str) -> frozenset[str] | None:
+    """File names in the directories of ``plugin_dir`` (None when none could be listed)."""
+    found: set[str] | None = None
+    for d in (x for x in plugin_dir.split(":") if x):
+        res = runner.run(["ls", "-1", "--", d], check=False)
+        if res.returncode == 0:
+            found = (found or set()) | {n for n in res.stdout.splitlines() if re.fullmatch(r"[\w.+-]+", n)}
+    return None if found is None else frozenset(found)
+
+
+def asks_nvml(gres_conf: str) -> bool:
+    """Whether gres.conf text has an ``AutoDetect=nvml`` line (comments aside)."""
+    return any(
+        word.lower() == "autodetect=nvml" for line in gres_conf.splitlines() for word in line.split("#", 1)[0].split()
+    )
+
+
+def _asks_nvml(slurm_conf: str) -> bool | None:
+    if not slurm_conf:
+        return None
+    try:
+        return asks_nvml((Path(slurm_conf).parent / "gres.conf").read_text())
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _plugins(spec: PoolSpec, f: Facts) -> list[Finding]:
+    return plugin_findings(spec, f.plugin_dir, f.plugins, f.autodetect_nvml)
+
+
+def plugin_findings(
+    spec: PoolSpec, plugin_dir: str, plugins: frozenset[str] | None, nvml: bool | None
+) -> list[Finding]:
+    """The ``plugins`` check: what the spec needs that ``plugins`` (PluginDir's files) lacks."""
+    if plugins is None:
+        return []
+    if nvml is None:  # gres.conf not read: real sites' MIG groups render AutoDetect=nvml
+        nvml = any(g.gpus and g.gpus.mig and any(lay is not None for lay in g.gpus.mig) for g in spec.node_groups)
+    out = []
+    # The quoted log lines: src/interfaces/job_submit.c (job_submit_g_init), src/slurmctld/controller.c.
+    lua = spec.policy.job_submit or (spec.coexist is not None and spec.coexist.job_submit is not None)
+    if lua and "job_submit_lua.so" not in plugins:
+        out.append(
+            Finding(
+                "plugins",
+                f"PluginDir {plugin_dir} has no job_submit_lua.so: this Slurm was built without Lua, so "
+                "JobSubmitPlugins=lua cannot load the pool's job_submit.lua (slurmctld logs \"cannot create "
+                'job_submit context for job_submit/lua" and stops: "failed to initialize job_submit plugin")',
+                PLUGIN_FIXES["job_submit_lua.so"],
+            )
+        )
+    if nvml and "gpu_nvml.so" not in plugins:
+        out.append(
+            Finding(
+                "plugins",
+                f"PluginDir {plugin_dir} has no gpu_nvml.so: this Slurm was built without NVML, so "
+                "gres.conf's AutoDetect=nvml finds no GPUs or MIG instances",
+                PLUGIN_FIXES["gpu_nvml.so"],
+            )
+        )
+    return out
+
+
+def _settings(f: Facts) -> list[Finding]:
+    return [
+        Finding(
+            "settings",
+            f"{s.key} is {_shown_setting(f.config, s.key)}, not {s.value} as the pool needs: {s.why}",
+            f"put {s.line} in slurm.conf"
+            + (" (beside the site's own items)" if s.match == "contains" else "")
+            + ", then scontrol reconfigure",
+        )
+        for s in f.missing_settings
+    ]
+
+
+def _shown_setting(config: dict[str, str], key: str) -> str:
+    values = [v for k, v in config.items() if k == key or (k.startswith(key + "[") and k.endswith("]"))]
+    return ",".join(v for v in values if v) or "not set"
+
+
+def offline_plugin_dir(slurm_conf: str | None, scontrol: str | None) -> str:
+    """PluginDir without slurmctld: slurm.conf's ``PluginDir=``, else where Slurm's
+    default (``<libdir>/slurm``; Debian: ``<libdir>/<triplet>/slurm-wlm``) is beside ``scontrol``."""
+    if slurm_conf:
+        try:
+            for line in Path(slurm_conf).read_text().splitlines():
+                m = re.fullmatch(r"\s*PluginDir\s*=\s*(\S+)\s*", line.split("#", 1)[0], re.IGNORECASE)
+                if m:
+                    return m.group(1)
+        except (OSError, UnicodeDecodeError):
+            pass
+    if not scontrol:
+        return ""
+    prefix = Path(scontrol).resolve().parent.parent
+    for cand in [prefix / "lib64" / "slurm", prefix / "lib" / "slurm", *sorted(prefix.glob("lib/*/slurm-wlm"))]:
+        if cand.is_dir():
+            return str(cand)
+    return ""
+
+
 def report(findings: list[Finding], facts: Facts) -> list[str]:
     """Human-readable lines: one per check, then each finding with its fix."""
     lines = [f"slurm-pool doctor: Slurm {facts.controller or facts.commands}, {len(facts.nodes)} node(s)"]
@@ -303,7 +447,21 @@ def report(findings: list[Finding], facts: Facts) -> list[str]:
 
 
 def run(spec: PoolSpec, runner: Runner) -> tuple[list[Finding], list[str]]:
-    """Gather, diagnose and report; CommandError when Slurm cannot be asked."""
-    facts = gather(spec, runner)
+    """Gather, diagnose and report; CommandError when Slurm cannot be asked and
+    its installed plugins show nothing missing either."""
+    try:
+        facts = gather(spec, runner)
+    except CommandError as exc:
+        conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+        plugin_dir = offline_plugin_dir(conf, shutil.which("scontrol"))
+        findings = plugin_findings(spec, plugin_dir, list_plugins(runner, plugin_dir), _asks_nvml(conf))
+        if not findings:
+            raise
+        lines = [f"slurm-pool doctor: Slurm cannot be asked ({str(exc).strip()[:200]}); checked the plugins only"]
+        lines.append("  FAIL  plugins")
+        for x in findings:
+            lines += [f"        problem: {x.problem}", f"        fix:     {x.fix}"]
+        lines.append(f"{len(findings)} problem(s)")
+        return findings, lines
     findings = diagnose(spec, facts)
     return findings, report(findings, facts)

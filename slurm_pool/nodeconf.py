@@ -46,6 +46,11 @@ Keys (defaults in brackets)::
     gpu_busy_wait        [10]     seconds the prolog waits for other processes to
                          leave the job's GPUs before it fails
     scontrol             [scontrol]  path of scontrol
+    site_health_check    []       the site's own HealthCheckProgram (a cluster
+                         the pool shares): the health check runs it after its
+                         GPU checks; root-owned, not a link, not writable by
+                         group or others; its exit status counts
+    site_health_timeout  [60]     seconds it may run
     log                  [syslog]  syslog | stderr | none
 """
 
@@ -90,6 +95,8 @@ DEFAULTS: dict[str, str] = {
     "gpu_busy_wait": "10",
     "scontrol": "scontrol",
     "log": "syslog",
+    "site_health_check": "",
+    "site_health_timeout": "60",
 }
 
 
@@ -228,6 +235,8 @@ def render(
         values["gpus"] = gpus
     if scontrol:
         values["scontrol"] = scontrol
+    if spec.coexist is not None and spec.coexist.health_check:
+        values["site_health_check"] = spec.coexist.health_check
     values.update(extra or {})
     lines = ["# slurm-pool node settings -- generated from the pool spec; keep root-owned, mode 0644."]
     lines += [f"{k} = {v}" for k, v in values.items()]

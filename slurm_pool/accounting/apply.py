@@ -3,8 +3,14 @@
 Assert, then apply: the current state is read, the difference against the
 plan is computed as a list of :class:`Change`, printed, and only then run.  A
 second run finds nothing to change and issues no sacctmgr modification.
-Objects slurm-pool did not create are never removed unless ``prune`` is set,
-and even then only objects carrying the ``slurm-pool`` tag.
+Adopt, never seize: only objects slurm-pool created (an account with
+``Organization=slurm-pool``, a QOS whose description starts ``slurm-pool``) or
+that the spec's ``adopt`` section names are changed; any other existing account
+or QOS under a project's or tier's name is reported (``= ...``) and left
+exactly as it is, with no pool user added to such an account, and a user's
+existing default account that is not slurm-pool's is kept.  ``prune`` removes
+only tagged objects (an adopted one is never tagged), never a QOS a site's
+object still names.
 
 QOS come before slurmctld: from Slurm 25.11 slurmctld will not start while a
 partition's AllowQOS names a QOS slurmdbd lacks.  But a limit on a TRES such
@@ -20,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from slurm_pool.accounting.plan import OWNER_TAG, AccountingPlan, build_plan
+from slurm_pool.accounting.plan import OWNER_TAG, AccountingPlan, build_plan, untagged
 from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.adapters.slurmjson import parse_duration
@@ -135,14 +141,41 @@ def _known_limits(fields: dict[str, str], known: set[str]) -> tuple[dict[str, st
     return out, deferred
 
 
+def qos_ours(row: dict[str, str]) -> bool:
+    """Whether a QOS as ``sacctmgr show qos`` reports it carries slurm-pool's tag (it created it)."""
+    desc = row.get("Description", "").strip().lower()
+    return desc == OWNER_TAG or desc.startswith(f"{OWNER_TAG}:")
+
+
+def account_ours(row: dict[str, str]) -> bool:
+    """Whether an account carries slurm-pool's tag (``Organization=slurm-pool``: it created it)."""
+    return row.get("Org", "").strip().lower() == OWNER_TAG
+
+
+def _not_ours(kind: str, name: str, more: str = "") -> str:
+    return (
+        f"= {kind} {name}: exists and is not slurm-pool's; left as it is{more} "
+        f"(adopt it in the spec's adopt.{'qos' if kind == 'qos' else 'accounts'} to manage it)"
+    )
+
+
 def diff(
-    plan: AccountingPlan, slurm: SlurmClient, prune: bool = False, deferred: list[str] | None = None
+    plan: AccountingPlan,
+    slurm: SlurmClient,
+    prune: bool = False,
+    deferred: list[str] | None = None,
+    notes: list[str] | None = None,
 ) -> list[Change]:
     """The changes that bring Slurm's accounting in line with ``plan``.
 
-    Limits on TRES slurmdbd does not know yet are left out and appended to
-    ``deferred`` as ``"qos NAME: FIELD TRES=N"`` (see the module docstring).
+    Only objects slurm-pool created (tagged) or the plan adopts are changed; an
+    existing one of neither kind is left exactly as it is and a line saying so
+    is appended to ``notes`` (as is a pre-existing user's default account that
+    is kept).  Limits on TRES slurmdbd does not know yet are left out and
+    appended to ``deferred`` as ``"qos NAME: FIELD TRES=N"`` (see the module
+    docstring).
     """
+    notes = [] if notes is None else notes
     changes: list[Change] = []
     cluster = plan.cluster
     clusters = {r["Cluster"] for r in slurm.sacctmgr_show("cluster", ["Cluster"])}
@@ -154,17 +187,23 @@ def diff(
     preempt_later: list[Change] = []
     for q in plan.qos:
         have = qos_have.get(q.name)
+        want = q.fields
         if have is None:
             changes.append(Change(f"+ qos {q.name}", ("add", "qos", q.name)))
             have = {}
-        fields, later = _known_limits(q.fields, tres)
+        elif not qos_ours(have):
+            if not q.adopted:
+                notes.append(_not_ours("qos", q.name))
+                continue
+            want = untagged(want)
+        fields, later = _known_limits(want, tres)
         if deferred is not None:
             deferred.extend(f"qos {q.name}: {d}" for d in later)
         direct = {k: v for k, v in fields.items() if k != "Preempt"}
         fc = _field_changes(direct, have)
         if fc:
             changes.append(_modify(f"qos {q.name}", "qos", [f"name={q.name}"], fc))
-        pc = _field_changes({"Preempt": q.fields["Preempt"]}, have)
+        pc = _field_changes({"Preempt": want["Preempt"]}, have)
         if pc:
             preempt_later.append(_modify(f"qos {q.name}", "qos", [f"name={q.name}"], pc))
     changes.extend(preempt_later)
@@ -172,8 +211,11 @@ def diff(
     accts_have = _accounts(slurm)
     assoc_rows = slurm.sacctmgr_show("assoc", ASSOC_FIELDS, where=["where", f"cluster={cluster}"])
     assoc_have = {(r["Account"], r["User"]): r for r in assoc_rows}
+    managed: list[str] = []  # the plan's accounts slurm-pool keeps: its own (made now or before) and adopted ones
     for a in plan.accounts:
-        if a.name not in accts_have:
+        acct = accts_have.get(a.name)
+        want = a.fields
+        if acct is None:
             changes.append(
                 Change(
                     f"+ account {a.name}",
@@ -187,31 +229,71 @@ def diff(
                     ),
                 )
             )
-        elif _norm("Descr", accts_have[a.name].get("Descr", "")) != _norm("Descr", a.fields["Description"]):
+        elif not account_ours(acct):
+            if not a.adopted:
+                notes.append(_not_ours("account", a.name, ", and no pool user is added to it"))
+                continue
+            want = untagged(want)
+        managed.append(a.name)
+        if (
+            acct is not None
+            and "Description" in want
+            and _norm("Descr", acct.get("Descr", "")) != _norm("Descr", want["Description"])
+        ):
             changes.append(
                 Change(
                     f"~ account {a.name}: Description",
-                    ("modify", "account", "where", f"name={a.name}", "set", f"Description={a.fields['Description']}"),
+                    ("modify", "account", "where", f"name={a.name}", "set", f"Description={want['Description']}"),
                 )
             )
         have = assoc_have.get((a.name, ""), {})
-        want = {k: a.fields[k] for k in ("Fairshare", "QOS", "DefaultQOS")}
-        fc = _field_changes(want, have)
+        fc = _field_changes({k: want[k] for k in ("Fairshare", "QOS", "DefaultQOS")}, have)
         if fc:
             changes.append(_modify(f"account {a.name}", "account", [f"name={a.name}", f"cluster={cluster}"], fc))
 
+    changes.extend(_user_changes(plan, slurm, managed, accts_have, assoc_have, notes))
+    if prune:
+        changes.extend(_prune(plan, qos_have, accts_have, assoc_have, managed, notes))
+    return changes
+
+
+def _user_changes(
+    plan: AccountingPlan,
+    slurm: SlurmClient,
+    managed: list[str],
+    accts_have: dict[str, dict[str, str]],
+    assoc_have: dict[tuple[str, str], dict[str, str]],
+    notes: list[str],
+) -> list[Change]:
+    """Users' associations in the accounts slurm-pool keeps, and their default accounts.
+
+    A user's default is their first such account in the spec's order; a user who
+    already had a default account that is not slurm-pool's keeps it.
+    """
+    changes: list[Change] = []
+    cluster = plan.cluster
+    pools = set(managed) | {name for name, r in accts_have.items() if account_ours(r)}
+    default_of: dict[str, str] = {}
+    for u in plan.users:
+        if u.account in managed:
+            default_of.setdefault(u.name, u.account)
     users_have = {r["User"]: r for r in slurm.sacctmgr_show("user", ["User", "DefaultAccount"])}
+    kept: set[str] = set()
     for u in plan.users:
         key = (u.account, u.name)
+        if u.account not in managed:
+            if key not in assoc_have:
+                notes.append(f"= user {u.name} in {u.account}: not added, the account is not slurm-pool's")
+            continue
+        wanted_default = default_of[u.name]
         if key not in assoc_have:
             argv = ["add", "user", u.name, f"Account={u.account}", f"Cluster={cluster}"]
             if u.name not in users_have:
-                argv.append(f"DefaultAccount={u.fields['DefaultAccount']}")
+                argv.append(f"DefaultAccount={wanted_default}")
             changes.append(Change(f"+ user {u.name} in {u.account}", tuple(argv)))
-            users_have.setdefault(u.name, {"User": u.name, "DefaultAccount": u.fields["DefaultAccount"]})
+            users_have.setdefault(u.name, {"User": u.name, "DefaultAccount": wanted_default})
         have = assoc_have.get(key, {})
-        want = {k: u.fields[k] for k in ("QOS", "DefaultQOS")}
-        fc = _field_changes(want, have)
+        fc = _field_changes({k: u.fields[k] for k in ("QOS", "DefaultQOS")}, have)
         if fc:
             changes.append(
                 _modify(
@@ -222,24 +304,20 @@ def diff(
                 )
             )
         cur_default = users_have.get(u.name, {}).get("DefaultAccount", "")
-        if cur_default and cur_default != u.fields["DefaultAccount"] and key in assoc_have:
+        if not cur_default or cur_default == wanted_default:
+            continue
+        if cur_default not in pools:
+            if u.name not in kept:
+                kept.add(u.name)
+                notes.append(f"= user {u.name}: keeps DefaultAccount {cur_default}, which is not slurm-pool's")
+        elif key in assoc_have:
             changes.append(
                 Change(
-                    f"~ user {u.name}: DefaultAccount: {cur_default} -> {u.fields['DefaultAccount']}",
-                    (
-                        "modify",
-                        "user",
-                        "where",
-                        f"name={u.name}",
-                        "set",
-                        f"DefaultAccount={u.fields['DefaultAccount']}",
-                    ),
+                    f"~ user {u.name}: DefaultAccount: {cur_default} -> {wanted_default}",
+                    ("modify", "user", "where", f"name={u.name}", "set", f"DefaultAccount={wanted_default}"),
                 )
             )
-            users_have[u.name]["DefaultAccount"] = u.fields["DefaultAccount"]
-
-    if prune:
-        changes.extend(_prune(plan, qos_have, accts_have, assoc_have))
+            users_have[u.name]["DefaultAccount"] = wanted_default
     return changes
 
 
@@ -257,9 +335,25 @@ def _accounts(slurm: SlurmClient) -> dict[str, dict[str, str]]:
     return have
 
 
-def _prune(plan: AccountingPlan, qos_have: dict, accts_have: dict, assoc_have: dict) -> list[Change]:
+def _listed(value: str) -> set[str]:
+    return {x for x in value.split(",") if x}
+
+
+def _prune(
+    plan: AccountingPlan,
+    qos_have: dict[str, dict[str, str]],
+    accts_have: dict[str, dict[str, str]],
+    assoc_have: dict[tuple[str, str], dict[str, str]],
+    managed: list[str],
+    notes: list[str],
+) -> list[Change]:
+    """Deletions of slurm-pool's own objects the plan no longer has; nothing else is ever deleted.
+
+    A QOS of slurm-pool's that a site's association or QOS still names is kept
+    (deleting it would edit theirs: slurmdbd drops a deleted QOS from every list).
+    """
     out: list[Change] = []
-    ours = {name for name, r in accts_have.items() if r.get("Org") == OWNER_TAG}
+    ours = {name for name, r in accts_have.items() if account_ours(r)}
     wanted_users = {(u.account, u.name) for u in plan.users}
     for acct, user in sorted(assoc_have):
         if user and acct in ours and (acct, user) not in wanted_users:
@@ -271,8 +365,25 @@ def _prune(plan: AccountingPlan, qos_have: dict, accts_have: dict, assoc_have: d
             )
     for name in sorted(ours - {a.name for a in plan.accounts}):
         out.append(Change(f"- account {name}", ("delete", "account", "where", f"name={name}")))
+    planned = {(a, "") for a in managed} | {(u.account, u.name) for u in plan.users if u.account in managed}
+    users: dict[str, set[str]] = {}
+    for (acct, user), r in assoc_have.items():
+        if acct not in ours and (acct, user) not in planned:
+            for q in _listed(r.get("QOS", "")) | _listed(r.get("DefaultQOS", "")):
+                users.setdefault(q, set()).add(f"account {acct}" + (f" user {user}" if user else ""))
+    adopted = {q.name for q in plan.qos if q.adopted}
+    for name, r in qos_have.items():
+        if not qos_ours(r) and name not in adopted:
+            for q in _listed(r.get("Preempt", "")):
+                users.setdefault(q, set()).add(f"qos {name}")
     for name, r in sorted(qos_have.items()):
-        if r.get("Description", "").startswith(OWNER_TAG) and name not in {q.name for q in plan.qos}:
+        if qos_ours(r) and name not in {q.name for q in plan.qos}:
+            if name in users:
+                notes.append(
+                    f"= qos {name}: slurm-pool's and no longer in the spec, but kept: "
+                    f"the site's {', '.join(sorted(users[name]))} still name it"
+                )
+                continue
             out.append(Change(f"- qos {name}", ("delete", "qos", "where", f"name={name}")))
     return out
 
@@ -288,7 +399,10 @@ def apply_accounting(
     """Print and (unless ``dry_run``) apply the accounting diff; return it."""
     plan = build_plan(spec)
     deferred: list[str] = []
-    changes = diff(plan, slurm, prune=prune, deferred=deferred)
+    notes: list[str] = []
+    changes = diff(plan, slurm, prune=prune, deferred=deferred, notes=notes)
+    for n in notes:
+        echo(n)
     for d in deferred:
         echo(
             f"! {d}: deferred, slurmdbd has no such TRES yet (slurmctld registers it when it starts; "

@@ -15,6 +15,18 @@ from slurm_pool.spec.model import PoolSpec, Tier
 OWNER_TAG = "slurm-pool"
 
 
+def untagged(fields: dict[str, str]) -> dict[str, str]:
+    """The fields of an adopted object the site created: slurm-pool's tag is never written into it.
+
+    Its description becomes the spec's own text where the spec has one, else stays the site's.
+    """
+    out = {k: v for k, v in fields.items() if k not in ("Description", "Organization")}
+    desc = fields.get("Description", "")
+    if desc.startswith(f"{OWNER_TAG}: "):
+        out["Description"] = desc[len(OWNER_TAG) + 2 :]
+    return out
+
+
 def _tres(d: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(d.items()))
 
@@ -23,12 +35,16 @@ def _tres(d: dict[str, int]) -> str:
 class QosPlan:
     name: str
     fields: dict[str, str]
+    #: Listed in the spec's ``adopt.qos``: managed even where the site created it.
+    adopted: bool = False
 
 
 @dataclass(frozen=True)
 class AccountPlan:
     name: str
     fields: dict[str, str]
+    #: Listed in the spec's ``adopt.accounts``: managed even where the site created it.
+    adopted: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,8 +64,10 @@ class AccountingPlan:
     def to_json(self) -> dict[str, object]:
         return {
             "cluster": self.cluster,
-            "qos": [{"name": q.name, **q.fields} for q in self.qos],
-            "accounts": [{"name": a.name, **a.fields} for a in self.accounts],
+            "qos": [{"name": q.name, **q.fields, **({"adopted": True} if q.adopted else {})} for q in self.qos],
+            "accounts": [
+                {"name": a.name, **a.fields, **({"adopted": True} if a.adopted else {})} for a in self.accounts
+            ],
             "users": [{"name": u.name, "account": u.account, **u.fields} for u in self.users],
         }
 
@@ -73,7 +91,7 @@ def _qos_fields(tier: Tier) -> dict[str, str]:
 def build_plan(spec: PoolSpec) -> AccountingPlan:
     """The accounting objects a spec asks for, in a stable order."""
     default_tier = spec.policy.default_tier
-    qos = [QosPlan(t.name, _qos_fields(t)) for t in spec.tiers]
+    qos = [QosPlan(t.name, _qos_fields(t), t.name in spec.adopt.qos) for t in spec.tiers]
     accounts = [
         AccountPlan(
             p.name,
@@ -84,6 +102,7 @@ def build_plan(spec: PoolSpec) -> AccountingPlan:
                 "QOS": ",".join(sorted(p.tiers)),
                 "DefaultQOS": p.default_tier or (default_tier if default_tier in p.tiers else p.tiers[0]),
             },
+            p.name in spec.adopt.accounts,
         )
         for p in spec.projects
     ]

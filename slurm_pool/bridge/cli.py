@@ -2,10 +2,13 @@
 
     * * * * * slurm-pool rebalance --spec /etc/slurm-pool/pool.yaml
 
-Run it as root (placeholders are submitted ``--uid`` the bridge user) or as
-that user.  Runs never overlap: a run that would change anything first takes
-the Kubernetes Lease ``bridge.lease_name`` in ``bridge.lease_namespace``, and
-a run that finds it held by another live run changes nothing and exits 0.
+Run it as ``bridge.user`` (no root needed: placeholders are submitted as that
+user), or as root (they are submitted ``--uid`` that user).  Where Slurm's
+PrivateData hides jobs, the user needs ``AdminLevel=Operator`` to see every
+pending job (see "Privileges" in docs/operations.md).  Runs never overlap: a
+run that would change anything first takes the Kubernetes Lease
+``bridge.lease_name`` in ``bridge.lease_namespace``, and a run that finds it
+held by another live run changes nothing and exits 0.
 
 Exit 0 when every step succeeded (or there was nothing to do), 1 when any step
 failed or was refused (a PodDisruptionBudget's 429 is retried by the next
@@ -108,7 +111,7 @@ def rebalance(
             dry_run=dry_run,
             force_after=force_after,
             forecast=forecast,
-            notes=notes,
+            notes=[*slurm.notes, *notes],
             preemptors=lend_preemptors(spec, config),
         )
     except LeaseHeld as exc:  # another run is at work: nothing wrong, nothing to do

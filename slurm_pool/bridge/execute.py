@@ -100,8 +100,17 @@ class Executor:
         self.clock = clock
         self.sleep = sleep
         self.poll = poll
+        self.plan: Plan | None = None
+
+    def k8s_node(self, node: str) -> str:
+        """The Kubernetes Node of Slurm node ``node`` in the plan being run; none known fails the step."""
+        name = node if self.plan is None else self.plan.k8s_name(node)
+        if name is None:
+            raise StepFailed(f"no Kubernetes Node is known for {node} (bridge.node_names): nothing done to one")
+        return name
 
     def run(self, plan: Plan) -> list[StepResult]:
+        self.plan = plan
         results: list[StepResult] = []
         failed: set[str] = set()
         jobs: dict[str, int] = {}  # node -> placeholder submitted in this run
@@ -130,7 +139,7 @@ class Executor:
         return res
 
     def _fence(self, step: Step, jobs: dict[str, int]) -> str:
-        update_node(self.k8s, step.node, lambda n: fence_patch(n, step.since))
+        update_node(self.k8s, self.k8s_node(step.node), lambda n: fence_patch(n, step.since))
         return "cordoned, tainted slurm-pool/reclaimed:NoSchedule" + (
             f", reclaim since {step.since}" if step.since else ""
         )
@@ -151,13 +160,13 @@ class Executor:
             seen.append(state)
             return open_patch(node)
 
-        update_node(self.k8s, step.node, checked_open)
+        update_node(self.k8s, self.k8s_node(step.node), checked_open)
         state = seen[-1]
         detail = f"placeholder {job} {state}; uncordoned, untainted, labelled slurm-pool/lent=true"
         return detail + self._event(step.node, "SlurmPoolLent", f"lent to Kubernetes; Slurm holds it with job {job}")
 
     def _release(self, step: Step, jobs: dict[str, int]) -> str:
-        update_node(self.k8s, step.node, release_patch)
+        update_node(self.k8s, self.k8s_node(step.node), release_patch)
         return "label slurm-pool/lent and reclaim mark removed" + self._event(
             step.node, "SlurmPoolReclaimed", "given back to Slurm"
         )
@@ -166,13 +175,13 @@ class Executor:
         """Record a Node event; a failure is noted, never a step failure."""
         when = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
         try:
-            self.k8s.create_event(EVENT_NAMESPACE, node_event(node, reason, message, when))
-        except K8sError as exc:
+            self.k8s.create_event(EVENT_NAMESPACE, node_event(self.k8s_node(node), reason, message, when))
+        except (K8sError, StepFailed) as exc:
             return f" (event {reason} not recorded: {exc})"
         return ""
 
     def _submit(self, step: Step, jobs: dict[str, int]) -> str:
-        jobs[step.node] = self.slurm.submit_placeholder(step.node)
+        jobs[step.node] = self.slurm.submit_placeholder(step.node, self.k8s_node(step.node))
         return f"placeholder job {jobs[step.node]} submitted"
 
     def _cancel(self, step: Step, jobs: dict[str, int]) -> str:
@@ -256,10 +265,9 @@ class Executor:
             if state in _ENDED:
                 raise StepFailed(f"placeholder {job} ended before it ran ({state or 'gone'})")
             return False, f"placeholder {job} {state} ({reason})"
-        pods = listed(self.k8s.list_pods(step.node), "Pods")
-        left = [
-            p for p in (pod_view(o, step.node) for o in pods) if p is not None and p.node == step.node and p.workload
-        ]
+        node = self.k8s_node(step.node)
+        pods = listed(self.k8s.list_pods(node), "Pods")
+        left = [p for p in (pod_view(o, node) for o in pods) if p is not None and p.node == node and p.workload]
         if not left:
             return True, "no pods left"
         return False, f"{len(left)} pod(s) still there: " + ", ".join(p.ref for p in left[:5])

@@ -17,7 +17,7 @@ giving back for demand.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any, Iterable, Mapping, TypeVar
 
@@ -36,6 +36,7 @@ from slurm_pool.bridge.k8sview import (
     pod_view,
     sum_resources,
 )
+from slurm_pool.bridge.names import NodeNaming
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.text import RULES, matches
@@ -235,6 +236,14 @@ class Snapshot:
     #: Kubernetes objects (or fields) that could not be read, each naming kind, namespace/name and why:
     #: while there are any, the demand and the nodes' capacity are not known whole.
     unreadable: tuple[str, ...] = ()
+    #: ``k8s_nodes`` and the pods' ``node`` are keyed by Slurm node name (``bridge.node_names``); this
+    #: is each one's Kubernetes Node name.  Nodes matched with no Slurm node are in ``k8s_only``.
+    k8s_names: Mapping[str, str] = field(default_factory=dict)
+    k8s_only: tuple[K8sNodeView, ...] = ()
+    #: Why Kubernetes Nodes were left alone (:class:`~slurm_pool.bridge.names.NameMap`).
+    name_problems: tuple[str, ...] = ()
+    #: Slurm nodes whose Kubernetes Node is in doubt: their placeholders are kept as if unselected.
+    in_doubt: frozenset[str] = frozenset()
 
     # The indexes below are made once per snapshot (its fields never change), so that what the
     # planner asks per node costs nothing like a scan of the whole cluster.
@@ -269,14 +278,14 @@ class Snapshot:
     def base_gpus(self) -> int:
         """GPUs of schedulable Kubernetes nodes that are not Slurm's (always there for inference)."""
         managed = self._managed
-        return sum(v.gpus for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable)
+        mapped = sum(v.gpus for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable)
+        return mapped + sum(v.gpus for v in self.k8s_only if not v.unschedulable)
 
     def base_resources(self, gpu_resource: str) -> dict[str, int]:
         """:attr:`base_gpus` per GPU-like resource, MIG slices included."""
         managed = self._managed
-        return sum_resources(
-            (v for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable), gpu_resource
-        )
+        views = [v for n, v in self.k8s_nodes.items() if n not in managed and not v.unschedulable]
+        return sum_resources(views + [v for v in self.k8s_only if not v.unschedulable], gpu_resource)
 
     def placeholders_on(self, node: str) -> list[Placeholder]:
         """The active placeholders on ``node``."""
@@ -401,10 +410,20 @@ def build_snapshot(
         for n in slurm_nodes
     }
     placeholders, pending, busy = _jobs(config, jobs, may_preempt)
-    k8s = {v.name: v for v in (k8s_node_view(o, config.gpu_resource) for o in k8s_nodes)}
+    views = [k8s_node_view(o, config.gpu_resource) for o in k8s_nodes]
+    naming = NodeNaming(config.node_names)
+    names = naming.match(((v.name, v.labels) for v in views), nodes)
+    k8s = {names.to_slurm[v.name]: v for v in views if v.name in names.to_slurm}
+    k8s_only = tuple(v for v in views if v.name not in names.to_slurm)
+    marked = [
+        f"Kubernetes Node {v.name} carries the bridge's marks but is no Slurm node's by bridge.node_names: left alone"
+        for v in k8s_only
+        if v.lent or v.reclaim_since or v.ours_tainted
+    ]
     pods = list(pods)
     pod_views = tuple(p for p in (pod_view(o) for o in pods) if p is not None)
-    problems = [v.problem for v in k8s.values() if v.problem] + [p.problem for p in pod_views if p.problem]
+    problems = [v.problem for v in views if v.problem] + [p.problem for p in pod_views if p.problem]
+    pod_views = _on_slurm_nodes(pod_views, names.to_slurm, naming)
     demand = total_demand(
         inference_services,
         config.gpu_resource,
@@ -426,4 +445,20 @@ def build_snapshot(
         lend_partition=config.partition,
         demand_by_resource=demand,
         unreadable=tuple(dict.fromkeys(problems)),
+        k8s_names=names.to_k8s,
+        k8s_only=k8s_only,
+        name_problems=names.problems + tuple(marked),
+        in_doubt=names.doubtful,
     )
+
+
+def _on_slurm_nodes(pods: tuple[PodView, ...], to_slurm: Mapping[str, str], naming: NodeNaming) -> tuple[PodView, ...]:
+    """``pods`` with their ``node`` a Slurm node name; those on a Node matched with none are left out."""
+    if naming.rule.by == "name":
+        return pods
+    out = []
+    for p in pods:
+        slurm = to_slurm.get(p.node) or naming.slurm_name(p.node)
+        if slurm is not None:
+            out.append(p if slurm == p.node else replace(p, node=slurm))
+    return tuple(out)

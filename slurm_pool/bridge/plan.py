@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Mapping
 
 from slurm_pool.bridge.claims import claims
 from slurm_pool.bridge.cost import Groups, ahead_returns, gpus_of, resources_of, shortfall
@@ -101,6 +101,12 @@ class Plan:
     lent_by_resource: dict[str, int] = field(default_factory=dict)
     #: Kubernetes objects that could not be read (``Snapshot.unreadable``): the run held still.
     unreadable: tuple[str, ...] = ()
+    #: Each managed node's Kubernetes Node name (``bridge.node_names``); None: the same names.
+    k8s_names: Mapping[str, str] | None = None
+
+    def k8s_name(self, node: str) -> str | None:
+        """The Kubernetes Node of Slurm node ``node`` (None: none is known, so nothing is done to one)."""
+        return node if self.k8s_names is None else self.k8s_names.get(node)
 
     @property
     def steps(self) -> list[Step]:
@@ -124,6 +130,7 @@ class Plan:
             "nodes": [
                 {
                     "node": n.node,
+                    **({"k8s_node": k} if (k := self.k8s_name(n.node)) not in (None, n.node) else {}),
                     "intent": n.intent,
                     "reasons": list(n.reasons),
                     "steps": [
@@ -272,6 +279,7 @@ def plan(
             "known whole: this run lends no node it has not lent and gives none back for demand"
         )
         notes += [f"cannot read {u}" for u in snap.unreadable]
+    notes += snap.name_problems
     return Plan(
         now=now,
         window_open=window,
@@ -283,6 +291,7 @@ def plan(
         nodes=tuple(plans),
         notes=tuple(notes),
         unreadable=snap.unreadable,
+        k8s_names={n: snap.k8s_names[n] for n in managed if n in snap.k8s_names},
         forecast=fc.summary(t, warmup, horizon) if fc is not None and fc.enabled else None,
     )
 
@@ -298,12 +307,16 @@ def _orphans(snap: Snapshot, config: Bridge, managed: set[str]) -> list[NodePlan
     for n in sorted({p.node for p in snap.placeholders if p.active} - managed):
         ids = tuple(p.job_id for p in snap.placeholders_on(n) if p.active)
         which = f"orphaned placeholder {','.join(map(str, ids))}"
-        if n in snap.unselected and not config.fence_kubeconfig:
-            why = f"{which} kept: Kubernetes still has the node but bridge.node_selector no longer selects it, and "
+        doubt = n in snap.in_doubt
+        if (n in snap.unselected or doubt) and not config.fence_kubeconfig:
+            lost = _DOUBT if doubt else "Kubernetes still has the node but bridge.node_selector no longer selects it"
+            why = f"{which} kept: {lost}, and "
             why += "without bridge.fence_kubeconfig its pods would stay; move them, then cancel it"
             out.append(NodePlan(n, "lent", (why,)))
             continue
-        if n in snap.unselected:
+        if doubt:
+            why = f"{_DOUBT} (its placeholder fences its Node as it ends)"
+        elif n in snap.unselected:
             why = "bridge.node_selector no longer selects the node (its placeholder fences it as it ends)"
         elif n not in snap.k8s_nodes:
             why = "the node is not in Kubernetes"
@@ -314,6 +327,8 @@ def _orphans(snap: Snapshot, config: Bridge, managed: set[str]) -> list[NodePlan
     return out
 
 
+#: Why a placeholder's node is in doubt (``Snapshot.in_doubt``).
+_DOUBT = "no listed Kubernetes Node can be told to be this node's by bridge.node_names"
 #: Why a run holds still (see the module docstring).
 _UNREADABLE = "Kubernetes objects cannot be read (see the notes)"
 

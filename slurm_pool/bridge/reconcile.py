@@ -23,6 +23,7 @@ from slurm_pool.bridge.execute import Executor, StepResult
 from slurm_pool.bridge.forecast import Forecast
 from slurm_pool.bridge.k8s import K8sAPI, K8sError, NotFound
 from slurm_pool.bridge.model import Snapshot, build_snapshot
+from slurm_pool.bridge.names import NodeNaming
 from slurm_pool.bridge.objects import Unreadable, listed
 from slurm_pool.bridge.plan import Plan, plan
 from slurm_pool.bridge.slurm_side import SlurmSide
@@ -91,7 +92,9 @@ class Report:
                 f"group's within {f['slurm_ahead_seconds']}s: {groups}"
             )
         for n in p.nodes:
-            lines.append(f"{n.node:12s} {n.intent:8s} {'; '.join(n.reasons)}")
+            k = p.k8s_name(n.node)
+            shown_as = n.node if k in (None, n.node) else f"{n.node} (Kubernetes Node {k})"
+            lines.append(f"{shown_as:12s} {n.intent:8s} {'; '.join(n.reasons)}")
             if self.dry_run:
                 lines += [f"    plan    {s.kind:12s} {s.detail}" for s in n.steps]
             for r in (r for r in self.results if r.node == n.node):
@@ -127,15 +130,22 @@ def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge, preemptors: frozenset
         cluster_serving_runtimes=read("ClusterServingRuntimes", k8s.list_cluster_serving_runtimes),
         preemptors=preemptors,
     )
-    unlisted = sorted({p.node for p in snap.placeholders if p.active} - set(snap.k8s_nodes))
-    unselected = set()
+    unlisted = sorted({p.node for p in snap.placeholders if p.active} - set(snap.k8s_nodes) - snap.in_doubt)
+    naming = NodeNaming(config.node_names)
+    unselected, in_doubt = set(), set()
     for name in unlisted:
+        k8s_name = naming.k8s_name(name)
+        if k8s_name is None:  # by: label, and no listed Node carries it: which one is its cannot be told
+            in_doubt.add(name)
+            continue
         try:
-            k8s.read_node(name)
+            k8s.read_node(k8s_name)
         except NotFound:
             continue
         unselected.add(name)
-    return replace(snap, unselected=frozenset(unselected)) if unselected else snap
+    if not unselected and not in_doubt:
+        return snap
+    return replace(snap, unselected=frozenset(unselected), in_doubt=snap.in_doubt | in_doubt)
 
 
 def default_holder() -> str:

@@ -68,14 +68,48 @@ def _node(node: str) -> str:
     return node
 
 
-def placeholder_script(config: Bridge, node: str) -> str:
-    """The placeholder's batch script: with the fence when ``bridge.fence_kubeconfig`` is set."""
+def placeholder_script(config: Bridge, node: str, k8s_node: str | None = None) -> str:
+    """The placeholder's batch script: with the fence when ``bridge.fence_kubeconfig`` is set.
+
+    ``k8s_node``: the node's Kubernetes Node, which the fence closes (default: the same name).
+    """
     _node(node)
     if not config.fence_kubeconfig:
         return PLACEHOLDER_SCRIPT
-    argv = [*shlex.split(config.fence_command), "fence-node", node]
+    k8s_node = node if k8s_node is None else k8s_node
+    if not matches("k8s-name", k8s_node):
+        raise InputError(f"{shown(repr(k8s_node))} is not a Kubernetes node name: no fence for {node}")
+    argv = [*shlex.split(config.fence_command), "fence-node", k8s_node]
     argv += ["--kubeconfig", config.fence_kubeconfig, "--seconds", str(config.fence_seconds)]
     return FENCED_PLACEHOLDER_SCRIPT % {"fence": shlex.join(argv)}
+
+
+def submit_identity(config: Bridge, euid: int, login: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """Whom placeholders are submitted as (``--uid``; None: the caller itself), and notes on it.
+
+    Only root may pass ``--uid`` (``arg_set_uid`` in Slurm's ``src/common/slurm_opt.c``); run as
+    ``bridge.user`` itself the rebalancer needs no root, and submits as itself.
+    """
+    user = config.user
+    if not user or login == user:
+        return None, ()
+    if euid == 0:
+        return user, ()
+    who = shown(login or f"uid {euid}")
+    return None, (
+        f"running as {who}, neither root nor bridge.user {user}: placeholders are submitted as {who}, "
+        f"and Slurm takes them only if {who} may use account {config.account} and QOS {config.qos}",
+    )
+
+
+def current_login() -> str | None:
+    """The login name of the effective user (None when it has none)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
 
 
 class SlurmSide:
@@ -84,8 +118,10 @@ class SlurmSide:
     def __init__(self, client: SlurmClient, config: Bridge, submit_as: str | None = None):
         self.client = client
         self.config = config
-        if submit_as is None and config.user and os.geteuid() == 0:
-            submit_as = config.user
+        #: What the report should say about whom placeholders are submitted as.
+        self.notes: tuple[str, ...] = ()
+        if submit_as is None:
+            submit_as, self.notes = submit_identity(config, os.geteuid(), current_login())
         self.submit_as = submit_as
 
     def nodes(self) -> list[NodeRecord]:
@@ -119,9 +155,10 @@ class SlurmSide:
             argv.append("--no-requeue")
         return argv
 
-    def submit_placeholder(self, node: str) -> int:
-        """Submit the placeholder for ``node``; return its job id."""
-        res = self.client.runner.run(self.placeholder_argv(node), input=placeholder_script(self.config, node))
+    def submit_placeholder(self, node: str, k8s_node: str | None = None) -> int:
+        """Submit the placeholder for ``node`` (whose Kubernetes Node is ``k8s_node``); return its job id."""
+        script = placeholder_script(self.config, node, k8s_node)
+        res = self.client.runner.run(self.placeholder_argv(node), input=script)
         try:
             job_id = strict_int(res.stdout.strip().split(";")[0], "sbatch's job id")
         except ValueError:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shlex
 import shutil
 import socket
-import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from typing import IO, TYPE_CHECKING
 from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.errors import PoolError
+from slurm_pool.localcluster import nodefiles
 from slurm_pool.localcluster.console import ensure_jwt_key
 from slurm_pool.localcluster.procs import ProcTable, wait_for
 from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
@@ -40,8 +39,6 @@ if TYPE_CHECKING:
     from slurm_pool.localcluster.notebooks import Hub
 
 DEFAULT_PORT_BASE = 16800
-NVIDIA_MAJOR = 195
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 class ClusterError(PoolError, RuntimeError):
@@ -101,9 +98,6 @@ class Layout:
 
     def which(self, program: str) -> str | None:
         return shutil.which(program, path=self.env().get("PATH"))
-
-
-SPANK_SOURCE = REPO_ROOT / "spank"
 
 
 class LocalCluster:
@@ -280,125 +274,44 @@ class LocalCluster:
         ensure_jwt_key(self.jwt_key_path, site.slurm_user)
         for name, text in files.items():
             replace_file(L.etc / name, text, 0o600 if name == "slurmdbd.conf" else 0o644)
-        self._write_node_programs()
-        self._write_mig_helpers()
-        self._write_nvidia_smi()
-        self._install_spank_plugin()
-        self._make_devices(ctx)
+        self.write_node_files(ctx)
+
+    def write_node_files(self, ctx: dict) -> None:
+        """What the nodes need beside the configs: hooks, MIG helpers, nvidia-smi, the SPANK plugin, devices."""
+        try:
+            nodefiles.write_node_files(self.spec, self.layout.root, self.layout.etc, ctx, self.layout.which("scontrol"))
+            nodefiles.install_spank_plugin(self.layout.root, self.slurm_include_dir())
+        except nodefiles.NodeFilesError as exc:
+            raise ClusterError(str(exc)) from None
 
     def slurm_include_dir(self) -> Path:
         """Where this cluster's Slurm keeps ``slurm/spank.h``."""
         return (self.layout.slurm_prefix or Path("/usr")) / "include"
 
-    def _install_spank_plugin(self) -> None:
-        """Build the SPANK plugin against this Slurm's own headers, into the state dir,
-        where every job user can load it (srun inside a job runs as the user; the
-        checkout may not be readable).  A plugin built for another Slurm does not load."""
-        if not (SPANK_SOURCE / "Makefile").is_file():
-            return
-        lib = self.layout.root / "lib"
-        lib.mkdir(parents=True, exist_ok=True)
-        lib.chmod(0o755)
-        build = lib / "build"
-        res = subprocess.run(
-            ["make", "-s", "-C", str(SPANK_SOURCE), f"OUT={build}", f"SLURM_INCLUDE={self.slurm_include_dir()}"],
-            capture_output=True,
-            text=True,
-        )
-        if res.returncode:
-            raise ClusterError(f"building the SPANK plugin failed: {(res.stderr or res.stdout).strip()[-500:]}")
-        tmp = lib / ".slurm_pool_spank.so.tmp"
-        shutil.copyfile(build / "slurm_pool_spank.so", tmp)
-        tmp.chmod(0o755)
-        os.replace(tmp, lib / "slurm_pool_spank.so")
-
-    def _write_mig_helpers(self) -> None:
-        """One ``slurm-pool-mig-helper-<node>`` per node whose group names MIG layouts: the
-        slurmds share this host, and slurmd gives its Helper no node name."""
-        from slurm_pool import nodeconf
-        from slurm_pool.mig.features import helper_path
-
-        bindir = self.layout.root / "bin"
-        code = f"import sys; sys.path[:0] = {nodeconf.hook_paths()!r}; from slurm_pool.cli import main; main()"
-        for group in self.spec.node_groups:
-            if not (group.gpus and group.gpus.layouts):
-                continue
-            for node in expand(group.hosts):
-                bindir.mkdir(parents=True, exist_ok=True)
-                argv = [sys.executable, "-I", "-S", "-c", code, "mig", "helper", "--node", node]
-                argv += ["--backend", "slurm_pool.localcluster.mig:helper_device"]
-                env = f"SLURM_POOL_STATE_DIR={shlex.quote(str(self.layout.root))}"
-                text = f'#!/bin/sh\n{env} exec {" ".join(shlex.quote(a) for a in argv)} "$@"\n'
-                replace_file(Path(helper_path(str(bindir), node)), text, 0o755)
-
-    def _write_nvidia_smi(self) -> None:
-        """One emulated ``nvidia-smi-<node>`` per GPU node, for ``mig apply`` over ssh
-        (``localcluster.nvsmi``)."""
-        from slurm_pool import nodeconf
-
-        bindir = self.layout.root / "bin"
-        code = (
-            f"import sys; sys.path[:0] = {nodeconf.hook_paths()!r}; "
-            "from slurm_pool.localcluster.nvsmi import main; main()"
-        )
-        env = f"SLURM_POOL_STATE_DIR={shlex.quote(str(self.layout.root))}"
-        for group in self.spec.node_groups:
-            if not group.gpus:
-                continue
-            for node in expand(group.hosts):
-                bindir.mkdir(parents=True, exist_ok=True)
-                argv = [sys.executable, "-I", "-S", "-c", code, "--node", node]
-                text = f'#!/bin/sh\n{env} exec {" ".join(shlex.quote(a) for a in argv)} "$@"\n'
-                replace_file(bindir / f"nvidia-smi-{node}", text, 0o755)
-
-    def _write_node_programs(self) -> None:
-        """The Prolog/Epilog/HealthCheckProgram scripts and the node.conf they read."""
-        from slurm_pool import nodeconf
-
-        L = self.layout
-        bindir = L.root / "bin"
-        bindir.mkdir(parents=True, exist_ok=True)
-        conf = L.etc / nodeconf.BESIDE_SLURM_CONF
-        state = L.root / "node-state"
-        state.mkdir(parents=True, exist_ok=True)
-        state.chmod(0o755)
-        # Emulated GPUs have no NVML: "auto" skips the device checks where the
-        # library is absent; tests replay snapshots through this same file.
-        # The hooks run with slurmd's minimal PATH: name this Slurm's own scontrol.
-        replace_file(
-            conf,
-            nodeconf.render(self.spec, state_dir=str(state), gpus="auto", scontrol=self.layout.which("scontrol")),
-            0o644,
-        )
-        for prog in ("prolog", "epilog", "healthcheck"):
-            replace_file(
-                bindir / f"slurm-pool-{prog}",
-                nodeconf.render_hook(prog, sys.executable, str(conf), paths=nodeconf.hook_paths()),
-                0o755,
-            )
-
-    def _make_devices(self, ctx: dict) -> None:
-        minor = 0
-        for group in ctx["groups"]:
-            for node in group["nodes"]:
-                wanted = {Path(d.file).name for d in node["devices"]}
-                ndir = self.layout.root / "dev" / node["name"]
-                for stale in ndir.glob("nvidia*") if ndir.is_dir() else []:
-                    if stale.name not in wanted:
-                        stale.unlink()
-                for dev in node["devices"]:
-                    path = Path(dev.file)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    if path.exists():
-                        if not stat.S_ISCHR(path.stat().st_mode):
-                            raise ClusterError(f"{path} exists and is not a character device")
-                    else:
-                        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
-                    minor += 1
-
     # -- lifecycle -----------------------------------------------------
     def up(self, timeout: float = 120.0) -> None:
         """Start whatever is not running yet; safe to call twice."""
+        self.prepare()
+        self.write_configs()
+        self.start_services()
+        from slurm_pool.accounting.apply import apply_accounting, known_tres
+
+        # QOS first: Slurm 25.11+ slurmctld refuses partitions whose AllowQOS
+        # slurmdbd lacks.  Limits on GRES TRES wait for the second pass, once
+        # slurmctld has registered those TRES (see accounting.apply).
+        apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
+        self.start_controller()
+        wait_for(
+            lambda: not self._gres_tres_wanted() or "gres/gpu" in known_tres(self.slurm),
+            60,
+            "slurmctld to register the gres/gpu TRES with slurmdbd",
+        )
+        apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
+        self.start_nodes(self.nodes(), timeout)
+
+    # The steps of ``up``, public for a cluster whose slurm.conf is not the pool's (a site's, in tests).
+    def prepare(self) -> None:
+        """Check the programs, make the state directories and record the cluster in ``cluster.json``."""
         L = self.layout
         self._check_programs()
         for d in (L.root, L.etc, L.run, L.log, L.root / "munge", L.root / "spool" / "ctld", L.root / "checkpoints"):
@@ -418,27 +331,28 @@ class LocalCluster:
                 indent=2,
             )
         )
-        self.write_configs()
+
+    def start_services(self) -> None:
+        """munge, MariaDB and slurmdbd, and the spec's users as local accounts."""
         self._start_munge()
         self._start_mysql()
         self._start_slurmdbd()
         self._ensure_users()
-        from slurm_pool.accounting.apply import apply_accounting, known_tres
 
-        # QOS first: Slurm 25.11+ slurmctld refuses partitions whose AllowQOS
-        # slurmdbd lacks.  Limits on GRES TRES wait for the second pass, once
-        # slurmctld has registered those TRES (see accounting.apply).
-        apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
+    def start_controller(self) -> None:
+        """slurmctld on the current slurm.conf (a running one is left as it is)."""
         self._start_slurmctld()
-        wait_for(
-            lambda: not self._gres_tres_wanted() or "gres/gpu" in known_tres(self.slurm),
-            60,
-            "slurmctld to register the gres/gpu TRES with slurmdbd",
-        )
-        apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
-        for node in self.nodes():
-            self._start("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", str(L.slurm_conf)])
-        wait_for(self._nodes_ready, timeout, "every node to register with slurmctld")
+
+    def restart_controller(self) -> None:
+        """Stop and start slurmctld: new nodes and GRES types are read only at its start."""
+        self.procs.stop("slurmctld")
+        self._start_slurmctld()
+
+    def start_nodes(self, nodes: list[str], timeout: float = 120.0) -> None:
+        """One ``slurmd -N`` per node, and wait until every one has registered."""
+        for node in nodes:
+            self._start("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", str(self.layout.slurm_conf)])
+        wait_for(lambda: all(self._registered().get(n, False) for n in nodes), timeout, "every node to register")
 
     def hub(self) -> "Hub":
         """The JupyterHub of this cluster (``up_notebooks`` starts it)."""
@@ -588,10 +502,6 @@ class LocalCluster:
     def _start_slurmctld(self) -> None:
         self._start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.layout.slurm_conf)])
         wait_for(lambda: self.runner.run(["scontrol", "ping"], check=False).stdout.find("UP") >= 0, 60, "slurmctld")
-
-    def _nodes_ready(self) -> bool:
-        up = self._registered()
-        return all(up.get(n, False) for n in self.nodes())
 
     def _ensure_users(self) -> None:
         """Create the spec's users as local accounts (local cluster only)."""

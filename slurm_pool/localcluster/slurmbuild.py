@@ -15,6 +15,17 @@ the build is made in place rather than moved there.
 
     python3 -m slurm_pool.localcluster.slurmbuild build [--source TARBALL]
     python3 -m slurm_pool.localcluster.slurmbuild prefix 26.05
+
+A *variant* adds configure flags and is cached beside the plain build (its
+own hash); ``--slurm 26.05`` never picks one, ``--slurm 26.05-nolua`` does:
+
+* ``nolua`` -- Slurm as SchedMD's ``slurm.spec`` builds it by default on a
+  host without Lua's headers: no ``job_submit/lua`` (``--without-lua``, see
+  ``auxdir/x_ac_lua.m4``) and no slurmrestd (``%bcond_with slurmrestd``
+  passes ``--disable-slurmrestd``).  ``doctor``'s test runs on it.
+
+    python3 -m slurm_pool.localcluster.slurmbuild build --variant nolua
+    python3 -m slurm_pool.localcluster.slurmbuild prefix 26.05-nolua
 """
 
 from __future__ import annotations
@@ -38,6 +49,8 @@ from slurm_pool.errors import PoolError
 
 #: ``--enable-multiple-slurmd`` lets one host run several ``slurmd -N NODE``.
 CONFIGURE_FLAGS: tuple[str, ...] = ("--enable-multiple-slurmd", "--disable-debug")
+#: Extra configure flags of each variant (see the module docstring).
+VARIANTS: dict[str, tuple[str, ...]] = {"nolua": ("--without-lua", "--disable-slurmrestd")}
 #: Debian packages the build needs (configure then finds MySQL, json-c for
 #: ``--json``, yaml, Lua for job_submit/lua, http-parser and jwt).
 BUILD_PACKAGES: tuple[str, ...] = (
@@ -68,6 +81,7 @@ PROGRAMS: tuple[str, ...] = (
 _STAMP = "build.json"
 _TARBALL_RE = re.compile(r"slurm-([0-9]+\.[0-9]+\.[0-9]+(?:-[0-9]+)?)\.tar\.(?:gz|bz2|xz)")
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
+_WANTED_RE = re.compile(r"([0-9]+\.[0-9]+(?:\.[0-9]+)?)(?:-([a-z]+))?")
 
 
 class BuildError(PoolError, RuntimeError):
@@ -93,6 +107,13 @@ def default_source() -> Path | None:
         key=lambda p: version_key(tarball_version(p)),
     )
     return found[-1] if found else None
+
+
+def variant_flags(variant: str = "") -> tuple[str, ...]:
+    """The configure flags of a variant (``""``: the plain build)."""
+    if variant and variant not in VARIANTS:
+        raise BuildError(f"--variant: {variant!r} is not one of {', '.join(sorted(VARIANTS))}")
+    return CONFIGURE_FLAGS + VARIANTS.get(variant, ())
 
 
 def tarball_version(path: Path) -> str:
@@ -216,11 +237,14 @@ def read_stamp(prefix: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def cached_builds() -> list[tuple[str, Path]]:
-    """``(version, prefix)`` of every finished build in the cache, oldest version first."""
+def cached_builds(variant: str = "") -> list[tuple[str, Path]]:
+    """``(version, prefix)`` of every finished build of ``variant`` in the cache, oldest version first."""
+    flags = list(variant_flags(variant))
     out = []
     for d in cache_root().glob("slurm-*"):
         stamp = read_stamp(d)
+        if stamp.get("configure_flags", list(CONFIGURE_FLAGS)) != flags:
+            continue
         if d.is_dir() and stamp.get("version") and all(os.access(d / p, os.X_OK) for p in PROGRAMS):
             out.append((str(stamp["version"]), d))
     return sorted(out, key=lambda vp: version_key(vp[0]))
@@ -228,19 +252,24 @@ def cached_builds() -> list[tuple[str, Path]]:
 
 def resolve_prefix(wanted: str) -> Path:
     """The install prefix for ``--slurm``: a directory holding ``sbin/slurmctld``, or a
-    version (``26.05``, ``26.05.3``) found among the cached builds (newest match)."""
+    version (``26.05``, ``26.05.3``, ``26.05-nolua``) found among the cached builds (newest match)."""
     path = Path(wanted).expanduser()
     if os.sep in wanted or path.is_dir():
         if not os.access(path / "sbin" / "slurmctld", os.X_OK):
             raise BuildError(f"--slurm: {wanted} holds no sbin/slurmctld")
         return path.resolve()
-    if not re.fullmatch(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?", wanted):
+    m = _WANTED_RE.fullmatch(wanted)
+    if not m:
         raise BuildError(f"--slurm: {wanted!r} is neither a Slurm version (like 26.05) nor an install prefix")
-    matches = [p for v, p in cached_builds() if v == wanted or v.startswith(wanted + ".")]
+    version, variant = m.group(1), m.group(2) or ""
+    if variant and variant not in VARIANTS:
+        raise BuildError(f"--slurm: {wanted!r} names no known variant ({', '.join(sorted(VARIANTS))})")
+    matches = [p for v, p in cached_builds(variant) if v == version or v.startswith(version + ".")]
     if not matches:
+        how = f" --variant {variant}" if variant else ""
         raise BuildError(
             f"--slurm: no Slurm {wanted} built in {cache_root()}; build it with "
-            "`python3 -m slurm_pool.localcluster.slurmbuild build --source slurm-X.tar.gz`"
+            f"`python3 -m slurm_pool.localcluster.slurmbuild build{how} --source slurm-X.tar.gz`"
         )
     return matches[-1]
 
@@ -256,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--source", type=Path, help="Slurm source tarball (default: ../shared/slurm/slurm-*.tar.gz)")
     b.add_argument("--sha256", help="expected sha256 (default: from <tarball>.sha256)")
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    b.add_argument("--variant", default="", help=f"a variant: {', '.join(sorted(VARIANTS))} (default: the plain build)")
     p = sub.add_parser("prefix", help="print the prefix of a cached build")
     p.add_argument("version", help="e.g. 26.05 or 26.05.3")
     args = ap.parse_args(argv)
@@ -268,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BuildError("--source: no slurm-*.tar.gz given or found in ../shared/slurm")
         if not source.is_file():
             raise BuildError(f"--source: {source} is not a file")
-        build = SlurmBuild.for_source(source, args.sha256)
+        build = SlurmBuild.for_source(source, args.sha256, variant_flags(args.variant))
         build.build(force=args.force)
         print(build.prefix)
         return 0

@@ -11,7 +11,8 @@ Slurm naming rule (SchedMD ``src/plugins/gpu/nvml/gpu_nvml.c``, functions
 ``gpu_common_underscorify_tolower`` in ``src/plugins/gpu/common``).  It changed
 in 23.02.6 (``mig_type_from_profile`` in :mod:`slurm_pool.versions`):
 
-* whole GPU, every release: the NVML device name (``nvmlDeviceGetName``),
+* whole GPU, every release (also every GPU without MIG, listed in
+  :mod:`slurm_pool.mig.plain_gpus`): the NVML device name (``nvmlDeviceGetName``),
   lower-cased, spaces replaced by ``_``.  Current drivers prefix ``NVIDIA``, so
   ``NVIDIA A100-SXM4-40GB`` becomes ``nvidia_a100-sxm4-40gb`` (drivers before
   R510 gave ``A100-SXM4-40GB``, hence ``a100-sxm4-40gb`` on older sites);
@@ -37,6 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from slurm_pool.mig.plain_gpus import PLAIN_GPUS
 from slurm_pool.text import has_control
 from slurm_pool.versions import SlurmVersion
 
@@ -131,6 +133,10 @@ GPU_MODELS: dict[str, GpuModel] = {
         _gpu("B200", 180, "NVIDIA B200"),
     )
 }
+# GPUs without MIG (slurm_pool.mig.plain_gpus): whole GPUs only, Type from the NVML name on every release.
+GPU_MODELS.update(
+    (g.name, GpuModel(g.name, g.memory_gib, slurm_gpu_type(g.nvml_name), False, g.nvml_name)) for g in PLAIN_GPUS
+)
 
 
 #: Other names the models go by (NVIDIA's product names); what NVML and
@@ -144,6 +150,7 @@ MODEL_ALIASES: dict[str, str] = {
     "H200": "H200-141GB",
     "H200-SXM-141GB": "H200-141GB",
     "B200-180GB": "B200",
+    **{alias: g.name for g in PLAIN_GPUS for alias in g.aliases},
 }
 
 

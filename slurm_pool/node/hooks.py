@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from typing import Any, Callable
@@ -411,7 +412,57 @@ class Hooks:
             expected = self.expected_gpus()
         failures, _ = self.check(expected=expected, ack=ack_xids)
         self._drain_if_needed("healthcheck", failures, may_undrain=True, state=state, known=True)
-        return 1 if failures else 0
+        site = self.site_health_check()
+        return 1 if failures or site else 0
+
+    def site_health_check(self) -> int:
+        """Run the site's own HealthCheckProgram (node.conf ``site_health_check``) as root; its exit status.
+
+        It runs as root, so it must be a regular root-owned file that group and
+        others cannot write, reached through no symbolic link, in a directory
+        only root can write.  Anything else is refused (status 1) and logged.
+        """
+        path = self.cfg.get("site_health_check").strip()
+        if not path:
+            return 0
+        try:
+            _trusted_program(path)
+        except (OSError, ValueError) as exc:
+            self.log(f"site health check {path!r} refused: {exc}", error=True)
+            return 1
+        import subprocess
+
+        try:
+            res = subprocess.run([path], env=self.env, timeout=self.cfg.integer("site_health_timeout"), check=False)
+        except subprocess.TimeoutExpired:
+            self.log(f"site health check {path!r} timed out", error=True)
+            return 1
+        except OSError as exc:
+            self.log(f"site health check {path!r} could not run: {exc}", error=True)
+            return 1
+        if res.returncode:
+            self.log(f"site health check {path!r} exited {res.returncode}", error=True)
+        return res.returncode
+
+
+def _trusted_program(path: str) -> None:
+    """Raise ValueError unless ``path`` is absolute, a regular root-owned file no one else may write, and no
+    component on the way is a symbolic link or a directory others may write."""
+    if not path.startswith("/"):
+        raise ValueError("not an absolute path")
+    current = "/"
+    for part in [p for p in path.split("/") if p]:
+        if part in (".", ".."):
+            raise ValueError("'.' or '..' in the path")
+        current = os.path.join(current, part)
+        st = os.lstat(current)
+        if stat.S_ISLNK(st.st_mode):
+            raise ValueError(f"{current} is a symbolic link")
+        shared_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX  # /tmp: others cannot rename in it
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not shared_dir):
+            raise ValueError(f"{current} is not root's alone (uid {st.st_uid}, mode {st.st_mode & 0o777:o})")
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o100:
+        raise ValueError("not an executable regular file")
 
 
 def main(

@@ -27,6 +27,14 @@
 -- Any Lua error inside the policy is caught, logged, and then handled by
 -- pool.on_error.  With enabled = false (policy.job_submit: false) every job
 -- passes unchanged.
+--
+-- In a shared cluster (scope.shared: the site runs its own partitions and
+-- accounts beside the pool) a job is the pool's only when it names a pool
+-- partition or tier, or names no partition and its account (given, or the
+-- user's default) is a pool project; every other job passes untouched.  The
+-- site's own script (scope.site_script) is loaded into its own environment and
+-- its slurm_job_submit / slurm_job_modify run before the pool's rules
+-- (site_order "before": its rejection stands) or after them (on the routed job).
 
 ---------------------------------------------------------------------------
 -- Data (rendered from the spec in front of this file)
@@ -52,6 +60,9 @@ local USER_PROJECT = SLURM_POOL.user_project
 local GPU_TYPES = SLURM_POOL.gpu_types
 local GPU_TYPE_ORDER = SLURM_POOL.gpu_type_order
 local MIG_BY_SIZE = SLURM_POOL.mig_by_size
+-- shared: the cluster also runs the site's own work (the spec's coexist);
+-- site_script, site_order: the site's own job_submit.lua, run before or after
+local SCOPE = SLURM_POOL.scope or {}
 
 ---------------------------------------------------------------------------
 -- Slurm constants.  22.05 exposes only some ESLURM_* names to Lua; the
@@ -209,6 +220,14 @@ local function default_tier(proj)
 	return proj.tiers[1]
 end
 
+local function unknown_partition(p, account)
+	if SCOPE.shared then
+		return "partition " .. clip(p) .. " is not one of the pool's; a job may not mix the pool's partitions " ..
+			"with the site's. " .. may_use(account)
+	end
+	return "partition " .. clip(p) .. " does not exist. " .. may_use(account)
+end
+
 -- The tier and partitions of a request, or nil, nil, error code, message.
 local function resolve(account, qos, part_str)
 	local proj = PROJECTS[account]
@@ -219,7 +238,7 @@ local function resolve(account, qos, part_str)
 	end
 	for _, p in ipairs(parts) do
 		if not PARTITIONS[p] then
-			return nil, nil, E_PARTITION, "partition " .. clip(p) .. " does not exist. " .. may_use(account)
+			return nil, nil, E_PARTITION, unknown_partition(p, account)
 		end
 	end
 	local tier = qos
@@ -272,7 +291,7 @@ local function resolve_all(account, qos, part_str)
 	if part_str then given = split(part_str) end
 	for _, p in ipairs(given) do
 		if not PARTITIONS[p] then
-			return nil, E_PARTITION, "partition " .. clip(p) .. " does not exist. " .. may_use(account)
+			return nil, E_PARTITION, unknown_partition(p, account)
 		end
 	end
 	local routes, named = {}, {}
@@ -575,8 +594,38 @@ end
 -- Submit and modify
 ---------------------------------------------------------------------------
 
+local function any_in(list_str, rules)
+	if not list_str then return false end
+	for _, name in ipairs(split(list_str)) do
+		if rules[name] then return true end
+	end
+	return false
+end
+
+-- In a shared cluster: is this submission the pool's?  (Always, in a cluster the pool owns.)
+local function pool_job(job_desc)
+	if not SCOPE.shared then return true end
+	local part = str(job_desc.partition)
+	if part then return any_in(part, PARTITIONS) end
+	if any_in(str(job_desc.qos), TIERS) then return true end
+	local account = str(job_desc.account) or str(job_desc.default_account)
+	return account ~= nil and PROJECTS[account] ~= nil
+end
+
+-- In a shared cluster: does this update touch a job of the pool, or move one into it?
+local function pool_record(job_desc, job_rec)
+	if not SCOPE.shared then return true end
+	if any_in(str(job_desc.partition), PARTITIONS) or any_in(str(job_desc.qos), TIERS) then return true end
+	if type(job_rec) ~= "table" then return false end
+	return any_in(str(job_rec.partition), PARTITIONS)
+end
+
 local function decide_submit(job_desc)
 	local d = new_decision()
+	if not pool_job(job_desc) then
+		log("log_debug", PREFIX .. "job outside the pool's partitions and projects: passed untouched")
+		return d
+	end
 	local account, filled = job_account(job_desc)
 	if not account or not PROJECTS[account] then
 		if num(job_desc.user_id) == 0 then
@@ -640,6 +689,7 @@ end
 -- Messages to the user are dropped by 22.05 on modify; slurmctld's log has them.
 local function decide_modify(job_desc, job_rec)
 	local d = new_decision()
+	if not pool_record(job_desc, job_rec) then return d end
 	local new_account, new_qos, new_part = str(job_desc.account), str(job_desc.qos), str(job_desc.partition)
 	local tl = num(job_desc.time_limit)
 	local new_time = tl ~= nil and tl ~= NO_VAL
@@ -649,8 +699,9 @@ local function decide_modify(job_desc, job_rec)
 	if type(job_rec) ~= "table" then job_rec = {} end
 	local account = new_account or str(job_rec.account)
 	if not account or not PROJECTS[account] then
-		if new_account then
-			reject(d, E_ACCOUNT, "account " .. clip(new_account) .. " is not a project of this pool. Projects: " ..
+		-- In a shared cluster, pool_record said the update moves the job into the pool.
+		if new_account or (SCOPE.shared and account) then
+			reject(d, E_ACCOUNT, "account " .. clip(account) .. " is not a project of this pool. Projects: " ..
 				join(PROJECT_ORDER) .. ".")
 		end
 		return d	-- a job outside the pool's projects is not policed
@@ -723,15 +774,80 @@ local function guarded(what, fn, a, b, c)
 	return ERROR
 end
 
--- Slurm's entry points; the partition list is not used.
-function slurm_job_submit(job_desc, _part_list, submit_uid)
-	if not ENABLED then return SUCCESS end
-	return guarded("slurm_job_submit", submit, job_desc, submit_uid)
+---------------------------------------------------------------------------
+-- The site's own job_submit.lua (shared clusters)
+---------------------------------------------------------------------------
+
+-- Its functions and globals live in a table of their own (reading ours through
+-- _G), so neither script can replace the other's entry points.
+local function load_site(path)
+	local env = setmetatable({}, { __index = _G })
+	local chunk, err
+	if setfenv then	-- Lua 5.1
+		chunk, err = loadfile(path)
+		if chunk then setfenv(chunk, env) end
+	else
+		chunk, err = loadfile(path, "t", env)
+	end
+	if not chunk then error("cannot load " .. path .. ": " .. tostring(err)) end
+	chunk()
+	return { submit = env.slurm_job_submit, modify = env.slurm_job_modify }
 end
 
-function slurm_job_modify(job_desc, job_rec, _part_list, modify_uid)
-	if not ENABLED then return SUCCESS end
-	return guarded("slurm_job_modify", modify, job_desc, job_rec, modify_uid)
+local SITE, SITE_ERROR = nil, nil
+if SCOPE.site_script then
+	local ok, site = pcall(load_site, SCOPE.site_script)
+	if ok then SITE = site else SITE_ERROR = tostring(site) end
+	if SITE_ERROR then log("log_error", PREFIX .. "the site's job_submit script failed to load: " .. SITE_ERROR) end
+end
+
+-- The site's function's return code; a Lua error in it rejects, as Slurm would with the script alone.
+local function run_site(what, fn, a, b, c, e)
+	if SITE_ERROR then
+		log("log_error", PREFIX .. "the site's job_submit script failed to load: " .. SITE_ERROR)
+		log("log_user", PREFIX .. "the site's job policy could not be loaded, so the request was rejected. " ..
+			"Please contact " .. POOL.admin_contact .. ".")
+		return ERROR
+	end
+	if not SITE or type(SITE[fn]) ~= "function" then return SUCCESS end
+	local ok, rc = pcall(SITE[fn], a, b, c, e)
+	if ok and type(rc) == "number" then return rc end
+	log("log_error", PREFIX .. "the site's " .. what .. " failed: " .. tostring(rc))
+	return ERROR
+end
+
+local function chained(what, fn, pool_fn, a, b, c, e)
+	if SCOPE.site_order ~= "after" then
+		local rc = run_site(what, fn, a, b, c, e)
+		if rc ~= SUCCESS then return rc end
+	end
+	if ENABLED then
+		local rc = pool_fn()
+		if rc ~= SUCCESS then return rc end
+	end
+	if SCOPE.site_order == "after" then return run_site(what, fn, a, b, c, e) end
+	return SUCCESS
+end
+
+-- Slurm's entry points; the partition list goes only to the site's script.
+function slurm_job_submit(job_desc, part_list, submit_uid)
+	if not SCOPE.site_script then
+		if not ENABLED then return SUCCESS end
+		return guarded("slurm_job_submit", submit, job_desc, submit_uid)
+	end
+	return chained("slurm_job_submit", "submit", function()
+		return guarded("slurm_job_submit", submit, job_desc, submit_uid)
+	end, job_desc, part_list, submit_uid)
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+	if not SCOPE.site_script then
+		if not ENABLED then return SUCCESS end
+		return guarded("slurm_job_modify", modify, job_desc, job_rec, modify_uid)
+	end
+	return chained("slurm_job_modify", "modify", function()
+		return guarded("slurm_job_modify", modify, job_desc, job_rec, modify_uid)
+	end, job_desc, job_rec, part_list, modify_uid)
 end
 
 return SUCCESS

@@ -77,8 +77,11 @@ def lua_value(value: Any, multiline: int = 0, indent: str = "") -> str:
 
 
 def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) -> dict[str, Any]:
-    """The ``SLURM_POOL`` table as plain data, in a fixed order (what job_submit.lua reads)."""
-    return {
+    """The ``SLURM_POOL`` table as plain data, in a fixed order (what job_submit.lua reads).
+
+    ``scope`` is there only for a pool that shares its cluster (the spec's ``coexist``).
+    """
+    data: dict[str, Any] = {
         "enabled": enabled,
         "slurm": {"release": f"{version.major:02d}.{version.minor:02d}", "multiple_qos": t.multiple_qos},
         "pool": {
@@ -120,6 +123,9 @@ def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) ->
         "gpu_type_order": [g.name for g in t.gpu_types],
         "mig_by_size": list(t.mig_by_size),
     }
+    if t.shared:
+        data["scope"] = {"shared": True, "site_script": t.site_script, "site_order": t.site_order}
+    return data
 
 
 def policy_code() -> str:

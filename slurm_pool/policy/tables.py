@@ -83,6 +83,11 @@ class PolicyTables:
     gpu_types: tuple[GpuType, ...]  # whole GPUs in spec order, then MIG by (memory, name)
     mig_by_size: tuple[str, ...] = field(default=())
     multiple_qos: bool = False  # the Slurm takes --qos=a,b (24.11+)
+    #: The cluster also runs the site's own work (the spec's ``coexist``): jobs outside the pool pass.
+    shared: bool = False
+    #: The site's own job_submit.lua, chained ``before`` or ``after`` the pool's rules.
+    site_script: str | None = None
+    site_order: str = "before"
 
 
 def _group_gpu_types(spec: PoolSpec, version: SlurmVersion) -> dict[str, list[GpuType]]:
@@ -193,6 +198,7 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
         for t in spec.tiers
     )
     signal = spec.checkpoint.signal
+    site = spec.coexist.job_submit if spec.coexist is not None else None
     return PolicyTables(
         cluster=spec.cluster.name,
         on_error=spec.policy.on_error,
@@ -208,4 +214,7 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
         gpu_types=tuple(whole + mig),
         mig_by_size=tuple(t.name for t in mig),
         multiple_qos=version.has("multiple_qos_per_job"),
+        shared=spec.coexist is not None,
+        site_script=site.script if site else None,
+        site_order=site.order if site else "before",
     )

@@ -105,8 +105,11 @@ def emulated_devices(
 
 
 def _nodes_of(spec: PoolSpec, entries: list[str]) -> str:
+    """A partition's Nodes=: ``ALL`` is every node of the cluster, so in a shared cluster every pool node."""
     if "ALL" in entries:
-        return "ALL"
+        if spec.coexist is None:
+            return "ALL"
+        entries = [g.name for g in spec.node_groups]
     names: set[str] = set()
     for entry in entries:
         try:
@@ -220,6 +223,8 @@ def build_context(
         "mig_layout_table": layout_table,
         "mig_exec_time": features.EXEC_TIME,
         "jwt_key": jwt_key(spec, site),
+        "coexist": spec.coexist is not None,
+        "fragment": False,
     }
 
 

@@ -7,12 +7,16 @@ import json
 from pathlib import Path
 from typing import Mapping
 
+import jinja2
+
+from slurm_pool import __version__
 from slurm_pool.accounting.plan import build_plan
 from slurm_pool.mig.features import LAYOUTS_FILE
 from slurm_pool.policy.lua import render_job_submit
 from slurm_pool.render.context import Layouts, build_context
 from slurm_pool.render.k8s_rbac import bridge_rbac
 from slurm_pool.render.notebooks import notebook_context
+from slurm_pool.render.required import settings_text
 from slurm_pool.render.site import Site
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec.model import PoolSpec
@@ -35,14 +39,18 @@ def render_all(
     tdir = Path(templates_dir) if templates_dir else default_templates_dir()
     env = jinja_environment(tdir)
     ctx = build_context(spec, site, version, node_layouts)
-    files: dict[str, str] = {
-        "slurm.conf": render_template(env, "slurm.conf.j2", ctx),
-        "slurm-pool.conf": render_template(env, "slurm-pool.conf.j2", ctx),
-        "gres.conf": render_template(env, "gres.conf.j2", ctx),
-        "plugstack.conf": render_template(
-            env, "plugstack.conf.j2", {**ctx, "spank_plugin_path": site.spank_plugin, "spank_required": False}
-        ),
-    }
+    plugstack = render_template(
+        env, "plugstack.conf.j2", {**ctx, "spank_plugin_path": site.spank_plugin, "spank_required": False}
+    )
+    if spec.coexist is None:
+        files: dict[str, str] = {
+            "slurm.conf": render_template(env, "slurm.conf.j2", ctx),
+            "slurm-pool.conf": render_template(env, "slurm-pool.conf.j2", ctx),
+            "gres.conf": render_template(env, "gres.conf.j2", ctx),
+            "plugstack.conf": plugstack,
+        }
+    else:
+        files = _shared_cluster_files(env, ctx, spec, version, plugstack)
     if ctx["mig_layout_table"] is not None:
         files["helpers.conf"] = render_template(env, "helpers.conf.j2", ctx)
         files[LAYOUTS_FILE] = json.dumps(ctx["mig_layout_table"], indent=2) + "\n"
@@ -56,9 +64,28 @@ def render_all(
         files["k8s-bridge-rbac.yaml"] = rbac
     manifest = {
         "generator": "slurm-pool",
+        "generator_version": __version__,
         "slurm_version": str(version),
         "cluster": spec.cluster.name,
         "files": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()},
     }
     files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"
+    return files
+
+
+def _shared_cluster_files(
+    env: jinja2.Environment, ctx: dict, spec: PoolSpec, version: SlurmVersion, plugstack: str
+) -> dict[str, str]:
+    """A pool in a site's cluster (``coexist``): fragments only, and the settings the site's slurm.conf needs.
+
+    No slurm.conf, gres.conf or plugstack.conf: those are the site's, and include
+    ``slurm-pool.conf``, ``gres-GROUP.conf`` and ``plugstack-slurm-pool.conf``.
+    """
+    files = {"slurm-pool.conf": render_template(env, "slurm-pool.conf.j2", ctx)}
+    for group in ctx["groups"]:
+        if group["gpu_count"]:
+            one = {**ctx, "groups": [group], "fragment": True}
+            files[f"gres-{group['name']}.conf"] = render_template(env, "gres.conf.j2", one)
+    files["plugstack-slurm-pool.conf"] = plugstack
+    files["site-settings.conf"] = settings_text(spec, version)
     return files

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 from pydantic import AfterValidator, Field, field_validator
 
+from slurm_pool import text
 from slurm_pool.spec.base import CommandLine, K8sLabel, K8sName, Name, PlainPath, Strict, User
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,6 +97,87 @@ class ForecastSettings(Strict):
     inference_query: str = Field(default="slurm_pool_inference_demand_gpus", min_length=1, max_length=4096)
 
 
+#: A Kubernetes label key: an optional DNS subdomain prefix and '/', then a name of up to 63 characters.
+LABEL_KEY_RE = re.compile(
+    r"(?:[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+#: Where the node's name goes in a ``node_names.rule`` template.
+NODE_MARK = "{node}"
+#: What a rule template may hold around ``{node}``: characters of that system's node names.
+SLURM_AFFIX_RE = re.compile(r"[A-Za-z0-9._-]{0,63}")
+K8S_AFFIX_RE = re.compile(r"[a-z0-9.-]{0,63}")
+
+
+def _label_key(v: str) -> str:
+    if not LABEL_KEY_RE.fullmatch(v) or len(v.rpartition("/")[0]) > 253:
+        raise ValueError(f"{v!r} is not a Kubernetes label key such as slurm-pool/slurm-node")
+    return v
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+
+
+def _template(affix: "re.Pattern[str]", chars: str) -> AfterValidator:
+    def check(v: str) -> str:
+        head, mark, tail = v.partition(NODE_MARK)
+        if not mark or NODE_MARK in tail:
+            raise ValueError(f"{v!r} must hold {NODE_MARK} exactly once")
+        if len(head) + len(tail) > 63 or not (affix.fullmatch(head) and affix.fullmatch(tail)):
+            raise ValueError(f"{v!r}: around {NODE_MARK} only {chars} (63 in all)")
+        return v
+
+    return AfterValidator(check)
+
+
+SlurmTemplate = Annotated[str, _template(SLURM_AFFIX_RE, "letters, digits, '.', '_' and '-'")]
+K8sTemplate = Annotated[str, _template(K8S_AFFIX_RE, "lower-case letters, digits, '.' and '-'")]
+
+
+class NodeNames(Strict):
+    """How a Slurm node is matched with its Kubernetes Node (:mod:`slurm_pool.bridge.names`).
+
+    ``by: name`` (the default): the same name.  ``by: label``: the Kubernetes Node
+    carries ``label`` with the Slurm node's name as its value.  ``by: rule``: the
+    names differ by fixed text around a common part, ``slurm: "gpu{node}"`` and
+    ``kubernetes: "k8s-{node}.example.org"`` match Slurm's ``gpu01`` with
+    Kubernetes' ``k8s-01.example.org``.  Each setting is read only with its ``by``.
+    """
+
+    by: Literal["name", "label", "rule"] = "name"
+    label: LabelKey = "slurm-pool/slurm-node"
+    slurm: SlurmTemplate = NODE_MARK
+    kubernetes: K8sTemplate = NODE_MARK
+
+    def k8s_name(self, slurm: str) -> str | None:
+        """The Kubernetes Node name of Slurm node ``slurm`` where the rule alone tells (not ``by: label``)."""
+        if self.by == "name":
+            return slurm
+        if self.by == "rule":
+            core = _template_core(self.slurm, slurm)
+            name = None if core is None else self.kubernetes.replace(NODE_MARK, core, 1)
+            return name if text.matches("k8s-name", name) else None
+        return None
+
+    def slurm_name(self, k8s: str) -> str | None:
+        """The Slurm node name of Kubernetes Node ``k8s`` where the rule alone tells (not ``by: label``)."""
+        if self.by == "name":
+            return k8s
+        if self.by == "rule":
+            core = _template_core(self.kubernetes, k8s)
+            name = None if core is None else self.slurm.replace(NODE_MARK, core, 1)
+            return name if text.matches("node", name) else None
+        return None
+
+
+def _template_core(template: str, name: str) -> str | None:
+    """The part of ``name`` that stands for ``{node}`` in ``template`` (None: ``name`` does not fit)."""
+    head, _, tail = template.partition(NODE_MARK)
+    if len(name) <= len(head) + len(tail) or not (name.startswith(head) and name.endswith(tail)):
+        return None
+    return name[len(head) : len(name) - len(tail)]
+
+
 class Bridge(Strict):
     """How ``slurm-pool rebalance`` lends nodes to Kubernetes and takes them back."""
 
@@ -116,6 +198,8 @@ class Bridge(Strict):
     kserve_selector: Selector = ""
     node_selector: Selector = ""
     gpu_resource: Resource = "nvidia.com/gpu"
+    #: How a Slurm node's Kubernetes Node is found (default: the same name).
+    node_names: NodeNames = NodeNames()
     #: Seconds one run waits for a placeholder to start and for evicted pods to go.
     placeholder_start_timeout: int = Field(default=30, ge=0)
     reclaim_wait: int = Field(default=45, ge=0)

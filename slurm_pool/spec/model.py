@@ -13,8 +13,10 @@ from pydantic import AfterValidator, Field, field_validator
 
 from slurm_pool import text
 from slurm_pool.mig.catalogue import canonical_model
+from slurm_pool.spec.adopt import Adopt
 from slurm_pool.spec.base import Feature, Host, Name, PlainPath, SlurmTime, Strict, User
 from slurm_pool.spec.bridge import Bridge
+from slurm_pool.spec.coexist import Coexist
 from slurm_pool.spec.console import Console
 from slurm_pool.spec.notebooks import Notebooks
 
@@ -228,6 +230,10 @@ class PoolSpec(Strict):
     notebooks: Optional[Notebooks] = None
     #: The web console and REST API (``slurm-pool serve``); present, Slurm also accepts JWTs.
     console: Optional[Console] = None
+    #: The pool shares a cluster the site already runs (see :mod:`slurm_pool.spec.coexist`); absent: it owns it.
+    coexist: Optional[Coexist] = None
+    #: A site's own accounts and QOS the pool manages although it did not create them.
+    adopt: Adopt = Adopt()
 
     def tier(self, name: str) -> Tier:
         return next(t for t in self.tiers if t.name == name)

@@ -6,6 +6,7 @@ from typing import Iterator, Protocol, Sequence
 
 from slurm_pool.errors import Issue
 from slurm_pool.mig.catalogue import GPU_MODELS, known_models
+from slurm_pool.spec.adopt import check_adopt
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import NodeGroup, PoolSpec
 
@@ -130,8 +131,17 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
                 yield Issue(f"projects[{pi}].owns[{oi}]", f"node group {gname!r} is already owned by {owned[gname]!r}")
             owned.setdefault(gname, proj.name)
 
+    if spec.coexist is not None and defaults:
+        yield Issue(
+            f"partitions[{defaults[0]}].default",
+            "a pool that shares its cluster (coexist) leaves the cluster's default partition to the site "
+            "(job_submit.lua routes a pool project's job that names no partition into the pool)",
+        )
+
     if spec.policy.default_tier is not None and spec.policy.default_tier not in tiers:
         yield Issue("policy.default_tier", f"unknown tier {spec.policy.default_tier!r}")
+
+    yield from check_adopt(spec)
 
     if spec.bridge is not None and spec.bridge.enabled:
         from slurm_pool.spec.bridge import check_bridge
@@ -149,6 +159,12 @@ def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
     if model is None:
         yield Issue(f"{base}.model", f"unknown GPU model {gpus.model!r} (known: {known_models()})")
         return
+    if not model.mig_capable:
+        for key, value in (("mig", gpus.mig), ("layouts", gpus.layouts)):
+            if value is not None:
+                yield Issue(f"{base}.{key}", _no_mig(gpus.model))
+        if gpus.mig is not None or gpus.layouts is not None:
+            return
     if gpus.shards is not None:
         if gpus.layouts is not None or any(lay is not None for lay in gpus.mig or []):
             yield Issue(
@@ -162,15 +178,21 @@ def _check_gpus(spec: PoolSpec, gi: int) -> Iterator[Issue]:
         yield from _check_layouts(spec, gi)
     if gpus.mig is None:
         return
-    if not model.mig_capable:
-        yield Issue(f"{base}.mig", f"{gpus.model} does not support MIG")
-        return
     if len(gpus.mig) != gpus.count:
         yield Issue(
             f"{base}.mig",
             f"has {len(gpus.mig)} entries but count is {gpus.count} (one layout per GPU, null for MIG off)",
         )
     yield from _placement_issues(f"{base}.mig", gpus.model, gpus.mig)
+
+
+def _no_mig(model: str) -> str:
+    """Why a model without MIG takes no ``mig`` or ``layouts`` (the catalogue's MIG models named)."""
+    mig_models = ", ".join(m.name for m in GPU_MODELS.values() if m.mig_capable)
+    return (
+        f"{model} has no MIG; remove it (its GPUs are whole GPUs of Type {GPU_MODELS[model].slurm_type}; "
+        f"shards can share them). MIG models: {mig_models}"
+    )
 
 
 def _placement_issues(path: str, model: str, per_gpu: list[list[str] | None]) -> Iterator[Issue]:
@@ -189,9 +211,6 @@ def _check_layouts(spec: PoolSpec, gi: int) -> Iterator[Issue]:
     gpus = group.gpus
     assert gpus is not None and gpus.layouts is not None
     base = f"node_groups[{gi}].gpus.layouts"
-    if not GPU_MODELS[gpus.model].mig_capable:
-        yield Issue(base, f"{gpus.model} does not support MIG")
-        return
     for name, per_gpu in gpus.layouts.items():
         if name in group.features:
             yield Issue(f"{base}.{name}", f"{name!r} is also one of the group's features")

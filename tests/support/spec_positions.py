@@ -46,6 +46,12 @@ def base_document() -> dict[str, Any]:
             "fence_command": "/usr/local/bin/slurm-pool",
             "k8s_user": "slurm-pool-rebalancer",
             "fence_user": "slurm-pool-node:{node}",
+            "node_names": {
+                "by": "rule",
+                "label": "slurm-pool/slurm-node",
+                "slurm": "{node}",
+                "kubernetes": "k8s-{node}",
+            },
             "forecast": {"prometheus_url": "http://127.0.0.1:9090", "inference_query": "sum(x)"},
         }
     )
@@ -59,7 +65,22 @@ def base_document() -> dict[str, Any]:
         "hub_url": "https://hub.example.org/",
     }
     doc["tiers"][3]["grace_time"] = 40  # the fence's seconds fit in k8s-lend's grace
+    # A shared cluster (coexist) leaves the default partition to the site; tests render BASE both ways.
+    for part in doc["partitions"]:
+        part.pop("default", None)
+    doc["coexist"] = {
+        "job_submit": {"script": "/etc/slurm/site_job_submit.lua", "order": "after"},
+        "prolog_dir": "/etc/slurm/prolog.d",
+        "epilog_dir": "/etc/slurm/epilog.d",
+        "health_check": "/usr/sbin/nhc",
+    }
+    doc["adopt"] = {"accounts": ["proja"], "qos": ["guaranteed"]}
     return doc
+
+
+def owned(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as a cluster the pool owns: without its ``coexist`` section."""
+    return {k: v for k, v in doc.items() if k != "coexist"}
 
 
 BASE = base_document()

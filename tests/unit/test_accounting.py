@@ -231,10 +231,10 @@ def test_a_bar_a_human_put_in_a_description_does_not_break_the_next_apply(world)
     fake, _runner, slurm = world
     spec = load_spec(EXAMPLE)
     apply_accounting(spec, slurm, echo=lambda _m: None)
-    fake.qos["shared"]["Description"] = "gpu | cpu"  # edited by hand with sacctmgr
+    fake.qos["shared"]["Description"] = "slurm-pool: gpu | cpu"  # edited by hand, keeping the ownership tag
     changes = apply_accounting(spec, slurm, echo=lambda _m: None)
     assert [c.summary.split(":")[0] for c in changes] == ["~ qos shared"]
-    assert "Description: gpu | cpu -> " in changes[0].summary
+    assert "Description: slurm-pool: gpu | cpu -> " in changes[0].summary
     assert apply_accounting(spec, slurm, echo=lambda _m: None) == []
 
 

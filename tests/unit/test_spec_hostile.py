@@ -30,7 +30,7 @@ import yaml
 from slurm_pool.errors import SpecError
 from slurm_pool.render import Site, SlurmVersion, render_all
 from slurm_pool.spec import parse_spec
-from tests.support.spec_positions import BASE, CONCRETE, ITEM, KEY, POSITIONS, dotted, value_at, with_value
+from tests.support.spec_positions import BASE, CONCRETE, ITEM, KEY, POSITIONS, dotted, owned, value_at, with_value
 
 #: Both ends; MIG layouts as node features need 24.05, so 22.05 renders the document without them.
 OLD, NEW = SlurmVersion.parse("22.05"), SlurmVersion.parse("26.05")
@@ -112,7 +112,9 @@ def test_a_wrong_type_in_any_string_is_refused_naming_the_field(position, value)
 
 # A slurm.conf / gres.conf / helpers.conf line: a comment, or KEY=VALUE words (values may be quoted).
 CONF_LINE = re.compile(r'#.*|\s*|(?:[A-Za-z][A-Za-z0-9]*=(?:"[^"\n]*"|[^\s"]*)\s*)+')
-CONF_FILES = ("slurm.conf", "slurm-pool.conf", "gres.conf", "helpers.conf")
+CONF_FILES = ("slurm.conf", "slurm-pool.conf", "gres.conf", "helpers.conf", "site-settings.conf") + tuple(
+    f"gres-{g}.conf" for g in ("a", "b", "c")
+)
 
 
 def _keys(files: dict[str, str]) -> set[tuple[str, str]]:
@@ -147,7 +149,9 @@ def _for(version: SlurmVersion, doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-BASELINE = {v: render_all(parse_spec(_for(v, BASE)), Site(), v) for v in (OLD, NEW)}
+#: BASE renders as a shared cluster (coexist: fragments) and, without that section, as one the pool owns.
+MODES = {"shared": lambda doc: doc, "owned": owned}
+BASELINE = {(v, m): render_all(parse_spec(MODES[m](_for(v, BASE))), Site(), v) for v in (OLD, NEW) for m in MODES}
 
 
 def _lua_compiles(source: str) -> bool:
@@ -160,15 +164,15 @@ def _lua_compiles(source: str) -> bool:
 def test_any_other_value_is_refused_or_keeps_every_rendered_file_in_shape(position) -> None:
     path = CONCRETE[position]
     assert path is not None
-    for value, version in itertools.product(PLAIN_HOSTILE, (OLD, NEW)):
+    for value, version, mode in itertools.product(PLAIN_HOSTILE, (OLD, NEW), MODES):
         if "layouts" in position and version == OLD:
             continue
         try:
-            files = render_all(parse_spec(_for(version, with_value(BASE, path, value))), Site(), version)
+            files = render_all(parse_spec(MODES[mode](_for(version, with_value(BASE, path, value)))), Site(), version)
         except SpecError as exc:
             assert exc.issues and all(str(i) for i in exc.issues)
             continue
-        _assert_in_shape(files, BASELINE[version], f"{dotted(path)}={value!r} on {version}")
+        _assert_in_shape(files, BASELINE[version, mode], f"{dotted(path)}={value!r} on {version}, {mode}")
 
 
 def _assert_in_shape(files: dict[str, str], base: dict[str, str], where: str) -> None:

@@ -23,7 +23,7 @@ from slurm_pool import __version__
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pool.yaml"
 # What the build reads: the package, its data files and the metadata.
-BUILD_INPUTS = ("setup.cfg", "pyproject.toml", "README.md", "slurm_pool", "conf_templates")
+BUILD_INPUTS = ("setup.cfg", "pyproject.toml", "README.md", "slurm_pool", "conf_templates", "spank")
 SLURM = "26.05"
 PLAN_ARGS = ["mig", "plan", "--spec", str(EXAMPLE), "--model", "A100-40GB", "--demand", "1g.5gb=4,3g.20gb=1", "--json"]
 
@@ -72,6 +72,9 @@ def test_wheel_contents(wheel: Path) -> None:
     data = f"slurm_pool-{__version__}.data/data/share/slurm-pool/conf_templates/"
     want = {data + p.name for p in (ROOT / "conf_templates").glob("*.j2")}
     assert want and want <= set(names)
+    # The SPANK plugin's source, for `slurm-pool spank build` against the site's own Slurm.
+    spank = f"slurm_pool-{__version__}.data/data/share/slurm-pool/spank/"
+    assert {spank + "slurm_pool_spank.c", spank + "Makefile"} <= set(names)
     shipped = {n.split("/")[0] for n in names}
     assert shipped == {"slurm_pool", f"slurm_pool-{__version__}.data", f"slurm_pool-{__version__}.dist-info"}
     leaves = {Path(n).stem for n in names if n.endswith(".py")}
