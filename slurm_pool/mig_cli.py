@@ -360,6 +360,14 @@ def _check_options(ssh: dict[str, Any]) -> None:
     help="Churn budget: GPUs repartitioned in this run at most (others deferred).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--config-managed",
+    is_flag=True,
+    help="Config management owns slurm.conf and gres.conf: write neither. Nodes whose files do not carry "
+    "the planned lines yet are left untouched and the change is printed as a unified diff per file (exit 3); "
+    "nodes whose files carry it are drained, repartitioned, reconfigured and resumed; files carrying "
+    "something else are refused, nothing done (exit 2). Exit 0: all done or nothing to do.",
+)
 @slurm_version_option
 @click.option("--ssh-options", default="-o BatchMode=yes", show_default=True, help="ssh: options for ssh.")
 @click.option("--nvidia-smi", default="nvidia-smi", show_default=True, help="ssh: nvidia-smi on the nodes.")
@@ -391,16 +399,24 @@ def apply(
     max_drained: int,
     max_gpus: int | None,
     as_json: bool,
+    config_managed: bool,
     slurm_version: str | None,
     **ssh: Any,
 ) -> None:
-    """Drain the affected nodes, repartition, rewrite GRES, restart slurmd, resume."""
+    """Drain the affected nodes, repartition, rewrite GRES, restart slurmd, resume.
+
+    Exit 0: done (or nothing to do); 1: a node failed (left drained, the reason says why);
+    2: bad input, or files that cannot be used; 3 (--config-managed only): nodes wait for
+    config management to carry the printed change.
+    """
     from slurm_pool.mig.apply import apply_plan
     from slurm_pool.mig.emit import nvidia_smi_commands
 
     _check_options(ssh)
     result = _load_plan(plan_path)
     if controls is None:
+        if config_managed:
+            raise MigInputError("--config-managed needs --controls ssh (or MODULE:FACTORY) to read the site's files")
         if not dry_run:
             raise MigInputError("no node control configured: pass --controls ssh or MODULE:FACTORY (or --dry-run)")
         for i in result.changed():
@@ -416,6 +432,10 @@ def apply(
         nodes, backend = _ssh_controls(result.model, version, ssh)
     else:
         nodes, backend = _load_controls(controls, result)
+    if config_managed:
+        _apply_managed(
+            result, nodes, backend, dry_run, timeout, gres_mode, version, max_drained, max_gpus, as_json, ssh
+        )
     try:
         report = apply_plan(
             result,
@@ -440,6 +460,50 @@ def apply(
         _print_report(report)
     if not report.ok:
         sys.exit(1)
+
+
+def _apply_managed(
+    result: Any,
+    nodes: Any,
+    backend: Any,
+    dry_run: bool,
+    timeout: float,
+    gres_mode: str,
+    version: SlurmVersion,
+    max_drained: int,
+    max_gpus: int | None,
+    as_json: bool,
+    ssh: dict[str, Any],
+) -> None:
+    """``mig apply --config-managed``: exits with :attr:`ManagedResult.code`."""
+    from slurm_pool.mig.managed import apply_managed
+
+    try:
+        done = apply_managed(
+            result,
+            nodes,
+            backend,
+            gres_mode=gres_mode,
+            version=version,
+            dev_dir=ssh["dev_dir"],
+            dry_run=dry_run,
+            timeout=timeout,
+            max_drained=max_drained,
+            max_gpus=max_gpus,
+            on_step=None if as_json else _progress(),
+        )
+    except InputError as exc:
+        raise MigInputError(shown(exc)) from None
+    except PoolError as exc:  # a file or a node that cannot be read
+        raise MigFailed(shown(exc)) from None
+    if as_json:
+        click.echo(json.dumps(done.to_dict(), indent=2))
+    else:
+        for line in done.lines():
+            click.echo(line, err=done.code == 2)
+        if done.report is not None:
+            _print_report(done.report)
+    sys.exit(done.code)
 
 
 def _ssh_controls(model: str, version: SlurmVersion, opts: dict[str, Any]) -> tuple[Any, Any]:

@@ -15,7 +15,9 @@ cluster and unit-test fakes.  Guarantees, per node:
   alone, and a node left drained by an earlier failed run is picked up again;
 * nothing is touched before the plan's node names and device directories are
   checked, and, where the NodeControl has ``check_files(nodes)``, every file
-  the change will edit (it raises when one cannot be edited).
+  the change will edit (it raises when one cannot be edited);
+* with ``managed`` (``mig apply --config-managed``) no file is written: the
+  step that writes them checks the site's files carry the node's lines instead.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol, Sequence
+from typing import Callable, Collection, Literal, Protocol, Sequence
 
 from slurm_pool.adapters.runner import Runner
 from slurm_pool.errors import InputError, PoolError
@@ -72,7 +74,12 @@ class NodeControl(Protocol):
         """Block until no job runs on the node; False on timeout."""
 
     def write_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
-        """Install the node's gres.conf lines and its slurm.conf ``Gres=`` value."""
+        """Install the node's gres.conf lines and its slurm.conf ``Gres=`` value.
+
+        With ``managed`` (config management owns the files) :func:`apply_plan` calls
+        ``confirm_gres(node, gres_conf, gres)`` instead, which writes nothing and raises
+        when the files do not carry exactly these lines.
+        """
 
     def restart_slurmd(self, node: str) -> None: ...
 
@@ -150,6 +157,8 @@ def apply_plan(
     max_gpus: int | None = None,
     on_step: StepHook | None = None,
     dev_dir: str = "/dev",
+    managed: bool = False,
+    only: Collection[str] | None = None,
 ) -> ApplyReport:
     """Apply ``plan``; never raises for a node's failure (see the report).
 
@@ -160,7 +169,9 @@ def apply_plan(
     ``deferred`` and untouched.  Restarts never overlap.  ``dev_dir`` is where
     the nodes keep their device files (``{node}``: the node's name).  A bad node
     name or device directory, or a file that cannot be edited, raises before
-    anything changes.
+    anything changes.  ``managed``: the site's config management has written the
+    files; they are checked, never written (see :mod:`slurm_pool.mig.managed`).
+    ``only``: change these nodes of the plan and no other.
     """
     if max_drained < 1:
         raise ValueError(f"max_drained must be at least 1, not {max_drained}")
@@ -179,6 +190,8 @@ def apply_plan(
     results: dict[str, NodeResult] = {}
     budget = max_gpus
     for node, targets in sorted(_targets(plan).items()):
+        if only is not None and node not in only:
+            continue
         if budget is not None and len(targets) > budget:
             results[node] = NodeResult(
                 node, "deferred", [], f"churn budget: {len(targets)} GPU(s) to change, {budget} left", len(targets)
@@ -188,14 +201,14 @@ def apply_plan(
             budget -= len(targets)
         todo.append((node, targets))
     check_files = getattr(nodes, "check_files", None)
-    if todo and callable(check_files):
+    if todo and callable(check_files) and not managed:
         check_files([node for node, _ in todo])
 
     def one(item: tuple[str, dict[int, Layout | None]]) -> NodeResult:
         node, targets = item
         where = dev_dir.replace("{node}", node)
         return _apply_node(
-            plan.model, node, targets, serial, backend, dry_run, timeout, gres_mode, version, hook, where
+            plan.model, node, targets, serial, backend, dry_run, timeout, gres_mode, version, hook, where, managed
         )
 
     with ThreadPoolExecutor(max_workers=max_drained) as pool:
@@ -227,6 +240,12 @@ class _Serialized:
         with self._lock:
             self._nodes.write_gres(node, gres_conf, gres)
 
+    def confirm_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
+        confirm = getattr(self._nodes, "confirm_gres", None)
+        if not callable(confirm):
+            raise ApplyError("these node controls cannot check the site's files (confirm_gres)")
+        confirm(node, gres_conf, gres)
+
     def restart_slurmd(self, node: str) -> None:
         with self._lock:
             self._nodes.restart_slurmd(node)
@@ -236,7 +255,7 @@ def _apply_node(
     model: str,
     node: str,
     targets: dict[int, Layout | None],
-    nodes: NodeControl,
+    nodes: _Serialized,
     backend: MigBackend,
     dry_run: bool,
     timeout: float,
@@ -244,6 +263,7 @@ def _apply_node(
     version: SlurmVersion,
     hook: StepHook,
     dev_dir: str = "/dev",
+    managed: bool = False,
 ) -> NodeResult:
     res = NodeResult(node, "applied", gpus=len(targets))
     try:
@@ -266,12 +286,11 @@ def _apply_node(
         label = "MIG off" if lay is None else (",".join(lay) or "empty")
         steps.append((f"set GPU {idx} to {label}", functools.partial(backend.apply, node, idx, lay)))
     steps.append(("verify layouts", lambda: _verify(model, node, targets, backend)))
-    steps.append(
-        (
-            "write gres.conf and slurm.conf Gres",
-            lambda: _write(model, node, nodes, backend, gres_mode, version, dev_dir),
-        )
-    )
+    if managed:
+        label, write = "check gres.conf and slurm.conf carry the node's lines", nodes.confirm_gres
+    else:
+        label, write = "write gres.conf and slurm.conf Gres", nodes.write_gres
+    steps.append((label, lambda: write(node, *_conf_lines(model, node, backend, gres_mode, version, dev_dir))))
     steps.append(("restart slurmd", lambda: nodes.restart_slurmd(node)))
     steps.append((f"resume {node}", lambda: _resume_if_ours(nodes, node, res)))
     if dry_run:
@@ -367,15 +386,10 @@ def _verify(model: str, node: str, targets: dict[int, Layout | None], backend: M
         raise ApplyError(f"layout not as planned on {node} ({got})")
 
 
-def _write(
-    model: str,
-    node: str,
-    nodes: NodeControl,
-    backend: MigBackend,
-    gres_mode: str,
-    version: SlurmVersion,
-    dev_dir: str = "/dev",
-) -> None:
+def _conf_lines(
+    model: str, node: str, backend: MigBackend, gres_mode: str, version: SlurmVersion, dev_dir: str = "/dev"
+) -> tuple[list[str], str]:
+    """The node's gres.conf lines and slurm.conf ``Gres=`` for its GPUs as they are now."""
     after = backend.layouts(node)
     gres = slurm_gres(model, [after[i] for i in sorted(after)], version)
     if gres_mode == "autodetect":
@@ -384,7 +398,7 @@ def _write(
         minors = backend.mig_minors(node)
         whole = [(i, i) for i, lay in sorted(after.items()) if lay is None]
         lines = gres_conf_explicit(node, model, backend.devices(node), version, whole, minors, dev_dir)
-    nodes.write_gres(node, lines, gres)
+    return lines, gres
 
 
 # ---------------------------------------------------------------- nvidia-smi

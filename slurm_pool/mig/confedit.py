@@ -154,3 +154,19 @@ def node_gres(text: str, node: str) -> str | None:
                     return w.split("=", 1)[1]
             return ""
     return None
+
+
+def node_lines(text: str, node: str, *, comments: bool = False) -> list[tuple[int, str]]:
+    """(line number, line) of every ``NodeName=`` line of ``text`` whose hostlist names ``node``.
+
+    ``comments``: whether ``#`` starts a comment line to skip (slurm.conf); gres.conf's
+    comment lines never match ``NodeName=`` at their start anyway.
+    """
+    check("node", node, "node")
+    out = []
+    for n, line in enumerate(_lines(text), 1):
+        if comments and line.lstrip().startswith("#"):
+            continue
+        if _split(line, node, f"line {n}") is not None:
+            out.append((n, line))
+    return out

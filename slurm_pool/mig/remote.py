@@ -14,6 +14,11 @@ change will edit, edits it in memory and checks it can be replaced, before
 ``mig apply`` drains anything; :meth:`~RemoteNodeControl.write_gres` again
 computes every new text before it writes the first, and puts the files it
 wrote back when a later one cannot be written.
+
+Config-managed (``mig apply --config-managed``): :meth:`~RemoteNodeControl.read_conf`
+and :meth:`~RemoteNodeControl.running_gres` only read, and
+:meth:`~RemoteNodeControl.confirm_gres` checks the files carry a node's lines
+where :meth:`~RemoteNodeControl.write_gres` would write them.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.mig.apply import ApplyError, NodeStatus, NvidiaSmiBackend
 from slurm_pool.mig.confedit import ConfEditError, replace_node_gres_conf, set_node_gres
+from slurm_pool.mig.managed import ConfFile, Wanted, file_problem
 from slurm_pool.text import check, check_free_text, check_path
 from slurm_pool.versions import SlurmVersion
 
@@ -174,6 +180,26 @@ class RemoteNodeControl(SlurmNodes):
                     raise ApplyError(f"{exc}; and putting back {', '.join(lost)} failed") from exc
                 raise
             written.append((runner, path, old))
+        self._wanted[node] = gres
+
+    def read_conf(self, node: str) -> list[ConfFile]:
+        """The node's gres.conf (on the node), then each slurm.conf (on the controller), as they are."""
+        return [
+            ConfFile(host, path, "gres" if n == 0 else "slurm", runner.run(["cat", "--", path]).stdout)
+            for n, (runner, host, path) in enumerate(self._files(node))
+        ]
+
+    def running_gres(self, node: str) -> str:
+        return self.slurm.node(node).gres
+
+    def confirm_gres(self, node: str, gres_conf: Sequence[str], gres: str) -> None:
+        """Write nothing; ApplyError naming the file and line unless every file carries these lines."""
+        want = Wanted(node, gres, tuple(gres_conf))
+        for f in self.read_conf(node):
+            problem = file_problem(f, want)
+            if problem:
+                lines = "; ".join(gres_conf)
+                raise ApplyError(f"{problem} (the GPUs as they are now need Gres={gres} and gres.conf: {lines})")
         self._wanted[node] = gres
 
     def _command(self, template: str, node: str) -> list[str]:

@@ -24,18 +24,14 @@ import pytest
 from slurm_pool.adapters.records import parse_config_text
 from slurm_pool.render.required import cluster_settings, missing
 from tests.support.brownfield import SiteCluster
-from tests.support.ckptjob import job_python, workdir
+from tests.support.ckptjob import TRAIN_SCRIPT, job_python, workdir
 from tests.support.patience import wait_for
+from tests.support.slurm_cluster import daemon_logs
 
 pytestmark = pytest.mark.slurm
 
 TEST_SLURM = os.environ.get("SLURM_POOL_TEST_SLURM") or None
 STEPS, EVERY, STEP_TIME = 300, 50, 0.1
-
-CKPT_SCRIPT = """#!/bin/bash
-export PYTHONPATH={repo}
-exec {py} -m slurm_pool.checkpoint -- {py} {train} --steps {steps} --every {every} --step-time {dt}
-"""
 
 
 def _missing(site: SiteCluster) -> list[str]:
@@ -57,11 +53,7 @@ def site():
         sc.handle.wait_state(job, ["COMPLETED"], timeout=60)
         sc.adoption = sc.adopt()
     except BaseException:
-        logs = "\n".join(
-            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
-            for f in sorted((state / "log").glob("*"))
-            if f.is_file()
-        )
+        logs = daemon_logs(state)
         sc.down()
         raise RuntimeError(f"the site cluster failed to start or adopt the pool; logs:\n{logs}") from None
     yield sc
@@ -163,7 +155,7 @@ def test_borrow_preempt_checkpoint_requeue_resume(site, handle):
         "-D",
         str(work),
         user="bob",
-        script=CKPT_SCRIPT.format(
+        script=TRAIN_SCRIPT.format(
             repo=work / "lib", py=py, train=work / "train_sim.py", steps=STEPS, every=EVERY, dt=STEP_TIME
         ),
     )

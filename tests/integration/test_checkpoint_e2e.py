@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ckptjob import TRAIN, job_python, workdir
+from tests.support.ckptjob import TRAIN, TRAIN_SCRIPT, job_python, workdir
 from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm
@@ -35,12 +35,6 @@ REPO = Path(__file__).resolve().parents[2]
 NODE = "a-gpu1"
 STEPS, EVERY, STEP_TIME = 600, 50, 0.1
 PREEMPTIONS = 3
-
-
-SCRIPT = """#!/bin/bash
-export PYTHONPATH={repo}
-exec {py} -m slurm_pool.checkpoint -- {py} {train} --steps {steps} --every {every} --step-time {dt}
-"""
 
 
 def _expected(steps: int) -> str:
@@ -108,7 +102,7 @@ def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
         "-D",
         str(work),
         user="alice",
-        script=SCRIPT.format(
+        script=TRAIN_SCRIPT.format(
             repo=work / "lib", py=py, train=work / "train_sim.py", steps=STEPS, every=EVERY, dt=STEP_TIME
         ),
     )
@@ -189,7 +183,7 @@ def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
         "-D",
         str(work),
         user="alice",
-        script=SCRIPT.format(
+        script=TRAIN_SCRIPT.format(
             repo=work / "lib", py=py, train=work / "train_sim.py", steps=steps, every=EVERY, dt=STEP_TIME
         ),
     )

@@ -15,6 +15,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train_sim.py"
+#: A batch script running train_sim under the checkpoint wrapper, from a :func:`workdir` copy of the package.
+TRAIN_SCRIPT = """#!/bin/bash
+export PYTHONPATH={repo}
+exec {py} -m slurm_pool.checkpoint -- {py} {train} --steps {steps} --every {every} --step-time {dt}
+"""
 
 
 def _reachable(path: str) -> bool:

@@ -210,14 +210,19 @@ def start_session_cluster(spec_path: str | Path, slurm: str | None = None) -> tu
         shutil.rmtree(state, ignore_errors=True)
         raise
     except BaseException:
-        logs = "\n".join(
-            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
-            for f in sorted((state / "log").glob("*"))
-            if f.is_file()
-        )
+        logs = daemon_logs(state)
         cluster.down()
         raise RuntimeError(f"local cluster failed to start; logs:\n{logs}") from None
     return ClusterHandle(cluster), state
+
+
+def daemon_logs(state: Path, tail: int = 3000) -> str:
+    """The end of every daemon log of the cluster in ``state``, for a failed start's message."""
+    return "\n".join(
+        f"--- {f.name}\n{f.read_text(errors='replace')[-tail:]}"
+        for f in sorted((state / "log").glob("*"))
+        if f.is_file()
+    )
 
 
 def stop_session_cluster(handle: ClusterHandle, state: Path) -> None:
