@@ -42,7 +42,7 @@ from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import NodeRecord, parse_config_text
 from slurm_pool.adapters.runner import CommandError, Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
-from slurm_pool.render.required import Setting, cluster_settings, missing
+from slurm_pool.render.required import Setting, cluster_settings, config_values, missing
 from slurm_pool.spec.hosts import expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion, VersionError
@@ -409,8 +409,7 @@ def _settings(f: Facts) -> list[Finding]:
 
 
 def _shown_setting(config: dict[str, str], key: str) -> str:
-    values = [v for k, v in config.items() if k == key or (k.startswith(key + "[") and k.endswith("]"))]
-    return ",".join(v for v in values if v) or "not set"
+    return ",".join(v for v in config_values(config, key) if v) or "not set"
 
 
 def offline_plugin_dir(slurm_conf: str | None, scontrol: str | None) -> str:
@@ -435,9 +434,15 @@ def offline_plugin_dir(slurm_conf: str | None, scontrol: str | None) -> str:
 
 def report(findings: list[Finding], facts: Facts) -> list[str]:
     """Human-readable lines: one per check, then each finding with its fix."""
-    lines = [f"slurm-pool doctor: Slurm {facts.controller or facts.commands}, {len(facts.nodes)} node(s)"]
+    head = f"slurm-pool doctor: Slurm {facts.controller or facts.commands}, {len(facts.nodes)} node(s)"
+    return _report_lines(head, findings, CHECKS)
+
+
+def _report_lines(head: str, findings: list[Finding], checks: tuple[str, ...]) -> list[str]:
+    """``head``, one line per check, each finding with its fix, and the count."""
+    lines = [head]
     bad = {x.check for x in findings}
-    for check in CHECKS:
+    for check in checks:
         lines.append(f"  {'FAIL' if check in bad else 'ok  '}  {check}")
         for x in (x for x in findings if x.check == check):
             lines.append(f"        problem: {x.problem}")
@@ -457,11 +462,7 @@ def run(spec: PoolSpec, runner: Runner) -> tuple[list[Finding], list[str]]:
         findings = plugin_findings(spec, plugin_dir, list_plugins(runner, plugin_dir), _asks_nvml(conf))
         if not findings:
             raise
-        lines = [f"slurm-pool doctor: Slurm cannot be asked ({str(exc).strip()[:200]}); checked the plugins only"]
-        lines.append("  FAIL  plugins")
-        for x in findings:
-            lines += [f"        problem: {x.problem}", f"        fix:     {x.fix}"]
-        lines.append(f"{len(findings)} problem(s)")
-        return findings, lines
+        head = f"slurm-pool doctor: Slurm cannot be asked ({str(exc).strip()[:200]}); checked the plugins only"
+        return findings, _report_lines(head, findings, ("plugins",))
     findings = diagnose(spec, facts)
     return findings, report(findings, facts)

@@ -829,22 +829,15 @@ local function chained(what, fn, pool_fn, a, b, c, e)
 	return SUCCESS
 end
 
--- Slurm's entry points; the partition list goes only to the site's script.
+-- Slurm's entry points; the partition list goes only to the site's script
+-- (without one, chained runs the pool's rules alone).
 function slurm_job_submit(job_desc, part_list, submit_uid)
-	if not SCOPE.site_script then
-		if not ENABLED then return SUCCESS end
-		return guarded("slurm_job_submit", submit, job_desc, submit_uid)
-	end
 	return chained("slurm_job_submit", "submit", function()
 		return guarded("slurm_job_submit", submit, job_desc, submit_uid)
 	end, job_desc, part_list, submit_uid)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-	if not SCOPE.site_script then
-		if not ENABLED then return SUCCESS end
-		return guarded("slurm_job_modify", modify, job_desc, job_rec, modify_uid)
-	end
 	return chained("slurm_job_modify", "modify", function()
 		return guarded("slurm_job_modify", modify, job_desc, job_rec, modify_uid)
 	end, job_desc, job_rec, part_list, modify_uid)

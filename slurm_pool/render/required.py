@@ -172,17 +172,16 @@ def cluster_settings(spec: PoolSpec, version: SlurmVersion) -> list[Setting]:
     return out
 
 
-def _values(config: Mapping[str, str], key: str) -> list[str]:
-    """The value(s) of ``key``: from 26.05 scripts print as ``Key[0]``, ``Key[1]``..."""
-    vals = [v for k, v in config.items() if k == key or (k.startswith(key + "[") and k.endswith("]"))]
-    return vals
+def config_values(config: Mapping[str, str], key: str) -> list[str]:
+    """The value(s) of ``key`` in ``scontrol show config``: from 26.05 scripts print as ``Key[0]``, ``Key[1]``..."""
+    return [v for k, v in config.items() if k == key or (k.startswith(key + "[") and k.endswith("]"))]
 
 
 def satisfied(setting: Setting, config: Mapping[str, str]) -> bool:
     """Whether ``scontrol show config`` (as a dict) shows ``setting`` in force; ``manual`` ones always are."""
     if setting.match == "manual":
         return True
-    values = _values(config, setting.key)
+    values = config_values(config, setting.key)
     if not values:
         return False
     if setting.match == "contains":

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_pool.diffconf import parse_conf
 from slurm_pool.render.render import render_all
 from slurm_pool.render.required import Setting, cluster_settings, missing, satisfied, settings_text
 from slurm_pool.render.site import Site
@@ -45,20 +46,10 @@ def test_owned_cluster_is_unchanged_by_the_option(version: SlurmVersion) -> None
     assert "site-settings.conf" not in files
 
 
-def _conf_values(text: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and "=" in line and not line.startswith(("NodeName", "PartitionName")):
-            key, value = line.split("=", 1)
-            out.setdefault(key, []).append(value)
-    return out
-
-
 def test_every_required_setting_is_what_the_owned_render_sets(version: SlurmVersion) -> None:
     """The list for a site's slurm.conf and the pool's own slurm.conf say the same thing."""
     owned = render_all(OWNED, version=version)
-    conf = _conf_values(owned["slurm.conf"])
-    as_config = {k: ",".join(v) for k, v in conf.items()}
+    as_config = dict(parse_conf(owned["slurm.conf"]).settings)  # every key is set once there
     as_config["PreemptExemptTime"] = "NONE"  # how scontrol prints the rendered -1
     for s in cluster_settings(OWNED, version):
         assert satisfied(s, as_config), (s, as_config.get(s.key))
