@@ -17,6 +17,7 @@ from slurm_pool.spec.adopt import Adopt
 from slurm_pool.spec.base import Feature, Host, Name, PlainPath, SlurmTime, Strict, User
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.spec.coexist import Coexist
+from slurm_pool.spec.guarantees import Guarantee, Guarantees
 from slurm_pool.spec.console import Console
 from slurm_pool.spec.notebooks import Notebooks
 
@@ -147,12 +148,14 @@ class Partition(Strict):
 
 
 class Project(Strict):
-    """A project: one Slurm account, its users, owned nodes and allowed tiers."""
+    """A project: one Slurm account, its users, owned nodes or floating guarantee, and allowed tiers."""
 
     name: Name
     description: Description = ""
     users: list[User] = []
     owns: list[Name] = []
+    #: GPUs promised anywhere in the pool's guaranteed partition (:mod:`slurm_pool.spec.guarantees`).
+    guarantee: Guarantee = {}
     tiers: list[Name] = Field(min_length=1)
     default_tier: Optional[Name] = None
     fairshare: int = Field(default=1, ge=0)
@@ -234,6 +237,8 @@ class PoolSpec(Strict):
     coexist: Optional[Coexist] = None
     #: A site's own accounts and QOS the pool manages although it did not create them.
     adopt: Adopt = Adopt()
+    #: Floating guarantees (projects' ``guarantee``); absent: owners have only the nodes they own.
+    guarantees: Optional[Guarantees] = None
 
     def tier(self, name: str) -> Tier:
         return next(t for t in self.tiers if t.name == name)
