@@ -4,7 +4,8 @@
 Benchmarks that need Slurm share one local cluster per Slurm release started
 here (the example pool on free loopback ports), exactly as the tests do: the
 Slurm on PATH (Debian's 22.05), then each ``--slurm`` build (default 26.05,
-from ``make slurm-build``).  Their sections are written per release.
+from ``make slurm-build``); a benchmark named in ``SPECS`` gets a cluster of
+its own spec.  Their sections are written per release.
 
     python3 bench/run_all.py [--only NAME ...] [--skip-cluster] [--slurm 26.05 ...]
 """
@@ -38,10 +39,16 @@ BENCHES: dict[str, tuple[list[str], bool]] = {
     "preempt_resume": (["preempt_resume.py"], True),
     "reclaim_latency": (["reclaim_latency.py"], True),
     "sim_validate": (["sim_validate.py"], True),
+    "sim_validate_floating": (["sim_validate_floating.py"], True),
     "start_prediction": (["start_prediction.py"], True),
     "elastic": (["elastic.py"], True),
     "api_load": (["api_load.py"], True),
 }
+
+# cluster benchmarks on another spec than examples/pool.yaml (a cluster of it per release)
+SPECS = {"sim_validate_floating": "examples/pool-floating.yaml"}
+# result sections of a benchmark, when not "<name>*.md"
+RESULT_GLOBS = {"sim_validate": "sim_validate-[0-9]*.md", "sim_validate_floating": "sim_validate-floating-*.md"}
 
 HEADER = """# Benchmarks
 
@@ -86,17 +93,20 @@ def main() -> int:
         sys.path.insert(0, str(REPO))
         from tests.support.slurm_cluster import start_session_cluster, stop_session_cluster
 
+        specs = sorted({SPECS.get(n, "examples/pool.yaml") for n in cluster_benches})
         for slurm in [None, *args.slurm]:
-            handle, state = start_session_cluster(REPO / "examples" / "pool.yaml", slurm=slurm)
-            try:
-                env = {**base_env, **handle.env, "SLURM_POOL_STATE_DIR": str(handle.cluster.layout.root)}
-                for name in cluster_benches:
-                    run(name, env)
-            finally:
-                stop_session_cluster(handle, state)
+            for spec in specs:
+                handle, state = start_session_cluster(REPO / spec, slurm=slurm)
+                try:
+                    env = {**base_env, **handle.env, "SLURM_POOL_STATE_DIR": str(handle.cluster.layout.root)}
+                    for name in cluster_benches:
+                        if SPECS.get(name, "examples/pool.yaml") == spec:
+                            run(name, env)
+                finally:
+                    stop_session_cluster(handle, state)
     parts = [HEADER]
     for name in BENCHES:
-        for f in sorted(RESULTS.glob(f"{name}*.md")):
+        for f in sorted(RESULTS.glob(RESULT_GLOBS.get(name, f"{name}*.md"))):
             parts.append(f.read_text().strip() + "\n")
     (REPO / "BENCHMARKS.md").write_text("\n".join(parts))
     print("wrote BENCHMARKS.md" + (f"; failed: {', '.join(failed)}" if failed else ""))

@@ -25,7 +25,11 @@
 * settings   -- every cluster-wide setting the spec needs
                 (``render.required.cluster_settings``) is in force, as
                 ``scontrol show config`` shows it; each missing one with the
-                line to put in the site's slurm.conf.
+                line to put in the site's slurm.conf;
+* guarantees -- (a spec with ``guarantees`` only) the floating guarantees fit
+                ``overcommit`` x the GPUs the partition's usable nodes have
+                now, and each guarantee's QOS is in Slurm with its GrpTRES
+                (:mod:`slurm_pool.doctor_guarantees`).
 """
 
 from __future__ import annotations
@@ -42,22 +46,14 @@ from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import NodeRecord, parse_config_text
 from slurm_pool.adapters.runner import CommandError, Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.findings import Finding
 from slurm_pool.render.required import Setting, cluster_settings, config_values, missing
 from slurm_pool.spec.hosts import expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion, VersionError
 
-CHECKS = ("version", "spank", "job_submit", "gres", "accounting", "hooks", "plugins", "settings")
+CHECKS = ("version", "spank", "job_submit", "gres", "accounting", "hooks", "plugins", "settings", "guarantees")
 _INCOMPATIBLE = re.compile(r"Incompatible Slurm plugin (\S+) version \(([^)]*)\)")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem, and what to do about it."""
-
-    check: str
-    problem: str
-    fix: str
 
 
 @dataclass
@@ -80,6 +76,10 @@ class Facts:
     autodetect_nvml: bool | None = None
     #: Cluster-wide settings the spec needs that ``scontrol show config`` does not carry.
     missing_settings: list[Setting] = field(default_factory=list)
+    #: GrpTRES of every QOS by name, read when the spec has guarantees (None: not read; that part is left out).
+    qos: dict[str, str] | None = None
+    #: The spec has floating guarantees: the ``guarantees`` check runs and is reported.
+    guarantees: bool = False
 
 
 def gather(spec: PoolSpec, runner: Runner) -> Facts:
@@ -123,7 +123,14 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         list_plugins(runner, plugin_dir),
         _asks_nvml(conf),
         missing(cluster_settings(spec, controller or commands), config),
+        _qos_limits(slurm) if spec.guarantees is not None else None,
+        spec.guarantees is not None,
     )
+
+
+def _qos_limits(slurm: SlurmClient) -> dict[str, str]:
+    """GrpTRES of every QOS, by name (``sacctmgr show qos``)."""
+    return {r["Name"]: r["GrpTRES"] for r in slurm.sacctmgr_show("qos", ["Name", "GrpTRES"])}
 
 
 def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
@@ -138,6 +145,7 @@ def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
         *_hooks(spec, facts),
         *_plugins(spec, facts),
         *_settings(facts),
+        *_guarantees(spec, facts),
     ]
 
 
@@ -408,6 +416,14 @@ def _settings(f: Facts) -> list[Finding]:
     ]
 
 
+def _guarantees(spec: PoolSpec, f: Facts) -> list[Finding]:
+    if spec.guarantees is None:
+        return []
+    from slurm_pool.doctor_guarantees import findings
+
+    return findings(spec, f.nodes, f.qos)
+
+
 def _shown_setting(config: dict[str, str], key: str) -> str:
     return ",".join(v for v in config_values(config, key) if v) or "not set"
 
@@ -435,7 +451,9 @@ def offline_plugin_dir(slurm_conf: str | None, scontrol: str | None) -> str:
 def report(findings: list[Finding], facts: Facts) -> list[str]:
     """Human-readable lines: one per check, then each finding with its fix."""
     head = f"slurm-pool doctor: Slurm {facts.controller or facts.commands}, {len(facts.nodes)} node(s)"
-    return _report_lines(head, findings, CHECKS)
+    shown_all = facts.guarantees or any(x.check == "guarantees" for x in findings)
+    checks = tuple(c for c in CHECKS if shown_all or c != "guarantees")
+    return _report_lines(head, findings, checks)
 
 
 def _report_lines(head: str, findings: list[Finding], checks: tuple[str, ...]) -> list[str]:

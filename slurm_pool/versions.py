@@ -158,6 +158,20 @@ FACTS: tuple[Fact, ...] = (
 )
 _FACTS = {f.name: f for f in FACTS}
 
+#: How many orders of the preemptable jobs select/cons_tres tries, keeping the one that preempts fewest.
+PREEMPT_REORDER_COUNT = 3
+#: The slurm.conf key and items that make preemption cheap (fewer jobs preempted), per release: from 23.02 (fact
+#: ``preempt_params_line``) ``PreemptParameters=reorder_count=N,strict_order``, before it ``SchedulerParameters=preempt_reorder_count=N,
+#: preempt_strict_order``.  Source: 26.05.3 src/plugins/select/cons_tres/select_cons_tres.c (``reorder_count=``
+#: and ``strict_order`` from PreemptParameters, else ``preempt_reorder_count=`` and ``preempt_strict_order``
+#: from SchedulerParameters); 22.05.8 slurm.conf(5) and select_cons_tres.so know only the SchedulerParameters
+#: spellings.  src/interfaces/preempt.c orders the candidates by QOS priority, then node count; its
+#: ``youngest_first`` (by start time) ignores QOS priority, so it is not rendered.
+PREEMPT_ORDER: dict[bool, tuple[str, tuple[str, ...]]] = {
+    True: ("PreemptParameters", ("reorder_count={count}", "strict_order")),
+    False: ("SchedulerParameters", ("preempt_reorder_count={count}", "preempt_strict_order")),
+}
+
 
 #: How releases name themselves: ``22.05``, ``24.11.5``, ``slurm 26.05.3``, ``slurm-wlm 22.05.8``, ``23.02.7-1``.
 _VERSION_RE = re.compile(r"(?:slurm(?:-wlm)? )?([0-9]{2})\.([0-9]{1,2})(?:\.([0-9]{1,3}))?(?:-[0-9A-Za-z.]{1,32})?")
@@ -204,6 +218,11 @@ class SlurmVersion:
     def has(self, fact: str) -> bool:
         """Whether this release has the behaviour :data:`FACTS` calls ``fact``."""
         return self.key() >= _FACTS[fact].since
+
+    def preempt_order(self) -> tuple[str, list[str]]:
+        """The slurm.conf key and items of :data:`PREEMPT_ORDER` this release reads."""
+        key, items = PREEMPT_ORDER[self.has("preempt_params_line")]
+        return key, [i.format(count=PREEMPT_REORDER_COUNT) for i in items]
 
     def features(self) -> dict[str, bool]:
         """Every fact, by name, for templates."""

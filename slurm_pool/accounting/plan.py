@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurm_pool.spec.model import PoolSpec, Tier
+from slurm_pool.spec.guarantees import floating_projects, guarantee_qos
+from slurm_pool.spec.model import PoolSpec, Project, Tier
 
 #: Marker written into descriptions of objects slurm-pool creates, so that
 #: ``--prune`` removes only those.
@@ -88,10 +89,65 @@ def _qos_fields(tier: Tier) -> dict[str, str]:
     }
 
 
+def guarantee_qos_plans(spec: PoolSpec) -> list[QosPlan]:
+    """One QOS per project with a guarantee: the guarantees' tier's fields, ``GrpTRES`` = the guarantee.
+
+    The guarantee wins over the tier's own ``grp_tres`` on the same TRES; no
+    other QOS preempts it (the tiers' Preempt lists name tiers only).
+    """
+    g = spec.guarantees
+    if g is None or g.tier not in {t.name for t in spec.tiers}:
+        return []
+    tier = spec.tier(g.tier)
+    out = []
+    for p in floating_projects(spec):
+        fields = _qos_fields(tier)
+        fields["Description"] = f"{OWNER_TAG}: guarantee of {p.name}"
+        fields["GrpTRES"] = _tres(guarantee_grp_tres(spec, p))
+        out.append(QosPlan(guarantee_qos(tier.name, p.name), fields))
+    return out
+
+
+def guarantee_grp_tres(spec: PoolSpec, project: Project) -> dict[str, int]:
+    """``GrpTRES`` of ``project``'s guarantee QOS: the guarantees' tier's ``grp_tres``, then the guarantee.
+
+    A typed guarantee also caps ``gres/gpu`` at its sum: Slurm counts a job
+    that asks for GPUs of no type in ``gres/gpu`` only, never in a typed TRES
+    (26.05.3 src/stepmgr/gres_stepmgr.c ``_set_type_tres_cnt``), so without it
+    such jobs would run in the QOS unbounded.
+    """
+    assert spec.guarantees is not None
+    out = {**spec.tier(spec.guarantees.tier).grp_tres, **project.guarantee}
+    if "gres/gpu" not in project.guarantee:
+        out["gres/gpu"] = sum(project.guarantee.values())
+    return out
+
+
+def association_qos(spec: PoolSpec, project: Project) -> tuple[list[str], str]:
+    """The QOS list and DefaultQOS of ``project``'s associations (account and users).
+
+    Each tier is its own QOS, except the guarantees' tier for a project with a
+    guarantee: that is its guarantee's QOS, so it cannot use another project's.
+    A project that also owns nodes keeps the tier's QOS, which its own
+    partition allows.
+    """
+    g = spec.guarantees
+    names = set(project.tiers)
+    policy_default = spec.policy.default_tier
+    default = project.default_tier or (policy_default if policy_default in project.tiers else project.tiers[0])
+    if g is not None and project.guarantee and g.tier in project.tiers:
+        names.add(guarantee_qos(g.tier, project.name))
+        if not project.owns:
+            names.discard(g.tier)
+        if default == g.tier:
+            default = guarantee_qos(g.tier, project.name)
+    return sorted(names), default
+
+
 def build_plan(spec: PoolSpec) -> AccountingPlan:
-    """The accounting objects a spec asks for, in a stable order."""
-    default_tier = spec.policy.default_tier
+    """The accounting objects a spec asks for, in a stable order: the tiers' QOS, then the guarantees'."""
     qos = [QosPlan(t.name, _qos_fields(t), t.name in spec.adopt.qos) for t in spec.tiers]
+    qos.extend(guarantee_qos_plans(spec))
     accounts = [
         AccountPlan(
             p.name,
@@ -99,8 +155,8 @@ def build_plan(spec: PoolSpec) -> AccountingPlan:
                 "Description": f"{OWNER_TAG}: {p.description}" if p.description else OWNER_TAG,
                 "Organization": OWNER_TAG,
                 "Fairshare": str(p.fairshare),
-                "QOS": ",".join(sorted(p.tiers)),
-                "DefaultQOS": p.default_tier or (default_tier if default_tier in p.tiers else p.tiers[0]),
+                "QOS": ",".join(association_qos(spec, p)[0]),
+                "DefaultQOS": association_qos(spec, p)[1],
             },
             p.name in spec.adopt.accounts,
         )
@@ -112,17 +168,10 @@ def build_plan(spec: PoolSpec) -> AccountingPlan:
         for u in p.users:
             first_account.setdefault(u, p.name)
     for p in spec.projects:
-        acct_default = p.default_tier or (default_tier if default_tier in p.tiers else p.tiers[0])
+        qos_names, default_qos = association_qos(spec, p)
+        qos_list = ",".join(qos_names)
         for u in sorted(p.users):
             users.append(
-                UserPlan(
-                    u,
-                    p.name,
-                    {
-                        "DefaultAccount": first_account[u],
-                        "QOS": ",".join(sorted(p.tiers)),
-                        "DefaultQOS": acct_default,
-                    },
-                )
+                UserPlan(u, p.name, {"DefaultAccount": first_account[u], "QOS": qos_list, "DefaultQOS": default_qos})
             )
     return AccountingPlan(spec.cluster.name, qos, accounts, users)

@@ -71,6 +71,7 @@ def build_registry(
     gpu_resource: str = "nvidia.com/gpu",
     rebalance: Callable[[], Mapping[str, float]] | None = None,
     predict: Callable[[], Mapping[str, tuple[list[float], int]]] | None = None,
+    guarantees: Callable[[list], Mapping[str, Any] | None] | None = None,
 ) -> Any:
     """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics).
 
@@ -78,7 +79,8 @@ def build_registry(
     seconds, for the reclaim histogram.  ``inference`` reads the inference tier's demand per GPU-like
     resource on each scrape (:func:`slurm_pool.bridge.k8s.inference_demand`); ``rebalance`` the last
     rebalance run's record on the bridge's Lease (:func:`rebalance_reader`); ``predict`` the predicted
-    waits of the pending jobs (:class:`slurm_pool.metrics.predicted.PredictionReader`).
+    waits of the pending jobs (:class:`slurm_pool.metrics.predicted.PredictionReader`); ``guarantees``
+    the floating guarantees of the jobs scraped (:func:`guarantees_reader`).
     """
     from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -106,6 +108,7 @@ def build_registry(
             gpu_resource=gpu_resource,
             rebalance=rebalance,
             predict=predict,
+            guarantees=guarantees,
         )
     )
     if process_metrics:
@@ -127,6 +130,17 @@ def prediction_reader(
     pool = PoolModel.from_spec(spec)
     slurm = SlurmClient(runner)
     return PredictionReader(lambda: forecast(slurm, spec, pool=pool), interval)
+
+
+def guarantees_reader(spec_path: str, lend_partition: str) -> Callable[[list], Mapping[str, Any] | None] | None:
+    """The spec's floating guarantees as a function of the scraped jobs (None: the spec has none)."""
+    from slurm_pool.metrics.status import guarantee_status
+    from slurm_pool.spec import load_spec
+
+    spec = load_spec(spec_path)
+    if spec.guarantees is None:
+        return None
+    return lambda jobs: guarantee_status(spec, jobs, lend_partition)
 
 
 def rebalance_reader(api: Any, namespace: str, name: str) -> Callable[[], Mapping[str, float]]:
@@ -226,7 +240,8 @@ def bridge_readers(
     default=None,
     type=click.Path(exists=True, dir_okay=False),
     help="Pool spec: also export each pending job's predicted wait (slurm_pool_pending_predicted_wait_seconds), "
-    "as `slurm-pool why` predicts it.",
+    "as `slurm-pool why` predicts it; with floating guarantees, also each project's guarantee, use and borrowing "
+    "(so does --spec).",
 )
 @click.option(
     "--predict-interval",
@@ -273,6 +288,10 @@ def exporter(
     predict = None
     if predict_spec:
         predict = prediction_reader(predict_spec, SubprocessRunner(default_timeout=slurm_timeout), predict_interval)
+    guarantees = None
+    for path in (predict_spec, spec_path):
+        if path and guarantees is None:
+            guarantees = guarantees_reader(path, lend_partition)
     registry = build_registry(
         SubprocessRunner(default_timeout=slurm_timeout),
         state_dir=state_dir,
@@ -284,6 +303,7 @@ def exporter(
         gpu_resource=gpu_resource,
         rebalance=rebalance,
         predict=predict,
+        guarantees=guarantees,
     )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)

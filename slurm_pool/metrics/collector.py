@@ -26,6 +26,12 @@ instances, each one GRES unit)::
                                                     all units
     slurm_pool_allocated_gpus{partition,tier}       units held by running jobs
     slurm_pool_project_allocated_gpus{project}      units held by running jobs, by project (account)
+    slurm_pool_project_guarantee_gpus{project,gres} a floating project's guarantee (gres/gpu or
+                                                    gres/gpu:<type>), when given the spec's guarantees
+    slurm_pool_project_guarantee_in_use_gpus{project,gres}
+                                                    of it, held by its running jobs in its guarantee QOS
+    slurm_pool_project_borrowed_gpus{project}       held by its running jobs in other tiers (not the
+                                                    guarantees' own: its own servers)
     slurm_pool_jobs{partition,tier,state}           tier is the job's QOS
     slurm_pool_node_drained{node,owner,reason}      1 per drained node; owner slurm-pool | human
     slurm_pool_drained_nodes{owner}
@@ -66,7 +72,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -136,8 +142,11 @@ class PoolCollector:
         gpu_resource: str = "nvidia.com/gpu",
         rebalance: Callable[[], Mapping[str, float]] | None = None,
         predict: Callable[[], Mapping[str, tuple[list[float], int]]] | None = None,
+        guarantees: Callable[[list[JobRecord]], Mapping[str, Any] | None] | None = None,
     ):
+        """``guarantees``: the jobs -> :func:`slurm_pool.metrics.status.guarantee_status` of the spec."""
         self.slurm = slurm
+        self.guarantees = guarantees
         self.predict = predict
         self.reclaims = reclaims
         self.inference = inference
@@ -251,7 +260,11 @@ class PoolCollector:
         built_pool = None
         if nodes is not None and jobs is not None:
             built_pool = self._build("nodes", lambda: pool_metrics(nodes, jobs, self.lend_partition))
-        for built in (built_nodes, built_jobs, built_pool):
+        built_guarantees = None
+        if jobs is not None and self.guarantees is not None:
+            guarantees = self.guarantees
+            built_guarantees = self._build("jobs", lambda: guarantee_metrics(guarantees(jobs)))
+        for built in (built_nodes, built_jobs, built_pool, built_guarantees):
             out.extend(built or [])
         out.extend(reading.outcomes or [])
         out.extend(reading.reclaims or [])
@@ -437,6 +450,35 @@ def pool_metrics(nodes: list[NodeRecord], jobs: list[JobRecord], lend_partition:
     count = GaugeMetricFamily("slurm_pool_lent_nodes", f"Nodes running a job of the {part} partition.")
     count.add_metric([], float(len(lent & names)))
     return [util, by_part, by_tier, held_fam, project_fam, per_node, count]
+
+
+def guarantee_metrics(status: Mapping[str, Any] | None) -> list[Metric]:
+    """Each floating project's guarantee, the part of it in use and what it borrows (``status``:
+    :func:`slurm_pool.metrics.status.guarantee_status`; None, a spec without guarantees: none)."""
+    if status is None:
+        return []
+    promised = GaugeMetricFamily(
+        "slurm_pool_project_guarantee_gpus",
+        "GPUs a floating project is guaranteed in the guarantees' partition, per guarantee key.",
+        labels=["project", "gres"],
+    )
+    in_use = GaugeMetricFamily(
+        "slurm_pool_project_guarantee_in_use_gpus",
+        "GPUs of a floating project's guarantee held by its running jobs in its guarantee QOS.",
+        labels=["project", "gres"],
+    )
+    borrowed = GaugeMetricFamily(
+        "slurm_pool_project_borrowed_gpus",
+        "GPUs held by a floating project's running jobs in tiers other than its guarantee.",
+        labels=["project"],
+    )
+    for row in status["projects"]:
+        project = shown(row["project"])
+        for key, n in row["guarantee"].items():
+            promised.add_metric([project, shown(key)], float(n))
+            in_use.add_metric([project, shown(key)], float(row["in_use"].get(key, 0)))
+        borrowed.add_metric([project], float(row["borrowed"]))
+    return [promised, in_use, borrowed]
 
 
 def outcome_metrics(tally: OutcomeTally) -> list[Metric]:

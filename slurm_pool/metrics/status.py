@@ -29,7 +29,16 @@ The dict (``--json``; :data:`SCHEMA` is bumped when a key changes meaning)::
      "usage": {"hours": 24, "tiers": {"scavenger": {"usage_factor": 0.3, "runs": 2, "gpu_hours": 4.0,
                                                      "charged_gpu_hours": 1.2}, ...}}}
 
-``usage`` (GPU-hours used and charged per tier, from sacct) is there when it was asked for.
+``usage`` (GPU-hours used and charged per tier, from sacct) is there when it was asked for;
+``guarantees`` (:func:`guarantee_status`) when the spec given has floating guarantees::
+
+    "guarantees": {"tier": "guaranteed", "partition": "floating", "overflow": "shared",
+                   "projects": [{"project": "projd", "qos": "guaranteed-projd", "guarantee": {"gres/gpu": 2},
+                                 "in_use": {"gres/gpu": 2}, "in_use_gpus": 2, "borrowed": 1,
+                                 "borrowed_by_tier": {"shared": 1}}, ...]}
+
+``in_use``: GPUs of the project's running jobs in its guarantee QOS, per guarantee key;
+``borrowed``: GPUs of its running jobs in any other tier but the guarantees' own (its own servers, if any).
 """
 
 from __future__ import annotations
@@ -38,13 +47,17 @@ import math
 import re
 import time
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION, drain_owner
 from slurm_pool.metrics.outcomes import load_record, record_fields
 from slurm_pool.metrics.parse import job_nodes, lent_nodes, node_gpu_states
+from slurm_pool.spec.guarantees import floating_projects, guarantee_qos, guarantee_type
 from slurm_pool.text import shown
+
+if TYPE_CHECKING:
+    from slurm_pool.spec.model import PoolSpec
 
 SCHEMA = 1
 #: Every GPU unit is in exactly one of these.
@@ -126,6 +139,54 @@ def recent(preemptions: Iterable[Mapping[str, Any]], last: int) -> list[dict[str
     return [dict(p) for p in ordered[: max(0, last)]]
 
 
+def _key_gpus(job: JobRecord, key: str, keys: int) -> int:
+    """GPUs of ``job`` that count against guarantee ``key`` (one of ``keys`` keys).
+
+    A typed key counts the job's GPUs of that type; a job whose TRES names no
+    type (no typed TRES in AccountingStorageTRES) counts all its GPUs against a
+    guarantee of one type.
+    """
+    gtype = guarantee_type(key)
+    if gtype is None:
+        return job.gpus
+    if job.gpu_types:
+        return int(job.gpu_types.get(gtype, 0))
+    return job.gpus if keys == 1 else 0
+
+
+def guarantee_status(
+    spec: PoolSpec, jobs: Iterable[JobRecord], lend_partition: str = DEFAULT_LEND_PARTITION
+) -> dict[str, Any] | None:
+    """Each floating project's guarantee, GPUs in use in its guarantee QOS and GPUs borrowed (None: the
+    spec has no guarantees).  Running jobs only (holding their nodes); the lend partition's are not a project's."""
+    g = spec.guarantees
+    if g is None:
+        return None
+    running = [j for j in jobs if j.on_node and j.partition != lend_partition]
+    rows = []
+    for project in floating_projects(spec):
+        qos = guarantee_qos(g.tier, project.name)
+        mine = [j for j in running if j.account == project.name]
+        held = [j for j in mine if j.qos == qos]
+        borrowed: Counter[str] = Counter()
+        for j in mine:
+            if j.qos not in (qos, g.tier) and j.gpus:
+                borrowed[j.qos] += j.gpus
+        keys = sorted(project.guarantee)
+        rows.append(
+            {
+                "project": project.name,
+                "qos": qos,
+                "guarantee": {k: project.guarantee[k] for k in keys},
+                "in_use": {k: sum(_key_gpus(j, k, len(keys)) for j in held) for k in keys},
+                "in_use_gpus": sum(j.gpus for j in held),
+                "borrowed": sum(borrowed.values()),
+                "borrowed_by_tier": dict(sorted(borrowed.items())),
+            }
+        )
+    return {"tier": g.tier, "partition": g.partition, "overflow": g.overflow, "projects": rows}
+
+
 def build(
     nodes: Iterable[NodeRecord],
     jobs: Iterable[JobRecord],
@@ -135,11 +196,13 @@ def build(
     last: int = DEFAULT_LAST,
     now: float | None = None,
     usage: Mapping[str, Any] | None = None,
+    guarantees: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The status dict (see the module docstring) of one read of Slurm.
 
     ``usage``: GPU-hours used and charged per tier over the last hours (``{"hours": h, "tiers": ...}`` from
     :func:`slurm_pool.metrics.charges.usage_by_tier`, or ``{"hours": h, "error": why}``); absent when None.
+    ``guarantees``: :func:`guarantee_status` of the same jobs; absent when None.
     """
     nodes = sorted(nodes, key=lambda n: n.name)
     jobs = list(jobs)
@@ -206,6 +269,7 @@ def build(
         "lent_nodes": sorted(lent & names),
         "preemptions": recent(preemptions, last),
         **({"usage": dict(usage)} if usage is not None else {}),
+        **({"guarantees": dict(guarantees)} if guarantees is not None else {}),
     }
 
 
@@ -295,9 +359,42 @@ def tables(status: Mapping[str, Any]) -> list[Any]:
             "?" if age is None else f"{age:.0f}",
         )
     parts: list[Any] = [by_state, by_type, held, nodes, pending, lent, pre]
+    if "guarantees" in status:
+        parts.insert(3, guarantees_table(status["guarantees"]))
     if "usage" in status:
         parts.append(usage_table(status["usage"]))
     return parts
+
+
+def amounts(counts: Mapping[str, int]) -> str:
+    """Guarantee-keyed GPU counts as the spec writes them short: ``2`` (gres/gpu), ``h100:2`` (gres/gpu:h100)."""
+    return ",".join(
+        str(n) if guarantee_type(k) is None else f"{guarantee_type(k)}:{n}" for k, n in sorted(counts.items())
+    )
+
+
+def guarantees_table(guarantees: Mapping[str, Any]) -> Any:
+    """Each floating project: its guarantee, the GPUs it runs in its guarantee QOS, and the GPUs it borrows."""
+    from rich.table import Table
+    from rich.text import Text
+
+    title = f"Floating guarantees (partition {guarantees['partition']}, beyond them: {guarantees['overflow']})"
+    table = Table(title=Text(shown(title)), title_justify="left")
+    for col in ("project", "guarantee QOS", "guarantee", "in use", "borrowed", "borrowed by tier"):
+        table.add_column(col, justify="right" if col in ("guarantee", "in use", "borrowed") else "left")
+    for row in guarantees["projects"]:
+        by_tier = ", ".join(f"{t} {n}" for t, n in row["borrowed_by_tier"].items())
+        table.add_row(
+            _cell(row["project"]),
+            _cell(row["qos"]),
+            _cell(amounts(row["guarantee"])),
+            _cell(amounts(row["in_use"])),
+            str(row["borrowed"]),
+            _cell(by_tier or "-"),
+        )
+    if not guarantees["projects"]:
+        table.add_row("-", "", "", "", "0", "")
+    return table
 
 
 def usage_table(usage: Mapping[str, Any]) -> Any:

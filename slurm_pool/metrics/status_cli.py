@@ -17,7 +17,7 @@ from slurm_pool.adapters.slurm import read_records
 from slurm_pool.clitypes import Finite, StrictInt
 from slurm_pool.errors import InputError
 from slurm_pool.metrics.outcomes import TAIL_BYTES, tail_lines
-from slurm_pool.metrics.status import DEFAULT_LAST, build, preemption, tables
+from slurm_pool.metrics.status import DEFAULT_LAST, build, guarantee_status, preemption, tables
 from slurm_pool.text import shown, strict_float
 
 
@@ -70,7 +70,8 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
     "spec_path",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="Pool spec; its bridge: section names the lend partition [k8s-lend].",
+    help="Pool spec; its bridge: section names the lend partition [k8s-lend]; with guarantees: each floating "
+    "project's guarantee, GPUs in use in it and GPUs borrowed.",
 )
 @click.option(
     "--state-dir",
@@ -91,7 +92,8 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
 def status(
     as_json: bool, spec_path: str | None, state_dir: str | None, last: int, usage_hours: float, slurm_timeout: float
 ) -> None:
-    """Show GPUs by state, tier and project, pending demand, lent nodes and the last preemptions."""
+    """Show GPUs by state, tier and project, floating guarantees, pending demand, lent nodes and the last
+    preemptions."""
     from slurm_pool.adapters.runner import CommandError, SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.errors import PoolError
@@ -99,11 +101,13 @@ def status(
     from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
 
     lend_partition = DEFAULT_LEND_PARTITION
+    spec = None
     if spec_path:
         from slurm_pool.spec import load_spec
         from slurm_pool.spec.bridge import bridge_of
 
-        lend_partition = bridge_of(load_spec(spec_path)).partition
+        spec = load_spec(spec_path)
+        lend_partition = bridge_of(spec).partition
     if state_dir is None:
         state_dir = default_state_dir()
     slurm = SlurmClient(SubprocessRunner(default_timeout=slurm_timeout))
@@ -115,7 +119,8 @@ def status(
     jobs = read_records(slurm.jobs, "squeue --Format", "job records")
     pre = list(tail_preemptions(state_dir)) if state_dir else []
     usage = tier_usage(slurm, usage_hours) if usage_hours > 0 else None
-    data = build(nodes, jobs, pre, lend_partition=lend_partition, last=last, usage=usage)
+    guarantees = guarantee_status(spec, jobs, lend_partition) if spec is not None else None
+    data = build(nodes, jobs, pre, lend_partition=lend_partition, last=last, usage=usage, guarantees=guarantees)
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=False))
         return

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_pool.predict.forward import Forecast, LiveJob, Prediction, dependencies
+from slurm_pool.predict.forward import Forecast, LiveJob, Prediction, dependencies, project_of
 from slurm_pool.predict.plan_fit import fit
 from slurm_pool.predict.pool import PoolModel
 from slurm_pool.sim.engine import GUARANTEED
@@ -168,11 +168,11 @@ def causes(pool: PoolModel, forecast: Forecast, job: LiveJob) -> list[Cause]:
     for kind, items in by_kind.items():
         ids = tuple(sorted(int(p.job) for p, _ in items if _digits(p.job)))
         where = tuple(sorted(nodes & {n for p, _ in items for n, _ in p.nodes}))
-        owners = sorted(
-            {pool.queues[lj.partition].owner or "" for _, lj in items if lj and lj.partition in pool.queues}
-        )
+        queues = [(pool.queues[lj.partition], lj.account) for _, lj in items if lj and lj.partition in pool.queues]
+        owners = sorted({pool.project(q, account) or "" for q, account in queues})
+        whose = "guaranteed jobs" if any(q.floating for q, _ in queues) else "owners' jobs"
         text = {
-            "owner": f"owners' jobs ({', '.join(o for o in owners if o)}) hold the GPUs it needs on {', '.join(where)}",
+            "owner": f"{whose} ({', '.join(o for o in owners if o)}) hold the GPUs it needs on {', '.join(where)}",
             "borrower": f"running jobs hold the GPUs it needs on {', '.join(where)}",
             "lent": f"{', '.join(where)} is lent to Kubernetes until the bridge gives it back",
             "preempts": f"preempted jobs leave {', '.join(where)} at the end of their GraceTime",
@@ -190,18 +190,21 @@ def alternatives(pool: PoolModel, forecast: Forecast, job: LiveJob) -> list[Alte
     here = pool.queues.get(job.partition.split(",")[0])
     limit = here.limit(job.limit) if here else job.limit
     span = limit if limit is not None else runtime
-    owner = here.owner if here is not None and here.engine_tier == GUARANTEED else None
+    owner = project_of(pool, here, job) if here is not None else None
+    floats = here is not None and here.floating and owner is not None
     out: list[Alternative] = []
 
-    def add(what: str, how: str, gpus: int, profile: str | None, duration: float, where: str | None) -> None:
-        start = fit(forecast, job.job_id, gpus, profile, duration, where, pool.grace)
+    def add(
+        what: str, how: str, gpus: int, profile: str | None, duration: float, where: str | None, floating: bool
+    ) -> None:
+        start = fit(forecast, job.job_id, gpus, profile, duration, where, pool.grace, floating)
         out.append(Alternative(what, how, start))
 
     for q in pool.partitions_for(job.account):
         if here is None or q.name != here.name:
-            where = q.owner if q.engine_tier == GUARANTEED else None
-            move = f"scontrol update JobId={job.job_id} Partition={q.name} QOS={q.tier}"
-            add(f"partition {q.name} (tier {q.tier})", move, job.gpus, job.profile, span, where)
+            where = pool.project(q, job.account)
+            move = f"scontrol update JobId={job.job_id} Partition={q.name} QOS={pool.qos(q, job.account)}"
+            add(f"partition {q.name} (tier {q.tier})", move, job.gpus, job.profile, span, where, q.floating)
     if job.gpus > 1:
         for n in sorted({job.gpus // 2, 1}, reverse=True):
             add(
@@ -211,17 +214,19 @@ def alternatives(pool: PoolModel, forecast: Forecast, job: LiveJob) -> list[Alte
                 job.profile,
                 span,
                 owner,
+                floats,
             )
     if job.gpus == 1 and job.profile is None and pool.mig.most:
         small = min(pool.mig.most, key=lambda p: (compute_slices(p) or 99, p))
         how = f"resubmit with --gres=gpu:{small}:1 (the GRES type Slurm names it)"
-        add(f"a MIG slice ({small})", how, 1, small, span, owner)
+        # a guarantee's MIG instances borrow (the engine's guarantees are whole GPUs)
+        add(f"a MIG slice ({small})", how, 1, small, span, None if floats else owner, False)
     if job.limit is not None:
         shorter = math.ceil(runtime * 1.25 / 60) * 60
         if shorter < job.limit:
             what = f"a time limit of {duration(shorter)} instead of {duration(job.limit)}"
             how = f"scontrol update JobId={job.job_id} TimeLimit={shorter // 60}"
-            add(what, how, job.gpus, job.profile, float(shorter), owner)
+            add(what, how, job.gpus, job.profile, float(shorter), owner, floats)
     return out
 
 

@@ -5,7 +5,9 @@ history says (:mod:`.runtimes`); the pending jobs queue in Slurm's order
 (partition PriorityTier, then job priority, then submission); the engine
 (:func:`slurm_pool.sim.nodes.forward_nodes`) then schedules them as this
 pool's policy does: owners on their nodes, preempting borrowers after
-GraceTime, borrowers best fit anywhere, backfill on time limits.
+GraceTime, floating projects within their guarantees likewise on the nodes
+nobody owns (a job in the guarantees' partition is its account's), borrowers
+best fit anywhere, backfill on time limits.
 
 Two runs give the range: the *expected* run (runtimes from history) is the
 prediction; the *late* run lets every job use its whole time limit, as
@@ -24,8 +26,9 @@ from typing import Iterable, Mapping, Sequence
 
 from slurm_pool.predict.pool import PoolModel, Queue
 from slurm_pool.predict.runtimes import Estimate, Runtimes, remaining
-from slurm_pool.sim.engine import GUARANTEED, Job
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
 from slurm_pool.sim.nodes import NodePolicy, NodeResult, Seed, forward_nodes
+from slurm_pool.sim.nodestate import FLOAT
 from slurm_pool.sim.units import mig_counts
 
 #: How far ahead a forward run looks (seconds).
@@ -135,12 +138,13 @@ class Inputs:
         self.queue_of: dict[int, Queue] = {}
         self.notes: list[str] = []
         room: dict[tuple[str, str | None], int] = {}  # free GPUs (None) or instances per node
-        most: dict[tuple[str | None, str | None], int] = {}  # (owner or None: all, kind) -> most on one node / total
+        # (owner, FLOAT: nobody's nodes, or None: all; kind) -> most on one node / total
+        most: dict[tuple[str | None, str | None], int] = {}
         for nd in self.nodes:
             room[(nd.name, None)] = nd.gpus - len(nd.mig)
             for prof, c in mig_counts(nd).items():
                 room[(nd.name, prof)] = c
-            for scope in {None, nd.owner}:
+            for scope in {None, FLOAT if nd.owner is None else nd.owner}:
                 most[(scope, None)] = most.get((scope, None), 0) + nd.gpus - len(nd.mig)
                 for prof, c in mig_counts(nd).items():
                     most[(scope, prof)] = max(most.get((scope, prof), 0), c)
@@ -152,6 +156,8 @@ class Inputs:
                     self.skip[j.job_id] = f"partition {j.partition!r} is not one of the pool's"
                 continue
             self.queue_of[j.job_id] = q
+            if q.floating and j.profile is not None and j.gpus > 0:
+                self.notes.append(f"job {j.job_id}: MIG instances in a guarantee are modelled as borrowed")
             limit = q.limit(j.limit)
             self.est[j.job_id] = runtimes.estimate(j.user, q.name, j.gpus, limit)
             if j.state == "pending":
@@ -175,11 +181,21 @@ class Inputs:
         if j.gpus <= 0:
             return "asks for no whole GPU or MIG instance (CPU-only or shards): outside the model"
         q = self.queue_of[j.job_id]
-        scope = q.owner if q.engine_tier == GUARANTEED else None
+        project = project_of(self.pool, q, j)
+        scope = FLOAT if project is not None and q.floating else project
         most = self._most.get((scope, j.profile), 0)
         what = f"{j.profile} instances" if j.profile else "GPUs"
+        promised = dict(self.pool.guarantees).get(project or "", 0)
+        if scope == FLOAT and j.gpus > promised:
+            return f"asks for {j.gpus} GPUs; project {project}'s guarantee is {promised} (its QOS's GrpTRES)"
         if j.gpus > most:
-            where = f"project {scope}'s nodes that are up" if scope else "the pool's nodes that are up"
+            where = (
+                f"partition {q.name}'s nodes that are up"
+                if scope == FLOAT
+                else f"project {scope}'s nodes that are up"
+                if scope
+                else "the pool's nodes that are up"
+            )
             per = " on one node" if j.profile else ""
             return f"asks for {j.gpus} {what}; {where} have at most {most}{per}"
         return ""
@@ -200,9 +216,18 @@ class Inputs:
         free_at = None
         if j.state == "leaving":
             free_at = max(1.0, (j.leaves_at or self.now) - self.now + (self.pool.kill_wait if late else 0.0))
-        tier = q.engine_tier
-        job = Job(str(j.job_id), q.owner if tier == GUARANTEED else None, 0.0, work, j.gpus, j.profile, lim)
-        return Seed(job, tier, j.nodes, free_at)
+        project = project_of(self.pool, q, j)
+        job = Job(str(j.job_id), project, 0.0, work, j.gpus, j.profile, lim)
+        return Seed(job, GUARANTEED if project is not None else BORROWED, j.nodes, free_at)
+
+
+def project_of(pool: PoolModel, q: Queue, j: LiveJob) -> str | None:
+    """The engine project of ``j`` in ``q`` (None: a borrower): its owner's, or in the floating partition its
+    account's whole GPUs (a floating project's; its MIG instances borrow, as the engine's guarantees are
+    whole GPUs)."""
+    if q.floating and j.profile is not None:
+        return None
+    return pool.project(q, j.account)
 
 
 def lend_left(pool: PoolModel, now: float) -> float:
@@ -233,6 +258,7 @@ def _policy(pool: PoolModel, late: bool) -> NodePolicy:
         requeue_delay=REQUEUE_HOLD,
         owners_borrow=False,
         bf_interval=pool.bf_interval,
+        guarantees=pool.guarantees,
     )
 
 
@@ -241,7 +267,7 @@ def _engine_jobs(inp: Inputs, work: Mapping[int, float], arrival: Mapping[int, f
     for j in inp.pending:
         q = inp.queue_of[j.job_id]
         limit = q.limit(j.limit)
-        project = q.owner if q.engine_tier == GUARANTEED else None
+        project = project_of(inp.pool, q, j)
         out.append(Job(str(j.job_id), project, arrival.get(j.job_id, 0.0), work[j.job_id], j.gpus, j.profile, limit))
     return out
 

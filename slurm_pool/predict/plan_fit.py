@@ -4,9 +4,11 @@ An alternative (fewer GPUs, a MIG slice, another partition, a shorter time
 limit) is placed as conservative backfill would: in the earliest hole of the
 forecast's schedule, the other jobs keeping their predicted runs, for as long
 as its time limit (its runtime, without one).  A job moved to its owner's
-partition may preempt the borrowers there, after GraceTime.  The answer is a
-start no later than the job would get: a higher-priority job may also take
-GPUs from jobs behind it, which this does not count.
+partition (a floating project's: to its guarantee, on the nodes nobody owns)
+may preempt the borrowers there, after GraceTime; the guarantee's other jobs
+are not counted against it.  The answer is a start no later than the job
+would get: a higher-priority job may also take GPUs from jobs behind it,
+which this does not count.
 """
 
 from __future__ import annotations
@@ -72,11 +74,13 @@ def fit(
     duration: float,
     owner: str | None,
     grace: float,
+    floating: bool = False,
 ) -> float | None:
     """When job ``job_id``, changed to ``gpus`` of ``profile`` lasting ``duration``, fits the plan (Unix time).
 
     ``owner``: it runs in that owner's partition (its nodes; borrowers there are preempted, after
-    ``grace``); None: a borrower anywhere.
+    ``grace``); ``floating``: in a floating project's guarantee (the nodes nobody owns, preempting likewise);
+    else a borrower anywhere.
     """
     assert fc.pool is not None and fc.result is not None
     held: dict[tuple[str, bool], list[Interval]] = defaultdict(list)  # (node, borrowed) -> intervals of the kind
@@ -87,9 +91,13 @@ def fit(
         end = fc.ends.get(p.job, p.end) if p.outcome == "running" else p.end
         for node, c in p.nodes:
             held[(node, p.tier == BORROWED)].append((p.start, end, c))
-    nodes = [n for n in fc.pool.nodes if n.name not in fc.down and (owner is None or n.owner == owner)]
+    nodes = [
+        n
+        for n in fc.pool.nodes
+        if n.name not in fc.down and (n.owner is None if floating else owner is None or n.owner == owner)
+    ]
     best: float | None = None
-    for preempt in (False, True) if owner is not None else (False,):
+    for preempt in (False, True) if owner is not None or floating else (False,):
         windows: dict[str, list[tuple[float, float]]] = {}
         size = 0
         for n in nodes:

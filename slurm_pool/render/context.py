@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 from slurm_pool.errors import Issue, SpecError
 from slurm_pool.mig import catalogue, features
 from slurm_pool.render.site import Site
+from slurm_pool.spec.guarantees import floating_projects, guarantee_qos, guarantee_type
 from slurm_pool.spec.hosts import expand, fold
 from slurm_pool.spec.model import NodeGroup, PoolSpec
 from slurm_pool.text import check_path
@@ -176,6 +177,7 @@ def build_context(
     partitions = []
     for part in spec.partitions:
         tier = spec.tier(part.tier)
+        allow_qos, allow_accounts = partition_access(spec, part.name)
         partitions.append(
             {
                 "name": part.name,
@@ -186,8 +188,8 @@ def build_context(
                 "grace_time": part.grace_time if part.grace_time is not None else tier.grace_time,
                 "max_time": part.max_time,
                 "default_time": part.default_time,
-                "allow_qos": tier.name,
-                "allow_accounts": ",".join(part.allow_accounts) if part.allow_accounts else None,
+                "allow_qos": allow_qos,
+                "allow_accounts": allow_accounts,
             }
         )
     shard_issues = [
@@ -201,6 +203,7 @@ def build_context(
     ]
     if shard_issues:
         raise SpecError(shard_issues)
+    _check_guarantee_types(spec, version, gres_types)
     helper_lines, layout_table = _mig_features(spec, site, version)
     ctld_params = []
     if not version.has("preempt_params_line"):
@@ -214,10 +217,10 @@ def build_context(
         "partitions": partitions,
         "gres_types": gres_types,
         "gres_names": "gpu,shard" if any_shards else "gpu",
-        "accounting_tres": ",".join(
-            ["gres/gpu"] + [f"gres/gpu:{t}" for t in gres_types] + (["gres/shard"] if any_shards else [])
-        ),
+        "accounting_tres": ",".join(accounting_tres(spec, gres_types, any_shards)),
         "slurmctld_parameters": ",".join(ctld_params),
+        "scheduler_parameters": ",".join(scheduler_parameters(spec, version)),
+        "preempt_parameters": ",".join(preempt_parameters(version)),
         "dbd_host": site.slurmdbd_host or spec.cluster.control_host,
         "mig_helper_lines": helper_lines,
         "mig_layout_table": layout_table,
@@ -226,6 +229,69 @@ def build_context(
         "coexist": spec.coexist is not None,
         "fragment": False,
     }
+
+
+def partition_access(spec: PoolSpec, partition: str) -> tuple[str, str | None]:
+    """A partition's ``AllowQos`` and ``AllowAccounts`` (None: every account).
+
+    Its tier's QOS; for the guarantees' partition the guarantees' QOS instead
+    (spec order) and, unless the spec lists ``allow_accounts``, the projects
+    with a guarantee.
+    """
+    part = next(p for p in spec.partitions if p.name == partition)
+    allow_qos, accounts = part.tier, part.allow_accounts
+    g = spec.guarantees
+    floating = floating_projects(spec)
+    if g is not None and g.partition == part.name and floating:
+        allow_qos = ",".join(guarantee_qos(g.tier, p.name) for p in floating)
+        if accounts is None:
+            accounts = [p.name for p in floating]
+    return allow_qos, ",".join(accounts) if accounts else None
+
+
+def accounting_tres(spec: PoolSpec, gres_types: Sequence[str], shards: bool) -> list[str]:
+    """``AccountingStorageTRES``: gres/gpu, each GPU type of the nodes and of the guarantees, gres/shard."""
+    types = list(gres_types)
+    for p in floating_projects(spec):
+        types.extend(t for key in p.guarantee if (t := guarantee_type(key)) is not None and t not in types)
+    return ["gres/gpu", *(f"gres/gpu:{t}" for t in types), *(["gres/shard"] if shards else [])]
+
+
+def scheduler_parameters(spec: PoolSpec, version: SlurmVersion) -> list[str]:
+    """slurm.conf's ``SchedulerParameters``: timing, the prolog's requeue, and before 23.02 the preemption order."""
+    sched = spec.scheduler
+    out = [
+        f"sched_interval={sched.sched_interval}",
+        f"sched_min_interval={sched.sched_min_interval_us}",
+        f"bf_interval={sched.bf_interval}",
+    ]
+    if spec.health.prolog:
+        out.append("nohold_on_prolog_fail")
+    key, items = version.preempt_order()
+    return out + (items if key == "SchedulerParameters" else [])
+
+
+def preempt_parameters(version: SlurmVersion) -> list[str]:
+    """slurm.conf's ``PreemptParameters`` (none before 23.02): the checkpoint signal and the preemption order."""
+    if not version.has("preempt_params_line"):
+        return []
+    key, items = version.preempt_order()
+    return ["send_user_signal", *(items if key == "PreemptParameters" else [])]
+
+
+def _check_guarantee_types(spec: PoolSpec, version: SlurmVersion, gres_types: Sequence[str]) -> None:
+    """A typed guarantee must name a GRES type this release gives the nodes (MIG names changed in 23.02.6)."""
+    issues = [
+        Issue(
+            f"projects[{pi}].guarantee.{key}",
+            f"Slurm {version} names no GPU of the pool {gtype!r} (its types: {', '.join(gres_types) or 'none'})",
+        )
+        for pi, p in enumerate(spec.projects)
+        for key in p.guarantee
+        if (gtype := guarantee_type(key)) is not None and gtype not in gres_types
+    ]
+    if issues:
+        raise SpecError(issues)
 
 
 def jwt_key(spec: PoolSpec, site: Site) -> str | None:

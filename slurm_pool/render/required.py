@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
-from slurm_pool.render.context import gres_string
+from slurm_pool.render.context import accounting_tres, gres_string, preempt_parameters
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
 
@@ -73,7 +73,7 @@ def cluster_settings(spec: PoolSpec, version: SlurmVersion) -> list[Setting]:
         ),
         Setting(
             "AccountingStorageTRES",
-            ",".join(["gres/gpu"] + [f"gres/gpu:{t}" for t in types] + (["gres/shard"] if shards else [])),
+            ",".join(accounting_tres(spec, types, shards)),
             "GPU limits (GrpTRES, MaxTRESPU) and GPU-hours per type are counted only for listed TRES",
             "contains",
         ),
@@ -101,9 +101,15 @@ def cluster_settings(spec: PoolSpec, version: SlurmVersion) -> list[Setting]:
                 "at_least",
             )
         )
+    order_key, order_items = version.preempt_order()
     if version.has("preempt_params_line"):
         out.append(
-            Setting("PreemptParameters", "send_user_signal", "a borrower gets its checkpoint signal", "contains")
+            Setting(
+                "PreemptParameters",
+                ",".join(preempt_parameters(version)),
+                "a borrower gets its checkpoint signal; as few jobs as possible are preempted",
+                "contains",
+            )
         )
     else:
         out.append(
@@ -114,15 +120,14 @@ def cluster_settings(spec: PoolSpec, version: SlurmVersion) -> list[Setting]:
                 "contains",
             )
         )
+    sched = ["nohold_on_prolog_fail"] if spec.health.prolog else []
+    whys = ["a job whose node fails the GPU check is requeued, not held"] if spec.health.prolog else []
+    if order_key == "SchedulerParameters":
+        sched += order_items
+        whys.append("as few jobs as possible are preempted")
+    if sched:
+        out.append(Setting("SchedulerParameters", ",".join(sched), "; ".join(whys), "contains"))
     if spec.health.prolog:
-        out.append(
-            Setting(
-                "SchedulerParameters",
-                "nohold_on_prolog_fail",
-                "a job whose node fails the GPU check is requeued, not held",
-                "contains",
-            )
-        )
         out.append(Setting("PrologFlags", "Alloc", "the GPU check runs when the job is allocated", "contains"))
     if spec.policy.job_submit or (spec.coexist is not None and spec.coexist.job_submit is not None):
         out.append(Setting("JobSubmitPlugins", "lua", "the pool's job_submit.lua (it chains the site's)", "contains"))

@@ -80,7 +80,8 @@ def _indexed(sim: EngineState, job: Job, scope: str, pre: bool, whole: bool) -> 
     idx = sim.index[(scope, job.profile)]
     need = 0 if whole else job.gpus
     members = idx.members if whole else [n for n in idx.members if sim.size[n] >= need]
-    ti = sim.time_index((scope, job.profile, pre, need), members, whole)
+    home = sim.home((scope, job.profile))  # floating projects share the floating scope's index
+    ti = sim.time_index((home[0], job.profile, pre, need), members, whole)
     ti.refresh(lambda n: node_time(sim, n, sim.size[n] if whole else need, pre, -math.inf, False), sim.ver)
     got, reached = ti.earliest(sim.ver, job.gpus if whole else None, sim.now)
     if reached and not sim.limited:
@@ -205,7 +206,7 @@ def backfill(
             left = room[prof] = sim.share[pk] - sim.used[pk] if prof is None or g <= sim.index[pk].top else -1
             if prof is not None:
                 del room[prof]  # the MIG test depends on the job's count: not kept
-        if key is not None and left is not None and g <= left:
+        if key is not None and left is not None and g <= left and (prof is not None or g <= sim.span[(key, None)]):
             tier, scope = GUARANTEED, key
         elif borrows:
             tier, scope = BORROWED, ALL

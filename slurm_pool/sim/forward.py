@@ -42,7 +42,7 @@ def seed_alloc(sim: EngineState, seed: Seed, unit_of: dict[tuple[str, str | None
     if seed.tier not in (GUARANTEED, BORROWED):
         raise ValueError(f"{where}: tier {seed.tier!r} is not {GUARANTEED!r} or {BORROWED!r}")
     if seed.tier == GUARANTEED and (job.project is None or (job.project, None) not in sim.share):
-        raise ValueError(f"{where}: tier {seed.tier!r}: project {job.project!r} owns no nodes")
+        raise ValueError(f"{where}: tier {seed.tier!r}: project {job.project!r} owns no nodes and has no guarantee")
     if seed.free_at is not None and not (math.isfinite(seed.free_at) and seed.free_at >= 0):
         raise ValueError(f"{where}: free_at {seed.free_at} is not a time from 0 on")
     alloc: dict[int, int] = {}

@@ -21,11 +21,21 @@ nodes.  The model:
   (and for borrowers, ``project=None``) it runs in the **borrowed** tier on any
   node, when ``Policy.pooled``.  Queues are per project plus the borrowers',
   FIFO by arrival; requeued jobs go back to the front.
+* With ``NodePolicy.guarantees``, a *floating* project owns no node: it is
+  promised that many whole GPUs anywhere on the nodes nobody owns (the
+  floating partition; every node when nobody owns one), as its own QOS with
+  ``GrpTRES=gres/gpu=N``.  Its jobs run in the guaranteed tier there, best
+  fit, while its guaranteed jobs fit the guarantee (and the job fits those
+  nodes' GPUs); beyond it they borrow as owners beyond their share do.
+  Guarantees may sum above those nodes' GPUs (overcommit): a guaranteed job
+  never preempts another, so the later one waits.  Its MIG jobs always borrow
+  (a guarantee covers whole GPUs only), and GPU types are not told apart.
 * With ``Policy.preempt`` (preempt/qos, PreemptMode=REQUEUE, GraceTime), a
   guaranteed job that does not fit on free GPUs picks victims among the
-  borrowed jobs on ONE of its nodes (or on the whole nodes it needs), the node
+  borrowed jobs on ONE of its nodes (or on the whole nodes it needs; a
+  floating project's: any node of the floating partition), the node
   with least work at risk, least work at risk first; GPUs of borrowers already
-  signalled count first.  It starts when the last of them is gone (GraceTime
+  signalled count first (:mod:`.victims`).  It starts when the last of them is gone (GraceTime
   after the signal).  A victim keeps its work up to the signal when it
   checkpoints on the signal, else up to its last periodic checkpoint.
 * With ``NodePolicy.backfill`` (:mod:`.backfill`), when a queue's head
@@ -62,6 +72,9 @@ not killed, it is expected to end at any moment), and no CPUs, memory or topolog
 are fixed through a replay, a job's instances are all of one profile, and a
 plain GPU request never lands on a MIG instance (Slurm may give one to an
 untyped ``--gpus``); a guaranteed MIG job must fit one of its project's nodes.
+The floating partition is every node nobody owns (a spec's may cover fewer),
+and a floating project's job is routed by its guaranteed GPUs when it is
+tried, not by pending and running ones when it is submitted (job_submit.lua).
 """
 
 from __future__ import annotations
@@ -80,6 +93,7 @@ from slurm_pool.sim.forward import Seed, place_seeds
 from slurm_pool.sim.nodelend import Lender
 from slurm_pool.sim.nodestate import ALL, EngineState, JobState, Node, NodePolicy, NodeResult, Placement, Run
 from slurm_pool.sim.victims import plan_victims
+from slurm_pool.spec.guarantees import floating_projects
 from slurm_pool.spec.hosts import expand
 
 __all__ = [
@@ -90,6 +104,7 @@ __all__ = [
     "Placement",
     "Seed",
     "forward_nodes",
+    "guarantees_from_spec",
     "nodes_from_spec",
     "simulate_nodes",
 ]
@@ -112,7 +127,8 @@ class _Sim(EngineState):
             return True
         if self._reclaim(job, GUARANTEED, p):
             return True
-        if not (self.pol.pooled and self.pol.preempt) or self.borrowed_on[key] == 0:
+        home = self.home(key)
+        if not (self.pol.pooled and self.pol.preempt) or self.borrowed_on[home] == 0:
             return False
         plans = plan_victims(self, job, key)
         if plans is None:
@@ -128,8 +144,7 @@ class _Sim(EngineState):
                 assert r.free_at is not None
                 r.claimed[n] = r.claimed.get(n, 0) + c
                 self.bump(n)  # what the victim will free there changed
-                self.bheld[n] -= c
-                self.borrowed_on[key] -= c
+                self.borrow(n, -c)  # claimed: no longer borrowed GPUs to take
                 ready = max(ready, r.free_at)
         self.launch(job, GUARANTEED, alloc, free_part, ready)
         return True
@@ -304,7 +319,7 @@ class _Sim(EngineState):
             raise ValueError(f"job {job.id}: duplicate job id")
         self.state[job.id] = JobState()
         if job.project is not None and (job.project, None) not in self.share:
-            raise ValueError(f"job {job.id}: project {job.project!r} owns no nodes")
+            raise ValueError(f"job {job.id}: project {job.project!r} owns no nodes and has no guarantee")
         if job.profile is not None:
             most = self.index[(ALL, job.profile)].top if (ALL, job.profile) in self.index else 0
             if not most:
@@ -313,7 +328,8 @@ class _Sim(EngineState):
                 raise ValueError(
                     f"job {job.id}: gpus {job.gpus} outside 1..{most} (the most {job.profile} instances on a node)"
                 )
-        limit = self.share[(job.project or ALL, None)]
+        # an owner's job within its share; a floating project's within the pool (beyond its guarantee it borrows)
+        limit = self.share[(ALL if job.project is None or job.project in self.floating else job.project, None)]
         if job.profile is None and not 1 <= job.gpus <= limit:
             raise ValueError(f"job {job.id}: gpus {job.gpus} outside 1..{limit}")
         if not (job.work > 0 and (seeded or job.arrival >= 0)):
@@ -396,8 +412,9 @@ class _Sim(EngineState):
 
 
 def nodes_from_spec(spec: Any) -> list[Node]:
-    """The spec's GPU nodes, each owned by the project that owns its node group, with its MIG layouts."""
-    owners = {g: p.name for p in spec.projects for g in p.owns}
+    """The spec's GPU nodes, each owned by the project that owns its node group (none by a floating
+    project: :func:`guarantees_from_spec`), with its MIG layouts."""
+    owners = {g: p.name for p in spec.projects if not p.guarantee for g in p.owns}
     out = []
     for g in spec.node_groups:
         if g.gpus is not None and g.gpus.count > 0:
@@ -405,6 +422,13 @@ def nodes_from_spec(spec: Any) -> list[Node]:
             slices = geometry(g.gpus.model).compute_slices if mig else Node.slices_per_gpu
             out += [Node(h, g.gpus.count, owners.get(g.name), mig, slices) for h in expand(g.hosts)]
     return out
+
+
+def guarantees_from_spec(spec: Any) -> tuple[tuple[str, int], ...]:
+    """The spec's floating projects and their guarantees, for :attr:`NodePolicy.guarantees`: each
+    ``guarantee`` as whole GPUs, the sum of its values (``{gres/gpu:h100: 2, gres/gpu:a100: 1}``: 3;
+    the engine knows no GPU types)."""
+    return tuple((p.name, sum(p.guarantee.values())) for p in floating_projects(spec))
 
 
 def simulate_nodes(nodes: Iterable[Node], jobs: Iterable[Job], policy: Policy, window: float) -> NodeResult:

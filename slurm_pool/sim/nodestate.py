@@ -19,6 +19,7 @@ from slurm_pool.sim.lendrule import LendRule, LendStats
 from slurm_pool.sim.units import check_mig, expand_units
 
 ALL = "*"  # the scope of every node
+FLOAT = "~"  # the scope of the nodes nobody owns, where floating guarantees run (when some node is owned)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class NodePolicy(Policy):
     bf_interval: float = 0.0
     #: Lend whole idle nodes to the inference tier (:mod:`.nodelend`; None: no lending).
     lend: LendRule | None = None
+    #: Floating projects and their guaranteed whole GPUs, anywhere on the nodes nobody owns (a QOS with
+    #: GrpTRES=gres/gpu=N on the floating partition); such a project owns no node.
+    guarantees: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,25 @@ class JobState:
     runs: int = 0
 
 
+def check_guarantees(guarantees: tuple[tuple[str, int], ...], nodes: list[Node]) -> dict[str, int]:
+    """:attr:`NodePolicy.guarantees` as a dict; ValueError naming the project when one cannot be."""
+    out: dict[str, int] = {}
+    for p, g in guarantees:
+        if p in out or p in (ALL, FLOAT):
+            raise ValueError(
+                f"guarantees: project {p!r} given twice" if p in out else f"guarantees: {p!r} is not a project name"
+            )
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            raise ValueError(f"guarantees: project {p!r} has guarantee {g!r}, not a whole number of GPUs >= 1")
+        out[p] = g
+    for nd in nodes:
+        if nd.owner in out:
+            raise ValueError(
+                f"guarantees: project {nd.owner!r} has a guarantee and owns node {nd.name!r} (a floating project owns none)"
+            )
+    return out
+
+
 class EngineState:
     """One replay's state: units, free GPUs, runs, queues and reservations, and the moves on them."""
 
@@ -144,26 +167,52 @@ class EngineState:
         self.ver = [0] * len(self.size)
         self.watch: list[list[set[int]]] = [[] for _ in self.size]  # the dirty sets of the time indexes of each unit
         self.tindex: dict[tuple[str, str | None, bool, int], TimeIndex] = {}
-        projects = sorted({o for o in self.owner if o is not None})
+        owners = sorted({o for o in self.owner if o is not None})
+        #: Floating projects -> guaranteed whole GPUs; they run guaranteed on the floating scope's nodes (those
+        #: nobody owns: :data:`FLOAT`, or :data:`ALL` when nobody owns a node; None: no project floats).
+        self.floating = check_guarantees(policy.guarantees, nodes)
+        self.float_scope = None if not self.floating else FLOAT if owners else ALL
+        projects = sorted([*owners, *self.floating])
         kinds = sorted(set(units.kind), key=lambda k: (k is not None, k or ""))
-        self.owned: dict[tuple[str, str | None], list[int]] = {(s, k): [] for s in [*projects, ALL] for k in kinds}
+        self.owned: dict[tuple[str, str | None], list[int]] = {(s, k): [] for s in [*owners, ALL] for k in kinds}
+        if self.float_scope == FLOAT:
+            self.owned[(FLOAT, None)] = []  # whole GPUs only: MIG jobs of floating projects borrow
+        #: Per unit: the (scope, kind) keys it belongs to (all nodes', then its owner's or the floating scope's).
+        self.keys_of: list[tuple[tuple[str, str | None], ...]] = []
         for u, k in enumerate(units.kind):
-            for s in {ALL, self.owner[u] or ALL} if self.size[u] else ():
-                self.owned[(s, k)].append(u)
-        self.share = {key: sum(self.size[u] for u in m) for key, m in self.owned.items()}
+            o = self.owner[u]
+            keys = [(ALL, k)]
+            if o is not None:
+                keys.append((o, k))
+            elif self.float_scope == FLOAT and k is None:
+                keys.append((FLOAT, None))
+            self.keys_of.append(tuple(keys) if self.size[u] else ())
+            for key in self.keys_of[-1]:
+                self.owned[key].append(u)
+        #: GPUs of each scope's nodes; ``share``: the guaranteed GPUs (a floating project's: its guarantee).
+        self.span = {key: sum(self.size[u] for u in m) for key, m in self.owned.items()}
+        self.share = dict(self.span)
         self.index = {key: FreeIndex(self.size, m) for key, m in self.owned.items()}
-        for u in range(len(self.size)):
-            self.note(u)
-        self.used = {key: 0 for key in self.owned if key[0] != ALL}  # guaranteed GPUs per project and kind
-        self.used_eq = 0  # ... all of them, in 1/den GPUs
         #: Per (scope, kind): how often a unit's free GPUs rose to at least g (index g), and last, to all of
         #: them.  While a count stays, no node of the scope has come to fit what did not fit (backfill).
         self.rises = {key: [0] * (idx.top + 2) for key, idx in self.index.items()}
+        self.borrowed_on = {key: 0 for key in self.owned}  # GPUs held by borrowed runs per scope and kind
+        for p, g in self.floating.items():  # a floating project's keys name the floating scope's nodes
+            for k in kinds:
+                home = (self.float_scope or ALL, None) if k is None else None
+                self.owned[(p, k)] = self.owned[home] if home else []
+                self.index[(p, k)] = self.index[home] if home else FreeIndex(self.size, [])
+                self.rises[(p, k)] = self.rises[home] if home else [0, 0]
+                self.span[(p, k)] = self.span[home] if home else 0
+                self.share[(p, k)] = g if home else 0
+        for u in range(len(self.size)):
+            self.note(u)
+        self.used = {key: 0 for key in self.owned if key[0] not in (ALL, FLOAT)}  # guaranteed GPUs per project, kind
+        self.used_eq = 0  # ... all of them, in 1/den GPUs
         self.usedgen: dict[str | None, int] = {p: 0 for p in projects}  # changes of a project's guaranteed GPUs
         self.qgen: dict[str | None, int] = {p: 0 for p in [*projects, None]}  # changes in a queue's first jobs
         #: Per queue: the last backfill pass that started nothing and found nothing fitting, and what it saw.
         self.bf_idle: dict[str | None, tuple[object, list[tuple[list[int], int, int]]]] = {}
-        self.borrowed_on = dict(self.used)
         self.pol = policy
         self.window = window
         self.res = NodeResult(policy.name, window, sum(nd.gpus for nd in nodes))
@@ -181,8 +230,11 @@ class EngineState:
         self.owner_jobs = self.owner_done = 0
         self.lent: dict[int, float] = {}  # nodes lent to the inference tier -> since (:mod:`.nodelend`)
         #: The units of each scope's nodes (a project's partition, or all of them).
-        self.scope_units = {p: frozenset(u for u, o in enumerate(self.owner) if o == p) for p in projects}
+        self.scope_units = {p: frozenset(u for u, o in enumerate(self.owner) if o == p) for p in owners}
         self.scope_units[ALL] = frozenset(range(len(self.size)))
+        if self.floating:  # the floating partition: every unit of the nodes nobody owns
+            nobody = frozenset(u for u, o in enumerate(self.owner) if o is None)
+            self.scope_units.update((p, nobody) for p in self.floating)
         self.bf_next: float | None = None  # the backfill pass already due (with bf_interval)
         #: Whether any job or the policy has a time limit (:meth:`limit_of`): an expected end may then be one
         #: the clock has passed, so backfill keeps no per-node time cache and trusts its time index at the clock;
@@ -194,22 +246,26 @@ class EngineState:
         policy's (None: neither, its exact remaining duration).  Note a job with a limit in :attr:`limited`."""
         return job.limit if job.limit is not None else self.pol.time_limit
 
+    def home(self, key: tuple[str, str | None]) -> tuple[str, str | None]:
+        """The (scope, kind) whose nodes guaranteed jobs of ``key`` (project, kind) run on: the project's
+        own, or for a floating project's whole GPUs, the floating scope's."""
+        if key[1] is None and key[0] in self.floating:
+            assert self.float_scope is not None
+            return (self.float_scope, None)
+        return key
+
     def note(self, n: int) -> None:
-        """Index unit ``n`` at its free GPUs, in its scopes."""
-        if not self.size[n]:
-            return  # a node whose GPUs are all partitioned: no whole GPUs to place on
-        f, k = self.free[n], self.units.kind[n]
-        self.index[(ALL, k)].note(n, f)
-        o = self.owner[n]
-        if o is not None:
-            self.index[(o, k)].note(n, f)
+        """Index unit ``n`` at its free GPUs, in its scopes (none: all its GPUs are partitioned)."""
+        f = self.free[n]
+        for key in self.keys_of[n]:
+            self.index[key].note(n, f)
 
     def set_free(self, n: int, f: int) -> None:
         """Unit ``n`` now has ``f`` free GPUs (or instances)."""
         old = self.free[n]
-        if f > old and self.size[n]:  # GPUs came free: count the levels crossed, per scope (:attr:`rises`)
-            k, o = self.units.kind[n], self.owner[n]
-            for counts in (self.rises[(ALL, k)], self.rises[(o, k)]) if o is not None else (self.rises[(ALL, k)],):
+        if f > old:  # GPUs came free: count the levels crossed, per scope (:attr:`rises`)
+            for key in self.keys_of[n]:
+                counts = self.rises[key]
                 for g in range(old + 1, f + 1):
                     counts[g] += 1
                 if f == self.size[n]:
@@ -292,9 +348,8 @@ class EngineState:
     def borrow(self, n: int, c: int) -> None:
         """Borrowed runs hold ``c`` more GPUs of unit ``n``."""
         self.bheld[n] += c
-        o = self.owner[n]
-        if o is not None:
-            self.borrowed_on[(o, self.units.kind[n])] += c
+        for key in self.keys_of[n]:
+            self.borrowed_on[key] += c
 
     def eq(self, job: Job, alloc: dict[int, int]) -> int:
         """The GPUs (or instances) ``job`` counts for, in 1/den GPUs (every unit of an alloc is of one kind)."""
@@ -357,7 +412,8 @@ class EngineState:
         if p is not None:
             key = (p, job.profile)
             if self.used[key] + job.gpus <= self.share[key]:
-                if job.profile is None or job.gpus <= self.index[key].top:  # MIG: on one of its nodes
+                # MIG: on one of its nodes; whole GPUs: within its nodes' (a guarantee may exceed them)
+                if job.gpus <= (self.span[key] if job.profile is None else self.index[key].top):
                     return GUARANTEED, p
         if not self.pol.pooled or (p is not None and not self.pol.owners_borrow):
             return None, ALL if p is None else p

@@ -1,11 +1,19 @@
 """Which borrowers a guaranteed job preempts in the node engine, as preempt/qos picks them (pure).
 
 A guaranteed job that fits no free GPUs of its project takes borrowed GPUs
-on ONE of its nodes (or on the whole nodes it needs): the node with the least
+on ONE of its nodes (or on the whole nodes it needs; a floating project's
+nodes are every node of the floating partition): the node with the least
 work at risk, and there the borrowers already signalled first, then the
 least work at risk (borrowers with no servers before owners' overflow).
 Functions of the engine's state (:class:`.nodestate.EngineState`), split from
 :mod:`.nodes` for size.
+
+Slurm chooses otherwise (preempt/qos with cons_tres): it orders the
+candidates by QOS priority, then node count (``preempt_p_get_prio``: small
+jobs first), takes them in that order until the job fits, and with
+``PreemptParameters=reorder_count``/``strict_order`` tries to preempt fewer
+jobs; it knows neither checkpoints nor work done.  Here a node with free GPUs
+and one victim loses to two victims only when those two hold less work.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ ITEM, KEY, VALUE = "[*]", "{key}", "{value}"
 
 
 def base_document() -> dict[str, Any]:
-    """The example with a notebook tier, MIG layouts, and every optional string of the bridge and console set."""
+    """The example with a notebook tier, MIG layouts, a floating guarantee, and every optional string of the
+    bridge and console set."""
     doc = notebook_spec()
     group = next(g for g in doc["node_groups"] if g["name"] == "c")
     group["gpus"]["layouts"] = {"mig_mixed": [["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"], None]}
@@ -75,6 +76,20 @@ def base_document() -> dict[str, Any]:
         "health_check": "/usr/sbin/nhc",
     }
     doc["adopt"] = {"accounts": ["proja"], "qos": ["guaranteed"]}
+    # A floating guarantee (issue 28) on an unowned group, appended last so the indexes above stay.
+    doc["node_groups"].append(
+        {"name": "f", "hosts": "f-gpu1", "cpus": 4, "memory_mb": 8000, "gpus": {"model": "H100-80GB", "count": 2}}
+    )
+    doc["partitions"].append({"name": "floating", "nodes": ["f"], "tier": "guaranteed", "priority_tier": 100})
+    doc["projects"].append(
+        {
+            "name": "projd",
+            "users": ["dave"],
+            "guarantee": {"gres/gpu:nvidia_h100_80gb_hbm3": 1},
+            "tiers": ["guaranteed", "shared", "scavenger"],
+        }
+    )
+    doc["guarantees"] = {"tier": "guaranteed", "partition": "floating", "overflow": "shared", "overcommit": 1.0}
     return doc
 
 
