@@ -1,19 +1,20 @@
-"""How many GPUs does the pool need?  `slurm-pool simulate --size` on five mixes of Philly virtual clusters.
+"""How many GPUs does the pool need?  `slurm-pool simulate --nodes --size --compare` on five Philly mixes.
 
 Each mix names the virtual clusters that own servers (8-GPU servers, sized
 so that the owner's own jobs keep them at a target utilisation, as
 ``bench/pool_sim.py`` does) and those that only borrow.  For each mix,
-``slurm_pool.sim.sizing`` replays 30 days on the node engine (best fit, whole
-nodes, backfill, preempt/qos with GraceTime): first dedicated servers (the
-baseline), then the pool with checkpoint-on-preempt on every nested size from
-all servers down to each owner's floor.  The answer is the smallest size whose
-owners' p95 wait is no worse than on dedicated servers and whose borrowers get
-as many jobs done inside the window as on all servers.  The GPU engine
-(GPUs interchangeable) gives a second answer in the same run, for comparison.
+``slurm_pool.sim.sizing_compare`` replays 30 days on the node engine (best
+fit, whole nodes, backfill, preempt/qos with GraceTime, checkpoint-on-preempt)
+in three designs: dedicated servers (the baseline), owned nodes (servers taken
+away down to each owner's floor) and floating guarantees (nobody owns a node,
+each owner is guaranteed its dedicated GPUs anywhere; servers taken away down
+to the biggest job).  Each replay runs over several runtime draws (Philly
+runtimes redrawn per seed; seed 0 is pool_sim's draw), and the off-peak
+lending of ``examples/pool.yaml``'s bridge is on in every replay (``--no-lend``).
 
 Writes bench/results/pool_size.md and bench/results/pool_size/sizing.png.
 
-Run from the repository root:  python3 bench/pool_size.py
+Run from the repository root:  python3 bench/pool_size.py [--draws 3]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,15 +30,19 @@ sys.path.insert(0, str(ROOT))
 
 import pool_sim  # noqa: E402  (its workload: the same traces, servers and runtime draws)
 
+from slurm_pool.bridge.windows import off_peak  # noqa: E402
 from slurm_pool.sim import workload as wl  # noqa: E402
-from slurm_pool.sim.engine import standard_policies  # noqa: E402
+from slurm_pool.sim.engine import GUARANTEED, standard_policies  # noqa: E402
+from slurm_pool.sim.nodelend import OVERFLOW, LendRule  # noqa: E402
 from slurm_pool.sim.nodes import Node  # noqa: E402
-from slurm_pool.sim.report import sizing_curves  # noqa: E402
-from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool  # noqa: E402
+from slurm_pool.sim.report import design_curves  # noqa: E402
+from slurm_pool.sim.sizing_compare import Comparison, Design, compare  # noqa: E402
+from slurm_pool.spec import load_spec  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "pool_size.md"
 PLOT = ROOT / "bench" / "results" / "pool_size" / "sizing.png"
 SERVER_GPUS = 8
+PROMISE_RATIO, PROMISE_BUSY = 0.5, 0.70
 
 # (label, owners: project -> (virtual cluster, own utilisation), borrower virtual clusters)
 MIXES: list[tuple[str, dict[str, tuple[str, float]], tuple[str, ...]]] = [
@@ -52,82 +58,155 @@ def servers(capacity: dict[str, int]) -> list[Node]:
     return [Node(f"{p}-{i}", SERVER_GPUS, p) for p, gpus in capacity.items() for i in range(gpus // SERVER_GPUS)]
 
 
-def cell_ratio(sz: Sizing) -> str:
-    return f"{sz.ratio:.2f}" if sz.ratio is not None else "none passes"
+def lend_rule() -> LendRule:
+    """pool_sim's node lending: the example's off-peak window, owners take lent nodes back, borrowers wait."""
+    bridge = load_spec(pool_sim.SPEC).bridge
+    assert bridge is not None
+
+    def allowed(t: float) -> bool:
+        return off_peak(bridge, pool_sim.MONDAY + timedelta(seconds=t))
+
+    return LendRule(
+        period=pool_sim.CRON_SECONDS,
+        window=allowed,
+        grace=pool_sim.CRON_GRACE,
+        preemptors=frozenset({GUARANTEED, OVERFLOW}),
+    )
+
+
+def design_row(label: str, c: Comparison, d: Design) -> str:
+    i = d.chosen
+    base95 = max(b.wait_quantile(0.95) for b in c.baselines)
+    if i is None:
+        return f"| {label} | - | **none passes** | - | - | - | - | - | - | {d.limit} |"
+    f = d.figures(i)
+    rr = d.ratio_range
+    span = "-" if rr is None else f"{rr[0]:.2f}" if rr[0] == rr[1] else f"{rr[0]:.2f}-{rr[1]:.2f}"
+    oc = f"{f['overcommit']:.2f}" if f["overcommit"] is not None else "-"
+    met = f["gpus"] <= PROMISE_RATIO * d.dedicated_gpus or f["busy_with_lent"] >= PROMISE_BUSY
+    return (
+        f"| {label} | {f['gpus']} | **{f['gpus'] / d.dedicated_gpus:.2f}** | {span} | {oc} | "
+        f"{base95:,.0f} -> {f['owner_wait_p95_seconds']:,.0f} | {f['utilization']:.1%} / {f['busy_with_lent']:.1%} | "
+        f"{f['preemptions']:,.0f} | {f['lost_gpu_hours']:,.0f} / {f['grace_and_restart_gpu_hours']:,.0f} | "
+        f"{'reaches it' if met else d.limit} |"
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--days", type=float, default=30.0)
     ap.add_argument("--grace", type=float, default=120.0, help="GraceTime, seconds")
+    ap.add_argument("--draws", type=int, default=3, help="runtime draws per size (seed 0 is pool_sim's)")
+    ap.add_argument("--no-lend", action="store_true", help="no off-peak lending to the inference tier")
     args = ap.parse_args()
     window = args.days * wl.DAY
     policy = next(p for _, p in standard_policies(args.grace, 1800.0, 120.0) if p.name == "pool-checkpoint-on-preempt")
-    rows, curves = [], []
+    rule = None if args.no_lend else lend_rule()
+    rows: list[tuple[str, int, int, Comparison]] = []
     t0 = time.monotonic()
     for label, owners, borrowers in MIXES:
-        capacity, owner_jobs, borrower_jobs, _, _, _ = pool_sim.workload(window, owners, borrowers)
+        capacity, owner_jobs, borrower_jobs, _, _, sampler = pool_sim.workload(window, owners, borrowers)
         jobs = owner_jobs + borrower_jobs
-        nodes = servers(capacity)
-        on_nodes = size_pool(nodes, jobs, policy, window, node_replay(jobs, window))
-        on_gpus = size_pool(nodes, jobs, policy, window, gpu_replay(jobs, window))
-        rows.append((label, len(owner_jobs), len(borrower_jobs), on_nodes, on_gpus))
-        curves.append((label, on_nodes))
+        runtimes = [min(sampler.hi, max(sampler.lo, v)) for v in sampler.values]  # as the sampler clamps them
+        c = compare(servers(capacity), jobs, policy, window, draws=args.draws, runtimes=runtimes, lend=rule)
+        rows.append((label, len(owner_jobs), len(borrower_jobs), c))
     elapsed = time.monotonic() - t0
-    ratios = [sz.ratio for _, _, _, sz, _ in rows if sz.ratio is not None]
-    busy = [sz.best.result.utilization for _, _, _, sz, _ in rows if sz.best is not None]
+    replays = sum(c.draws * (1 + sum(len(d.gpus) for d in c.designs[1:])) for *_, c in rows)
+    flags = f" --days {args.days:g}" if args.days != 30 else ""
+    flags += f" --draws {args.draws}" if args.draws != 3 else ""
+    flags += " --no-lend" if args.no_lend else ""
     lines = [
-        "## Pool sizing: how many GPUs the pool needs (issue 12)",
+        "## Pool sizing: dedicated servers, owned nodes and floating guarantees (issues 12, 28)",
         "",
-        f"Command: `python3 bench/pool_size.py` (30 days, GraceTime {args.grace:.0f} s, checkpoint-on-preempt, "
-        "8-GPU servers).  Traces as in the pool simulator above.  `slurm_pool.sim.sizing` (what "
-        "`slurm-pool simulate --size` runs) takes servers away one at a time, from the owner that keeps the "
-        "largest share of its own, down to one server per owner (or as many as its biggest job needs).  A size "
-        "passes when the owners' p95 wait is no worse than on their dedicated servers and the borrowers get as "
-        "many jobs done inside the window as on all servers.  Ratios are GPUs needed over dedicated GPUs, "
-        "from the same run.",
+        f"Command: `python3 bench/pool_size.py{flags}` ({args.days:g} days, GraceTime {args.grace:.0f} s, checkpoint-on-preempt, "
+        f"8-GPU servers, node engine, {args.draws} runtime draw{'s' if args.draws > 1 else ''}"
+        + ("" if args.no_lend else ", off-peak lending of whole idle nodes as `examples/pool.yaml`'s bridge")
+        + ").  Traces as in the pool simulator above (arrivals and GPU counts of six Philly virtual clusters, via "
+        "Gavel, Jeon et al. ATC 2019; runtimes drawn from 83,154 Philly runtimes, Weng et al. NSDI 2022; "
+        "`bench/traces/SOURCES.md`).  `slurm_pool.sim.sizing_compare` (what `slurm-pool simulate --nodes --size "
+        "--compare` runs) replays three designs of the same servers: **dedicated** servers (the baseline, measured "
+        "in the same run), **owned** nodes (servers taken away from the owner that keeps the largest share, down to "
+        "one server per owner or as many as its biggest job needs) and **floating** guarantees (nobody owns a node; "
+        "each owner is guaranteed its dedicated GPUs, capped at the pool's, on any node; servers taken away down to "
+        "the biggest job; overcommit = guarantees / pool GPUs).  A size passes a draw when the owners' p95 wait is "
+        "no worse than on dedicated servers, no owner job is unfinished, and the borrowers get as many jobs done "
+        "inside the window as on all servers with owned nodes.  The answer passes on every draw and so does every "
+        "larger size ('range' is each draw's own smallest passing size).  Ratios are GPUs over dedicated GPUs; busy "
+        "is Slurm's useful GPU time / plus GPU time lent to inference, over the size's GPUs; owners' p95 is the "
+        "worst draw, the rest are means over draws.  'What stops it' is given where a design misses the promise "
+        f"(<= {PROMISE_RATIO:.1f} of dedicated GPUs or >= {PROMISE_BUSY:.0%} busy).",
         "",
-        "| mix | owner / borrower jobs | dedicated GPUs | busy on dedicated | GPUs needed (nodes) | **ratio** | "
-        "busy at that size | owners' p95 dedicated -> pool (s) | preemptions | lost + grace GPU-h | "
-        "ratio, GPUs interchangeable | what stops a smaller pool (nodes) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| mix | owner / borrower jobs | dedicated GPUs |",
+        "|---|---:|---:|",
     ]
-    for label, n_owner, n_borrower, sz, flat in rows:
-        best = sz.best
-        if best is None:
-            at = "- | **none passes** | - | - | - | -"
-        else:
-            r = best.result
-            at = (
-                f"{best.gpus} | **{sz.ratio:.2f}** | {r.utilization:.1%} | "
-                f"{sz.target_p95:,.0f} -> {r.wait_quantile(0.95):,.0f} | {r.preemptions:,} | "
-                f"{(r.lost_gpu_seconds + r.grace_gpu_seconds + r.restart_gpu_seconds) / 3600:,.0f}"
+    lines += [f"| {label} | {no:,} / {nb:,} | {c.designs[0].dedicated_gpus} |" for label, no, nb, c in rows]
+    for name, title in (
+        ("dedicated", "Dedicated servers (the baseline)"),
+        ("owned", "Owned nodes"),
+        ("floating", "Floating guarantees"),
+    ):
+        lines += [
+            "",
+            f"### {title}",
+            "",
+            "| mix | GPUs | **ratio** | range over draws | overcommit | owners' p95 dedicated -> this (s) | "
+            "busy: Slurm / + lent | preemptions | lost / grace+restart GPU-h | what stops it |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        lines += [design_row(label, c, c.design(name)) for label, _, _, c in rows]
+
+    def span(name: str) -> str:
+        got = [d.gpus[d.chosen] / d.dedicated_gpus for d in (c.design(name) for *_, c in rows) if d.chosen is not None]
+        return f"{min(got):.2f}-{max(got):.2f}" if got else "none"
+
+    def answer(name: str, c: Comparison) -> float:
+        d = c.design(name)
+        return d.gpus[d.chosen] / d.dedicated_gpus if d.chosen is not None else float("inf")
+
+    def promise(name: str) -> str:
+        met = [
+            label
+            for label, _, _, c in rows
+            if (i := c.design(name).chosen) is not None
+            and (
+                c.design(name).gpus[i] <= PROMISE_RATIO * c.design(name).dedicated_gpus
+                or c.design(name).figures(i)["busy_with_lent"] >= PROMISE_BUSY
             )
-        lines.append(
-            f"| {label} | {n_owner:,} / {n_borrower:,} | {sz.dedicated_gpus} | {sz.baseline.utilization:.1%} | "
-            f"{at} | {cell_ratio(flat)} | {sz.limit} |"
-        )
-    span = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "none"
+        ]
+        return "; ".join(f"'{m}'" for m in met) or "none"
+
+    found = [d.overcommit(d.chosen) or 0.0 for d in (c.design("floating") for *_, c in rows) if d.chosen is not None]
+    ocs = f"{min(found):.2f}-{max(found):.2f}x" if found else "-"
+    none = sum(c.design("floating").chosen is None for *_, c in rows)
+    fewer = sum(answer("floating", c) < answer("owned", c) for *_, c in rows)
+    more = sum(answer("floating", c) > answer("owned", c) for *_, c in rows)
     lines += [
         "",
-        f"Across the mixes the pool needs **{span}** of the dedicated GPUs and runs "
-        f"{min(busy):.0%}-{max(busy):.0%} busy at that size."
-        if busy
-        else "No mix has a passing size.",
+        f"Across the mixes owned nodes need **{span('owned')}** of the dedicated GPUs and floating guarantees "
+        f"**{span('floating')}**; floating needs fewer GPUs than owned nodes on {fewer} of {len(rows)} mixes"
+        + (f" and more on {more}" if more else "")
+        + f".  Mixes that reach the promise: {promise('owned')} with owned nodes, {promise('floating')} with "
+        "floating guarantees.  Owned nodes stop at each owner's floor (an owner's job runs guaranteed only on its "
+        "own servers, so its biggest job keeps them) or when an owner's p95 passes its dedicated one; floating "
+        f"guarantees have no per-owner floor and go further on owners alone (overcommitted {ocs} at the answers), "
+        "until the owners' p95 passes the dedicated one.  With borrowers, the bar (every borrower job that all the servers finish "
+        "inside the window) stops both designs, often by one job; the draws show how much a single draw would "
+        "move the answer."
+        + (
+            f"  On {none} mix{'es' if none > 1 else ''} floating guarantees pass at no size: even on all the servers "
+            "they finish fewer borrower jobs than owned nodes (a guaranteed job preempts borrowers on any node, not "
+            "only on its owner's)."
+            if none
+            else ""
+        ),
         "",
-        "Against the pool's promise (half the GPUs, 70-80 % busy): with owners alone the pool saves GPUs, but "
-        "fewer than half of them, and the owners' p95 rises past their dedicated one (or an owner reaches its floor) "
-        "while the pool is still well under 70 % busy.  An owner's floor is set by its biggest job, because the "
-        "simulator runs an owner's job only if it fits the owner's own servers.  Borrowers add work the dedicated "
-        "servers never did; keeping all of that work done leaves little or nothing to take away.  The "
-        "interchangeable-GPU engine is the optimistic bound: node packing costs the difference.",
-        "",
-        f"[GPUs needed vs owners' p95, every size tried]({PLOT.relative_to(ROOT).as_posix()}) (the dots are the "
-        f"answers).  All {2 * len(rows)} sizings took {elapsed:.1f} s.",
+        f"[GPUs needed vs owners' p95, every size tried, three designs per mix]({PLOT.relative_to(ROOT).as_posix()}) "
+        f"(solid: owned, dashed: floating, square: dedicated; the dots are the answers).  All {replays} replays "
+        f"({len(rows)} mixes x {args.draws} draw{'s' if args.draws > 1 else ''}) took {elapsed:.0f} s on the 2-core machine.",
         "",
     ]
     PLOT.parent.mkdir(parents=True, exist_ok=True)
-    sizing_curves(curves, PLOT)
+    design_curves([(label, c) for label, _, _, c in rows], PLOT)
     text = "\n".join(lines)
     print(text)
     OUT.write_text(text)

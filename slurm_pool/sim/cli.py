@@ -16,6 +16,8 @@ from slurm_pool.sim.nodes import NodePolicy, NodeResult, nodes_from_spec, simula
 from slurm_pool.sim.report import write_report
 from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool
 from slurm_pool.sim.sizing import summary as sizing_summary
+from slurm_pool.sim.sizing_compare import Comparison, compare
+from slurm_pool.sim.sizing_compare import summary as compare_summary
 from slurm_pool.sim.units import describe
 from slurm_pool.text import shown
 
@@ -165,6 +167,21 @@ def default_grace(spec: Any) -> int:
     "work, under checkpoint-on-preempt.",
 )
 @click.option(
+    "--compare",
+    "comparing",
+    is_flag=True,
+    help="With --nodes: size three designs side by side on the same history: dedicated servers, owned nodes "
+    "(the pool today) and floating guarantees (nobody owns a node; each owner is guaranteed its dedicated GPUs "
+    "on any node).  Implies --size.",
+)
+@click.option(
+    "--draws",
+    type=click.IntRange(min=1, max=100),
+    default=None,
+    help="With --compare: runtime draws, the history as recorded and then runtimes redrawn from its own; a size "
+    "passes only if it passes on every draw.  [default: 3]",
+)
+@click.option(
     "--report",
     "report_dir",
     type=click.Path(file_okay=False),
@@ -199,6 +216,8 @@ def simulate(
     restart_overhead: float,
     on_nodes: bool,
     sizing: bool,
+    comparing: bool,
+    draws: int | None,
     report_dir: str | None,
     spot_tier: str | None,
     lend: bool,
@@ -211,6 +230,10 @@ def simulate(
 
     if lend and not on_nodes:
         raise click.BadParameter("lending places whole nodes: give --nodes too", param_hint="--lend")
+    if comparing and not on_nodes:
+        raise click.BadParameter("floating guarantees place jobs on nodes: give --nodes too", param_hint="--compare")
+    if draws is not None and not comparing:
+        raise click.BadParameter(f"{draws} draws: only --compare replays several draws", param_hint="--draws")
     spec = load_spec(spec_path)
     prices = tier_prices(spec, spot_tier)
     capacity = history.owned_gpus(spec)
@@ -221,8 +244,8 @@ def simulate(
     grace = float(default_grace(spec)) if grace is None else grace
     nodes = nodes_from_spec(spec)
     policies = standard_policies(grace, checkpoint_interval, restart_overhead)
+    rule = lend_rule(spec, hist.start, lend_period, prices) if lend else None
     if on_nodes:
-        rule = lend_rule(spec, hist.start, lend_period, prices) if lend else None
         results: list[tuple[str, Result]] = [
             (label, simulate_nodes(nodes, hist.jobs, NodePolicy(**vars(pol), lend=rule), hist.window))
             for label, pol in policies
@@ -231,14 +254,18 @@ def simulate(
         results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in policies]
     base = results[0][1]
     sized: Sizing | None = None
-    if sizing:
+    compared: Comparison | None = None
+    pool = next(p for _, p in policies if p.name == "pool-checkpoint-on-preempt")
+    if comparing:
+        compared = compare(nodes, hist.jobs, pool, hist.window, draws=draws or 3, lend=rule)
+        sized = compared.sizing(0)
+    elif sizing:
         engine = node_replay if on_nodes else gpu_replay
-        pool = next(p for _, p in policies if p.name == "pool-checkpoint-on-preempt")
         sized = size_pool(nodes, hist.jobs, pool, hist.window, engine(hist.jobs, hist.window))
     if report_dir is not None:
         try:
             title = f"Pool replay of {shown(Path(sacct_path).name)}"  # the file's name: no control characters
-            write_report(results, report_dir, title=title, sizing=sized)
+            write_report(results, report_dir, title=title, sizing=sized, compared=compared)
         except OSError as exc:
             raise click.BadParameter(shown(f"{report_dir}: {exc.strerror or exc}"), param_hint="--report") from None
     owners = sum(j.project is not None for j in hist.jobs)
@@ -257,6 +284,7 @@ def simulate(
                     "skipped": dict(hist.skipped),
                     "results": [summary(r, base, prices) for _, r in results],
                     **({"sizing": sizing_summary(sized)} if sized is not None else {}),
+                    **({"compare": compare_summary(compared)} if compared is not None else {}),
                 },
                 indent=2,
             )
@@ -303,7 +331,9 @@ def simulate(
                     f"{label:32} {ls.lent_gpu_seconds / 3600:>10,.1f} GPU-h in {ls.lends:,} leases, "
                     f"{ls.reclaims:,} taken back by Slurm's jobs"
                 )
-    if sized is not None:
+    if compared is not None:
+        echo_compare(compared)
+    elif sized is not None:
         echo_sizing(sized)
 
 
@@ -329,3 +359,53 @@ def echo_sizing(sz: Sizing) -> None:
             f"  {t.gpus:>6} {r.utilization:>13.1%} {r.wait_quantile(0.95):>9,.0f}s {r.preemptions:>11,}  "
             + ("passes" if t.passes else "fails: " + "; ".join(t.failures))
         )
+
+
+def echo_compare(c: Comparison) -> None:
+    """The three designs side by side."""
+    ds = c.designs
+    redrawn = f", then {c.draws - 1} with runtimes redrawn from its own" if c.draws > 1 else ""
+    click.echo(f"\ndesigns compared over {c.draws} runtime draws (the history as recorded{redrawn}):")
+    click.echo(
+        f"  bar: owners' p95 wait <= {', '.join(f'{b.wait_quantile(0.95):,.0f}' for b in c.baselines)} s "
+        f"(dedicated servers, per draw), >= {', '.join(f'{n:,}' for n in c.needs)} borrower jobs done inside "
+        "the window (owned nodes, all servers); a size passes on every draw, and so does every larger one"
+    )
+    cells: dict[str, list[str]] = {k: [] for k in ROWS}
+    for d in ds:
+        i = d.chosen
+        rr = d.ratio_range
+        f = d.figures(i) if i is not None else None
+        cells["GPUs needed"].append(str(d.gpus[i]) if i is not None else "none passes")
+        cells["ratio to dedicated"].append(f"{d.gpus[i] / d.dedicated_gpus:.2f}" if i is not None else "-")
+        cells["range over draws"].append(
+            "-" if rr is None else f"{rr[0]:.2f}" if rr[0] == rr[1] else f"{rr[0]:.2f}-{rr[1]:.2f}"
+        )
+        oc = d.overcommit(i) if i is not None else None
+        cells["overcommit"].append(f"{oc:.2f}" if oc is not None else "-")
+        cells["owners' p95 (worst draw)"].append(f"{f['owner_wait_p95_seconds']:,.0f} s" if f else "-")
+        cells["busy: Slurm jobs"].append(f"{f['utilization']:.1%}" if f else "-")
+        cells["busy: + lent inference"].append(f"{f['busy_with_lent']:.1%}" if f else "-")
+        cells["preemptions"].append(f"{f['preemptions']:,.0f}" if f else "-")
+        cells["lost GPU-h"].append(f"{f['lost_gpu_hours']:,.1f}" if f else "-")
+    click.echo(f"  {'':26}" + "".join(f"{d.name:>22}" for d in ds))
+    lent = cells["busy: Slurm jobs"] != cells["busy: + lent inference"]
+    for row, vals in cells.items():
+        if row == "busy: + lent inference" and not lent:
+            continue
+        click.echo(f"  {row:26}" + "".join(f"{v:>22}" for v in vals))
+    for d in ds[1:]:
+        click.echo(f"  {d.name}: what stops a smaller pool: {d.limit}")
+
+
+ROWS = (
+    "GPUs needed",
+    "ratio to dedicated",
+    "range over draws",
+    "overcommit",
+    "owners' p95 (worst draw)",
+    "busy: Slurm jobs",
+    "busy: + lent inference",
+    "preemptions",
+    "lost GPU-h",
+)

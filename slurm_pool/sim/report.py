@@ -5,7 +5,9 @@ policy and writes ``busy.png`` (GPUs busy over time by tier, one panel per
 policy), ``owner_waits.png`` (the
 CDF of owners' waits) and ``report.md`` (the figures, and per-project waits).
 Given a :class:`~slurm_pool.sim.sizing.Sizing` it also writes ``sizing.png``
-(GPUs against owners' p95 wait, for every pool size tried) and its table.
+(GPUs against owners' p95 wait, for every pool size tried) and its table;
+given a :class:`~slurm_pool.sim.sizing_compare.Comparison`, ``sizing.png``
+shows the three designs (dedicated, owned nodes, floating guarantees).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Callable
 from slurm_pool.outfiles import write_all
 from slurm_pool.sim.engine import Result, quantile
 from slurm_pool.sim.sizing import Sizing, borrowers_done_in_window
+from slurm_pool.sim.sizing_compare import Comparison, Design
 
 PLOTS = ("busy.png", "owner_waits.png")
 SIZING_PLOT = "sizing.png"
@@ -105,7 +108,45 @@ def sizing_markdown(sz: Sizing) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None], rows: int = 1) -> bytes:
+def compare_markdown(c: Comparison) -> str:
+    """The three designs side by side: each one's answer over the draws."""
+    lines = [
+        "## Designs compared",
+        "",
+        f"Dedicated servers, owned nodes and floating guarantees on the same history, over {c.draws} runtime "
+        "draws (the history as recorded, then runtimes redrawn from its own).  A size passes when it passes on "
+        "every draw; the answer is the smallest size whose larger sizes all pass too.",
+        "",
+        f"![GPUs against owners' p95 wait, three designs]({SIZING_PLOT})",
+        "",
+        "| design | GPUs | ratio to dedicated | range over draws | overcommit | owners' p95 (s, worst draw) "
+        "| busy: Slurm / + lent | preemptions | lost GPU-h | what stops a smaller pool |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for d in c.designs:
+        i, rr = d.chosen, d.ratio_range
+        span = "-" if rr is None else f"{rr[0]:.2f}" if rr[0] == rr[1] else f"{rr[0]:.2f}-{rr[1]:.2f}"
+        if i is None:
+            lines.append(f"| {d.name} | none passes | - | {span} | - | - | - | - | - | {d.limit} |")
+            continue
+        f = d.figures(i)
+        oc = f"{f['overcommit']:.2f}" if f["overcommit"] is not None else "-"
+        lines.append(
+            f"| {d.name} | {f['gpus']} | {f['gpus'] / d.dedicated_gpus:.2f} | {span} | {oc} | "
+            f"{f['owner_wait_p95_seconds']:,.0f} | {f['utilization']:.1%} / {f['busy_with_lent']:.1%} | "
+            f"{f['preemptions']:,.0f} | {f['lost_gpu_hours']:,.1f} | {d.limit} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _plot(
+    size: tuple[float, float],
+    xlabel: str,
+    ylabel: str,
+    draw: Callable[[Any], None],
+    rows: int = 1,
+    legend: str = "lower right",
+) -> bytes:
     """One PNG's bytes: ``draw`` fills the axes (a list of them, one per row, when ``rows`` > 1)."""
     import matplotlib
 
@@ -118,7 +159,7 @@ def _plot(size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[A
     for ax in axes:
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc=legend)
     axes[-1].set_xlabel(xlabel)
     fig.tight_layout()
     png = io.BytesIO()
@@ -162,18 +203,67 @@ def sizing_curves(sizings: list[tuple[str, Sizing]], path: str | Path) -> Path:
     return write_all(target.parent, {target.name: png}, option="--out")[0]
 
 
+DESIGN_STYLE = {"dedicated": "s", "owned": ".-", "floating": ".--"}
+
+
+def design_points(d: Design, scale_gpus: float = 1.0, scale_p95: float = 1.0) -> tuple[list[float], list[float]]:
+    """Each size's GPUs and owners' worst p95 over the draws, divided by the scales."""
+    xs = [g / scale_gpus for g in d.gpus]
+    ys = [max(dr[i].result.wait_quantile(0.95) for dr in d.trials) / scale_p95 for i in range(len(xs))]
+    return xs, ys
+
+
+def draw_designs(ax: Any, c: Comparison, color: str | None = None, relative: bool = False) -> None:
+    """The three designs of ``c`` on ``ax``: a line per design, a dot at each design's answer; labelled
+    by design unless ``color`` is given (then the caller labels)."""
+    ded = c.designs[0].dedicated_gpus
+    target = max(b.wait_quantile(0.95) for b in c.baselines)
+    gx, py = (float(ded), (target or 1.0)) if relative else (1.0, 3600.0)
+    for d in c.designs:
+        xs, ys = design_points(d, gx, py)
+        (line,) = ax.plot(xs, ys, DESIGN_STYLE[d.name], linewidth=1, color=color, label=None if color else d.name)
+        if d.chosen is not None:
+            ax.plot([xs[d.chosen]], [ys[d.chosen]], "o", color=line.get_color())
+
+
+def design_curves(comparisons: list[tuple[str, Comparison]], path: str | Path) -> Path:
+    """Several workloads' three designs on one plot: GPUs and owners' p95 as ratios to dedicated servers
+    (a colour per workload, a line style per design)."""
+
+    def draw(ax: Any) -> None:
+        for k, (label, c) in enumerate(comparisons):
+            draw_designs(ax, c, color=f"C{k}", relative=True)
+            ax.plot([], [], "-", color=f"C{k}", label=label)
+        for name, style in DESIGN_STYLE.items():
+            ax.plot([], [], style, color="black", linewidth=1, label=name)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8, label="owners' p95 on dedicated servers")
+        ax.axvline(0.5, color="grey", linestyle=":", linewidth=0.8, label="the promise: half the GPUs")
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_ylim(bottom=0)
+
+    png = _plot(
+        (9, 6), "pool GPUs / dedicated GPUs", "owners' p95 wait / dedicated p95 (worst draw)", draw, legend="lower left"
+    )
+    target = Path(path)
+    return write_all(target.parent, {target.name: png}, option="--out")[0]
+
+
 def write_report(
     results: list[tuple[str, Result]],
     directory: str | Path,
     title: str = "Pool replay",
     sizing: Sizing | None = None,
+    compared: Comparison | None = None,
 ) -> list[Path]:
     """Write the plots and ``report.md`` into ``directory``, every file or none; return the paths written."""
-    return write_all(Path(directory), report_files(results, title, sizing), option="--report")
+    return write_all(Path(directory), report_files(results, title, sizing, compared), option="--report")
 
 
 def report_files(
-    results: list[tuple[str, Result]], title: str = "Pool replay", sizing: Sizing | None = None
+    results: list[tuple[str, Result]],
+    title: str = "Pool replay",
+    sizing: Sizing | None = None,
+    compared: Comparison | None = None,
 ) -> dict[str, bytes | str]:
     """The plots (PNG bytes) and ``report.md`` (text), by file name."""
     if not results:
@@ -181,9 +271,15 @@ def report_files(
     files: dict[str, bytes | str] = {}
 
     def plot(
-        name: str, size: tuple[float, float], xlabel: str, ylabel: str, draw: Callable[[Any], None], rows: int = 1
+        name: str,
+        size: tuple[float, float],
+        xlabel: str,
+        ylabel: str,
+        draw: Callable[[Any], None],
+        rows: int = 1,
+        legend: str = "lower right",
     ) -> None:
-        files[name] = _plot(size, xlabel, ylabel, draw, rows)
+        files[name] = _plot(size, xlabel, ylabel, draw, rows, legend)
 
     def busy(axes: Any) -> None:
         for ax, (label, r) in zip(axes if len(results) > 1 else [axes], results, strict=True):
@@ -218,8 +314,28 @@ def report_files(
 
     plot(PLOTS[0], (9, 1.2 + 1.8 * len(results)), "hours into the window", "GPUs busy", busy, rows=len(results))
     plot(PLOTS[1], (6, 4), "owner job wait (minutes)", "share of owner jobs", waits)
-    if sizing is not None:
+
+    def designs(ax: Any) -> None:
+        assert compared is not None
+        draw_designs(ax, compared)
+        target = max(b.wait_quantile(0.95) for b in compared.baselines)
+        ax.axhline(target / 3600, color="grey", linestyle=":", linewidth=0.8, label="dedicated p95 (worst draw)")
+
+    if compared is not None:
+        plot(
+            SIZING_PLOT,
+            (6, 4),
+            "GPUs in the pool",
+            "owners' p95 wait, worst draw (hours)",
+            designs,
+            legend="upper right",
+        )
+    elif sizing is not None:
         plot(SIZING_PLOT, (6, 4), "GPUs in the pool", "owners' p95 wait (hours)", sizes)
 
-    files["report.md"] = markdown(results, title) + ("\n" + sizing_markdown(sizing) if sizing is not None else "")
+    files["report.md"] = (
+        markdown(results, title)
+        + ("\n" + compare_markdown(compared) if compared is not None else "")
+        + ("\n" + sizing_markdown(sizing) if sizing is not None else "")
+    )
     return files

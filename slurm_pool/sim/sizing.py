@@ -22,6 +22,8 @@ late, or waits, ends after it.  The count on the full pool is the bar.
 
 The answer is the smallest size that passes, as GPUs and as a ratio to the
 dedicated GPUs; every size tried is kept for the plot of GPUs against p95.
+:mod:`.sizing_compare` sizes floating guarantees beside owned nodes, over
+several runtime draws, with the same bar (:func:`judge`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from slurm_pool.sim.engine import Job, Policy, Result, simulate
-from slurm_pool.sim.nodes import Node, simulate_nodes
+from slurm_pool.sim.lendrule import LendRule
+from slurm_pool.sim.nodes import Node, NodePolicy, simulate_nodes
 from slurm_pool.sim.units import mig_counts
 
 #: Replays ``jobs`` on a pool of servers under a policy (either engine).
@@ -134,9 +137,16 @@ def removal_order(nodes: Sequence[Node], keep: dict[str | None, int]) -> list[No
 def pool_sizes(nodes: Sequence[Node], jobs: Sequence[Job], max_sizes: int = 64) -> list[tuple[Node, ...]]:
     """The nested pools tried, largest first: all of them, or ``max_sizes`` evenly spread, down to the
     last one where every MIG job still finds a node with as many instances of its profile."""
+    return nested_pools(nodes, removal_order(nodes, floors(nodes, jobs)), jobs, max_sizes)
+
+
+def nested_pools(
+    nodes: Sequence[Node], gone: Sequence[Node], jobs: Sequence[Job], max_sizes: int = 64
+) -> list[tuple[Node, ...]]:
+    """``nodes`` less the first k of ``gone``, largest first (``max_sizes`` of them evenly spread), down
+    to the last pool that still holds every whole-GPU job and finds every MIG job its instances."""
     if max_sizes < 2:
         raise ValueError(f"max_sizes: {max_sizes} is less than 2")
-    gone = removal_order(nodes, floors(nodes, jobs))
     counts = list(range(len(gone) + 1))  # servers taken away
     if len(counts) > max_sizes:
         step = len(gone) / (max_sizes - 1)
@@ -145,10 +155,13 @@ def pool_sizes(nodes: Sequence[Node], jobs: Sequence[Job], max_sizes: int = 64) 
     for j in jobs:
         if j.profile is not None:
             asked[j.profile] = max(asked.get(j.profile, 0), j.gpus)
+    biggest = max((j.gpus for j in jobs if j.profile is None), default=1)
     out = []
     for k in counts:
         away = {n.name for n in gone[:k]}
         pool = tuple(n for n in nodes if n.name not in away)
+        if not pool or sum(n.gpus - len(n.mig) for n in pool) < biggest:
+            break
         if any(all(mig_counts(n)[p] < c for n in pool) for p, c in asked.items()):
             break  # smaller pools are subsets: they lack it too
         out.append(pool)
@@ -179,17 +192,23 @@ def size_pool(
     trials = []
     for pool in pool_sizes(nodes, jobs, max_sizes):  # all the servers first
         r = replay(pool, policy)
-        done = borrowers_done_in_window(r)
-        need = done if need is None else need
-        failures = []
-        if r.wait_quantile(0.95) > target:
-            failures.append(f"owner wait p95 {r.wait_quantile(0.95):,.0f} s > {target:,.0f} s on dedicated servers")
-        if r.unfinished_owner_jobs:
-            failures.append(f"{r.unfinished_owner_jobs} owner jobs unfinished")
-        if done < need:
-            failures.append(f"{need - done} fewer borrower jobs done inside the window than the {need} on all servers")
-        trials.append(Trial(pool, r, tuple(failures)))
+        need = borrowers_done_in_window(r) if need is None else need
+        trials.append(Trial(pool, r, judge(r, target, need)))
     return Sizing(baseline, sum(n.gpus for n in nodes), target, need or 0, tuple(trials))
+
+
+def judge(r: Result, target: float, need: int) -> tuple[str, ...]:
+    """Why replay ``r`` of a pool size fails the bar (empty: it passes): owners' p95 wait over ``target``,
+    an owner job unfinished, fewer than ``need`` borrower jobs done inside the window."""
+    failures = []
+    if r.wait_quantile(0.95) > target:
+        failures.append(f"owner wait p95 {r.wait_quantile(0.95):,.0f} s > {target:,.0f} s on dedicated servers")
+    if r.unfinished_owner_jobs:
+        failures.append(f"{r.unfinished_owner_jobs} owner jobs unfinished")
+    done = borrowers_done_in_window(r)
+    if done < need:
+        failures.append(f"{need - done} fewer borrower jobs done inside the window than the {need} on all servers")
+    return tuple(failures)
 
 
 def gpu_replay(jobs: Sequence[Job], window: float) -> Replay:
@@ -205,10 +224,14 @@ def gpu_replay(jobs: Sequence[Job], window: float) -> Replay:
     return run
 
 
-def node_replay(jobs: Sequence[Job], window: float) -> Replay:
-    """Replays on :mod:`.nodes` (best fit, whole nodes, backfill)."""
+def node_replay(jobs: Sequence[Job], window: float, lend: LendRule | None = None) -> Replay:
+    """Replays on :mod:`.nodes` (best fit, whole nodes, backfill), lending idle nodes by ``lend`` (None: not)."""
 
     def run(nodes: Sequence[Node], policy: Policy) -> Result:
+        if lend is not None:
+            policy = (
+                replace(policy, lend=lend) if isinstance(policy, NodePolicy) else NodePolicy(**vars(policy), lend=lend)
+            )
         return simulate_nodes(nodes, jobs, policy, window)
 
     return run

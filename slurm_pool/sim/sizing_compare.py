@@ -1,0 +1,284 @@
+"""Dedicated servers, owned nodes and floating guarantees, sized on the same history (issue 28).
+
+Three designs of the same servers, on the node engine (:mod:`.nodes`):
+
+* **dedicated**: each owner on its own servers, borrowers nowhere (the
+  baseline: its GPUs are the dedicated GPUs, ratio 1);
+* **owned**: the pool as :mod:`.sizing` sizes it: owners own nodes, servers
+  are taken away from the owner that keeps the largest share, down to each
+  owner's floor;
+* **floating**: nobody owns a node; each owner is guaranteed its dedicated
+  GPUs (what it paid for), capped at the pool's GPUs, on any node
+  (``NodePolicy.guarantees``).  Servers are taken away largest first (ties:
+  the owned design's order with no floors), down to the last pool that holds
+  the biggest job and every MIG job.  Overcommit = the sum of the guarantees
+  over the pool's GPUs.
+
+Pooled sizes pass as in :mod:`.sizing`: owners' p95 wait no worse than on
+dedicated servers, no owner job unfinished, and as many borrower jobs done
+inside the window as the owned design's full pool (what the pool does today).
+
+Not hinging on chance: each *draw* (a seed) gives every job a runtime drawn
+from the history's own runtime distribution, keyed by seed and job id
+(:func:`redraw`; seed 0 is the history as given).  Every draw has its own
+baseline and bar.  A size passes when it passes on every draw; the answer is
+the smallest size that passes with every larger size tried passing too
+(monotone: a pass below a failure does not count).  Beside it, each draw's
+smallest passing size, whose range shows how much one draw could mislead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from slurm_pool.sim.engine import Job, Policy, Result
+from slurm_pool.sim.lendrule import LendRule
+from slurm_pool.sim.nodes import Node, NodePolicy, NodeResult, simulate_nodes
+from slurm_pool.sim.sizing import (
+    Sizing,
+    Trial,
+    borrowers_done_in_window,
+    judge,
+    nested_pools,
+    pool_sizes,
+    removal_order,
+)
+
+DESIGNS = ("dedicated", "owned", "floating")
+
+
+def redraw(jobs: Sequence[Job], seed: int, runtimes: Sequence[float]) -> list[Job]:
+    """``jobs`` with each runtime drawn from ``runtimes`` by a hash of ``seed`` and the job's id
+    (seed 0: the jobs as given)."""
+    if seed == 0:
+        return list(jobs)
+    if not runtimes:
+        raise ValueError("runtimes: empty")
+    values = sorted(runtimes)
+    out = []
+    for j in jobs:
+        u = int.from_bytes(hashlib.sha256(f"{seed}:{j.id}".encode()).digest()[:8], "big") / 2.0**64
+        out.append(replace(j, work=values[min(len(values) - 1, int(u * len(values)))]))
+    return out
+
+
+def dedicated_guarantees(nodes: Sequence[Node]) -> dict[str, int]:
+    """Each owner's GPUs on its dedicated servers (MIG-partitioned ones too): the guarantee it paid for."""
+    out: dict[str, int] = {}
+    for n in nodes:
+        if n.owner is not None:
+            out[n.owner] = out.get(n.owner, 0) + n.gpus
+    return out
+
+
+def capped(paid: dict[str, int], pool: Sequence[Node]) -> tuple[tuple[str, int], ...]:
+    """The guarantees on ``pool``: each owner's paid GPUs, at most the pool's GPUs."""
+    cap = sum(n.gpus for n in pool)
+    return tuple((o, min(g, cap)) for o, g in sorted(paid.items()))
+
+
+def overcommit(paid: dict[str, int], pool: Sequence[Node]) -> float:
+    """The guarantees on ``pool`` summed, over its GPUs."""
+    gpus = sum(n.gpus for n in pool)
+    return sum(g for _, g in capped(paid, pool)) / gpus if gpus else 0.0
+
+
+def floating_sizes(nodes: Sequence[Node], jobs: Sequence[Job], max_sizes: int = 64) -> list[tuple[Node, ...]]:
+    """The floating design's nested pools, largest first: ``nodes`` owned by nobody, servers taken away
+    largest first (ties: the owned design's order without floors)."""
+    free = [replace(n, owner=None) for n in nodes]
+    rank = {n.name: k for k, n in enumerate(removal_order(nodes, {}))}
+    gone = sorted(free, key=lambda n: (-n.gpus, rank[n.name]))
+    return nested_pools(free, gone, jobs, max_sizes)
+
+
+def busy(r: Result) -> float:
+    """Slurm's useful GPU time plus GPU time lent to the inference tier, over capacity."""
+    lent = r.lending.lent_gpu_seconds if isinstance(r, NodeResult) and r.lending is not None else 0.0
+    return r.utilization + (lent / (r.capacity * r.window) if r.capacity and r.window else 0.0)
+
+
+@dataclass(frozen=True)
+class Design:
+    """One design's sizes (largest first) replayed on every draw: ``trials[draw][size]``."""
+
+    name: str
+    dedicated_gpus: int
+    trials: tuple[tuple[Trial, ...], ...]
+    floor: str  # why no smaller size was tried
+    paid: dict[str, int] | None = None  # floating: each owner's guarantee before the cap
+
+    @property
+    def gpus(self) -> list[int]:
+        return [t.gpus for t in self.trials[0]]
+
+    def passes(self, i: int) -> bool:
+        """Size ``i`` passes on every draw."""
+        return all(d[i].passes for d in self.trials)
+
+    @property
+    def chosen(self) -> int | None:
+        """The index of the smallest size that passes, every larger one passing too (None: all fail)."""
+        best = None
+        for i in range(len(self.gpus)):
+            if not self.passes(i):
+                break
+            best = i
+        return best
+
+    @property
+    def per_draw(self) -> list[int | None]:
+        """Each draw's smallest passing size, in GPUs (None: none passes on it)."""
+        return [min((t.gpus for t in d if t.passes), default=None) for d in self.trials]
+
+    def ratio(self, gpus: int | None) -> float | None:
+        return gpus / self.dedicated_gpus if gpus is not None and self.dedicated_gpus else None
+
+    @property
+    def ratio_range(self) -> tuple[float, float] | None:
+        """The lowest and highest of the draws' smallest passing sizes, over the dedicated GPUs."""
+        got = [g for g in self.per_draw if g is not None]
+        if len(got) < len(self.per_draw) or not got:
+            return None
+        lo, hi = self.ratio(min(got)), self.ratio(max(got))
+        assert lo is not None and hi is not None
+        return lo, hi
+
+    def overcommit(self, i: int) -> float | None:
+        return overcommit(self.paid, self.trials[0][i].nodes) if self.paid is not None else None
+
+    @property
+    def limit(self) -> str:
+        """What stops a smaller pool: the floor, or why the next smaller size fails (on which draw)."""
+        best = self.chosen
+        if best is None:
+            i = 0
+        elif best + 1 >= len(self.gpus):
+            return self.floor
+        else:
+            i = best + 1
+        for k, d in enumerate(self.trials):
+            if d[i].failures:
+                where = f" (draw {k})" if len(self.trials) > 1 else ""
+                return f"at {d[i].gpus} GPUs{where}: " + "; ".join(d[i].failures)
+        return self.floor
+
+    def figures(self, i: int) -> dict[str, Any]:
+        """Size ``i`` over the draws: owners' worst p95, and the means of the rest."""
+        rs = [d[i].result for d in self.trials]
+        n = len(rs)
+        return {
+            "gpus": self.gpus[i],
+            "ratio_to_dedicated": round(self.gpus[i] / self.dedicated_gpus, 3),
+            "overcommit": None if self.overcommit(i) is None else round(self.overcommit(i) or 0.0, 3),
+            "owner_wait_p95_seconds": round(max(r.wait_quantile(0.95) for r in rs), 1),
+            "utilization": round(sum(r.utilization for r in rs) / n, 4),
+            "busy_with_lent": round(sum(busy(r) for r in rs) / n, 4),
+            "preemptions": round(sum(r.preemptions for r in rs) / n, 1),
+            "lost_gpu_hours": round(sum(r.lost_gpu_seconds for r in rs) / n / 3600, 2),
+            "grace_and_restart_gpu_hours": round(
+                sum(r.grace_gpu_seconds + r.restart_gpu_seconds for r in rs) / n / 3600, 2
+            ),
+            "passes": self.passes(i),
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The three designs on the same history and draws."""
+
+    draws: int
+    baselines: tuple[Result, ...]  # dedicated, per draw
+    needs: tuple[int, ...]  # borrower jobs done in the window on the owned design's full pool, per draw
+    designs: tuple[Design, ...]
+
+    def design(self, name: str) -> Design:
+        return next(d for d in self.designs if d.name == name)
+
+    def sizing(self, draw: int = 0) -> Sizing:
+        """The owned design on one draw, as :func:`.sizing.size_pool` gives it (for the report)."""
+        owned = self.design("owned")
+        base = self.baselines[draw]
+        return Sizing(base, owned.dedicated_gpus, base.wait_quantile(0.95), self.needs[draw], owned.trials[draw])
+
+
+def compare(
+    nodes: Sequence[Node],
+    jobs: Sequence[Job],
+    policy: Policy,
+    window: float,
+    draws: int = 1,
+    runtimes: Sequence[float] | None = None,
+    lend: LendRule | None = None,
+    max_sizes: int = 64,
+) -> Comparison:
+    """Size the three designs of ``nodes`` under pooled ``policy`` over ``draws`` runtime draws (drawn
+    from ``runtimes``, by default the jobs' own), each replay lending idle nodes by ``lend``."""
+    if draws < 1:
+        raise ValueError(f"draws: {draws} is less than 1")
+    paid = dedicated_guarantees(nodes)
+    if not paid:
+        raise ValueError("nodes: no server has an owner, so there are no dedicated servers to size against")
+    if not policy.pooled:
+        raise ValueError(f"policy: {policy.name!r} is not pooled; sizing compares a pool with dedicated servers")
+    base_pol = replace(policy, lend=lend) if isinstance(policy, NodePolicy) else NodePolicy(**vars(policy), lend=lend)
+    pool_of = {"owned": pool_sizes(nodes, jobs, max_sizes), "floating": floating_sizes(nodes, jobs, max_sizes)}
+    values = list(runtimes) if runtimes is not None else [j.work for j in jobs]
+    dedicated_gpus = sum(n.gpus for n in nodes)
+    baselines, needs = [], []
+    per: dict[str, list[tuple[Trial, ...]]] = {name: [] for name in DESIGNS}
+    for seed in range(draws):
+        these = redraw(jobs, seed, values)
+        base = simulate_nodes(nodes, these, replace(base_pol, name="dedicated", pooled=False), window)
+        target = base.wait_quantile(0.95)
+        baselines.append(base)
+        per["dedicated"].append((Trial(tuple(nodes), base, ()),))
+        need: int | None = None
+        for name in ("owned", "floating"):
+            trials = []
+            for pool in pool_of[name]:
+                pol = base_pol if name == "owned" else replace(base_pol, guarantees=capped(paid, pool))
+                r = simulate_nodes(pool, these, pol, window)
+                need = borrowers_done_in_window(r) if need is None else need
+                trials.append(Trial(pool, r, judge(r, target, need)))
+            per[name].append(tuple(trials))
+        needs.append(need or 0)
+    floors = {
+        "dedicated": "the baseline: every owner on its own servers",
+        "owned": "floors: every owner keeps one server, or as many as its biggest job needs",
+        "floating": "floor: the fewest servers that hold the biggest job (and every MIG job)",
+    }
+    designs = tuple(
+        Design(name, dedicated_gpus, tuple(per[name]), floors[name], paid if name == "floating" else None)
+        for name in DESIGNS
+    )
+    return Comparison(draws, tuple(baselines), tuple(needs), designs)
+
+
+def design_summary(d: Design) -> dict[str, Any]:
+    """One design's answer and every size tried (JSON-ready)."""
+    best = d.chosen
+    rr = d.ratio_range
+    return {
+        "design": d.name,
+        "gpus_needed": d.gpus[best] if best is not None else None,
+        "ratio_to_dedicated": round(d.gpus[best] / d.dedicated_gpus, 3) if best is not None else None,
+        "ratio_range_over_draws": [round(rr[0], 3), round(rr[1], 3)] if rr is not None else None,
+        "per_draw_smallest_passing_gpus": d.per_draw,
+        "at_size": d.figures(best) if best is not None else None,
+        "limited_by": d.limit,
+        "sizes": [d.figures(i) for i in range(len(d.gpus))],
+    }
+
+
+def summary(c: Comparison) -> dict[str, Any]:
+    """The comparison (JSON-ready)."""
+    return {
+        "draws": c.draws,
+        "dedicated_gpus": c.designs[0].dedicated_gpus,
+        "dedicated_owner_wait_p95_seconds": [round(b.wait_quantile(0.95), 1) for b in c.baselines],
+        "borrower_jobs_needed": list(c.needs),
+        "designs": [design_summary(d) for d in c.designs],
+    }

@@ -1,0 +1,214 @@
+"""Three designs sized on one history (``slurm_pool.sim.sizing_compare``, ``simulate --compare``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_pool.cli import cli
+from slurm_pool.sim import sizing_compare as sc
+from slurm_pool.sim.engine import Job, Policy, Result
+from slurm_pool.sim.lendrule import LendStats
+from slurm_pool.sim.nodes import Node, NodeResult
+from slurm_pool.sim.sizing import Trial
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "examples" / "pool.yaml"
+SACCT = ROOT / "tests" / "data" / "slurm" / "22.05" / "sacct-history.json"
+POOL = Policy("pool-checkpoint-on-preempt", grace=10, checkpoint_interval=60, restart_overhead=0)
+
+
+def fake_design(passes: list[list[bool]], gpus: list[int] | None = None) -> sc.Design:
+    """A design whose sizes (``gpus``, largest first) pass or fail per draw as ``passes[draw][size]``."""
+    gpus = gpus or [8 - k for k in range(len(passes[0]))]
+    draws = tuple(
+        tuple(
+            Trial((Node(f"n{g}", g),), Result("p", 100, g), () if ok else (f"fails at {g}",))
+            for g, ok in zip(gpus, row, strict=True)
+        )
+        for row in passes
+    )
+    return sc.Design("owned", 8, draws, "the floor")
+
+
+@pytest.mark.parametrize(
+    ("passes", "chosen_gpus", "per_draw", "ratio_range", "limit"),
+    [
+        pytest.param([[True, True, True]], 6, [6], (0.75, 0.75), "the floor", id="all-pass-floor-stops"),
+        pytest.param(
+            [[True, False, True, True]], 8, [5], (0.625, 0.625), "at 7 GPUs: fails at 7", id="pass-below-failure"
+        ),
+        pytest.param(
+            [[True, True, False, True, False]], 7, [5], (0.625, 0.625), "at 6 GPUs: fails at 6", id="two-gaps"
+        ),
+        pytest.param([[False, True]], None, [7], (0.875, 0.875), "at 8 GPUs: fails at 8", id="full-pool-fails"),
+        pytest.param(
+            [[True, True, True], [True, False, True]],
+            8,
+            [6, 6],
+            (0.75, 0.75),
+            "at 7 GPUs (draw 1): fails at 7",
+            id="one-draw-fails-the-size",
+        ),
+        pytest.param(
+            [[True, True, True], [True, True, False]],
+            7,
+            [6, 7],
+            (0.75, 0.875),
+            "at 6 GPUs (draw 1): fails at 6",
+            id="range-over-draws",
+        ),
+        pytest.param(
+            [[True, True], [False, False]], None, [7, None], None, "at 8 GPUs (draw 1): fails at 8", id="none"
+        ),
+    ],
+)
+def test_monotone_choice_over_draws(passes, chosen_gpus, per_draw, ratio_range, limit):
+    d = fake_design(passes)
+    assert (d.gpus[d.chosen] if d.chosen is not None else None) == chosen_gpus
+    assert d.per_draw == per_draw
+    assert d.ratio_range == ratio_range
+    assert d.limit == limit
+
+
+def test_redraw_keeps_seed_zero_and_draws_from_the_given_runtimes():
+    jobs = [Job(f"j{k}", "a", k, 5.0, 1) for k in range(50)]
+    assert sc.redraw(jobs, 0, [1.0]) == jobs
+    one, again, two = (
+        sc.redraw(jobs, 1, [1.0, 2.0, 3.0]),
+        sc.redraw(jobs, 1, [3.0, 1.0, 2.0]),
+        sc.redraw(jobs, 2, [1, 2, 3]),
+    )
+    assert one == again  # the order of the runtimes given does not matter
+    assert {j.work for j in one} == {1.0, 2.0, 3.0} and one != two
+    assert [(j.id, j.arrival, j.gpus) for j in one] == [(j.id, j.arrival, j.gpus) for j in jobs]
+    with pytest.raises(ValueError, match="runtimes: empty"):
+        sc.redraw(jobs, 1, [])
+
+
+@pytest.mark.parametrize(
+    ("pool", "guarantees", "ratio"),
+    [
+        ([Node("f1", 2), Node("f2", 2)], (("a", 2), ("b", 4)), 1.5),
+        ([Node("f1", 2)], (("a", 2), ("b", 2)), 2.0),
+        ([Node("f1", 8)], (("a", 2), ("b", 4)), 0.75),
+        ([Node("f1", 3, mig=(("3g.20gb", "3g.20gb"),))], (("a", 2), ("b", 3)), 5 / 3),
+    ],
+    ids=["sum-over-pool", "capped-at-pool", "under-one", "mig-gpus-count"],
+)
+def test_guarantees_capped_and_overcommit(pool, guarantees, ratio):
+    paid = {"b": 4, "a": 2}
+    assert sc.capped(paid, pool) == guarantees
+    assert sc.overcommit(paid, pool) == ratio
+
+
+@pytest.mark.parametrize(
+    ("result", "busy"),
+    [
+        (Result("p", 100, 4, useful_gpu_seconds=100), 0.25),
+        (NodeResult("p", 100, 4, useful_gpu_seconds=100), 0.25),
+        (NodeResult("p", 100, 4, useful_gpu_seconds=100, lending=LendStats(lent_gpu_seconds=200)), 0.75),
+    ],
+    ids=["gpu-engine", "no-lending", "lent-gpu-time-counts"],
+)
+def test_busy_counts_slurm_jobs_and_lent_gpu_time(result, busy):
+    assert sc.busy(result) == busy
+
+
+def test_floating_sizes_largest_first_down_to_the_biggest_job():
+    nodes = [Node("a1", 4, "a"), Node("a2", 2, "a"), Node("b1", 2, "b"), Node("n1", 1)]
+    sizes = sc.floating_sizes(nodes, [Job("j", "a", 0, 10, 3)])
+    # the 4-GPU server first; then of the 2-GPU ones a2 (a keeps the most servers), then b1 would leave 1 GPU
+    assert [[n.name for n in p] for p in sizes] == [["a1", "a2", "b1", "n1"], ["a2", "b1", "n1"], ["b1", "n1"]]
+    assert all(n.owner is None for p in sizes for n in p)
+
+
+# Owners a and b each own two 1-GPU servers and run one 2-GPU job, a's at 0 and b's at 200 (100 s each):
+# owned nodes cannot go below the four servers (each owner's biggest job needs both of its own), floating
+# guarantees share two servers, one owner at a time, 2.0 overcommitted, and nobody waits.
+TINY = [Node("a1", 1, "a"), Node("a2", 1, "a"), Node("b1", 1, "b"), Node("b2", 1, "b")]
+TINY_JOBS = [Job("a-0", "a", 0, 100, 2), Job("b-0", "b", 200, 100, 2)]
+
+
+def test_floating_needs_fewer_gpus_than_owned_nodes():
+    c = sc.compare(TINY, TINY_JOBS, POOL, 400, draws=2)
+    ded, owned, floating = c.designs
+    assert [d.name for d in c.designs] == ["dedicated", "owned", "floating"]
+    assert ded.gpus == [4] and ded.chosen == 0
+    assert owned.gpus == [4] and owned.gpus[owned.chosen] == 4 and owned.limit.startswith("floors:")
+    assert floating.gpus == [4, 3, 2] and floating.gpus[floating.chosen] == 2
+    assert floating.overcommit(floating.chosen) == 2.0 and floating.overcommit(0) == 1.0
+    assert floating.ratio_range == (0.5, 0.5) and floating.limit.startswith("floor:")
+    out = sc.summary(c)
+    got = {d["design"]: d for d in out["designs"]}
+    assert got["floating"]["gpus_needed"] == 2 and got["floating"]["ratio_to_dedicated"] == 0.5
+    assert got["floating"]["at_size"]["overcommit"] == 2.0 and got["owned"]["at_size"]["overcommit"] is None
+    assert out["draws"] == 2 and out["dedicated_gpus"] == 4
+
+
+@pytest.mark.parametrize(
+    ("nodes", "policy", "draws", "message"),
+    [
+        ([Node("n1", 1)], POOL, 1, "no server has an owner"),
+        (TINY, Policy("dedicated", pooled=False), 1, "'dedicated' is not pooled"),
+        (TINY, POOL, 0, "draws: 0 is less than 1"),
+    ],
+)
+def test_compare_rejects(nodes, policy, draws, message):
+    with pytest.raises(ValueError, match=message):
+        sc.compare(nodes, TINY_JOBS, policy, 400, draws=draws)
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["simulate", "--spec", str(SPEC), "--sacct", str(SACCT), *args])
+
+
+def test_cli_compare_text_json_and_plot(tmp_path):
+    res = run("--nodes", "--compare", "--draws", "2")
+    assert res.exit_code == 0, res.output
+    assert "designs compared over 2 runtime draws" in res.output
+    table = res.output[res.output.index("designs compared") :]
+    assert [ln.split()[0] for ln in table.splitlines()[2:4]] == ["dedicated", "GPUs"]
+    rows = {ln[:28].strip(): ln[28:].split() for ln in table.splitlines()[3:]}
+    # a 2x2, b 2 and c 2 GPUs: floating needs 4 GPUs and guarantees 4 + 2 + 2 on them; owned nodes keep
+    # a server per owner
+    assert rows["GPUs needed"] == ["8", "6", "4"] and rows["ratio to dedicated"] == ["1.00", "0.75", "0.50"]
+    assert rows["overcommit"] == ["-", "-", "2.00"] and "busy: + lent inference" not in rows
+    assert "floating: what stops a smaller pool: at 2 GPUs (draw 0): owner wait p95" in table
+    out = tmp_path / "report"
+    res = run("--nodes", "--compare", "--draws", "2", "--json", "--report", str(out))
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)["compare"]
+    assert [d["design"] for d in got["designs"]] == ["dedicated", "owned", "floating"]
+    assert got["draws"] == 2 and got["dedicated_gpus"] == 8
+    assert got["designs"][0]["gpus_needed"] == 8 and got["designs"][0]["ratio_to_dedicated"] == 1.0
+    assert json.loads(res.output)["sizing"]["gpus_needed"] == got["designs"][1]["gpus_needed"]
+    assert (out / "sizing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (out / "report.md").read_text()
+    assert "## Designs compared" in page and "| floating | 4 | 0.50 | 0.50 | 2.00 |" in page
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--compare"], "give --nodes too"),
+        (["--nodes", "--compare", "--draws", "0"], "0 is not in the range"),
+        (["--nodes", "--compare", "--draws", "two"], "'two' is not a valid integer"),
+        (["--nodes", "--draws", "2"], "only --compare replays several draws"),
+    ],
+)
+def test_cli_compare_bad_input_exits_2(args, message):
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+
+
+def test_cli_compare_bad_history_exits_2(tmp_path):
+    bad = tmp_path / "sacct.json"
+    bad.write_text('{"jobs": [1]}')
+    res = CliRunner().invoke(cli, ["simulate", "--spec", str(SPEC), "--sacct", str(bad), "--nodes", "--compare"])
+    assert res.exit_code == 2, res.output
+    assert "jobs[0] is int, not an object" in res.output
