@@ -18,6 +18,13 @@
 --   modify        a job cannot be moved into a tier its account may not use.
 --   several QOS   from Slurm 24.11 (slurm.multiple_qos in the data) a job may
 --                 list several tiers (--qos=a,b); each tier's rules apply.
+--   guarantees    a floating project's job in the guarantee tier goes to the
+--                 floating partition with the project's own QOS while its GPUs
+--                 fit the guarantee (counting the project's pending and running
+--                 jobs in that QOS from slurm.jobs); beyond it, to the overflow
+--                 tier, with a message.  Another project's guarantee QOS, or the
+--                 floating partition, is refused; an update moves a job into
+--                 its guarantee only while it fits (else it is refused).
 --
 -- The account of a job submitted without --account is, in order: the user's
 -- default account in the accounting database when it is a pool project, else
@@ -63,6 +70,9 @@ local MIG_BY_SIZE = SLURM_POOL.mig_by_size
 -- shared: the cluster also runs the site's own work (the spec's coexist);
 -- site_script, site_order: the site's own job_submit.lua, run before or after
 local SCOPE = SLURM_POOL.scope or {}
+-- floating guarantees: the floating partition, and guarantee QOS -> its project
+-- (each floating project's own rule is PROJECTS[name].guarantee)
+local GUARANTEES = SLURM_POOL.guarantees or { qos = {} }
 
 ---------------------------------------------------------------------------
 -- Slurm constants.  22.05 exposes only some ESLURM_* names to Lua; the
@@ -389,23 +399,33 @@ local function in_all(parts, gtype)
 	return true
 end
 
--- Returns the job's GPU entries and its total GPU count (best effort: the
--- largest of the per-job, per-node x nodes, per-task x tasks, per-socket x
--- sockets totals).
-local function check_gpus(d, job_desc, tier, parts)
+-- The job's GPU entries, its total GPU count and its count per GPU type ("" for
+-- no type), best effort: the largest of the per-job, per-node x nodes, per-task
+-- x tasks, per-socket x sockets totals.
+local function gpu_request(job_desc)
 	local shape = job_shape(job_desc)
-	local entries, total = {}, 0
+	local entries, total, by_type = {}, 0, {}
 	for _, f in ipairs(TRES_FIELDS) do
 		local v = str(job_desc[f])
 		if v then
-			local sum = 0
+			local sum, mine = 0, {}
 			for _, e in ipairs(parse_gpus(f, v)) do
 				entries[#entries + 1] = e
 				sum = sum + e.count
+				mine[e.type or ""] = (mine[e.type or ""] or 0) + e.count * shape[f]
 			end
 			if sum * shape[f] > total then total = sum * shape[f] end
+			for k, n in pairs(mine) do
+				if n > (by_type[k] or 0) then by_type[k] = n end
+			end
 		end
 	end
+	return entries, total, by_type
+end
+
+-- Returns the job's GPU entries and its total GPU count (as gpu_request).
+local function check_gpus(d, job_desc, tier, parts)
+	local entries, total = gpu_request(job_desc)
 	if #entries == 0 then return entries, 0 end
 	local avail, any = available(parts)
 	local where = "partition '" .. table.concat(parts, ",") .. "'"
@@ -591,6 +611,282 @@ local function check_checkpoint(d, tier, requeue, declared, account)
 end
 
 ---------------------------------------------------------------------------
+-- Floating guarantees
+---------------------------------------------------------------------------
+
+-- Base states (job_state % 256) of a job that holds or waits for GPUs.
+local HOLDS = { [0] = "pending", [1] = "running", [2] = "suspended" }
+-- The TRES a job record was given (running) or asked for (pending); Slurm 22.05 to 26.05.
+local ALLOC_TRES = { "tres_fmt_alloc_str", "tres_fmt_req_str" }
+local REQ_TRES = { "tres_fmt_req_str" }
+-- job_submit/lua rebuilds slurm.jobs (a new table) only once slurmctld's job list
+-- changed in a later second than the last rebuild, so jobs submitted within the
+-- same second are missing from it (a record's fields are read live, so an
+-- update shows at once).  The GPUs this script sent into guarantees since the
+-- table it last saw are added: project -> a count per entry of g.gpus.
+local SENT = { jobs = nil, gpus = {} }
+
+-- GPUs in a TRES string ("cpu=1,mem=1G,node=1,billing=1,gres/gpu=2,gres/gpu:h100=2"):
+-- the total (nil: no gres/gpu in it) and the count per GPU type.
+local function tres_gpus(s)
+	local total, typed, sum = nil, {}, 0
+	for item in string.gmatch(s, "[^,]+") do
+		local name, n = string.match(item, "^gres/gpu([^=]*)=(%d+)$")
+		if name == "" then
+			total = tonumber(n)
+		elseif name and string.sub(name, 1, 1) == ":" then
+			typed[string.sub(name, 2)] = tonumber(n)
+			sum = sum + tonumber(n)
+		end
+	end
+	if not total and sum > 0 then total = sum end
+	return total, typed
+end
+
+-- GPUs of a job record: its total and its count per GPU type, from its TRES
+-- (what Slurm counts against GrpTRES), else from the GRES it asked for.
+local function record_gpus(rec, running)
+	local total, typed = nil, {}
+	for _, f in ipairs(running and ALLOC_TRES or REQ_TRES) do
+		local s = str(rec[f])
+		if s then
+			total, typed = tres_gpus(s)
+			if total then break end
+		end
+	end
+	if not total or next(typed) == nil then
+		local _, t, by_type = gpu_request(rec)
+		if not total then total = t end
+		if next(typed) == nil then
+			for k, n in pairs(by_type) do
+				if k ~= "" then typed[k] = n end
+			end
+		end
+	end
+	return total, typed
+end
+
+-- GPUs the project holds or waits for in its guarantee QOS, one count per entry
+-- of g.gpus, from slurmctld's job table (slurm.jobs); the job skip_id is left out.
+-- A record with GPUs of no known type counts against every type (it may be any).
+local function guarantee_use(account, g, skip_id)
+	local used = {}
+	for i in ipairs(g.gpus) do used[i] = 0 end
+	local jobs = nil
+	if type(slurm) == "table" then jobs = slurm.jobs end
+	if type(jobs) ~= "table" then
+		log("log_info", PREFIX .. "slurm.jobs is not available: the guarantee of " .. account .. " counts no job")
+		return used
+	end
+	if SENT.jobs ~= jobs then SENT.jobs, SENT.gpus = jobs, {} end
+	for i, n in ipairs(SENT.gpus[account] or {}) do used[i] = used[i] + n end
+	for _, rec in pairs(jobs) do
+		if type(rec) == "table" and rec.account == account and rec.qos == g.qos then
+			local state = num(rec.job_state)
+			local base = state and math.floor(state) % 256
+			if base and HOLDS[base] and (not skip_id or num(rec.job_id) ~= skip_id) then
+				local total, typed = record_gpus(rec, base ~= 0)
+				local tasks = 1
+				if base == 0 then tasks = count(rec.array_task_cnt, NO_VAL) or 1 end
+				local untyped = next(typed) == nil
+				for i, e in ipairs(g.gpus) do
+					local n = total
+					if e.type ~= "" and not untyped then n = typed[e.type] or 0 end
+					used[i] = used[i] + n * tasks
+				end
+			end
+		end
+	end
+	return used
+end
+
+-- Tasks of a job array request ("0-9", "1,3,5-7", "0-15:4", "0-9%2"); 1 when not an array.
+local function array_tasks(s)
+	s = str(s)
+	if not s then return 1 end
+	local n = 0
+	for item in string.gmatch(string.match(s, "^[^%%]*"), "[^,]+") do
+		local a, b, step = string.match(item, "^(%d+)%-(%d+):(%d+)$")
+		if not a then
+			a, b = string.match(item, "^(%d+)%-(%d+)$")
+			step = "1"
+		end
+		if a then
+			a, b, step = tonumber(a), tonumber(b), tonumber(step)
+			if b >= a and step >= 1 then n = n + math.floor((b - a) / step) + 1 end
+		elseif string.match(item, "^%d+$") then
+			n = n + 1
+		end
+	end
+	if n < 1 then return 1 end
+	return n
+end
+
+-- What a submission asks of a guarantee: its GPUs in all its array tasks, per
+-- type (as gpu_request), and its number of tasks.
+local function submitted_gpus(job_desc)
+	local _, total, by_type = gpu_request(job_desc)
+	local tasks = array_tasks(job_desc.array_inx)
+	for k, n in pairs(by_type) do by_type[k] = n * tasks end
+	return total * tasks, by_type, tasks
+end
+
+-- Note GPUs sent into the guarantee, until slurm.jobs is rebuilt with their job.
+local function note_sent(account, g, total, by_type)
+	if SENT.jobs == nil then return end
+	local sent = SENT.gpus[account] or {}
+	for i, e in ipairs(g.gpus) do
+		local want = total
+		if e.type ~= "" then want = by_type[e.type] or 0 end
+		sent[i] = (sent[i] or 0) + want
+	end
+	SENT.gpus[account] = sent
+end
+
+local function gpus_text(n, gtype)
+	local what = " GPU"
+	if gtype ~= "" then what = " GPU of type " .. gtype end
+	if n ~= 1 then
+		what = " GPUs"
+		if gtype ~= "" then what = " GPUs of type " .. gtype end
+	end
+	return int_text(n) .. what
+end
+
+local function guarantee_text(g)
+	local out = {}
+	for _, e in ipairs(g.gpus) do out[#out + 1] = gpus_text(e.count, e.type) end
+	return table.concat(out, " and ")
+end
+
+local function guarantee_types(g)
+	local out = {}
+	for _, e in ipairs(g.gpus) do out[#out + 1] = e.type end
+	return table.concat(out, ", ")
+end
+
+-- Does a job asking for by_type (GPU type or "" -> count; total in all) fit the
+-- project's guarantee?  Returns true, or false, why (a clause) and a hint ("" or a sentence).
+local function guarantee_fits(account, g, total, by_type, skip_id, tasks)
+	if total <= 0 then return true end
+	local typed_only = g.gpus[1].type ~= ""
+	local here = {}
+	for _, t in ipairs(PARTITIONS[g.partition].gpu_types) do here[t] = true end
+	local asked = {}
+	for t in pairs(by_type) do asked[#asked + 1] = t end
+	table.sort(asked)
+	for _, t in ipairs(asked) do
+		if t ~= "" and GPU_TYPES[t] and not here[t] then
+			return false, "partition '" .. g.partition .. "' of " .. account .. "'s guarantee has no GPUs of type " ..
+				t .. ", which this job asks for", ""
+		end
+	end
+	if typed_only then
+		if (by_type[""] or 0) > 0 then
+			return false, account .. "'s guarantee is for GPUs of type " .. guarantee_types(g) ..
+				" only and this job names no GPU type",
+				" To run in the guarantee, name the type: --gres=gpu:" .. g.gpus[1].type .. ":N."
+		end
+		local covered = {}
+		for _, e in ipairs(g.gpus) do covered[e.type] = true end
+		for _, t in ipairs(asked) do
+			if not covered[t] then
+				return false, account .. "'s guarantee is for GPUs of type " .. guarantee_types(g) ..
+					", not for type " .. clip(t) .. " that this job asks for", ""
+			end
+		end
+	end
+	local used = guarantee_use(account, g, skip_id)
+	local in_tasks = ""
+	if tasks and tasks > 1 then in_tasks = " in " .. int_text(tasks) .. " array tasks" end
+	for i, e in ipairs(g.gpus) do
+		local want = total
+		if e.type ~= "" then want = by_type[e.type] or 0 end
+		if want > 0 and used[i] + want > e.count then
+			local verb = " are"
+			if used[i] == 1 then verb = " is" end
+			return false, account .. "'s guarantee is " .. guarantee_text(g) .. " and " .. int_text(used[i]) .. verb ..
+				" in use or queued; this job asks for " .. gpus_text(want, e.type) .. in_tasks, ""
+		end
+	end
+	return true
+end
+
+-- Does a request for the guarantee tier go to the guarantee?  Only when it
+-- names no partition, or the floating partition alone.
+local function into_guarantee(g, parts)
+	for _, p in ipairs(parts) do
+		if p ~= g.partition then return false end
+	end
+	return true
+end
+
+-- The job's QOS list with the account's own guarantee QOS read as the guarantee
+-- tier, or nil, error code, message when it names another project's guarantee
+-- QOS or, without a guarantee of its own, the floating partition.
+local function guarantee_names(account, qos, part_str)
+	local g = PROJECTS[account].guarantee
+	if part_str and GUARANTEES.partition and not g then
+		for _, p in ipairs(split(part_str)) do
+			if p == GUARANTEES.partition then
+				local owners = {}
+				for _, name in ipairs(PROJECT_ORDER) do
+					if PROJECTS[name].guarantee then owners[#owners + 1] = name end
+				end
+				return nil, E_ACCESS, "partition '" .. p .. "' runs the floating guarantees of " .. join(owners) ..
+					"; account '" .. account .. "' has no guarantee there. " .. may_use(account)
+			end
+		end
+	end
+	if not qos then return qos end
+	local out = {}
+	for _, q in ipairs(split(qos)) do
+		local owner = GUARANTEES.qos[q]
+		if owner and owner ~= account then
+			return nil, E_QOS, "QOS '" .. q .. "' is the guarantee of project " .. owner .. "; account '" .. account ..
+				"' may not use it. " .. may_use(account)
+		end
+		if owner then q = g.tier end
+		out[#out + 1] = q
+	end
+	return table.concat(out, ",")
+end
+
+-- Send a floating project's routes for the guarantee tier into its guarantee
+-- (qos = its own QOS, the floating partition) while the job fits, else to the
+-- overflow tier with a message.  Routes get a field qos; returns the routes and
+-- whether any was sent (false: nothing to do).
+local function route_guarantee(d, job_desc, account, routes)
+	local g = PROJECTS[account].guarantee
+	if not g then return routes, false end
+	local out, sent, tiers = {}, false, {}
+	for _, r in ipairs(routes) do tiers[r.tier] = true end
+	for _, r in ipairs(routes) do
+		if r.tier == g.tier and into_guarantee(g, r.parts) then
+			sent = true
+			local total, by_type, tasks = submitted_gpus(job_desc)
+			local fits, why, hint = guarantee_fits(account, g, total, by_type, nil, tasks)
+			if fits then
+				out[#out + 1] = { tier = r.tier, parts = { g.partition }, qos = g.qos, guarantee = true }
+			elseif not g.overflow_partition then
+				reject(d, E_LIMIT, why .. "; account '" .. account .. "' may not use the overflow tier '" .. g.overflow ..
+					"', so this job cannot run now. " .. may_use(account))
+				return routes, false
+			else
+				warn(d, why .. ", so it runs in tier '" .. g.overflow .. "' (partition '" .. g.overflow_partition ..
+					"', preemptible) instead." .. hint)
+				if not tiers[g.overflow] then
+					out[#out + 1] = { tier = g.overflow, parts = { g.overflow_partition }, qos = g.overflow }
+				end
+			end
+		else
+			out[#out + 1] = r
+		end
+	end
+	return out, sent
+end
+
+---------------------------------------------------------------------------
 -- Submit and modify
 ---------------------------------------------------------------------------
 
@@ -607,7 +903,7 @@ local function pool_job(job_desc)
 	if not SCOPE.shared then return true end
 	local part = str(job_desc.partition)
 	if part then return any_in(part, PARTITIONS) end
-	if any_in(str(job_desc.qos), TIERS) then return true end
+	if any_in(str(job_desc.qos), TIERS) or any_in(str(job_desc.qos), GUARANTEES.qos) then return true end
 	local account = str(job_desc.account) or str(job_desc.default_account)
 	return account ~= nil and PROJECTS[account] ~= nil
 end
@@ -616,6 +912,7 @@ end
 local function pool_record(job_desc, job_rec)
 	if not SCOPE.shared then return true end
 	if any_in(str(job_desc.partition), PARTITIONS) or any_in(str(job_desc.qos), TIERS) then return true end
+	if any_in(str(job_desc.qos), GUARANTEES.qos) then return true end
 	if type(job_rec) ~= "table" then return false end
 	return any_in(str(job_rec.partition), PARTITIONS)
 end
@@ -643,11 +940,19 @@ local function decide_submit(job_desc)
 	end
 	if filled then set(d, "account", account) end
 	local qos = str(job_desc.qos)
-	local routes, code, msg = resolve_all(account, qos, str(job_desc.partition))
+	local asked, code, msg = guarantee_names(account, qos, str(job_desc.partition))
+	if code then
+		reject(d, code, msg)
+		return d
+	end
+	local routes, sent
+	routes, code, msg = resolve_all(account, asked, str(job_desc.partition))
 	if not routes then
 		reject(d, code, msg)
 		return d
 	end
+	routes, sent = route_guarantee(d, job_desc, account, routes)
+	if #d.errors > 0 then return d end
 	local all_parts, defaulted = {}, false
 	for _, r in ipairs(routes) do
 		if #r.parts == 0 then
@@ -656,8 +961,16 @@ local function decide_submit(job_desc)
 		end
 		for _, p in ipairs(r.parts) do all_parts[#all_parts + 1] = p end
 	end
-	if defaulted then set(d, "partition", table.concat(all_parts, ",")) end
-	if #routes == 1 and qos ~= routes[1].tier then set(d, "qos", routes[1].tier) end
+	if sent then
+		local names = {}
+		for _, r in ipairs(routes) do names[#names + 1] = r.qos or r.tier end
+		local part_text, qos_text = table.concat(all_parts, ","), table.concat(names, ",")
+		if part_text ~= str(job_desc.partition) then set(d, "partition", part_text) end
+		if qos_text ~= qos then set(d, "qos", qos_text) end
+	else
+		if defaulted then set(d, "partition", table.concat(all_parts, ",")) end
+		if #routes == 1 and qos ~= routes[1].tier then set(d, "qos", routes[1].tier) end
+	end
 	local env = spank_env(job_desc)
 	local declared = declares_checkpoint(job_desc, env)
 	local entries, total
@@ -666,8 +979,16 @@ local function decide_submit(job_desc)
 		check_time(d, r.tier, r.parts, job_desc.time_limit, false)
 		check_checkpoint(d, r.tier, num(job_desc.requeue), declared, account)
 	end
-	if #d.errors == 0 and #routes == 1 and not to_shards(d, job_desc, entries, total, routes[1].tier) then
+	-- A job in a guarantee keeps the GPUs it was counted for: no shards, no MIG right-sizing.
+	if #d.errors == 0 and #routes == 1 and not routes[1].guarantee and
+		not to_shards(d, job_desc, entries, total, routes[1].tier) then
 		right_size(d, job_desc, entries, total, routes[1].parts, env)
+	end
+	for _, r in ipairs(routes) do
+		if r.guarantee and #d.errors == 0 then
+			local n, by_type = submitted_gpus(job_desc)
+			note_sent(account, PROJECTS[account].guarantee, n, by_type)
+		end
 	end
 	return d
 end
@@ -708,13 +1029,43 @@ local function decide_modify(job_desc, job_rec)
 	end
 	local old_tier, old_qos = record_tier(job_rec), str(job_rec.qos)
 	local qos, part_str = new_qos, new_part
-	if not qos and not part_str then qos, part_str = old_tier, str(job_rec.partition) end
+	if qos or part_str then
+		local code, msg
+		qos, code, msg = guarantee_names(account, qos, part_str)
+		if code then
+			reject(d, code, msg)
+			return d
+		end
+	else
+		qos, part_str = old_tier, str(job_rec.partition)
+	end
 	local tier, parts, code, msg = resolve(account, qos, part_str)
 	if not tier then
 		if moving then reject(d, code, msg) end
 		return d
 	end
-	if new_qos and not new_part then
+	local g = PROJECTS[account].guarantee
+	if g and tier == g.tier and (new_qos or new_part) and into_guarantee(g, new_part and parts or {}) then
+		-- Into the guarantee only while the job fits it; it is not rerouted on an update.
+		if old_qos ~= g.qos then
+			local total, typed = record_gpus(job_rec, false)
+			local tasks = count(job_rec.array_task_cnt, NO_VAL) or 1
+			local by_type, sum = {}, 0
+			for t, n in pairs(typed) do
+				by_type[t] = n * tasks
+				sum = sum + n
+			end
+			if total > sum then by_type[""] = (total - sum) * tasks end
+			local fits, why, hint = guarantee_fits(account, g, total * tasks, by_type, num(job_rec.job_id), tasks)
+			if not fits then
+				reject(d, E_LIMIT, why .. ", so it cannot move into the guarantee; it stays where it is." .. hint)
+				return d
+			end
+		end
+		parts = { g.partition }
+		if new_qos ~= g.qos and (new_qos or old_qos ~= g.qos) then set(d, "qos", g.qos) end
+		if g.partition ~= str(job_rec.partition) and g.partition ~= new_part then set(d, "partition", g.partition) end
+	elseif new_qos and not new_part then
 		local route = PROJECTS[account].route[tier]
 		parts = { route }
 		if route ~= str(job_rec.partition) then set(d, "partition", route) end

@@ -13,7 +13,7 @@ import re
 from importlib import resources
 from typing import Any, Mapping, Sequence
 
-from slurm_pool.policy.tables import PolicyTables, build_tables
+from slurm_pool.policy.tables import PolicyTables, ProjectRule, build_tables
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
 
@@ -76,10 +76,28 @@ def lua_value(value: Any, multiline: int = 0, indent: str = "") -> str:
     return "{\n" + "".join(f"{inner}{p},\n" for p in parts) + indent + "}"
 
 
+def _project_data(p: ProjectRule) -> dict[str, Any]:
+    """One project's entry; ``guarantee`` only for a floating project."""
+    out: dict[str, Any] = {"tiers": list(p.tiers), "default_tier": p.default_tier, "route": dict(p.routes)}
+    g = p.guarantee
+    if g is not None:
+        out["guarantee"] = {
+            "qos": g.qos,
+            "tier": g.tier,
+            "partition": g.partition,
+            "overflow": g.overflow_tier,
+            "overflow_partition": g.overflow_partition,
+            "gpus": [{"type": gtype, "count": n} for gtype, n in g.gpus],
+        }
+    return out
+
+
 def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) -> dict[str, Any]:
     """The ``SLURM_POOL`` table as plain data, in a fixed order (what job_submit.lua reads).
 
-    ``scope`` is there only for a pool that shares its cluster (the spec's ``coexist``).
+    ``scope`` is there only for a pool that shares its cluster (the spec's ``coexist``);
+    ``guarantees`` (the floating partition, guarantee QOS -> project) and a
+    project's ``guarantee`` only where the spec has floating guarantees.
     """
     data: dict[str, Any] = {
         "enabled": enabled,
@@ -111,10 +129,7 @@ def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) ->
             }
             for p in t.partitions
         },
-        "projects": {
-            p.name: {"tiers": list(p.tiers), "default_tier": p.default_tier, "route": dict(p.routes)}
-            for p in t.projects
-        },
+        "projects": {p.name: _project_data(p) for p in t.projects},
         "project_order": [p.name for p in t.projects],
         "user_project": dict(t.users),
         "gpu_types": {
@@ -123,6 +138,11 @@ def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) ->
         "gpu_type_order": [g.name for g in t.gpu_types],
         "mig_by_size": list(t.mig_by_size),
     }
+    if t.guarantee_partition is not None:
+        data["guarantees"] = {
+            "partition": t.guarantee_partition,
+            "qos": {p.guarantee.qos: p.name for p in t.projects if p.guarantee is not None},
+        }
     if t.shared:
         data["scope"] = {"shared": True, "site_script": t.site_script, "site_order": t.site_order}
     return data

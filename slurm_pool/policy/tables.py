@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from slurm_pool.mig import catalogue
 from slurm_pool.mig.profiles import GEOMETRIES
-from slurm_pool.spec.model import PoolSpec
+from slurm_pool.spec.guarantees import guarantee_qos, guarantee_type
+from slurm_pool.spec.model import PoolSpec, Project
 from slurm_pool.spec.rules import partition_groups
 from slurm_pool.versions import SlurmVersion
 
@@ -58,11 +59,24 @@ class PartitionRule:
 
 
 @dataclass(frozen=True)
+class GuaranteeRule:
+    """A floating project's guarantee: where its jobs run while they fit it, and where beyond."""
+
+    qos: str  # the project's own QOS, <tier>-<project>
+    tier: str  # the tier whose jobs the guarantee takes
+    partition: str  # the floating partition
+    overflow_tier: str
+    overflow_partition: str | None  # the project's route for the overflow tier (None: it may not use it)
+    gpus: tuple[tuple[str, int], ...]  # (GPU type, count); type "" for any GPU
+
+
+@dataclass(frozen=True)
 class ProjectRule:
     name: str
     tiers: tuple[str, ...]  # usable tiers, in the project's order
     default_tier: str | None
     routes: tuple[tuple[str, str], ...]  # (tier, partition) for each usable tier
+    guarantee: GuaranteeRule | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,15 @@ class PolicyTables:
     #: The site's own job_submit.lua, chained ``before`` or ``after`` the pool's rules.
     site_script: str | None = None
     site_order: str = "before"
+    #: The floating partition (the spec's ``guarantees.partition``); None without guarantees.
+    guarantee_partition: str | None = None
+
+
+def _allowed(spec: PoolSpec, part_name: str, allow: list[str] | None) -> list[str] | None:
+    """The accounts a partition admits: the floating partition, left open in the spec, admits the floating projects."""
+    if allow is None and spec.guarantees is not None and part_name == spec.guarantees.partition:
+        return [p.name for p in spec.projects if p.guarantee]
+    return allow
 
 
 def _group_gpu_types(spec: PoolSpec, version: SlurmVersion) -> dict[str, list[GpuType]]:
@@ -137,12 +160,23 @@ def _route(spec: PoolSpec, account: str, tier: str) -> str | None:
     for idx, part in enumerate(spec.partitions):
         if part.tier != tier:
             continue
-        if part.allow_accounts is not None and account not in part.allow_accounts:
+        allow = _allowed(spec, part.name, part.allow_accounts)
+        if allow is not None and account not in allow:
             continue
-        key = (0 if part.allow_accounts is not None else 1, -part.priority_tier, idx)
+        key = (0 if allow is not None else 1, -part.priority_tier, idx)
         if best is None or key < best:
             best, choice = key, part.name
     return choice
+
+
+def _guarantee_rule(spec: PoolSpec, proj: Project, routes: list[tuple[str, str]]) -> GuaranteeRule | None:
+    """The guarantee of a floating project (None: it has none, or the spec has no ``guarantees``)."""
+    g = spec.guarantees
+    if g is None or not proj.guarantee:
+        return None
+    overflow = dict(routes).get(g.overflow)
+    gpus = tuple((guarantee_type(key) or "", n) for key, n in proj.guarantee.items())
+    return GuaranteeRule(guarantee_qos(g.tier, proj.name), g.tier, g.partition, g.overflow, overflow, gpus)
 
 
 def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
@@ -165,11 +199,12 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
     partitions = []
     for part in spec.partitions:
         present = {t.name for g in _partition_groups(spec, part.nodes) for t in group_types.get(g, [])}
+        allow = _allowed(spec, part.name, part.allow_accounts)
         partitions.append(
             PartitionRule(
                 name=part.name,
                 tier=part.tier,
-                accounts=tuple(part.allow_accounts) if part.allow_accounts is not None else None,
+                accounts=tuple(allow) if allow is not None else None,
                 max_time=part.max_time,
                 gpu_types=tuple(n for n in order if n in present),
             )
@@ -178,13 +213,17 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
     projects = []
     for proj in spec.projects:
         routes = []
+        g = spec.guarantees
         for tier in proj.tiers:
             target = _route(spec, proj.name, tier)
+            if g is not None and proj.guarantee and tier == g.tier:
+                target = g.partition  # its guarantee, not another partition of the tier
             if target is not None:
                 routes.append((tier, target))
         usable = tuple(t for t, _ in routes)
         default = proj.default_tier if proj.default_tier in usable else None
-        projects.append(ProjectRule(proj.name, usable, default, tuple(routes)))
+        rule = _guarantee_rule(spec, proj, routes)
+        projects.append(ProjectRule(proj.name, usable, default, tuple(routes), rule))
 
     users: dict[str, str] = {}
     for proj in spec.projects:
@@ -217,4 +256,5 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
         shared=spec.coexist is not None,
         site_script=site.script if site else None,
         site_order=site.order if site else "before",
+        guarantee_partition=spec.guarantees.partition if spec.guarantees is not None else None,
     )

@@ -14,7 +14,15 @@ from slurm_pool.sim.engine import simulate as replay
 from slurm_pool.sim.nodelend import OVERFLOW, LendRule, LendStats
 from slurm_pool.sim.nodes import NodePolicy, NodeResult, nodes_from_spec, simulate_nodes
 from slurm_pool.sim.report import write_report
-from slurm_pool.sim.sizing import Sizing, gpu_replay, node_replay, size_pool
+from slurm_pool.sim.sizing import (
+    BORROWER_TOLERANCE,
+    MAX_BORROWER_TOLERANCE,
+    Sizing,
+    borrower_floor,
+    gpu_replay,
+    node_replay,
+    size_pool,
+)
 from slurm_pool.sim.sizing import summary as sizing_summary
 from slurm_pool.sim.sizing_compare import Comparison, compare
 from slurm_pool.sim.sizing_compare import summary as compare_summary
@@ -164,7 +172,7 @@ def default_grace(spec: Any) -> int:
     "sizing",
     is_flag=True,
     help="Also find the smallest pool (servers taken away one by one) that keeps owners' p95 wait and borrowers' "
-    "work, under checkpoint-on-preempt.",
+    "work (their jobs done inside the window, less --borrower-tolerance), under checkpoint-on-preempt.",
 )
 @click.option(
     "--compare",
@@ -180,6 +188,15 @@ def default_grace(spec: Any) -> int:
     default=None,
     help="With --compare: runtime draws, the history as recorded and then runtimes redrawn from its own; a size "
     "passes only if it passes on every draw.  [default: 3]",
+)
+@click.option(
+    "--borrower-tolerance",
+    "borrower_tolerance",
+    type=Finite(min=0, max=MAX_BORROWER_TOLERANCE),
+    default=None,
+    help="With --size or --compare: the share (0 to 0.2) by which a size's borrower jobs done inside the window "
+    "may fall short of all the servers' and still pass, so that one job ending a second late does not decide "
+    f"a size.  [default: {BORROWER_TOLERANCE:g}]",
 )
 @click.option(
     "--report",
@@ -218,6 +235,7 @@ def simulate(
     sizing: bool,
     comparing: bool,
     draws: int | None,
+    borrower_tolerance: float | None,
     report_dir: str | None,
     spot_tier: str | None,
     lend: bool,
@@ -234,6 +252,11 @@ def simulate(
         raise click.BadParameter("floating guarantees place jobs on nodes: give --nodes too", param_hint="--compare")
     if draws is not None and not comparing:
         raise click.BadParameter(f"{draws} draws: only --compare replays several draws", param_hint="--draws")
+    if borrower_tolerance is not None and not (sizing or comparing):
+        raise click.BadParameter(
+            f"{borrower_tolerance:g}: only --size or --compare judges borrowers", param_hint="--borrower-tolerance"
+        )
+    tol = BORROWER_TOLERANCE if borrower_tolerance is None else borrower_tolerance
     spec = load_spec(spec_path)
     prices = tier_prices(spec, spot_tier)
     capacity = history.owned_gpus(spec)
@@ -257,11 +280,11 @@ def simulate(
     compared: Comparison | None = None
     pool = next(p for _, p in policies if p.name == "pool-checkpoint-on-preempt")
     if comparing:
-        compared = compare(nodes, hist.jobs, pool, hist.window, draws=draws or 3, lend=rule)
+        compared = compare(nodes, hist.jobs, pool, hist.window, draws=draws or 3, lend=rule, tol=tol)
         sized = compared.sizing(0)
     elif sizing:
         engine = node_replay if on_nodes else gpu_replay
-        sized = size_pool(nodes, hist.jobs, pool, hist.window, engine(hist.jobs, hist.window))
+        sized = size_pool(nodes, hist.jobs, pool, hist.window, engine(hist.jobs, hist.window), tol=tol)
     if report_dir is not None:
         try:
             title = f"Pool replay of {shown(Path(sacct_path).name)}"  # the file's name: no control characters
@@ -350,7 +373,8 @@ def echo_sizing(sz: Sizing) -> None:
         click.echo(f"pool size: no size passes, not even all {sz.dedicated_gpus} GPUs")
     click.echo(
         f"  bar: owners' p95 wait <= {sz.target_p95:,.0f} s (dedicated servers), "
-        f">= {sz.borrowers_needed:,} borrower jobs done inside the window (all servers pooled)"
+        f">= {sz.borrowers_floor:,} borrower jobs done inside the window ({sz.borrowers_needed:,} on all servers "
+        f"pooled, less {sz.tolerance * 100:g} %)"
     )
     click.echo(f"  {'GPUs':>6} {'GPU time used':>13} {'owner p95':>10} {'preemptions':>11}  result")
     for t in sz.trials:
@@ -368,8 +392,9 @@ def echo_compare(c: Comparison) -> None:
     click.echo(f"\ndesigns compared over {c.draws} runtime draws (the history as recorded{redrawn}):")
     click.echo(
         f"  bar: owners' p95 wait <= {', '.join(f'{b.wait_quantile(0.95):,.0f}' for b in c.baselines)} s "
-        f"(dedicated servers, per draw), >= {', '.join(f'{n:,}' for n in c.needs)} borrower jobs done inside "
-        "the window (owned nodes, all servers); a size passes on every draw, and so does every larger one"
+        f"(dedicated servers, per draw), >= {', '.join(f'{borrower_floor(n, c.tolerance):,}' for n in c.needs)} "
+        f"borrower jobs done inside the window ({', '.join(f'{n:,}' for n in c.needs)} on owned nodes, all servers, "
+        f"less {c.tolerance * 100:g} %); a size passes on every draw, and so does every larger one"
     )
     cells: dict[str, list[str]] = {k: [] for k in ROWS}
     for d in ds:
@@ -386,6 +411,7 @@ def echo_compare(c: Comparison) -> None:
         cells["owners' p95 (worst draw)"].append(f"{f['owner_wait_p95_seconds']:,.0f} s" if f else "-")
         cells["busy: Slurm jobs"].append(f"{f['utilization']:.1%}" if f else "-")
         cells["busy: + lent inference"].append(f"{f['busy_with_lent']:.1%}" if f else "-")
+        cells["offered load"].append(f"{f['offered_load']:.1%}" if f and f["offered_load"] is not None else "-")
         cells["preemptions"].append(f"{f['preemptions']:,.0f}" if f else "-")
         cells["lost GPU-h"].append(f"{f['lost_gpu_hours']:,.1f}" if f else "-")
     click.echo(f"  {'':26}" + "".join(f"{d.name:>22}" for d in ds))
@@ -406,6 +432,7 @@ ROWS = (
     "owners' p95 (worst draw)",
     "busy: Slurm jobs",
     "busy: + lent inference",
+    "offered load",
     "preemptions",
     "lost GPU-h",
 )

@@ -90,7 +90,8 @@ def sizing_markdown(sz: Sizing) -> str:
         "",
         f"The smallest pool whose owners' p95 wait is no worse than on dedicated servers "
         f"({sz.target_p95:,.0f} s) and whose borrowers get as many jobs done inside the window as on all "
-        f"servers ({sz.borrowers_needed:,}).  {answer}",
+        f"servers ({sz.borrowers_needed:,}), less a {sz.tolerance * 100:g} % tolerance (at least "
+        f"{sz.borrowers_floor:,}).  {answer}",
         "",
         f"![GPUs against owners' p95 wait]({SIZING_PLOT})",
         "",

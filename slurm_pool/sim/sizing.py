@@ -13,12 +13,16 @@ A size **passes** when, replayed under the pool's policy,
 * the owners' p95 wait is no worse than on their dedicated servers (all of
   them, the ``dedicated`` policy: the baseline),
 * no owner job is left unfinished, and
-* the borrowers get as many jobs done inside the window as on all the servers
-  pooled (what the pool does today, so the full size never fails on this).
+* the borrowers get at least ``(1 - tol)`` of the jobs done inside the window
+  that they get on all the servers pooled (what the pool does today, so the
+  full size never fails on this; ``tol`` is :data:`BORROWER_TOLERANCE`, 1 %,
+  by default).
 
 Borrowers queue behind each other, so even all the servers pooled rarely
 finish every borrower job that arrives inside the window: a job that comes
-late, or waits, ends after it.  The count on the full pool is the bar.
+late, or waits, ends after it.  The count on the full pool is the bar; the
+tolerance keeps a size from failing on one borrower job that ends a second
+after the window (chance, not capacity).
 
 The answer is the smallest size that passes, as GPUs and as a ratio to the
 dedicated GPUs; every size tried is kept for the plot of GPUs against p95.
@@ -28,6 +32,7 @@ several runtime draws, with the same bar (:func:`judge`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -40,6 +45,10 @@ from slurm_pool.sim.units import mig_counts
 Replay = Callable[[Sequence[Node], Policy], Result]
 #: The GPU engine's name for servers nobody owns (a project with no jobs).
 NOBODY = "(nobody)"
+#: The share of the bar's borrower jobs a size may fall short by and still pass (1 %).
+BORROWER_TOLERANCE = 0.01
+#: The largest tolerance accepted (a fifth of the borrowers' jobs).
+MAX_BORROWER_TOLERANCE = 0.2
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,12 @@ class Sizing:
     target_p95: float
     borrowers_needed: int  # borrower jobs done inside the window on all the servers pooled
     trials: tuple[Trial, ...]
+    tolerance: float = BORROWER_TOLERANCE  # the share of borrowers_needed a size may fall short by
+
+    @property
+    def borrowers_floor(self) -> int:
+        """The fewest borrower jobs done inside the window that pass."""
+        return borrower_floor(self.borrowers_needed, self.tolerance)
 
     @property
     def best(self) -> Trial | None:
@@ -173,6 +188,21 @@ def borrowers_done_in_window(r: Result) -> int:
     return sum(1 for t in r.borrower_ends if t <= r.window)
 
 
+def check_tolerance(tol: float) -> float:
+    """``tol`` if it is a number from 0 to :data:`MAX_BORROWER_TOLERANCE`, else ValueError."""
+    if isinstance(tol, bool) or not (
+        isinstance(tol, (int, float)) and math.isfinite(tol) and 0 <= tol <= MAX_BORROWER_TOLERANCE
+    ):
+        raise ValueError(f"borrower_tolerance: {tol!r} is not a number from 0 to {MAX_BORROWER_TOLERANCE:g}")
+    return float(tol)
+
+
+def borrower_floor(need: int, tol: float) -> int:
+    """The fewest borrower jobs done that pass a bar of ``need`` with tolerance ``tol``: ``(1 - tol) x need``
+    rounded up (rounded to 9 places first, so that 0.99 x 100 is 99)."""
+    return math.ceil(round(need * (1 - tol), 9))
+
+
 def size_pool(
     nodes: Sequence[Node],
     jobs: Sequence[Job],
@@ -180,8 +210,11 @@ def size_pool(
     window: float,
     replay: Replay,
     max_sizes: int = 64,
+    tol: float = BORROWER_TOLERANCE,
 ) -> Sizing:
-    """Replay ``policy`` on each nested pool size; the baseline is ``dedicated`` on all ``nodes``."""
+    """Replay ``policy`` on each nested pool size; the baseline is ``dedicated`` on all ``nodes``; a size's
+    borrowers may fall short of the full pool's by ``tol`` (a share, 0 to 0.2)."""
+    check_tolerance(tol)
     if not any(n.owner is not None for n in nodes):
         raise ValueError("nodes: no server has an owner, so there are no dedicated servers to size against")
     if not policy.pooled:
@@ -193,21 +226,24 @@ def size_pool(
     for pool in pool_sizes(nodes, jobs, max_sizes):  # all the servers first
         r = replay(pool, policy)
         need = borrowers_done_in_window(r) if need is None else need
-        trials.append(Trial(pool, r, judge(r, target, need)))
-    return Sizing(baseline, sum(n.gpus for n in nodes), target, need or 0, tuple(trials))
+        trials.append(Trial(pool, r, judge(r, target, need, tol)))
+    return Sizing(baseline, sum(n.gpus for n in nodes), target, need or 0, tuple(trials), tol)
 
 
-def judge(r: Result, target: float, need: int) -> tuple[str, ...]:
+def judge(r: Result, target: float, need: int, tol: float = BORROWER_TOLERANCE) -> tuple[str, ...]:
     """Why replay ``r`` of a pool size fails the bar (empty: it passes): owners' p95 wait over ``target``,
-    an owner job unfinished, fewer than ``need`` borrower jobs done inside the window."""
+    an owner job unfinished, fewer than ``(1 - tol) x need`` borrower jobs done inside the window."""
     failures = []
     if r.wait_quantile(0.95) > target:
         failures.append(f"owner wait p95 {r.wait_quantile(0.95):,.0f} s > {target:,.0f} s on dedicated servers")
     if r.unfinished_owner_jobs:
         failures.append(f"{r.unfinished_owner_jobs} owner jobs unfinished")
     done = borrowers_done_in_window(r)
-    if done < need:
-        failures.append(f"{need - done} fewer borrower jobs done inside the window than the {need} on all servers")
+    if done < borrower_floor(need, tol):
+        failures.append(
+            f"{need - done} fewer borrower jobs done inside the window than the {need} on all servers "
+            f"(tolerance {tol * 100:g} %: at least {borrower_floor(need, tol)})"
+        )
     return tuple(failures)
 
 
@@ -262,6 +298,8 @@ def summary(sz: Sizing) -> dict[str, Any]:
         "dedicated_utilization": round(sz.baseline.utilization, 4),
         "dedicated_owner_wait_p95_seconds": round(sz.target_p95, 1),
         "borrower_jobs_needed": sz.borrowers_needed,
+        "borrower_tolerance": sz.tolerance,
+        "borrower_jobs_floor": sz.borrowers_floor,
         "gpus_needed": best.gpus if best is not None else None,
         "ratio_to_dedicated": round(sz.ratio, 3) if sz.ratio is not None else None,
         "utilization_at_size": round(best.result.utilization, 4) if best is not None else None,

@@ -13,8 +13,10 @@ guarantee; and ``doctor`` flags the guarantees once a node is drained.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -51,10 +53,18 @@ def floating() -> Iterator[ClusterHandle]:
 
 
 @pytest.fixture
-def pool(floating: ClusterHandle, tmp_path: Path) -> Iterator[ClusterHandle]:
-    tmp_path.chmod(0o777)
+def pool(floating: ClusterHandle) -> Iterator[ClusterHandle]:
     yield floating
     floating.cancel_all()
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A directory the jobs' users can write (pytest's tmp_path is root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="sp-floating-", dir="/tmp"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def submit(cluster: ClusterHandle, user: str, *args: str, script: str = "#!/bin/bash\nsleep 300\n"):
@@ -108,9 +118,9 @@ def where(cluster: ClusterHandle, job: int) -> tuple[str, str, str]:
     return part, qos, nodes
 
 
-def test_a_guarantee_preempts_a_borrower_anywhere_and_the_next_job_overflows(pool: ClusterHandle, tmp_path: Path):
+def test_a_guarantee_preempts_a_borrower_anywhere_and_the_next_job_overflows(pool: ClusterHandle, workdir: Path):
     grace = pool.spec.tier("scavenger").grace_time
-    holders = hold_floating_nodes(pool, tmp_path)
+    holders = hold_floating_nodes(pool, workdir)
     idle = pool.run(["sinfo", "-h", "-N", "-p", "floating", "-o", "%N %t"]).stdout
     assert "idle" not in idle, idle
 
@@ -139,9 +149,9 @@ def test_a_guarantee_preempts_a_borrower_anywhere_and_the_next_job_overflows(poo
     assert where(pool, owned)[0] == "a-owner"
 
 
-def test_two_owners_bursting_at_once_both_get_their_guarantee(pool: ClusterHandle, tmp_path: Path):
+def test_two_owners_bursting_at_once_both_get_their_guarantee(pool: ClusterHandle, workdir: Path):
     grace = pool.spec.tier("scavenger").grace_time
-    hold_floating_nodes(pool, tmp_path)
+    hold_floating_nodes(pool, workdir)
     submitted = time.time()
     dave, _ = submit(pool, "dave", "-A", "projd", "--gres=gpu:2")
     erin, _ = submit(pool, "erin", "-A", "proje", "--gres=gpu:nvidia_h100_80gb_hbm3:2")

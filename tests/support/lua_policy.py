@@ -7,14 +7,16 @@ data given directly (the ``SLURM_POOL`` table, as
 carries Lua 5.1 (what Debian's Slurm links), 5.3 (what SchedMD's own packages
 link) and 5.4 runtimes; the policy must behave the same on each.  The ``slurm`` table is a stub that mirrors 22.05: SUCCESS,
 ERROR, the ESLURM_* names 22.05 exposes, NO_VAL*, and log functions that take
-a format string and record what they print.
+a format string and record what they print.  ``slurm.jobs`` mirrors slurmctld's
+job table as job_submit/lua builds it (job id string -> an empty table whose
+fields are read through ``__index``): empty until :meth:`LuaPolicy.set_jobs`.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from slurm_pool.policy.lua import assemble
 
@@ -49,6 +51,18 @@ slurm.log_debug = recorder("info")
 slurm.log_error = recorder("error")
 slurm.error = recorder("error")
 function reset_log() LOG = { user = {}, info = {}, error = {} } end
+slurm.jobs = {}
+-- slurm.jobs as job_submit/lua builds it: job id (a string) -> a record read through __index.
+function job_records(list)
+    local jobs = {}
+    for i, fields in ipairs(list) do
+        local rec = setmetatable({}, { __index = function(_, k) return fields[k] end })
+        local id = fields.job_id
+        if type(id) ~= "number" or id ~= math.floor(id) or id < 0 or id >= 2^32 then id = i end
+        jobs[string.format("%d", id)] = rec
+    end
+    return jobs
+end
 function zero_based(list)
     local t = {}
     for i, v in ipairs(list) do t[i - 1] = v end
@@ -123,6 +137,14 @@ class LuaPolicy:
         if job is not None and self.lua.eval("type")(job) == "table":
             out.job = {str(k): v for k, v in job.items() if isinstance(k, (str, bytes))}
         return out
+
+    def set_jobs(self, records: Sequence[Mapping[str, Any]] | None) -> None:
+        """Set ``slurm.jobs`` to these job records (their fields as slurmctld names them); None removes it."""
+        slurm = self.lua.globals().slurm
+        if records is None:
+            slurm.jobs = None
+            return
+        slurm.jobs = self.lua.globals().job_records(self.lua.table(*[self.table(r) for r in records]))
 
     def submit(self, job: Mapping[str, Any] | Any, submit_uid: Any = 1000) -> Outcome:
         """Call ``slurm_job_submit`` with ``job`` (a mapping, or any Lua value for fuzzing)."""
@@ -224,7 +246,8 @@ FUZZ_WORDS = [
 ]
 
 
-def _junk(rng: random.Random, depth: int = 0) -> Any:
+def junk(rng: random.Random, depth: int = 0) -> Any:
+    """A random value of any kind a Lua field could hold (strings, numbers, NaN, tables)."""
     kind = rng.randrange(12)
     if kind == 0:
         return rng.choice(FUZZ_WORDS)
@@ -239,9 +262,9 @@ def _junk(rng: random.Random, depth: int = 0) -> Any:
     if kind == 5:
         return rng.choice([True, False])
     if kind == 6 and depth < 2:
-        return [_junk(rng, depth + 1) for _ in range(rng.randrange(0, 5))]
+        return [junk(rng, depth + 1) for _ in range(rng.randrange(0, 5))]
     if kind == 7 and depth < 2:
-        return {rng.choice(FUZZ_FIELDS): _junk(rng, depth + 1) for _ in range(rng.randrange(0, 3))}
+        return {rng.choice(FUZZ_FIELDS): junk(rng, depth + 1) for _ in range(rng.randrange(0, 3))}
     if kind == 8:
         return ",".join(rng.choice(FUZZ_WORDS) for _ in range(rng.randrange(1, 6)))
     if kind == 9:
@@ -256,8 +279,8 @@ def random_job(rng: random.Random) -> dict[str, Any]:
     job: dict[str, Any] = {}
     for name in FUZZ_FIELDS:
         if rng.random() < 0.5:
-            job[name] = _junk(rng)
+            job[name] = junk(rng)
     if rng.random() < 0.3:
         env = [w for w in FUZZ_WORDS if "=" in w and "\n" not in w]
-        job["spank_job_env"] = [rng.choice(env) if rng.random() < 0.7 else _junk(rng) for _ in range(rng.randrange(4))]
+        job["spank_job_env"] = [rng.choice(env) if rng.random() < 0.7 else junk(rng) for _ in range(rng.randrange(4))]
     return job

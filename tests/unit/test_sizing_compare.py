@@ -147,6 +147,42 @@ def test_floating_needs_fewer_gpus_than_owned_nodes():
     assert got["floating"]["gpus_needed"] == 2 and got["floating"]["ratio_to_dedicated"] == 0.5
     assert got["floating"]["at_size"]["overcommit"] == 2.0 and got["owned"]["at_size"]["overcommit"] is None
     assert out["draws"] == 2 and out["dedicated_gpus"] == 4
+    # 400 GPU-seconds of owners' jobs in a 400 s window: a quarter of 4 GPUs, half of 2
+    assert ded.offered_load(0) == owned.offered_load(0) == 0.25 and floating.offered_load(floating.chosen) == 0.5
+    assert got["floating"]["at_size"]["offered_load"] == 0.5
+    assert c.tolerance == 0.01 and out["borrower_tolerance"] == 0.01 and c.sizing(1).tolerance == 0.01
+
+
+@pytest.mark.parametrize(
+    ("jobs", "window", "gpu_seconds"),
+    [
+        ([Job("a", "a", 0, 100, 2)], 400, 200),
+        ([Job("a", "a", 350, 100, 2)], 400, 100),  # cut at the window's end
+        ([Job("a", "a", 500, 100, 2)], 400, 0),  # arrives after it
+        ([Job("m", "a", 0, 70, 2, "3g.20gb")], 400, 60),  # 2 instances of 3 of 7 slices
+        ([Job("a", "a", 0, 100, 1), Job("x", None, 0, 100, 3)], 400, 400),  # borrowers count too
+    ],
+    ids=["whole-gpus", "cut-at-window", "after-window", "mig-slices", "owners-and-borrowers"],
+)
+def test_offered_gpu_seconds(jobs, window, gpu_seconds):
+    assert sc.offered_gpu_seconds(jobs, window) == pytest.approx(gpu_seconds)
+
+
+def test_offered_load_is_unknown_without_offered_time():
+    assert fake_design([[True]]).offered_load(0) is None and fake_design([[True]]).figures(0)["offered_load"] is None
+
+
+# A borrower job that all four servers finish at 100 s and that two servers finish only at 200 s (after the
+# 150 s window): a bar of one job, which no tolerance up to a fifth lowers.
+BORROWING = [Job("a-0", "a", 0, 100, 1), Job("b-0", "b", 0, 100, 1), Job("x-0", None, 0, 100, 2)]
+
+
+@pytest.mark.parametrize("tol", [0.0, 0.2])
+def test_compare_judges_borrowers_with_the_tolerance(tol):
+    c = sc.compare(TINY, BORROWING, POOL, 150, tol=tol)
+    assert c.tolerance == tol and c.needs == (1,) and c.sizing(0).tolerance == tol
+    floating = c.design("floating")
+    assert f"(tolerance {tol * 100:g} %: at least 1)" in floating.limit
 
 
 @pytest.mark.parametrize(
@@ -160,6 +196,12 @@ def test_floating_needs_fewer_gpus_than_owned_nodes():
 def test_compare_rejects(nodes, policy, draws, message):
     with pytest.raises(ValueError, match=message):
         sc.compare(nodes, TINY_JOBS, policy, 400, draws=draws)
+
+
+@pytest.mark.parametrize("tol", [-0.5, 0.25, float("nan")])
+def test_compare_rejects_a_bad_tolerance(tol):
+    with pytest.raises(ValueError, match="borrower_tolerance: .* is not a number from 0 to 0.2"):
+        sc.compare(TINY, TINY_JOBS, POOL, 400, tol=tol)
 
 
 def run(*args: str):
@@ -177,6 +219,7 @@ def test_cli_compare_text_json_and_plot(tmp_path):
     # a server per owner
     assert rows["GPUs needed"] == ["8", "6", "4"] and rows["ratio to dedicated"] == ["1.00", "0.75", "0.50"]
     assert rows["overcommit"] == ["-", "-", "2.00"] and "busy: + lent inference" not in rows
+    assert len(rows["offered load"]) == 3 and "less 1 %" in table
     assert "floating: what stops a smaller pool: at 2 GPUs (draw 0): owner wait p95" in table
     out = tmp_path / "report"
     res = run("--nodes", "--compare", "--draws", "2", "--json", "--report", str(out))
@@ -198,6 +241,8 @@ def test_cli_compare_text_json_and_plot(tmp_path):
         (["--nodes", "--compare", "--draws", "0"], "0 is not in the range"),
         (["--nodes", "--compare", "--draws", "two"], "'two' is not a valid integer"),
         (["--nodes", "--draws", "2"], "only --compare replays several draws"),
+        (["--nodes", "--compare", "--borrower-tolerance", "0.5"], "'--borrower-tolerance': 0.5 is not in the range"),
+        (["--nodes", "--compare", "--borrower-tolerance", "inf"], "'--borrower-tolerance': inf is not in the range"),
     ],
 )
 def test_cli_compare_bad_input_exits_2(args, message):
