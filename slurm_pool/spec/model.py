@@ -17,8 +17,8 @@ from slurm_pool.spec.adopt import Adopt
 from slurm_pool.spec.base import Feature, Host, Name, PlainPath, SlurmTime, Strict, User
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.spec.coexist import Coexist
-from slurm_pool.spec.guarantees import Guarantee, Guarantees
 from slurm_pool.spec.console import Console
+from slurm_pool.spec.guarantees import Guarantee, Guarantees
 from slurm_pool.spec.notebooks import Notebooks
 
 PreemptMode = Literal["off", "cancel", "requeue", "suspend"]

@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -26,7 +25,13 @@ import pytest
 from slurm_pool.spec.guarantees import guarantee_qos
 from tests.conftest import TEST_SLURM
 from tests.support.patience import wait_for
-from tests.support.slurm_cluster import ClusterHandle, start_session_cluster, stop_session_cluster
+from tests.support.slurm_cluster import (
+    ClusterHandle,
+    job_workdir,
+    self_requeue,
+    start_session_cluster,
+    stop_session_cluster,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -34,9 +39,10 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pool-floating.yaml"
 FLOATING_NODES = ("f-gpu1", "f-gpu2", "f-gpu3")
 
-#: A borrower that leaves at once when signalled (Slurm requeues it: the scavenger tier's PreemptMode).
+#: A borrower that leaves at once when signalled and is requeued (the scavenger tier's PreemptMode; before
+#: 23.02 a job that exits within GraceTime completes unless it requeues itself: ``self_requeue``).
 HOLDER = """#!/bin/bash
-trap 'exit 0' USR1 TERM
+trap '{requeue}exit 0' USR1 TERM
 echo started > {mark}
 sleep 600 &
 wait
@@ -61,8 +67,7 @@ def pool(floating: ClusterHandle) -> Iterator[ClusterHandle]:
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     """A directory the jobs' users can write (pytest's tmp_path is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="sp-floating-", dir="/tmp"))
-    path.chmod(0o777)
+    path = job_workdir("sp-floating")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -96,7 +101,7 @@ def hold_floating_nodes(cluster: ClusterHandle, workdir: Path) -> dict[str, int]
             "--signal=B:USR1@30",
             "-D",
             str(workdir),
-            script=HOLDER.format(mark=mark),
+            script=HOLDER.format(mark=mark, requeue=self_requeue(cluster.version)),
         )
         holders[node] = job
     for node, job in holders.items():
