@@ -26,29 +26,14 @@ from typing import Iterable, Mapping
 
 from slurm_pool.accounting.plan import guarantee_grp_tres
 from slurm_pool.adapters.gres import gpu_counts, parse_tres
-from slurm_pool.adapters.records import NodeRecord
+from slurm_pool.adapters.records import OUT_OF_SERVICE, NodeRecord
 from slurm_pool.findings import Finding
 from slurm_pool.spec.guarantees import floating_projects, guarantee_qos, guarantee_sums, guarantee_type
 from slurm_pool.spec.model import PoolSpec
 
 CHECK = "guarantees"
 #: Node base states and flags whose GPUs Slurm cannot give a job now.
-OUT_STATES = frozenset(
-    {
-        "DOWN",
-        "UNKNOWN",
-        "FUTURE",
-        "ERROR",
-        "DRAIN",
-        "DRAINED",
-        "DRAINING",
-        "FAIL",
-        "FAILING",
-        "NOT_RESPONDING",
-        "INVALID",
-        "INVALID_REG",
-    }
-)
+OUT_STATES = OUT_OF_SERVICE
 #: The word a finding uses for a node out for one of these (the first that applies).
 _OUT_WORDS = (
     ("DRAINING", "draining"),

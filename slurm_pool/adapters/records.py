@@ -62,6 +62,11 @@ ON_NODE = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "SIGNA
 WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 #: Node state words of a node drained on purpose.
 DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
+#: Node state words (base states and flags) under which Slurm gives the node's GPUs to no new job:
+#: down, drained or draining, failed or failing, not responding, not there yet, or refused at registration.
+OUT_OF_SERVICE = DRAINED | frozenset(
+    {"DOWN", "UNKNOWN", "FUTURE", "ERROR", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND", "INVALID", "INVALID_REG"}
+)
 #: Lines of ``scontrol show job`` whose value a user chooses.
 _USER_TEXT_KEYS = frozenset(
     {

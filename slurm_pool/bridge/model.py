@@ -22,7 +22,7 @@ from functools import cached_property, lru_cache
 from typing import Any, Iterable, Mapping, TypeVar
 
 from slurm_pool.adapters.gres import gpu_counts
-from slurm_pool.adapters.records import JobRecord, NodeRecord, State
+from slurm_pool.adapters.records import OUT_OF_SERVICE, JobRecord, NodeRecord, State
 from slurm_pool.adapters.slurmjson import REASON_PREFIX
 from slurm_pool.bridge.demand import isvc_demand, total_demand
 from slurm_pool.bridge.k8sview import (
@@ -67,17 +67,9 @@ LEND_COMMENT = f"{REASON_PREFIX}lend"
 #: Job name of placeholder jobs (for squeue readers; the comment is what counts).
 PLACEHOLDER_NAME = "slurm-pool-lend"
 
-#: Slurm node states that rule out lending (and reclaim a lent node).
-UNAVAILABLE_STATES = frozenset(
+#: Slurm node states that rule out lending (and reclaim a lent node): out of service, or about to be.
+UNAVAILABLE_STATES = OUT_OF_SERVICE | frozenset(
     {
-        "DOWN",
-        "DRAIN",
-        "DRAINED",
-        "DRAINING",
-        "FAIL",
-        "FAILING",
-        "NOT_RESPONDING",
-        "NO_RESPOND",
         "MAINT",
         "RESERVED",
         "POWER_DOWN",
@@ -86,9 +78,6 @@ UNAVAILABLE_STATES = frozenset(
         "POWERING_UP",
         "REBOOT_REQUESTED",
         "REBOOT_ISSUED",
-        "UNKNOWN",
-        "FUTURE",
-        "INVALID_REG",
         "PLANNED",
     }
 )

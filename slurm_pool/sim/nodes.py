@@ -38,6 +38,10 @@ nodes.  The model:
   signalled count first (:mod:`.victims`).  It starts when the last of them is gone (GraceTime
   after the signal).  A victim keeps its work up to the signal when it
   checkpoints on the signal, else up to its last periodic checkpoint.
+  With ``NodePolicy.signal_end`` other than ``"hold"``, a victim whose work
+  would end within its grace frees its GPUs at that end (requeued, or done).
+* With ``NodePolicy.borrow_tiers``, the borrowers' queue is ordered by
+  priority tier (an overflow partition ahead of scavenger), then FIFO.
 * With ``NodePolicy.backfill`` (:mod:`.backfill`), when a queue's head
   cannot start, it gets one reservation (the earliest time and nodes where it
   fits, from running jobs' time limits); up to ``bf_depth`` jobs behind it may
@@ -116,6 +120,7 @@ class _Sim(EngineState):
     def __init__(self, nodes: list[Node], policy: NodePolicy, window: float):
         super().__init__(nodes, policy, window)
         self.lender = Lender(self, policy.lend) if policy.lend is not None else None
+        self.tiers = dict(policy.borrow_tiers)  # borrowed-tier job id -> priority tier
 
     def _try_guaranteed(self, job: Job) -> bool:
         p = job.project
@@ -151,6 +156,18 @@ class _Sim(EngineState):
 
     def _preempt(self, run: Run) -> None:
         st = self.state[run.job.id]
+        natural = run.start + run.job.work - st.done  # when its work would end
+        if self.pol.signal_end != "hold" and natural <= self.now + self.pol.grace:
+            run.signalled = self.now
+            if self.pol.signal_end == "complete":  # it ends within its grace: done there, not preempted
+                del self.runs[run.job.id]
+                run.free_at = max(self.now, natural)
+                self.leaving[run.job.id] = run
+                for n in run.alloc:
+                    self.bump(n)
+                self.epoch += 1
+                self.push(run.free_at, "ended", run)
+                return
         total = st.done + max(0.0, self.now - run.start)
         if self.pol.checkpoint_on_signal:
             kept = total
@@ -165,7 +182,7 @@ class _Sim(EngineState):
         if run.job.project is not None:
             self.res.owner_jobs_preempted += 1
         del self.runs[run.job.id]
-        run.free_at = self.now + self.pol.grace
+        run.free_at = self.now + self.pol.grace if run.signalled is None else max(self.now, natural)
         self.leaving[run.job.id] = run
         for n in run.alloc:
             self.bump(n)  # it now ends at the end of its grace window
@@ -355,9 +372,13 @@ class _Sim(EngineState):
         if kind == "arrive":
             assert isinstance(payload, Job)
             q = self.queues[payload.project]
-            if len(q) <= self.pol.bf_depth:  # it lands inside backfill's window
+            at = len(q)
+            if payload.project is None and self.tiers:  # behind the borrowers of its tier and higher
+                mine = self.tiers.get(payload.id, 0)
+                at = next((i for i, o in enumerate(q) if self.tiers.get(o.id, 0) < mine), at)
+            if at <= self.pol.bf_depth:  # it lands inside backfill's window
                 self.qgen[payload.project] += 1
-            q.append(payload)
+            q.insert(at, payload)
         elif kind == "finish":
             assert isinstance(payload, tuple)
             job_id, version = payload
@@ -365,13 +386,11 @@ class _Sim(EngineState):
             if run is None or run.version != version:
                 return
             st = self.state[job_id]
-            self.account(run, self.now, run.job.work - st.done)
-            st.done = run.job.work
             del self.runs[job_id]
             lim = self.limit_of(run.job) if self.limited else None
             if lim is not None and self.now < run.begin + lim:
                 self.epoch += 1  # ended before its limit: reservations may come earlier
-            self.record(run, self.now, "done")
+            self._done(run)
             if self.pol.release_delay > 0:  # completing: its GPUs come free a little later
                 run.free_at = self.now + self.pol.release_delay
                 for n in run.alloc:
@@ -379,17 +398,11 @@ class _Sim(EngineState):
                 self.push(run.free_at, "released", run)
             else:
                 self.release(run)
-            assert st.first_start is not None
-            wait = st.first_start - run.job.arrival
-            if run.job.project is None:
-                self.res.borrower_jobs_done += 1
-                self.res.borrower_waits.append(wait)
-                self.res.borrower_ends.append(self.now)
-            else:
-                self.owner_done += 1
-                self.res.owner_waits.append(wait)
-                self.res.owner_starts.append(st.first_start)
-                self.res.owner_projects.append(run.job.project)
+        elif kind == "ended":  # signalled, it ended within its grace (``signal_end="complete"``)
+            assert isinstance(payload, Run)
+            del self.leaving[payload.job.id]
+            self._done(payload)
+            self.release(payload)
         elif kind == "requeue":
             assert isinstance(payload, Run)
             del self.leaving[payload.job.id]
@@ -398,8 +411,7 @@ class _Sim(EngineState):
             if self.pol.requeue_delay > 0:
                 self.push(self.now + self.pol.requeue_delay, "eligible", payload.job)
             else:
-                self.queues[payload.job.project].appendleft(payload.job)
-                self.qgen[payload.job.project] += 1
+                self._requeue(payload.job)
         elif kind == "released":
             assert isinstance(payload, Run)
             self.release(payload)
@@ -407,8 +419,35 @@ class _Sim(EngineState):
             pass
         elif kind == "eligible":  # a requeued job's hold is over: it keeps its place at the front
             assert isinstance(payload, Job)
-            self.queues[payload.project].appendleft(payload)
-            self.qgen[payload.project] += 1
+            self._requeue(payload)
+
+    def _done(self, run: Run) -> None:
+        """``run`` finished its work now: count it and record it."""
+        st = self.state[run.job.id]
+        self.account(run, self.now, run.job.work - st.done)
+        st.done = run.job.work
+        self.record(run, self.now, "done")
+        assert st.first_start is not None
+        wait = st.first_start - run.job.arrival
+        if run.job.project is None:
+            self.res.borrower_jobs_done += 1
+            self.res.borrower_waits.append(wait)
+            self.res.borrower_ends.append(self.now)
+        else:
+            self.owner_done += 1
+            self.res.owner_waits.append(wait)
+            self.res.owner_starts.append(st.first_start)
+            self.res.owner_projects.append(run.job.project)
+
+    def _requeue(self, job: Job) -> None:
+        """A requeued ``job`` goes back to the front of its queue (of its priority tier's jobs)."""
+        q = self.queues[job.project]
+        if job.project is None and self.tiers:
+            at = next((i for i, o in enumerate(q) if self.tiers.get(o.id, 0) <= self.tiers.get(job.id, 0)), len(q))
+            q.insert(at, job)
+        else:
+            q.appendleft(job)
+        self.qgen[job.project] += 1
 
 
 def nodes_from_spec(spec: Any) -> list[Node]:

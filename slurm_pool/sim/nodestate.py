@@ -63,6 +63,13 @@ class NodePolicy(Policy):
     #: Floating projects and their guaranteed whole GPUs, anywhere on the nodes nobody owns (a QOS with
     #: GrpTRES=gres/gpu=N on the floating partition); such a project owns no node.
     guarantees: tuple[tuple[str, int], ...] = ()
+    #: A signalled run whose work would end within its GraceTime: ``"hold"`` holds its GPUs for the whole
+    #: grace (a victim that ignores the signal, and more); ``"requeue"`` frees them at that end and requeues
+    #: it (Slurm 26.05 records it PREEMPTED); ``"complete"`` frees them there and it is done (Slurm 22.05).
+    signal_end: str = "hold"
+    #: Borrowed-tier jobs' priority tiers (job id -> tier, as the partition's PriorityTier; others 0): the
+    #: borrowers' queue is ordered by tier, higher first, then as it would be (arrival, requeued first).
+    borrow_tiers: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,7 @@ class Run:
     w: float  # GPU-equivalents it counts for (its GPUs; for instances, their share of the GPU)
     free_at: float | None = None  # signalled: gone at this time
     claimed: dict[int, int] = field(default_factory=dict)  # GPUs owners took over while it leaves
+    signalled: float | None = None  # when it was signalled (None: ``free_at`` minus the grace)
 
 
 @dataclass(slots=True)
@@ -154,6 +162,8 @@ class EngineState:
             raise ValueError(f"bf_depth: {policy.bf_depth} is negative")
         if not policy.bf_interval >= 0:
             raise ValueError(f"bf_interval: {policy.bf_interval} is negative")
+        if policy.signal_end not in ("hold", "requeue", "complete"):
+            raise ValueError(f"signal_end: {policy.signal_end!r} is not 'hold', 'requeue' or 'complete'")
         self.nodes = nodes
         # Per unit (:mod:`.units`; unit n < len(nodes) is node n's whole GPUs), and keyed (scope, kind).
         self.units = units = expand_units(nodes)
@@ -313,7 +323,9 @@ class EngineState:
     def record(self, run: Run, end: float, outcome: str) -> None:
         """Add ``run`` to the schedule, ended at ``end`` with ``outcome``."""
         nodes = tuple((self.nodes[self.units.node[u]].name, c) for u, c in sorted(run.alloc.items()))
-        sig = None if run.free_at is None else run.free_at - self.pol.grace
+        sig = None if run.free_at is None or outcome == "done" else run.free_at - self.pol.grace
+        if run.signalled is not None and outcome != "done":
+            sig = run.signalled
         self.res.schedule.append(
             Placement(run.job.id, run.tier, run.placed, run.begin, end, nodes, outcome, sig, run.job.profile)
         )

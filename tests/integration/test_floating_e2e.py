@@ -39,10 +39,12 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pool-floating.yaml"
 FLOATING_NODES = ("f-gpu1", "f-gpu2", "f-gpu3")
 
-#: A borrower that leaves at once when signalled and is requeued (the scavenger tier's PreemptMode; before
-#: 23.02 a job that exits within GraceTime completes unless it requeues itself: ``self_requeue``).
+#: A borrower that leaves at once on the preemption signal and is requeued (the scavenger tier's PreemptMode;
+#: before 24.05 a job that exits within GraceTime completes unless it requeues itself: ``self_requeue``), and
+#: ends on scancel's TERM.
 HOLDER = """#!/bin/bash
-trap '{requeue}exit 0' USR1 TERM
+trap '{requeue}exit 0' USR1
+trap 'exit 0' TERM
 echo started > {mark}
 sleep 600 &
 wait
