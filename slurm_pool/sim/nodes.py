@@ -385,7 +385,6 @@ class _Sim(EngineState):
             run = self.runs.get(job_id)
             if run is None or run.version != version:
                 return
-            st = self.state[job_id]
             del self.runs[job_id]
             lim = self.limit_of(run.job) if self.limited else None
             if lim is not None and self.now < run.begin + lim:

@@ -330,3 +330,77 @@ def test_forward_from_a_live_state_counts_running_guaranteed_jobs():
     r = forward_nodes([Node("f0", 2), Node("f1", 2)], seeds, pending, pol(("d", 2), ("e", 2)), horizon=10_000)
     starts = {p.job: (p.tier, p.placed, p.start, p.nodes) for p in r.schedule if p.job.startswith("p")}
     assert starts == {"p1": (G, 100, 100, (("f0", 2),)), "p2": (G, 0, 60, (("f1", 2),))}
+
+
+# signal_end: x (2 GPUs, 120 s of work) borrows f0; d's job o arrives at 100 and signals it (grace 60 s).
+# "hold": x holds f0 to 160, resumes after o; "requeue": x's work ends at 120, f0 frees there and x runs
+# again (it checkpointed at the signal: 20 s left); "complete": x is done at 120.  x with 1000 s of work
+# does not end within its grace: every mode holds f0 to 160.
+SIGNAL_END = [
+    (
+        "hold",
+        120,
+        [gone("x", 0, 100, ("f0", 2)), done("o", G, 100, 160, 210, ("f0", 2)), done("x", B, 210, 210, 230, ("f0", 2))],
+        1,
+    ),
+    (
+        "requeue",
+        120,
+        [
+            Placement("x", B, 0, 0, 120, (("f0", 2),), "preempted", 100),
+            done("o", G, 100, 120, 170, ("f0", 2)),
+            done("x", B, 170, 170, 190, ("f0", 2)),
+        ],
+        1,
+    ),
+    ("complete", 120, [done("x", B, 0, 0, 120, ("f0", 2)), done("o", G, 100, 120, 170, ("f0", 2))], 0),
+    (
+        "requeue",
+        1000,
+        [gone("x", 0, 100, ("f0", 2)), done("o", G, 100, 160, 210, ("f0", 2)), done("x", B, 210, 210, 1110, ("f0", 2))],
+        1,
+    ),
+    (
+        "complete",
+        1000,
+        [gone("x", 0, 100, ("f0", 2)), done("o", G, 100, 160, 210, ("f0", 2)), done("x", B, 210, 210, 1110, ("f0", 2))],
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize("mode,work,expected,preemptions", SIGNAL_END)
+def test_a_victim_ending_within_its_grace_frees_its_gpus_there(mode, work, expected, preemptions):
+    jobs = [j("x", None, 0, work, 2), j("o", "d", 100, 50, 2)]
+    r = simulate_nodes([Node("f0", 2)], jobs, pol(("d", 2), signal_end=mode), window=2000)
+    assert order(r.schedule) == expected
+    assert (r.preemptions, r.borrower_jobs_done, r.unfinished_owner_jobs) == (preemptions, 1, 0)
+
+
+# borrow_tiers: r holds f0 to 100; s (scavenger) arrives at 10, h (the overflow partition) at 20.
+BORROW_TIERS = [
+    ((), ["r", "s", "h"]),  # one FIFO queue
+    ((("h", 50), ("s", 10)), ["r", "h", "s"]),  # the higher tier starts first
+    ((("h", 10), ("s", 10)), ["r", "s", "h"]),  # same tier: FIFO
+]
+
+
+@pytest.mark.parametrize("tiers,starts", BORROW_TIERS)
+def test_the_borrowers_queue_is_ordered_by_priority_tier(tiers, starts):
+    jobs = [j("r", None, 0, 100, 2), j("s", None, 10, 10, 2), j("h", None, 20, 10, 2)]
+    r = simulate_nodes([Node("f0", 2)], jobs, pol(("d", 2), borrow_tiers=tiers), window=1000)
+    assert [p.job for p in order(r.schedule)] == starts
+    assert [p.start for p in order(r.schedule)] == [0, 100, 110]
+
+
+def test_a_bad_signal_end_is_named():
+    with pytest.raises(ValueError, match="signal_end: 'later' is not 'hold', 'requeue' or 'complete'"):
+        simulate_nodes([Node("f0", 2)], [], pol(("d", 2), signal_end="later"), window=100)
+
+
+@pytest.mark.parametrize("tiers,after_o", [((), ["x", "h"]), ((("h", 50), ("x", 10)), ["h", "x"])])
+def test_a_requeued_borrower_goes_to_the_front_of_its_tier(tiers, after_o):
+    """x (scavenger) is signalled at 100 for d's o and requeued at 160; h (overflow) waits from 110."""
+    jobs = [j("x", None, 0, 1000, 2), j("o", "d", 100, 50, 2), j("h", None, 110, 10, 2)]
+    r = simulate_nodes([Node("f0", 2)], jobs, pol(("d", 2), borrow_tiers=tiers), window=3000)
+    assert [p.job for p in order(r.schedule) if p.start >= 210] == after_o
