@@ -43,7 +43,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -181,7 +181,13 @@ def release_gaps(by: dict[int, list], t0: float) -> list[float]:
     return gaps
 
 
-def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Job], list[float], dict[str, list]]:
+def measured_slurm(
+    ids: dict[int, Spec], span: float, tier_of: Callable[[Any], str] | None = None
+) -> tuple[Measured, list[Job], list[float], dict[str, list], dict[str, list[str]]]:
+    """What Slurm did: busy GPU time per tier, waits, preemptions; also the jobs for the simulator, the gaps
+    from a job's end to the next start on its node, each job's runs (start, end, nodes, QOS) and the
+    (partition, QOS) its finishing run had.  ``tier_of``: a run's tier from its sacct record (default: the
+    job's role, owners guaranteed)."""
     slurm = SlurmClient(SubprocessRunner(default_timeout=60))
     recs = slurm.accounting_jobs("--allusers", "--duplicates", "--allocations", "-j", ",".join(map(str, ids)))
     by: dict[int, list] = {}
@@ -191,8 +197,12 @@ def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Jo
         raise SystemExit(f"sacct is missing jobs: {sorted(set(ids) - set(by))[:10]}")
     t0 = min(min(r.submit_time for r in rs) for rs in by.values())
     busy = {GUARANTEED: 0.0, BORROWED: 0.0}
-    owner_waits, borrower_waits, jobs = [], [], []
+    owner_waits: list[float] = []
+    borrower_waits: list[float] = []
+    jobs: list[Job] = []
     preemptions, end = 0, 0.0
+    runs: dict[str, list] = {}
+    routes: dict[str, list[str]] = {}
     for jid, rs in by.items():
         spec = ids[jid]
         submit_t = min(r.submit_time for r in rs) - t0
@@ -206,11 +216,11 @@ def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Jo
         for r in rs:
             s, e = r.start_time - t0, r.end_time - t0
             end = max(end, e)
-            busy[GUARANTEED if spec.project else BORROWED] += max(0.0, min(e, span) - max(s, 0.0)) * spec.gpus
-    runs = {  # per job: each run's start and end (s after the first submit) and its nodes
-        ids[jid].key: sorted([r.start_time - t0, r.end_time - t0, r.nodes] for r in rs) for jid, rs in by.items()
-    }
-    return Measured(busy, owner_waits, borrower_waits, preemptions, end), jobs, release_gaps(by, t0), runs
+            tier = tier_of(r) if tier_of else (GUARANTEED if spec.project else BORROWED)
+            busy[tier] += max(0.0, min(e, span) - max(s, 0.0)) * spec.gpus
+        runs[spec.key] = sorted([r.start_time - t0, r.end_time - t0, r.nodes, r.qos] for r in rs)
+        routes[spec.key] = [last.partition, last.qos]
+    return Measured(busy, owner_waits, borrower_waits, preemptions, end), jobs, release_gaps(by, t0), runs, routes
 
 
 def ran_for(start: float, end: float, spec: Spec | None = None) -> float:
@@ -324,7 +334,7 @@ def main() -> int:
         t = time.monotonic()
         ids = replay(specs, args.timeout)
         wall = time.monotonic() - t
-        real, jobs, gaps, runs = measured_slurm(ids, args.span)
+        real, jobs, gaps, runs, _routes = measured_slurm(ids, args.span)
     stem = REPO / "bench" / "results" / f"sim_validate-{'.'.join(version.split('.')[:2])}"
     out = Path(args.out or f"{stem}.md")
     if args.run is None:

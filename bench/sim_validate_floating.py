@@ -59,16 +59,13 @@ from sim_validate import (  # noqa: E402
     Spec,
     diff,
     jittered,
-    ran_for,
-    release_gaps,
+    measured_slurm,
     replay,
     slice_jobs,
     slice_options,
 )
 from timing import emit, sh  # noqa: E402
 
-from slurm_pool.adapters.runner import SubprocessRunner  # noqa: E402
-from slurm_pool.adapters.slurm import SlurmClient  # noqa: E402
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, quantile  # noqa: E402
 from slurm_pool.sim.nodes import Node, NodePolicy, simulate_nodes  # noqa: E402
 from slurm_pool.spec.load import load_spec  # noqa: E402
@@ -121,41 +118,6 @@ def submit(spec: Spec) -> int:
 
 def tier_of(qos: str) -> str:
     return GUARANTEED if qos.startswith("guaranteed") else BORROWED
-
-
-def measured_slurm(ids: dict[int, Spec], span: float) -> tuple[Measured, list[Job], list[float], dict, dict]:
-    """What Slurm did, each run's tier by its QOS; also the runs and each job's (partition, QOS)."""
-    slurm = SlurmClient(SubprocessRunner(default_timeout=60))
-    recs = slurm.accounting_jobs("--allusers", "--duplicates", "--allocations", "-j", ",".join(map(str, ids)))
-    by: dict[int, list] = {}
-    for r in recs:
-        by.setdefault(r.job_id, []).append(r)
-    if set(by) != set(ids):
-        raise SystemExit(f"sacct is missing jobs: {sorted(set(ids) - set(by))[:10]}")
-    t0 = min(min(r.submit_time for r in rs) for rs in by.values())
-    busy = {GUARANTEED: 0.0, BORROWED: 0.0}
-    owner_waits: list[float] = []
-    borrower_waits: list[float] = []
-    jobs: list[Job] = []
-    preemptions, end = 0, 0.0
-    runs: dict[str, list] = {}
-    routes: dict[str, list[str]] = {}
-    for jid, rs in by.items():
-        spec = ids[jid]
-        submit_t = min(r.submit_time for r in rs) - t0
-        first = min(r.start_time for r in rs) - t0
-        (owner_waits if spec.project else borrower_waits).append(first - submit_t)
-        last = max(rs, key=lambda r: r.start_time)
-        jobs.append(Job(spec.key, spec.project, submit_t, ran_for(last.start_time, last.end_time, spec), spec.gpus))
-        marked = sum(r.state.any({"PREEMPTED", "REQUEUED"}) for r in rs)
-        preemptions += max(marked, len(rs) - 1, max(r.restart_count for r in rs))
-        for r in rs:
-            s, e = r.start_time - t0, r.end_time - t0
-            end = max(end, e)
-            busy[tier_of(r.qos)] += max(0.0, min(e, span) - max(s, 0.0)) * spec.gpus
-        runs[spec.key] = sorted([r.start_time - t0, r.end_time - t0, r.nodes, r.qos] for r in rs)
-        routes[spec.key] = [last.partition, last.qos]
-    return Measured(busy, owner_waits, borrower_waits, preemptions, end), jobs, release_gaps(by, t0), runs, routes
 
 
 def measured_sim(
@@ -327,7 +289,7 @@ def main() -> int:
         t = time.monotonic()
         ids = replay(specs, args.timeout, submit)
         wall = time.monotonic() - t
-        real, jobs, gaps, runs, routes = measured_slurm(ids, args.span)
+        real, jobs, gaps, runs, routes = measured_slurm(ids, args.span, lambda r: tier_of(r.qos))
     stem = REPO / "bench" / "results" / f"sim_validate-floating-{'.'.join(version.split('.')[:2])}"
     out = Path(args.out or f"{stem}.md")
     if args.run is None:

@@ -151,6 +151,19 @@ def note_held(res: Result, tier: str, gpu_seconds: float) -> None:
         res.tier_gpu_seconds[tier] = res.tier_gpu_seconds.get(tier, 0.0) + gpu_seconds
 
 
+def note_done(res: Result, job: Job, first_start: float, now: float) -> None:
+    """``job`` finished at ``now``: its wait (arrival to first start) goes to the owners' or borrowers' lists."""
+    wait = first_start - job.arrival
+    if job.project is None:
+        res.borrower_jobs_done += 1
+        res.borrower_waits.append(wait)
+        res.borrower_ends.append(now)
+    else:
+        res.owner_waits.append(wait)
+        res.owner_starts.append(first_start)
+        res.owner_projects.append(job.project)
+
+
 def note_tiers(res: Result, now: float, guaranteed: float, busy: float) -> None:
     """Append to ``res.tier_timeline`` when the split of busy GPUs changed."""
     point = (now, guaranteed, max(0, busy - guaranteed))
@@ -420,16 +433,9 @@ class _Sim:
             del self.runs[job_id]
             self._release(run)
             assert st.first_start is not None  # set when the run was launched
-            wait = st.first_start - run.job.arrival
-            if run.job.project is None:
-                self.res.borrower_jobs_done += 1
-                self.res.borrower_waits.append(wait)
-                self.res.borrower_ends.append(self.now)
-            else:
+            note_done(self.res, run.job, st.first_start, self.now)
+            if run.job.project is not None:
                 self.owner_done += 1
-                self.res.owner_waits.append(wait)
-                self.res.owner_starts.append(st.first_start)
-                self.res.owner_projects.append(run.job.project)
         elif kind == "requeue":
             run = payload  # type: ignore[assignment]
             assert isinstance(run, _Run)

@@ -92,7 +92,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from slurm_pool.mig.profiles import geometry
 from slurm_pool.sim.backfill import backfill
-from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, note_tiers
+from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, note_done, note_tiers
 from slurm_pool.sim.forward import Seed, place_seeds
 from slurm_pool.sim.nodelend import Lender
 from slurm_pool.sim.nodestate import ALL, EngineState, JobState, Node, NodePolicy, NodeResult, Placement, Run
@@ -427,16 +427,9 @@ class _Sim(EngineState):
         st.done = run.job.work
         self.record(run, self.now, "done")
         assert st.first_start is not None
-        wait = st.first_start - run.job.arrival
-        if run.job.project is None:
-            self.res.borrower_jobs_done += 1
-            self.res.borrower_waits.append(wait)
-            self.res.borrower_ends.append(self.now)
-        else:
+        note_done(self.res, run.job, st.first_start, self.now)
+        if run.job.project is not None:
             self.owner_done += 1
-            self.res.owner_waits.append(wait)
-            self.res.owner_starts.append(st.first_start)
-            self.res.owner_projects.append(run.job.project)
 
     def _requeue(self, job: Job) -> None:
         """A requeued ``job`` goes back to the front of its queue (of its priority tier's jobs)."""
