@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "rebalance": "slurm_pool.bridge.cli:rebalance",
     "fence-node": "slurm_pool.bridge.cli:fence_node",
     "simulate": "slurm_pool.sim.cli:simulate",
+    "guarantees": "slurm_pool.guarantees_cli:guarantees",
     "elastic": "slurm_pool.elastic.cli:elastic",
     "serve": "slurm_pool.web.cli:serve",
     "why": "slurm_pool.predict.cli:why",

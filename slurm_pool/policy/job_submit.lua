@@ -22,9 +22,11 @@
 --                 floating partition with the project's own QOS while its GPUs
 --                 fit the guarantee (counting the project's pending and running
 --                 jobs in that QOS from slurm.jobs); beyond it, to the overflow
---                 tier, with a message.  Another project's guarantee QOS, or the
---                 floating partition, is refused; an update moves a job into
---                 its guarantee only while it fits (else it is refused).
+--                 tier, with a message, and (when the guarantee was full) the
+--                 admin comment "slurm-pool: overflow of <QOS>" that `slurm-pool
+--                 guarantees reconcile` moves it back by.  Another project's
+--                 guarantee QOS, or the floating partition, is refused; an update
+--                 moves a job into its guarantee only while it fits (else it is refused).
 --
 -- The account of a job submitted without --account is, in order: the user's
 -- default account in the accounting database when it is a pool project, else
@@ -766,7 +768,9 @@ local function guarantee_types(g)
 end
 
 -- Does a job asking for by_type (GPU type or "" -> count; total in all) fit the
--- project's guarantee?  Returns true, or false, why (a clause) and a hint ("" or a sentence).
+-- project's guarantee?  Returns true, or false, why (a clause), a hint ("" or a
+-- sentence) and whether it would fit once the guarantee frees (false: its GPU types
+-- do not fit the guarantee, or it asks for more than the whole guarantee).
 local function guarantee_fits(account, g, total, by_type, skip_id, tasks)
 	if total <= 0 then return true end
 	local typed_only = g.gpus[1].type ~= ""
@@ -806,7 +810,7 @@ local function guarantee_fits(account, g, total, by_type, skip_id, tasks)
 			local verb = " are"
 			if used[i] == 1 then verb = " is" end
 			return false, account .. "'s guarantee is " .. guarantee_text(g) .. " and " .. int_text(used[i]) .. verb ..
-				" in use or queued; this job asks for " .. gpus_text(want, e.type) .. in_tasks, ""
+				" in use or queued; this job asks for " .. gpus_text(want, e.type) .. in_tasks, "", want <= e.count
 		end
 	end
 	return true
@@ -854,18 +858,20 @@ end
 
 -- Send a floating project's routes for the guarantee tier into its guarantee
 -- (qos = its own QOS, the floating partition) while the job fits, else to the
--- overflow tier with a message.  Routes get a field qos; returns the routes and
--- whether any was sent (false: nothing to do).
+-- overflow tier with a message.  Routes get a field qos; returns the routes,
+-- whether any was sent (false: nothing to do), and the guarantee QOS the job
+-- overflowed from because it was full (nil: it did not, or it also asked for
+-- the overflow tier itself).
 local function route_guarantee(d, job_desc, account, routes)
 	local g = PROJECTS[account].guarantee
 	if not g then return routes, false end
-	local out, sent, tiers = {}, false, {}
+	local out, sent, tiers, full_of = {}, false, {}, nil
 	for _, r in ipairs(routes) do tiers[r.tier] = true end
 	for _, r in ipairs(routes) do
 		if r.tier == g.tier and into_guarantee(g, r.parts) then
 			sent = true
 			local total, by_type, tasks = submitted_gpus(job_desc)
-			local fits, why, hint = guarantee_fits(account, g, total, by_type, nil, tasks)
+			local fits, why, hint, full = guarantee_fits(account, g, total, by_type, nil, tasks)
 			if fits then
 				out[#out + 1] = { tier = r.tier, parts = { g.partition }, qos = g.qos, guarantee = true }
 			elseif not g.overflow_partition then
@@ -877,13 +883,23 @@ local function route_guarantee(d, job_desc, account, routes)
 					"', preemptible) instead." .. hint)
 				if not tiers[g.overflow] then
 					out[#out + 1] = { tier = g.overflow, parts = { g.overflow_partition }, qos = g.overflow }
+					if full then full_of = g.qos end
 				end
 			end
 		else
 			out[#out + 1] = r
 		end
 	end
-	return out, sent
+	return out, sent, full_of
+end
+
+-- Tag a job that overflowed a full guarantee, so that `slurm-pool guarantees
+-- reconcile` may move it back once the guarantee frees (never a job with an
+-- admin comment already: someone else's).
+local function tag_overflow(d, job_desc, routes, full_of)
+	if full_of and #d.errors == 0 and #routes == 1 and not str(job_desc.admin_comment) then
+		set(d, "admin_comment", PREFIX .. "overflow of " .. full_of)
+	end
 end
 
 ---------------------------------------------------------------------------
@@ -945,13 +961,13 @@ local function decide_submit(job_desc)
 		reject(d, code, msg)
 		return d
 	end
-	local routes, sent
+	local routes, sent, full_of
 	routes, code, msg = resolve_all(account, asked, str(job_desc.partition))
 	if not routes then
 		reject(d, code, msg)
 		return d
 	end
-	routes, sent = route_guarantee(d, job_desc, account, routes)
+	routes, sent, full_of = route_guarantee(d, job_desc, account, routes)
 	if #d.errors > 0 then return d end
 	local all_parts, defaulted = {}, false
 	for _, r in ipairs(routes) do
@@ -990,6 +1006,7 @@ local function decide_submit(job_desc)
 			note_sent(account, PROJECTS[account].guarantee, n, by_type)
 		end
 	end
+	tag_overflow(d, job_desc, routes, full_of)
 	return d
 end
 

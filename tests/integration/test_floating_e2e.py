@@ -7,11 +7,13 @@ GrpTRES is the guarantee.  A borrower (xavier, scavenger tier) holds every GPU
 there; an owner's job within its guarantee preempts one of those and starts
 within GraceTime + 5 s; its next job beyond the guarantee is routed to the
 shared tier with a message; two owners bursting at once both get their
-guarantee; and ``doctor`` flags the guarantees once a node is drained.
+guarantee; a burst's overflowed job moves back into the guarantee once it frees
+(``guarantees reconcile``); and ``doctor`` flags the guarantees once a node is drained.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +24,7 @@ from typing import Iterator
 
 import pytest
 
+from slurm_pool.policy.overflow import overflow_tag
 from slurm_pool.spec.guarantees import guarantee_qos
 from tests.conftest import TEST_SLURM
 from tests.support.patience import wait_for
@@ -83,17 +86,19 @@ def submit(cluster: ClusterHandle, user: str, *args: str, script: str = "#!/bin/
     return int(res.stdout.strip().split(";")[0]), res.stderr
 
 
-def hold_floating_nodes(cluster: ClusterHandle, workdir: Path) -> dict[str, int]:
-    """A scavenger job of xavier's on every GPU of each floating node; wait until each script runs."""
+def hold_floating_nodes(
+    cluster: ClusterHandle, workdir: Path, tier: str = "scavenger", nodes: tuple[str, ...] = FLOATING_NODES
+) -> dict[str, int]:
+    """A job of xavier's in ``tier`` on every GPU of each of ``nodes``; wait until each script runs."""
     holders = {}
-    for node in FLOATING_NODES:
+    for node in nodes:
         mark = workdir / f"{node}.started"
         job, _ = submit(
             cluster,
             "xavier",
             "-p",
-            "scavenger",
-            "--qos=scavenger",
+            tier,
+            f"--qos={tier}",
             "-A",
             "projx",
             "-w",
@@ -169,6 +174,78 @@ def test_two_owners_bursting_at_once_both_get_their_guarantee(pool: ClusterHandl
         assert (part, qos) == ("floating", guarantee_qos("guaranteed", project)), (project, part, qos)
         assert nodes in FLOATING_NODES
     assert where(pool, dave)[2] != where(pool, erin)[2]
+
+
+def admin_comment(cluster: ClusterHandle, job: int) -> str:
+    """The job's admin comment, as squeue --json shows it (22.05 lists every job, whatever -j says)."""
+    jobs = json.loads(cluster.run(["squeue", "--json", "-j", str(job)], check=True).stdout)["jobs"]
+    return next(str(j.get("admin_comment") or "") for j in jobs if j.get("job_id") == job)
+
+
+def reconcile(cluster: ClusterHandle) -> subprocess.CompletedProcess:
+    env = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_pool", "guarantees", "reconcile", "--spec", str(EXAMPLE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_burst_overflows_and_reconcile_moves_it_back_once_the_guarantee_frees(pool: ClusterHandle, workdir: Path):
+    """Borrowers in the shared tier hold every node, so the overflowed job waits (shared preempts no shared job)."""
+    grace = pool.spec.tier("shared").grace_time
+    own = guarantee_qos("guaranteed", "projd")
+    hold_floating_nodes(pool, workdir, tier="shared", nodes=(*FLOATING_NODES, "a-gpu1"))
+    burst = [submit(pool, "dave", "-A", "projd", "--gres=gpu:2")[0] for _ in range(3)]  # projd's guarantee: 4
+    first, second, third = burst
+    assert [where(pool, j)[:2] for j in burst] == [("floating", own), ("floating", own), ("shared", "shared")]
+    assert admin_comment(pool, third) == overflow_tag(own)
+    assert (admin_comment(pool, first), admin_comment(pool, second)) == ("", "")
+    for job in (first, second):
+        pool.wait_state(job, ["RUNNING"], timeout=grace + 30)
+    assert pool.job_field(third, "%T") == "PENDING"
+    assert reconcile(pool).returncode == 0  # the guarantee is full: nothing moves
+    assert where(pool, third)[:2] == ("shared", "shared")
+
+    # Free the guarantee, not the GPUs: a borrower waiting (first in line) for first's node takes it.
+    node = where(pool, first)[2]
+    blocker, _ = submit(
+        pool,
+        "xavier",
+        "-p",
+        "shared",
+        "--qos=shared",
+        "-A",
+        "projx",
+        "-w",
+        node,
+        "--gres=gpu:2",
+        "--requeue",
+        "--signal=B:USR1@30",
+        "-D",
+        str(workdir),
+        script=HOLDER.format(mark=workdir / "blocker.started", requeue=self_requeue(pool.version)),
+    )
+    pool.run(["scontrol", "update", f"JobId={blocker}", "Priority=1000000"], check=True)
+    pool.run(["scancel", str(first)], check=True)
+    pool.wait_state(blocker, ["RUNNING"], timeout=60)
+    assert (pool.job_field(third, "%T"), where(pool, third)[:2]) == ("PENDING", ("shared", "shared"))
+
+    moved_at = time.time()
+    out = reconcile(pool)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"moved job {third} of projd (2 GPUs) into {own} (partition floating)" in out.stdout, out.stdout
+    assert where(pool, third)[:2] == ("floating", own)
+    assert admin_comment(pool, third) == ""  # not moved twice
+    pool.wait_state(third, ["RUNNING"], timeout=grace + 30)
+    assert started_within(pool, third, moved_at) <= grace + 10
+    again = reconcile(pool)
+    assert (again.returncode, again.stdout.splitlines()[-1]) == (
+        0,
+        "guarantees reconcile: moved 0 of 0 overflowed pending jobs",
+    ), again.stdout
 
 
 def doctor(cluster: ClusterHandle) -> subprocess.CompletedProcess:

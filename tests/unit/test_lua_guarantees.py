@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from slurm_pool.policy.lua import policy_data
+from slurm_pool.policy.overflow import overflow_tag
 from slurm_pool.policy.tables import GuaranteeRule, build_tables
 from slurm_pool.spec import load_spec, load_spec_text
 from slurm_pool.spec.model import PoolSpec
@@ -454,6 +455,63 @@ def test_several_qos(spec: PoolSpec, lua_version: str, used: int, asked: str, qo
     assert (out.rc, out.job["qos"], out.job["partition"]) == (OK, qos, partition), out.message
 
 
+FULL_D = [rec(1, "projd", "guaranteed-projd", RUNNING, "gres/gpu=2")]
+TAG_D = overflow_tag("guaranteed-projd")
+
+# (case, account, job fields, jobs in slurm.jobs, admin comment after: None for none)
+TAG_CASES: list[tuple[str, str, dict[str, Any], list[dict[str, Any]], str | None]] = [
+    ("beyond a full guarantee: tagged", "projd", gpus(1), FULL_D, TAG_D),
+    ("asked by its QOS, beyond: tagged", "projd", {"qos": "guaranteed-projd", **gpus(1)}, FULL_D, TAG_D),
+    (
+        "typed, beyond: tagged with its own QOS",
+        "proje",
+        gpus(1, H100),
+        [rec(1, "proje", "guaranteed-proje", RUNNING, f"gres/gpu=2,gres/gpu:{H100}=2")],
+        overflow_tag("guaranteed-proje"),
+    ),
+    ("within: not tagged", "projd", gpus(1), [], None),
+    ("bigger than the whole guarantee: never fits, not tagged", "projd", gpus(3), [], None),
+    ("typed: a job of no type is not tagged", "proje", gpus(1), [], None),
+    ("typed: another type is not tagged", "proje", gpus(1, A100), [], None),
+    ("asked for the overflow tier itself: not tagged", "projd", {"qos": "shared", **gpus(1)}, FULL_D, None),
+    ("a borrower is not tagged", "projx", {"qos": "shared", **gpus(1)}, FULL_D, None),
+    ("an admin comment already there is kept", "projd", {"admin_comment": "site: x", **gpus(1)}, FULL_D, "site: x"),
+]
+
+
+@pytest.mark.parametrize("case,account,fields,jobs,tag", TAG_CASES, ids=[c[0] for c in TAG_CASES])
+def test_overflow_tag(
+    policy: LuaPolicy, case: str, account: str, fields: dict[str, Any], jobs: list[dict[str, Any]], tag: str | None
+) -> None:
+    policy.set_jobs(jobs)
+    out = policy.submit(unset_job(account=account, **fields))
+    assert out.rc == OK, out.message
+    assert out.job.get("admin_comment") == tag, (out.job.get("admin_comment"), out.job.get("qos"), out.message)
+
+
+def test_overflow_tag_text() -> None:
+    """The tag reconcile looks for is the one job_submit.lua writes (rendered with the same words)."""
+    assert TAG_D == "slurm-pool: overflow of guaranteed-projd"
+
+
+@pytest.mark.parametrize("used,asked", [(2, "guaranteed,scavenger"), (2, "guaranteed,shared"), (0, "guaranteed")])
+def test_several_qos_are_not_tagged(spec: PoolSpec, lua_version: str, used: int, asked: str) -> None:
+    """A job that also asked for other tiers is not the reconcile's to move into one QOS."""
+    policy = LuaPolicy.from_data(policy_data(build_tables(spec, V2411), V2411), lua=lua_version)
+    policy.set_jobs([rec(1, "projd", "guaranteed-projd", RUNNING, f"gres/gpu={used}")] if used else [])
+    out = policy.submit(unset_job(account="projd", qos=asked, tres_per_node="gres:gpu:1"))
+    assert (out.rc, out.job.get("admin_comment")) == (OK, None), out.message
+
+
+def test_beyond_without_an_overflow_tier_is_not_tagged(spec: PoolSpec, lua_version: str) -> None:
+    data = policy_data(build_tables(spec, V2205), V2205)
+    data["projects"]["projd"]["guarantee"]["overflow_partition"] = None
+    policy = LuaPolicy.from_data(data, lua=lua_version)
+    policy.set_jobs(FULL_D)
+    out = policy.submit(unset_job(account="projd", tres_per_node="gres:gpu:1"))
+    assert (out.rc, out.job.get("admin_comment")) == (E_LIMIT, None)
+
+
 SHARED_REC = {"job_id": 7, "account": "projd", "qos": "shared", "partition": "shared", "job_state": PENDING}
 IN_REC = {"job_id": 7, "account": "projd", "qos": "guaranteed-projd", "partition": "floating", "job_state": PENDING}
 
@@ -485,6 +543,24 @@ MODIFY_CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any
         OK,
         IN_D,
         [],
+    ),
+    (
+        "reconcile's move: partition, QOS and the tag cleared, fits",
+        {"partition": "floating", "qos": "guaranteed-projd", "admin_comment": ""},
+        {**SHARED_REC, "tres_fmt_req_str": D1, "admin_comment": "slurm-pool: overflow of guaranteed-projd"},
+        [rec(1, "projd", "guaranteed-projd", RUNNING, D1)],
+        OK,
+        {**IN_D, "admin_comment": ""},
+        [],
+    ),
+    (
+        "reconcile's move, beyond",
+        {"partition": "floating", "qos": "guaranteed-projd", "admin_comment": ""},
+        {**SHARED_REC, "tres_fmt_req_str": D1},
+        [rec(1, "projd", "guaranteed-projd", RUNNING, "gres/gpu=2")],
+        E_LIMIT,
+        {},
+        ["so it cannot move into the guarantee; it stays where it is."],
     ),
     (
         "into the guarantee, beyond",
