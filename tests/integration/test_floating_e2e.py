@@ -86,31 +86,33 @@ def submit(cluster: ClusterHandle, user: str, *args: str, script: str = "#!/bin/
     return int(res.stdout.strip().split(";")[0]), res.stderr
 
 
+def hold(cluster: ClusterHandle, node: str, tier: str, workdir: Path, mark: Path) -> int:
+    """Submit a job of xavier's in ``tier`` holding every GPU of ``node``; it touches ``mark`` once running."""
+    job, _ = submit(
+        cluster,
+        "xavier",
+        "-p",
+        tier,
+        f"--qos={tier}",
+        "-A",
+        "projx",
+        "-w",
+        node,
+        "--gres=gpu:2",
+        "--requeue",
+        "--signal=B:USR1@30",
+        "-D",
+        str(workdir),
+        script=HOLDER.format(mark=mark, requeue=self_requeue(cluster.version)),
+    )
+    return job
+
+
 def hold_floating_nodes(
     cluster: ClusterHandle, workdir: Path, tier: str = "scavenger", nodes: tuple[str, ...] = FLOATING_NODES
 ) -> dict[str, int]:
     """A job of xavier's in ``tier`` on every GPU of each of ``nodes``; wait until each script runs."""
-    holders = {}
-    for node in nodes:
-        mark = workdir / f"{node}.started"
-        job, _ = submit(
-            cluster,
-            "xavier",
-            "-p",
-            tier,
-            f"--qos={tier}",
-            "-A",
-            "projx",
-            "-w",
-            node,
-            "--gres=gpu:2",
-            "--requeue",
-            "--signal=B:USR1@30",
-            "-D",
-            str(workdir),
-            script=HOLDER.format(mark=mark, requeue=self_requeue(cluster.version)),
-        )
-        holders[node] = job
+    holders = {node: hold(cluster, node, tier, workdir, workdir / f"{node}.started") for node in nodes}
     for node, job in holders.items():
         cluster.wait_state(job, ["RUNNING"], timeout=60)
         mark = workdir / f"{node}.started"
@@ -211,23 +213,7 @@ def test_a_burst_overflows_and_reconcile_moves_it_back_once_the_guarantee_frees(
 
     # Free the guarantee, not the GPUs: a borrower waiting (first in line) for first's node takes it.
     node = where(pool, first)[2]
-    blocker, _ = submit(
-        pool,
-        "xavier",
-        "-p",
-        "shared",
-        "--qos=shared",
-        "-A",
-        "projx",
-        "-w",
-        node,
-        "--gres=gpu:2",
-        "--requeue",
-        "--signal=B:USR1@30",
-        "-D",
-        str(workdir),
-        script=HOLDER.format(mark=workdir / "blocker.started", requeue=self_requeue(pool.version)),
-    )
+    blocker = hold(pool, node, "shared", workdir, workdir / "blocker.started")
     pool.run(["scontrol", "update", f"JobId={blocker}", "Priority=1000000"], check=True)
     pool.run(["scancel", str(first)], check=True)
     pool.wait_state(blocker, ["RUNNING"], timeout=60)
