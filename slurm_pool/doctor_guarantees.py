@@ -22,16 +22,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, TypeVar
 
 from slurm_pool.accounting.plan import guarantee_grp_tres
 from slurm_pool.adapters.gres import gpu_counts, parse_tres
 from slurm_pool.adapters.records import OUT_OF_SERVICE, NodeRecord
 from slurm_pool.findings import Finding
-from slurm_pool.spec.guarantees import floating_projects, guarantee_qos, guarantee_sums, guarantee_type
+from slurm_pool.spec.guarantees import exceeded, floating_projects, guarantee_qos, guarantee_text
 from slurm_pool.spec.model import PoolSpec
 
 CHECK = "guarantees"
+_N = TypeVar("_N", int, float)
 #: Node base states and flags whose GPUs Slurm cannot give a job now.
 OUT_STATES = OUT_OF_SERVICE
 #: The word a finding uses for a node out for one of these (the first that applies).
@@ -109,13 +110,6 @@ def slurm_capacity(nodes: Iterable[NodeRecord], partition: str) -> Capacity:
     return Capacity(partition, count, dict(usable), dict(present), tuple(out))
 
 
-def guarantee_text(guarantee: Mapping[str, int]) -> str:
-    """``2`` for ``{gres/gpu: 2}``, ``h100:2`` for ``{gres/gpu:h100: 2}``, comma-joined."""
-    return ",".join(
-        str(n) if guarantee_type(k) is None else f"{guarantee_type(k)}:{n}" for k, n in sorted(guarantee.items())
-    )
-
-
 def _out_with(cap: Capacity, gtype: str | None) -> list[OutNode]:
     """The nodes out that hold GPUs of ``gtype`` (None: any GPU)."""
     return [n for n in cap.out if (sum(n.gpus.values()) if gtype is None else n.gpus.get(gtype))]
@@ -139,12 +133,11 @@ def capacity_findings(spec: PoolSpec, nodes: Iterable[NodeRecord]) -> list[Findi
     cap = slurm_capacity(nodes, g.partition)
     projects = ", ".join(f"{p.name} {guarantee_text(p.guarantee)}" for p in floating_projects(spec))
     out = []
-    sums = guarantee_sums(spec)
-    for gtype in [None, *sorted(t for t in sums if t is not None)]:
-        total = sums[gtype]
-        have = cap.total if gtype is None else cap.usable.get(gtype, 0)
-        if total <= g.overcommit * have + 1e-9:
-            continue
+    have_now: dict[str | None, int] = {None: cap.total}
+    have_now.update(cap.usable)
+    over = exceeded(spec, have_now)
+    for gtype in [*([None] if None in over else []), *sorted(t for t in over if t is not None)]:
+        total, have = over[gtype]
         key = _TRES_GPU if gtype is None else f"{_TRES_GPU}:{gtype}"
         back = [n.name for n in _out_with(cap, gtype)]
         resume = (
@@ -165,8 +158,13 @@ def capacity_findings(spec: PoolSpec, nodes: Iterable[NodeRecord]) -> list[Findi
     return out
 
 
+def _gpu_only(tres: Mapping[str, _N]) -> dict[str, _N]:
+    """The GPU TRES of ``tres`` (gres/gpu and gres/gpu:<type>)."""
+    return {k: v for k, v in tres.items() if k == _TRES_GPU or k.startswith(_TRES_GPU + ":")}
+
+
 def _gpu_limits(tres: str) -> dict[str, float]:
-    return {k: v for k, v in parse_tres(tres).items() if k == _TRES_GPU or k.startswith(_TRES_GPU + ":")}
+    return _gpu_only(parse_tres(tres))
 
 
 def qos_findings(spec: PoolSpec, qos: Mapping[str, str]) -> list[Finding]:
@@ -177,11 +175,7 @@ def qos_findings(spec: PoolSpec, qos: Mapping[str, str]) -> list[Finding]:
     out = []
     for project in floating_projects(spec):
         name = guarantee_qos(g.tier, project.name)
-        limits = {
-            k: n
-            for k, n in guarantee_grp_tres(spec, project).items()
-            if k == _TRES_GPU or k.startswith(_TRES_GPU + ":")
-        }
+        limits = _gpu_only(guarantee_grp_tres(spec, project))
         want = ",".join(f"{k}={n}" for k, n in sorted(limits.items()))
         if name not in qos:
             out.append(

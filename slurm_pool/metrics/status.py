@@ -53,7 +53,7 @@ from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION, drain_owner
 from slurm_pool.metrics.outcomes import load_record, record_fields
 from slurm_pool.metrics.parse import job_nodes, lent_nodes, node_gpu_states
-from slurm_pool.spec.guarantees import floating_projects, guarantee_qos, guarantee_type
+from slurm_pool.spec.guarantees import floating_projects, guarantee_qos, guarantee_text, guarantee_type
 from slurm_pool.text import shown
 
 if TYPE_CHECKING:
@@ -366,13 +366,6 @@ def tables(status: Mapping[str, Any]) -> list[Any]:
     return parts
 
 
-def amounts(counts: Mapping[str, int]) -> str:
-    """Guarantee-keyed GPU counts as the spec writes them short: ``2`` (gres/gpu), ``h100:2`` (gres/gpu:h100)."""
-    return ",".join(
-        str(n) if guarantee_type(k) is None else f"{guarantee_type(k)}:{n}" for k, n in sorted(counts.items())
-    )
-
-
 def guarantees_table(guarantees: Mapping[str, Any]) -> Any:
     """Each floating project: its guarantee, the GPUs it runs in its guarantee QOS, and the GPUs it borrows."""
     from rich.table import Table
@@ -387,8 +380,8 @@ def guarantees_table(guarantees: Mapping[str, Any]) -> Any:
         table.add_row(
             _cell(row["project"]),
             _cell(row["qos"]),
-            _cell(amounts(row["guarantee"])),
-            _cell(amounts(row["in_use"])),
+            _cell(guarantee_text(row["guarantee"])),
+            _cell(guarantee_text(row["in_use"])),
             str(row["borrowed"]),
             _cell(by_tier or "-"),
         )

@@ -176,23 +176,45 @@ def guarantee_sums(spec: PoolSpec) -> dict[str | None, int]:
     return out
 
 
+def exceeded(spec: PoolSpec, capacity: Mapping[str | None, int]) -> dict[str | None, tuple[int, int]]:
+    """The GPU types (None: all GPUs) whose guarantees sum to more than ``overcommit`` x ``capacity``:
+    type -> (the sum, the capacity)."""
+    if spec.guarantees is None:
+        return {}
+    ratio = spec.guarantees.overcommit
+    out = {}
+    for gtype, total in guarantee_sums(spec).items():
+        cap = capacity.get(gtype, 0)
+        if total - ratio * cap > 1e-9:
+            out[gtype] = (total, cap)
+    return out
+
+
 def overcommit_issues(spec: PoolSpec, capacity: Mapping[str | None, int]) -> list[str]:
     """Where the guarantees sum to more than ``overcommit`` x ``capacity``: per GPU type, then in all."""
-    if spec.guarantees is None:
+    over = exceeded(spec, capacity)
+    if not over:
         return []
+    assert spec.guarantees is not None
     ratio, part = spec.guarantees.overcommit, spec.guarantees.partition
-    sums = guarantee_sums(spec)
     out = []
-    for gtype in [*sorted(t for t in sums if t is not None), None]:
-        total, cap = sums[gtype], capacity.get(gtype, 0)
-        excess = total - ratio * cap
-        if excess > 1e-9:
-            what = f"guarantees of gres/gpu:{gtype}" if gtype else "guarantees"
-            of_type = f" of type {gtype}" if gtype else ""
-            out.append(
-                f"{what} sum to {total} GPUs, {excess:g} more than {ratio} x {cap} GPUs{of_type} in partition {part!r}"
-            )
+    for gtype in [*sorted(t for t in over if t is not None), *([None] if None in over else [])]:
+        total, cap = over[gtype]
+        what = f"guarantees of gres/gpu:{gtype}" if gtype else "guarantees"
+        of_type = f" of type {gtype}" if gtype else ""
+        out.append(
+            f"{what} sum to {total} GPUs, {total - ratio * cap:g} more than {ratio} x {cap} GPUs{of_type} "
+            f"in partition {part!r}"
+        )
     return out
+
+
+def guarantee_text(counts: Mapping[str, int]) -> str:
+    """Guarantee-keyed GPU counts as short as the spec means them: ``2`` for ``{gres/gpu: 2}``, ``h100:2`` for
+    ``{gres/gpu:h100: 2}``, comma-joined."""
+    return ",".join(
+        str(n) if guarantee_type(k) is None else f"{guarantee_type(k)}:{n}" for k, n in sorted(counts.items())
+    )
 
 
 def partition_types(spec: PoolSpec, nodes: Iterable[str]) -> set[str]:
