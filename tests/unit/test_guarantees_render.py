@@ -4,7 +4,6 @@ guarantees' QOS and the associations that list them, and goldens of examples/poo
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +14,15 @@ from slurm_pool.accounting.plan import association_qos, build_plan, guarantee_qo
 from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.errors import SpecError
-from slurm_pool.policy.lua import policy_code
 from slurm_pool.render import Site, SlurmVersion, render_all
 from slurm_pool.render.required import cluster_settings
 from slurm_pool.spec import load_spec, parse_spec
+from tests.support.golden import check_golden, golden_view
 from tests.unit.test_accounting import FakeSacctmgr
 from tests.unit.test_guarantees_spec import BASE, H100
 
 REPO = Path(__file__).resolve().parents[2]
 FLOATING = REPO / "examples" / "pool-floating.yaml"
-GOLDEN = REPO / "tests" / "golden" / "render"
 
 
 def _doc(**changes: Any) -> dict[str, Any]:
@@ -214,26 +212,9 @@ def test_a_site_qos_under_a_guarantee_s_name_is_left_alone() -> None:
 # -- goldens of examples/pool-floating.yaml -----------------------------------------------------------------
 
 
-def _golden_view(files: dict[str, str]) -> dict[str, str]:
-    """As tests/unit/test_render.py keeps goldens: job_submit.lua as its data only."""
-    out = dict(files)
-    lua = out.pop("job_submit.lua", None)
-    if lua is not None:
-        code = policy_code()
-        assert lua.endswith("\n\n" + code)
-        out["job_submit.data.lua"] = lua[: -len(code)]
-    return out
-
-
 @pytest.mark.parametrize("version", ["22.05", "26.05"])
 def test_golden_floating(version) -> None:
     """``UPDATE_GOLDEN=1`` rewrites them, as for the seed example's goldens."""
-    files = _golden_view(render_all(load_spec(FLOATING), Site(), SlurmVersion.parse(version)))
-    gdir = GOLDEN / f"floating-{version}"
-    if os.environ.get("UPDATE_GOLDEN"):
-        gdir.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (gdir / name).write_text(text)
-    assert sorted(files) == sorted(p.name for p in gdir.iterdir())
-    for name, text in files.items():
-        assert text == (gdir / name).read_text(), f"floating-{version}/{name} differs from its golden file"
+    check_golden(
+        golden_view(render_all(load_spec(FLOATING), Site(), SlurmVersion.parse(version))), f"floating-{version}"
+    )

@@ -10,13 +10,12 @@ import pytest
 
 from slurm_pool.cli import main
 from slurm_pool.errors import SpecError
-from slurm_pool.policy.lua import policy_code
 from slurm_pool.render import Site, SlurmVersion, render_all
 from slurm_pool.spec import load_spec
+from tests.support.golden import GOLDEN, check_golden, golden_view
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pool.yaml"
-GOLDEN = REPO / "tests" / "golden" / "render"
 VERSIONS = ["22.05", "24.11", "26.05"]
 
 
@@ -25,28 +24,9 @@ def spec():
     return load_spec(EXAMPLE)
 
 
-def _golden_view(files: dict[str, str]) -> dict[str, str]:
-    """The rendered files as the golden directory keeps them: job_submit.lua as its data only."""
-    out = dict(files)
-    lua = out.pop("job_submit.lua", None)
-    if lua is not None:
-        code = policy_code()
-        assert lua.endswith("\n\n" + code), "job_submit.lua does not end with the static policy code"
-        out["job_submit.data.lua"] = lua[: -len(code)]
-    return out
-
-
 @pytest.mark.parametrize("version", VERSIONS)
 def test_golden_files(spec, version):
-    files = _golden_view(render_all(spec, Site(), SlurmVersion.parse(version)))
-    gdir = GOLDEN / version
-    if os.environ.get("UPDATE_GOLDEN"):
-        gdir.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (gdir / name).write_text(text)
-    assert sorted(files) == sorted(p.name for p in gdir.iterdir())
-    for name, text in files.items():
-        assert text == (gdir / name).read_text(), f"{version}/{name} differs from its golden file"
+    check_golden(golden_view(render_all(spec, Site(), SlurmVersion.parse(version))), version)
 
 
 def test_render_twice_byte_identical(tmp_path):
@@ -213,8 +193,8 @@ def console_spec(spec):
 
 @pytest.mark.parametrize("version", ["22.05", "26.05"])
 def test_golden_console(spec, console_spec, version):
-    plain = _golden_view(render_all(spec, Site(), SlurmVersion.parse(version)))
-    files = _golden_view(render_all(console_spec, Site(), SlurmVersion.parse(version)))
+    plain = golden_view(render_all(spec, Site(), SlurmVersion.parse(version)))
+    files = golden_view(render_all(console_spec, Site(), SlurmVersion.parse(version)))
     gdir = GOLDEN / f"console-{version}"
     if os.environ.get("UPDATE_GOLDEN"):
         gdir.mkdir(parents=True, exist_ok=True)
