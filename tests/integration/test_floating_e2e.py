@@ -14,10 +14,8 @@ guarantee; a burst's overflowed job moves back into the guarantee once it frees
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -185,14 +183,7 @@ def admin_comment(cluster: ClusterHandle, job: int) -> str:
 
 
 def reconcile(cluster: ClusterHandle) -> subprocess.CompletedProcess:
-    env = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "slurm_pool", "guarantees", "reconcile", "--spec", str(EXAMPLE)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return cluster.cli("guarantees", "reconcile", "--spec", str(EXAMPLE))
 
 
 def test_a_burst_overflows_and_reconcile_moves_it_back_once_the_guarantee_frees(pool: ClusterHandle, workdir: Path):
@@ -235,14 +226,7 @@ def test_a_burst_overflows_and_reconcile_moves_it_back_once_the_guarantee_frees(
 
 
 def doctor(cluster: ClusterHandle) -> subprocess.CompletedProcess:
-    env = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "slurm_pool", "doctor", "--spec", str(EXAMPLE)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return cluster.cli("doctor", "--spec", str(EXAMPLE))
 
 
 def test_doctor_flags_guarantees_over_capacity_once_a_node_is_drained(pool: ClusterHandle):

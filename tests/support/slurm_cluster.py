@@ -7,10 +7,12 @@ loopback ports, so several sessions on one machine do not collide.
 from __future__ import annotations
 
 import functools
+import os
 import random
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from slurm_pool.errors import SpecError
 from slurm_pool.localcluster.cluster import LocalCluster
 from slurm_pool.versions import SlurmVersion
 from tests.support.patience import patience
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _port_free(port: int) -> bool:
@@ -100,6 +104,13 @@ class ClusterHandle:
 
     def run(self, argv: Sequence[str], check: bool = False, timeout: float = 60) -> Result:
         return self.cluster.runner.run(list(argv), check=check, timeout=timeout)
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """``python -m slurm_pool ARGS`` against this cluster (its Slurm's commands and config), as an admin runs it."""
+        env = {**os.environ, **self.env, "PYTHONPATH": str(REPO)}
+        return subprocess.run(
+            [sys.executable, "-m", "slurm_pool", *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
 
     def sbatch(self, *args: str, user: str | None = None, script: str | None = None) -> int:
         """Submit a batch job; return its id.  ``script`` is the batch script text."""
