@@ -140,7 +140,10 @@ def rebalance(
 def fence_node(node: str, kubeconfig: str, seconds: float) -> None:
     """Cordon NODE in Kubernetes and delete its pods (the placeholder runs this when Slurm preempts it).
 
-    Exit 0 once no pod is bound to the node, 1 if some still are after --seconds.
+    A node lent for a gang takes its whole group with it: every node of the group is
+    fenced and the gang's job stopped as one unit; its pods still on NODE after half of
+    --seconds are deleted.  Exit 0 once no pod is bound to the node, 1 if some still are
+    after --seconds.
     """
     from slurm_pool.bridge.fence import fence_node as fence
     from slurm_pool.bridge.k8s import KubernetesAPI

@@ -71,6 +71,13 @@ class Groups:
             self.lent[g] += 1
             self.gpus[g] += gpus_of(self.snap, [n])
 
+    def remove(self, n: str) -> None:
+        """``n`` is not lent after all (undoes :meth:`add`)."""
+        g = self.group(n)
+        if g is not None:
+            self.lent[g] -= 1
+            self.gpus[g] -= gpus_of(self.snap, [n])
+
     def peak(self, g: str) -> float:
         """The GPUs group ``g``'s Slurm jobs want at most within the horizon."""
         if g not in self._peak:

@@ -7,6 +7,10 @@ report, never raised; the run fails (exit 1) if any step failed.  A Node read
 again for a patch, or a pod list, that cannot be read fails its step
 (:class:`~slurm_pool.bridge.objects.Unreadable`); a pod that cannot be read
 still counts as on its node.
+
+A gang's group is opened with its marks (``open`` with ``step.group``/``step.job``)
+and stopped as one unit by ``abort``: a Volcano ``AbortJob`` Command for its
+vcjob (:func:`~slurm_pool.bridge.k8s.abort_job`), never evictions of its pods.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from slurm_pool.adapters.runner import CommandError
+from slurm_pool.bridge.gangs import GANG_LABEL
 from slurm_pool.bridge.k8s import (
     EVENT_NAMESPACE,
     EvictionBlocked,
     K8sAPI,
     K8sError,
+    abort_job,
     fence_patch,
+    gang_problem,
     node_event,
     open_patch,
     release_patch,
@@ -150,6 +157,9 @@ class Executor:
         job = step.job_ids[0] if step.job_ids else jobs.get(step.node)
         if job is None:
             raise StepFailed("no placeholder holds the node: not opening it")
+        problem = gang_problem(step.group, step.job) if step.group or step.job else ""
+        if problem:
+            raise StepFailed(f"{problem}: not opening the node")
         seen: list[str] = []
 
         def checked_open(node: dict[str, Any]) -> dict[str, Any]:
@@ -158,16 +168,30 @@ class Executor:
             if state not in PLACEHOLDER_RUNNING:
                 raise StepFailed(f"placeholder {job} is {state or 'gone'} ({reason}): not opening the node")
             seen.append(state)
-            return open_patch(node)
+            return open_patch(node, step.group, step.job)
 
         update_node(self.k8s, self.k8s_node(step.node), checked_open)
         state = seen[-1]
         detail = f"placeholder {job} {state}; uncordoned, untainted, labelled slurm-pool/lent=true"
-        return detail + self._event(step.node, "SlurmPoolLent", f"lent to Kubernetes; Slurm holds it with job {job}")
+        message = f"lent to Kubernetes; Slurm holds it with job {job}"
+        if step.group:
+            detail += f", marked {GANG_LABEL}={step.group}:NoSchedule for gang job {step.job}"
+            message += f", for gang job {step.job} (group {step.group})"
+        return detail + self._event(step.node, "SlurmPoolLent", message)
+
+    def _abort(self, step: Step, jobs: dict[str, int]) -> str:
+        problem = gang_problem(step.group, step.job)
+        if problem:
+            raise StepFailed(f"{problem}: nothing stopped")
+        created, detail = abort_job(self.k8s, step.group, step.job)
+        if not created:
+            return detail
+        message = f"gang job {step.job} (group {step.group}) stopped as one unit: Slurm takes its nodes back"
+        return detail + self._event(step.node, "SlurmPoolGangStopped", message)
 
     def _release(self, step: Step, jobs: dict[str, int]) -> str:
         update_node(self.k8s, self.k8s_node(step.node), release_patch)
-        return "label slurm-pool/lent and reclaim mark removed" + self._event(
+        return "label slurm-pool/lent, reclaim mark and any gang marks removed" + self._event(
             step.node, "SlurmPoolReclaimed", "given back to Slurm"
         )
 
@@ -181,7 +205,7 @@ class Executor:
         return ""
 
     def _submit(self, step: Step, jobs: dict[str, int]) -> str:
-        jobs[step.node] = self.slurm.submit_placeholder(step.node, self.k8s_node(step.node))
+        jobs[step.node] = self.slurm.submit_placeholder(step.node, self.k8s_node(step.node), step.group)
         return f"placeholder job {jobs[step.node]} submitted"
 
     def _cancel(self, step: Step, jobs: dict[str, int]) -> str:

@@ -5,6 +5,10 @@ fake for tests is a few dicts.  Node changes are read-modify-write JSON merge
 patches carrying the ``resourceVersion`` just read (a concurrent change gives
 409 and the change is retried on the fresh object); the patch bodies come from
 the pure :func:`fence_patch`, :func:`open_patch` and :func:`release_patch`.
+A node opened for a gang's group also carries the group's marks (label, taint
+and job annotation of :mod:`slurm_pool.bridge.gangs`); the fence keeps them,
+the release drops them.  :func:`abort_job` stops a group's vcjob as one unit
+with a Volcano bus Command (``AbortJob``, as ``vcctl job suspend`` does).
 
 Evictions go through the Eviction API and so respect PodDisruptionBudgets:
 429 becomes :class:`EvictionBlocked`, 404 (already gone) is success.
@@ -22,16 +26,21 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 from slurm_pool.bridge.demand import total_demand
+from slurm_pool.bridge.gangs import ABORT_ACTION, GANG_JOB, GANG_LABEL, GROUP_ID
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT
 from slurm_pool.bridge.objects import Unreadable, ident, listed, mapping, objects, show, string
-from slurm_pool.errors import PoolError
+from slurm_pool.errors import InputError, PoolError
 from slurm_pool.spec.bridge import Bridge
-from slurm_pool.text import shown
+from slurm_pool.text import matches, shown
 
 MERGE_PATCH = "application/merge-patch+json"
 ISVC = ("serving.kserve.io", "v1beta1", "inferenceservices")
 SERVING_RUNTIMES = ("serving.kserve.io", "v1alpha1", "servingruntimes")
 CLUSTER_SERVING_RUNTIMES = ("serving.kserve.io", "v1alpha1", "clusterservingruntimes")
+#: Volcano's kinds the bridge reads (gangs) and creates (a bus Command that stops a vcjob as one unit).
+PODGROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+VCJOBS = ("batch.volcano.sh", "v1alpha1", "jobs")
+COMMANDS = ("bus.volcano.sh", "v1alpha1", "commands")
 
 
 class K8sError(PoolError, RuntimeError):
@@ -79,6 +88,19 @@ class K8sAPI(Protocol):
     def write_lease(self, namespace: str, body: dict[str, Any]) -> None:
         """Create (no ``resourceVersion``) or replace the Lease; 409 when it changed since it was read."""
 
+    def list_podgroups(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        """Volcano PodGroups in ``namespaces`` (empty: all)."""
+
+    def list_vcjobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        """Volcano Jobs (``batch.volcano.sh/v1alpha1``) in ``namespaces`` (empty: all)."""
+
+    def list_priority_classes(self) -> list[dict[str, Any]]: ...
+    def read_vcjob(self, namespace: str, name: str) -> dict[str, Any]:
+        """The vcjob; :class:`NotFound` when there is none."""
+
+    def create_command(self, namespace: str, body: dict[str, Any]) -> None:
+        """Create a ``bus.volcano.sh/v1alpha1`` Command; 409 when one of that name exists."""
+
 
 # -- pure patch bodies ---------------------------------------------------------------
 
@@ -93,10 +115,10 @@ def _read(node: Any, get: Callable[[Mapping[str, Any]], Any]) -> Any:
         raise Unreadable(f"{ident('Node', node)}: {exc}") from None
 
 
-def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The Node's taints but ours, kept as they are."""
+def _taints(node: Mapping[str, Any], drop: tuple[str, ...] = (RECLAIM_TAINT,)) -> list[dict[str, Any]]:
+    """The Node's taints but those keyed ``drop`` (ours), kept as they are."""
     taints = _read(node, lambda n: objects(mapping(n, "spec", "spec"), "taints", "spec.taints"))
-    return [dict(t) for t in taints if t.get("key") != RECLAIM_TAINT]
+    return [dict(t) for t in taints if t.get("key") not in drop]
 
 
 def _version(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,15 +171,45 @@ def node_event(node: str, reason: str, message: str, when: str) -> dict[str, Any
     }
 
 
-def open_patch(node: Mapping[str, Any]) -> dict[str, Any]:
-    """Uncordon, drop our taint and reclaim mark, label ``slurm-pool/lent=true``."""
-    meta = _version(node) | {"labels": {LENT_LABEL: "true"}, "annotations": {RECLAIM_SINCE: None}}
-    return {"metadata": meta, "spec": {"unschedulable": None, "taints": _taints(node) or None}}
+def gang_problem(group: str, job: str) -> str:
+    """Why ``group`` / ``job`` (``namespace/vcjob``) cannot mark a node or name a job ("": they can)."""
+    if not matches(GROUP_ID, group):
+        return f"gang group {show(group)} is not a group id (g and 16 hex digits)"
+    ns, _, name = job.partition("/") if isinstance(job, str) else ("", "", "")
+    if not (matches("k8s-label", ns) and matches("k8s-name", name)):
+        return f"gang job {show(job)} is not <namespace>/<name> of Kubernetes names"
+    return ""
+
+
+def open_patch(node: Mapping[str, Any], group: str = "", job: str = "") -> dict[str, Any]:
+    """Uncordon, drop our taints and reclaim mark, label ``slurm-pool/lent=true``.
+
+    With ``group`` (and its vcjob ``job``, ``namespace/name``) the node is marked as that gang
+    group's: label and ``NoSchedule`` taint ``slurm-pool/gang=<group>``, annotation
+    ``slurm-pool/gang-job=<job>``; without, any gang marks are dropped.
+    """
+    taints = _taints(node, (RECLAIM_TAINT, GANG_LABEL))
+    if group or job:
+        problem = gang_problem(group, job)
+        if problem:
+            raise InputError(problem)
+        taints.append({"key": GANG_LABEL, "value": group, "effect": "NoSchedule"})
+    labels = {LENT_LABEL: "true", GANG_LABEL: group or None}
+    annotations = {RECLAIM_SINCE: None, GANG_JOB: job or None}
+    meta = _version(node) | {"labels": labels, "annotations": annotations}
+    return {"metadata": meta, "spec": {"unschedulable": None, "taints": taints or None}}
 
 
 def release_patch(node: Mapping[str, Any]) -> dict[str, Any]:
-    """Drop the lent label and the reclaim mark (the node stays fenced)."""
-    return {"metadata": _version(node) | {"labels": {LENT_LABEL: None}, "annotations": {RECLAIM_SINCE: None}}}
+    """Drop the lent label, the reclaim mark and the gang marks (the node stays fenced)."""
+    labels = {LENT_LABEL: None, GANG_LABEL: None}
+    patch: dict[str, Any] = {
+        "metadata": _version(node) | {"labels": labels, "annotations": {RECLAIM_SINCE: None, GANG_JOB: None}}
+    }
+    kept = _taints(node, (GANG_LABEL,))
+    if len(kept) != len(_taints(node, ())):
+        patch["spec"] = {"taints": kept or None}
+    return patch
 
 
 def update_node(api: K8sAPI, name: str, make: Callable[[dict[str, Any]], dict[str, Any]], tries: int = 3) -> None:
@@ -169,6 +221,58 @@ def update_node(api: K8sAPI, name: str, make: Callable[[dict[str, Any]], dict[st
         except K8sError as exc:
             if exc.status != 409 or attempt == tries - 1:
                 raise
+
+
+#: vcjob phases in which it is stopped or stopping already: no Command is sent.
+JOB_STOPPED = frozenset({"Aborted", "Aborting", "Completed", "Failed", "Terminated"})
+
+
+def abort_command(group: str, namespace: str, job: str, uid: str) -> dict[str, Any]:
+    """The bus Command that stops vcjob ``namespace/job`` (``uid``) as one unit; the job owns it."""
+    owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job, "uid": uid, "controller": True}
+    return {
+        "apiVersion": "bus.volcano.sh/v1alpha1",
+        "kind": "Command",
+        "metadata": {"name": f"slurm-pool-abort-{group}", "namespace": namespace, "ownerReferences": [dict(owner)]},
+        "action": ABORT_ACTION,
+        "target": owner,  # the Go field TargetObject is `target` in JSON (a `targetObject` key is pruned)
+    }
+
+
+def abort_job(api: K8sAPI, group: str, job: str) -> tuple[bool, str]:
+    """Stop gang ``group``'s vcjob ``job`` (``namespace/name``) as one unit.
+
+    Returns whether a Command was created now, and what was done.  A job gone or
+    already stopping needs none; a Command of that name already there (409) counts as done.
+    """
+    problem = gang_problem(group, job)
+    if problem:
+        raise InputError(problem)
+    ns, _, name = job.partition("/")
+    try:
+        obj = api.read_vcjob(ns, name)
+    except NotFound:
+        return False, f"vcjob {job} is gone: nothing to stop"
+    try:
+        if not isinstance(obj, Mapping):
+            raise Unreadable(f"{show(obj)} is not an object")
+        uid = string(mapping(obj, "metadata", "metadata"), "uid", "metadata.uid")
+        state = mapping(mapping(obj, "status", "status"), "state", "status.state")
+        phase = string(state, "phase", "status.state.phase")
+        if not uid:
+            raise Unreadable("metadata.uid: none, so no Command can name it")
+    except Unreadable as exc:
+        raise Unreadable(f"vcjob {job}: {exc}") from None
+    if phase in JOB_STOPPED:
+        return False, f"vcjob {job} is {phase} already: nothing to stop"
+    command = f"{ns}/slurm-pool-abort-{group}"
+    try:
+        api.create_command(ns, abort_command(group, ns, name, uid))
+    except K8sError as exc:
+        if exc.status != 409:
+            raise
+        return False, f"vcjob {job} stopping as one unit ({ABORT_ACTION} Command {command} was there already)"
+    return True, f"vcjob {job} stopped as one unit ({ABORT_ACTION} Command {command})"
 
 
 # -- the official client ---------------------------------------------------------------
@@ -295,6 +399,35 @@ class KubernetesAPI:
         else:
             res = self._call(self.custom.list_cluster_custom_object, group, version, plural, label_selector=selector)
         return _items(res, plural)
+
+    def _list_volcano(self, kind: tuple[str, str, str], namespaces: list[str]) -> list[dict[str, Any]]:
+        group, version, plural = kind
+        if not namespaces:
+            return _items(self._call(self.custom.list_cluster_custom_object, group, version, plural), plural)
+        out: list[dict[str, Any]] = []
+        for ns in namespaces:
+            out += _items(self._call(self.custom.list_namespaced_custom_object, group, version, ns, plural), plural)
+        return out
+
+    def list_podgroups(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        return self._list_volcano(PODGROUPS, namespaces)
+
+    def list_vcjobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        return self._list_volcano(VCJOBS, namespaces)
+
+    def list_priority_classes(self) -> list[dict[str, Any]]:
+        from kubernetes import client
+
+        res = self._call(client.SchedulingV1Api(self.api_client).list_priority_class)
+        return self._plain(res.items)
+
+    def read_vcjob(self, namespace: str, name: str) -> dict[str, Any]:
+        group, version, plural = VCJOBS
+        return self._call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+
+    def create_command(self, namespace: str, body: dict[str, Any]) -> None:
+        group, version, plural = COMMANDS
+        self._call(self.custom.create_namespaced_custom_object, group, version, namespace, plural, body)
 
     def evict(self, namespace: str, name: str) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}

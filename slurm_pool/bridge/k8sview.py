@@ -15,10 +15,12 @@ its messages, is needed only for the others.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
+from typing import Any, Iterable, Mapping, cast
 
 from slurm_pool.bridge.demand import allocatable_gpus
+from slurm_pool.bridge.gangs import GANG_LABEL, GROUP_NAME_ANNOTATION
 from slurm_pool.bridge.objects import (
+    Problems,
     Unreadable,
     ident,
     identity,
@@ -30,7 +32,6 @@ from slurm_pool.bridge.objects import (
 )
 from slurm_pool.text import RULES, matches, shown
 
-T = TypeVar("T")
 #: Kubernetes names the bridge owns (all under the ``slurm-pool`` prefix).
 LENT_LABEL = "slurm-pool/lent"
 RECLAIM_TAINT = "slurm-pool/reclaimed"
@@ -72,6 +73,11 @@ class K8sNodeView:
     @property
     def lent(self) -> bool:
         return self.labels.get(LENT_LABEL) == "true"
+
+    @property
+    def gang(self) -> str:
+        """The group id of the gang it is lent for (``slurm-pool/gang`` label; "": none)."""
+        return self.labels.get(GANG_LABEL, "")
 
     def resources(self, gpu_resource: str) -> Mapping[str, int]:
         """Allocatable per GPU-like resource (a view built without them: ``gpus`` of ``gpu_resource``)."""
@@ -120,6 +126,8 @@ class PodView:
     problem: str = ""
     #: Its namespace and name could be read, so it can be evicted by them.
     named: bool = True
+    #: The PodGroup (same namespace) it belongs to: Volcano's ``scheduling.k8s.io/group-name`` ("": none).
+    group: str = ""
 
     @property
     def workload(self) -> bool:
@@ -132,17 +140,6 @@ class PodView:
     def ref(self) -> str:
         """``namespace/name``, terminal-safe."""
         return f"{shown(self.namespace)}/{shown(self.name)}"
-
-
-class _Problems(list[str]):
-    """The problems met reading one object; :meth:`read` gives a cautious value for a field it cannot read."""
-
-    def read(self, get: Callable[[], T], cautious: T) -> T:
-        try:
-            return get()
-        except Unreadable as exc:
-            self.append(str(exc))
-            return cautious
 
 
 def _taint(t: Mapping[str, Any], i: int) -> Taint:
@@ -158,7 +155,7 @@ def k8s_node_view(obj: Any, gpu_resource: str) -> K8sNodeView:
     in ``problem`` (the planner never lends such a node).
     """
     _, name = identity(obj, "Node", namespaced=False)
-    bad = _Problems()
+    bad = Problems()
     meta = obj["metadata"]
     spec: Mapping[str, Any] | None = bad.read(lambda: mapping(obj, "spec", "spec"), None)
     status: Mapping[str, Any] = bad.read(lambda: mapping(obj, "status", "status"), {})
@@ -213,7 +210,7 @@ def read_pod(obj: Any, node: str | None = None) -> PodView | None:
         return PodView("", "", node, problem=f"{where}: {exc}", named=False)
     if not bound:
         return None
-    bad = _Problems()
+    bad = Problems()
     namespace, name = bad.read(lambda: identity(obj, "Pod"), ("", ""))
     named = not bad
     meta: Mapping[str, Any] = bad.read(lambda: mapping(obj, "metadata", "metadata"), {})
@@ -222,6 +219,7 @@ def read_pod(obj: Any, node: str | None = None) -> PodView | None:
     gone = meta.get("deletionTimestamp")
     if gone is not None and not isinstance(gone, str):
         bad.append(f"metadata.deletionTimestamp: {show(gone)} is not a time")
+    group = notes.get(GROUP_NAME_ANNOTATION, "")  # a value no PodGroup can be named: in none
     return PodView(
         namespace=namespace,
         name=name,
@@ -232,6 +230,7 @@ def read_pod(obj: Any, node: str | None = None) -> PodView | None:
         mirror="kubernetes.io/config.mirror" in notes,
         problem=f"{where}: " + "; ".join(p.removeprefix(f"{where}: ") for p in bad) if bad else "",
         named=named,
+        group=group if matches("k8s-name", group) else "",
     )
 
 
@@ -277,6 +276,7 @@ def _plain_pod(obj: Any) -> PodView | None | object:
     )
     if not plain:
         return _NOT_PLAIN
+    group = notes.get(GROUP_NAME_ANNOTATION, "") if notes else ""
     return PodView(
         namespace=ns or "",
         name=cast(str, name),
@@ -285,4 +285,5 @@ def _plain_pod(obj: Any) -> PodView | None | object:
         terminating=bool(gone),
         daemonset=any(o.get("kind") == "DaemonSet" for o in owners or ()),
         mirror="kubernetes.io/config.mirror" in (notes or {}),
+        group=group if not group or _NAME.fullmatch(group) else "",
     )

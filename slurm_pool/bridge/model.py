@@ -25,6 +25,7 @@ from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import OUT_OF_SERVICE, JobRecord, NodeRecord, State
 from slurm_pool.adapters.slurmjson import REASON_PREFIX
 from slurm_pool.bridge.demand import isvc_demand, total_demand
+from slurm_pool.bridge.gangs import GROUP_ID, Gang, read_gangs
 from slurm_pool.bridge.k8sview import (
     LENT_LABEL,
     RECLAIM_SINCE,
@@ -57,6 +58,7 @@ __all__ = [
     "build_snapshot",
     "isvc_gpus",
     "k8s_node_view",
+    "placeholder_group",
     "placeholder_node",
     "pod_view",
     "sum_resources",
@@ -88,6 +90,7 @@ PLACEHOLDER_ACTIVE = frozenset(
 PLACEHOLDER_RUNNING = frozenset({"RUNNING", "CONFIGURING"})
 _NODE = RULES["node"]
 _NODE_IN_COMMENT = re.compile(r"(?:^|\s)node=(\S+)")
+_GROUP_IN_COMMENT = re.compile(r"(?:^|\s)gang=(\S+)")
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,8 @@ class Placeholder:
     restart_count: int = 0
     #: When it started (Unix seconds; None while it has not): the lend's start, for the minimum lease.
     start_time: float | None = None
+    #: The gang group it was submitted for (its comment's ``gang=<id>``; "": none).
+    group: str = ""
 
     @property
     def active(self) -> bool:
@@ -233,6 +238,8 @@ class Snapshot:
     name_problems: tuple[str, ...] = ()
     #: Slurm nodes whose Kubernetes Node is in doubt: their placeholders are kept as if unselected.
     in_doubt: frozenset[str] = frozenset()
+    #: Volcano gangs (``bridge.gangs``; empty without it), every one read, waiting or not.
+    gangs: tuple[Gang, ...] = ()
 
     # The indexes below are made once per snapshot (its fields never change), so that what the
     # planner asks per node costs nothing like a scan of the whole cluster.
@@ -327,6 +334,12 @@ def placeholder_node(job: JobRecord, partition: str, account: str | None = None)
     return m.group(1) if m and matches("node", m.group(1)) else None
 
 
+def placeholder_group(comment: str) -> str:
+    """The gang group a placeholder's comment names (``gang=<id>``; "": none, or no group id)."""
+    found = _GROUP_IN_COMMENT.search(comment)
+    return found.group(1) if found and matches(GROUP_ID, found.group(1)) else ""
+
+
 def isvc_gpus(isvc: Mapping[str, Any], gpu_resource: str, **observed: Iterable[Mapping[str, Any]]) -> int:
     """GPUs (``gpu_resource``) one InferenceService wants; ``observed``: see :func:`~slurm_pool.bridge.demand.isvc_demand`."""
     return isvc_demand(isvc, gpu_resource, **observed).get(gpu_resource, 0)
@@ -342,7 +355,10 @@ def _jobs(
     for job in jobs:
         lent = placeholder_node(job, config.partition, config.account)
         if lent is not None:
-            placeholders.append(Placeholder(job.job_id, lent, job.state, job.restart_count, job.start_time or None))
+            gid = placeholder_group(job.comment or "")
+            placeholders.append(
+                Placeholder(job.job_id, lent, job.state, job.restart_count, job.start_time or None, gid)
+            )
             continue
         seen = where.get(job.state)
         if seen is None:
@@ -385,11 +401,18 @@ def build_snapshot(
     serving_runtimes: Iterable[Mapping[str, Any]] = (),
     cluster_serving_runtimes: Iterable[Mapping[str, Any]] = (),
     preemptors: Iterable[str] | None = None,
+    podgroups: Iterable[Mapping[str, Any]] = (),
+    vcjobs: Iterable[Mapping[str, Any]] = (),
+    priority_classes: Iterable[Mapping[str, Any]] = (),
 ) -> Snapshot:
     """Both systems' raw data -> :class:`Snapshot`.
 
     ``pods`` are all live pods, bound or not: unbound ones count only as inference demand.
     ``preemptors``: the QOS whose jobs preempt placeholders (None: every job's does).
+    ``podgroups``, ``vcjobs``, ``priority_classes``: Volcano's objects, read into
+    :attr:`Snapshot.gangs` when ``config.gangs`` is set (:func:`~slurm_pool.bridge.gangs.read_gangs`).
+    A gang that cannot be read carries its ``problem``; it is not in :attr:`Snapshot.unreadable`,
+    so it never holds inference lending still.
     """
     may_preempt = None if preemptors is None else frozenset(preemptors)
     nodes = {
@@ -423,6 +446,9 @@ def build_snapshot(
         pods=pods,
         problems=problems,
     )
+    gangs: tuple[Gang, ...] = ()
+    if config.gangs is not None:
+        gangs = read_gangs(podgroups, vcjobs, priority_classes, config.gangs, config.gpu_resource, [])
     return Snapshot(
         slurm_nodes=nodes,
         placeholders=tuple(sorted(placeholders, key=lambda p: p.job_id)),
@@ -438,6 +464,7 @@ def build_snapshot(
         k8s_only=k8s_only,
         name_problems=names.problems + tuple(marked),
         in_doubt=names.doubtful,
+        gangs=gangs,
     )
 
 

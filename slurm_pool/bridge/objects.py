@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from slurm_pool.errors import InputError
 from slurm_pool.text import matches, shown, strict_int
+
+T = TypeVar("T")
 
 Obj = Mapping[str, Any]
 
@@ -171,3 +173,14 @@ def devices(value: Any, path: str) -> int:
     if q != q.to_integral_value():
         raise Unreadable(f"{path}: {show(value)} is not a whole number of devices")
     return int(q)
+
+
+class Problems(list[str]):
+    """The problems met reading one object; :meth:`read` gives a cautious value for a field it cannot read."""
+
+    def read(self, get: Callable[[], T], cautious: T) -> T:
+        try:
+            return get()
+        except Unreadable as exc:
+            self.append(str(exc))
+            return cautious

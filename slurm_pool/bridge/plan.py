@@ -17,6 +17,11 @@ Rules, per node of the lend partition that Kubernetes also knows:
 * fence (cordon + ``slurm-pool/reclaimed:NoSchedule``) every other node, so
   Kubernetes schedules only on lent nodes.  Slurm drains are never touched.
 
+With ``bridge.gangs`` the nodes lent for Volcano gangs (labelled
+``slurm-pool/gang``) are no inference supply: :mod:`slurm_pool.bridge.gangplan`
+keeps, reclaims and lends them group by group, and ``bridge.gangs.first``
+says whether inference or the gangs take the free nodes first.
+
 While a Kubernetes object cannot be read (``Snapshot.unreadable``) the demand
 and the capacity are not known whole, so the plan lends nothing new and gives
 nothing back for demand; Slurm's needs still take nodes back, a node that
@@ -34,17 +39,20 @@ from typing import Any, Mapping
 from slurm_pool.bridge.claims import claims
 from slurm_pool.bridge.cost import Groups, ahead_returns, gpus_of, resources_of, shortfall
 from slurm_pool.bridge.forecast import Forecast
+from slurm_pool.bridge.gangplan import GangNode, GangPlan, lent_groups
+from slurm_pool.bridge.gangs import GANG_JOB, GANG_LABEL
 from slurm_pool.bridge.lending import Supply, give_back, lend_more
-from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT, K8sNodeView, Snapshot
+from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_TAINT, K8sNodeView, PodView, Snapshot
 from slurm_pool.bridge.windows import off_peak, parse_time
 from slurm_pool.spec.bridge import Bridge
-from slurm_pool.text import matches
+from slurm_pool.text import matches, shown
 
 #: Step kinds and the phase they run in (all nodes finish a phase before the next).
 PHASES: dict[str, int] = {
     "fence": 1,
     "submit": 1,
     "evict": 2,
+    "abort": 2,
     "wait-running": 3,
     "wait-empty": 3,
     "cancel": 4,
@@ -64,6 +72,10 @@ class Step:
     pods: tuple[str, ...] = ()
     force: bool = False
     since: str | None = None
+    #: A gang's group (:func:`slurm_pool.bridge.gangs.group_id`): ``open`` marks the node as the
+    #: group's, ``abort`` stops the group's vcjob ``job`` (``namespace/name``) as one unit.
+    group: str = ""
+    job: str = ""
 
     @property
     def phase(self) -> int:
@@ -103,6 +115,8 @@ class Plan:
     unreadable: tuple[str, ...] = ()
     #: Each managed node's Kubernetes Node name (``bridge.node_names``); None: the same names.
     k8s_names: Mapping[str, str] | None = None
+    #: With ``bridge.gangs``: each gang group (id, gang, job, nodes, intent, why) and each gang not lent for.
+    gangs: tuple[dict[str, Any], ...] | None = None
 
     def k8s_name(self, node: str) -> str | None:
         """The Kubernetes Node of Slurm node ``node`` (None: none is known, so nothing is done to one)."""
@@ -127,6 +141,7 @@ class Plan:
             "notes": list(self.notes),
             "unreadable": list(self.unreadable),
             "forecast": self.forecast,
+            **({"gangs": [dict(g) for g in self.gangs]} if self.gangs is not None else {}),
             "nodes": [
                 {
                     "node": n.node,
@@ -229,24 +244,39 @@ def plan(
         k = snap.k8s_nodes.get(n)
         return bool(snap.placeholders_on(n) or snap.workload_pods(n) or (k is not None and (k.lent or k.reclaim_since)))
 
-    used = [n for n in managed if in_use(n)]
     cap = config.max_lent_nodes if config.max_lent_nodes is not None else len(managed)
+    # Gang groups first kept or reclaimed as wholes: they are no inference supply.
+    gangs = lent_groups(snap, config, managed, blockers, cap, t) if config.gangs else None
+    ganged = set(gangs.nodes) if gangs else set()
+    used = [n for n in managed if in_use(n) and n not in ganged]
     supply = Supply(snap, gres)
     # Give back what demand no longer needs (with the hysteresis, once the minimum lease ran).
     keep = [n for n in used if not blockers[n]]
-    keep, dropped, held = give_back(snap, config, keep, need_by, base, cap, frozen=frozen, t=t, supply=supply)
-    ahead = ahead_returns(snap, config, now, keep, fc)
+    held_by_gangs = gangs.kept() if gangs else []
+    room = max(0, cap - len(held_by_gangs))
+    keep, dropped, held = give_back(snap, config, keep, need_by, base, room, frozen=frozen, t=t, supply=supply)
+    ahead = ahead_returns(snap, config, now, keep + held_by_gangs, fc)
+    for n, why in ahead.items():
+        if gangs and n in gangs.nodes:
+            gid = gangs.nodes[n].group
+            gangs.reclaim(gid, f"{gangs.what[gid]}: {why}")
     dropped.update(ahead)
     keep = [n for n in keep if n not in ahead]
     # Lend more while demand is not met, cheapest reclaim first (nodes holding pods are in ``keep``).
     in_used = set(used)
-    free = [n for n in managed if n not in in_used and not blockers[n]]
+    free = [n for n in managed if n not in in_used and n not in ganged and not blockers[n]]
+    lent_now = len(keep) + (len(gangs.kept()) if gangs else 0)
     closing = not config.lend_outside_off_peak and not off_peak(
-        config, now + timedelta(seconds=config.stagger_seconds * len(keep))
+        config, now + timedelta(seconds=config.stagger_seconds * lent_now)
     )
-    if free and not frozen:
-        groups = Groups(snap, fc, t, horizon, keep)
-        keep, vetoed = lend_more(snap, keep, free, need_by, cap, groups, closing=closing, supply=supply)
+    notes = []
+    if (free or gangs) and not frozen:
+        groups = Groups(snap, fc, t, horizon, keep + (gangs.kept() if gangs else []))
+        if gangs is None:
+            keep, vetoed = lend_more(snap, keep, free, need_by, cap, groups, closing=closing, supply=supply)
+        else:
+            keep, vetoed, order = _lend_both(snap, config, gangs, keep, free, need_by, cap, groups, closing, supply)
+            notes += order
         for n, why in vetoed.items():
             blockers[n].append(why)
 
@@ -254,7 +284,13 @@ def plan(
     plans = []
     lent = set(keep)
     for n in managed:
-        if n in lent:
+        if gangs and n in gangs.nodes:
+            g = gangs.nodes[n]
+            if g.reclaim:
+                plans.append(_reclaim(snap, n, (g.reason,), now, stamp, force_after, g))
+            else:
+                plans.append(_lend(snap, n, g.reason, frozen, g))
+        elif n in lent:
             plans.append(_lend(snap, n, held.get(n), frozen))
         elif n in in_used:
             plans.append(
@@ -264,7 +300,6 @@ def plan(
             idle = f"lending nothing new: {_UNREADABLE}" if frozen else "inference demand is met"
             plans.append(_fence(snap, n, tuple(blockers[n]) or (idle,)))
     plans += _orphans(snap, config, set(managed))
-    notes = []
     if spot_waiting:
         notes.append(
             "pending job(s) " + ",".join(map(str, spot_waiting)) + " of tiers that do not preempt "
@@ -280,6 +315,8 @@ def plan(
         )
         notes += [f"cannot read {u}" for u in snap.unreadable]
     notes += snap.name_problems
+    if gangs:
+        notes += gangs.notes
     return Plan(
         now=now,
         window_open=window,
@@ -293,7 +330,43 @@ def plan(
         unreadable=snap.unreadable,
         k8s_names={n: snap.k8s_names[n] for n in managed if n in snap.k8s_names},
         forecast=fc.summary(t, warmup, horizon) if fc is not None and fc.enabled else None,
+        gangs=gangs.summary() if gangs else None,
     )
+
+
+def _lend_both(
+    snap: Snapshot,
+    config: Bridge,
+    gangs: GangPlan,
+    keep: list[str],
+    free: list[str],
+    need_by: dict[str, int],
+    cap: int,
+    groups: Groups,
+    closing: bool,
+    supply: Supply,
+) -> tuple[list[str], dict[str, str], list[str]]:
+    """Lend for inference and for the waiting gangs, who first as ``bridge.gangs.first`` says.
+
+    Returns what stays lent for inference, the free nodes vetoed (and why), and the note on the order.
+    """
+    first = config.gangs.first if config.gangs else "inference"
+    wanted = bool(shortfall(need_by, supply.total(keep)))
+    if first == "gangs":
+        gangs.place(free, cap - len(keep) - len(gangs.kept()), groups, closing=closing)
+        rest = [n for n in free if n not in gangs.nodes and n not in gangs.vetoed]
+        keep, vetoed = lend_more(
+            snap, keep, rest, need_by, cap - len(gangs.kept()), groups, closing=closing, supply=supply
+        )
+    else:
+        keep, vetoed = lend_more(
+            snap, keep, free, need_by, cap - len(gangs.kept()), groups, closing=closing, supply=supply
+        )
+        taken = set(keep) | set(vetoed)
+        gangs.place([n for n in free if n not in taken], cap - len(keep) - len(gangs.kept()), groups, closing=closing)
+    vetoed.update(gangs.vetoed)
+    order = "gangs first, then inference" if first == "gangs" else "inference first, then gangs"
+    return keep, vetoed, [f"free nodes go to {order} (bridge.gangs.first)"] if wanted and gangs.waiting else []
 
 
 def _orphans(snap: Snapshot, config: Bridge, managed: set[str]) -> list[NodePlan]:
@@ -333,8 +406,10 @@ _DOUBT = "no listed Kubernetes Node can be told to be this node's by bridge.node
 _UNREADABLE = "Kubernetes objects cannot be read (see the notes)"
 
 
-def _lend(snap: Snapshot, n: str, kept: str | None = None, frozen: bool = False) -> NodePlan:
-    """Steps that lend ``n``; ``frozen``: only what keeps it as it is (no new placeholder, no opening)."""
+def _lend(
+    snap: Snapshot, n: str, kept: str | None = None, frozen: bool = False, gang: GangNode | None = None
+) -> NodePlan:
+    """Steps that lend ``n`` (``gang``: as its group's); ``frozen``: only what keeps it as it is."""
     k = snap.k8s_nodes[n]
     ph = snap.placeholders_on(n)
     running = [p for p in ph if p.running]
@@ -344,12 +419,18 @@ def _lend(snap: Snapshot, n: str, kept: str | None = None, frozen: bool = False)
     if extra:
         steps.append(Step("cancel", n, "duplicate placeholder(s)", job_ids=extra))
     if keep_id is None:
-        steps.append(Step("submit", n, "placeholder job holding the node in Slurm"))
+        group = gang.group if gang is not None else ""
+        steps.append(Step("submit", n, "placeholder job holding the node in Slurm", group=group))
         steps.append(Step("wait-running", n, "placeholder starts"))
     elif not running:
         steps.append(Step("wait-running", n, f"placeholder {keep_id} starts", job_ids=(keep_id,)))
-    if not k.open:
-        held = (keep_id,) if keep_id is not None else ()  # else the placeholder this run submits
+    held = (keep_id,) if keep_id is not None else ()  # else the placeholder this run submits
+    if gang is not None and (not k.open or not _marked(k, gang)):
+        what = (
+            f"uncordon, untaint, label {LENT_LABEL}=true, mark {GANG_LABEL}={gang.group} for gang job {shown(gang.job)}"
+        )
+        steps.append(Step("open", n, what, job_ids=held, group=gang.group, job=gang.job))
+    elif gang is None and not k.open:
         steps.append(Step("open", n, f"uncordon, untaint, label {LENT_LABEL}=true", job_ids=held))
     reason = f"inference demand {snap.demand_gpus} GPU(s), {snap.base_gpus} outside Slurm's nodes"
     if frozen and any(s.kind != "cancel" for s in steps):
@@ -359,9 +440,22 @@ def _lend(snap: Snapshot, n: str, kept: str | None = None, frozen: bool = False)
     return NodePlan(n, intent, (kept,) if kept else (reason,), tuple(steps))
 
 
+def _marked(k: K8sNodeView, gang: GangNode) -> bool:
+    """``k`` carries ``gang``'s group marks: label, taint and job annotation."""
+    tainted = any(t.key == GANG_LABEL and t.value == gang.group and t.effect == "NoSchedule" for t in k.taints)
+    return k.gang == gang.group and tainted and k.annotations.get(GANG_JOB) == gang.job
+
+
 def _reclaim(
-    snap: Snapshot, n: str, reasons: tuple[str, ...], now: datetime, stamp: str, force_after: int | None
+    snap: Snapshot,
+    n: str,
+    reasons: tuple[str, ...],
+    now: datetime,
+    stamp: str,
+    force_after: int | None,
+    gang: GangNode | None = None,
 ) -> NodePlan:
+    """Steps that give ``n`` back; ``gang``: one of a group's, whose vcjob one ``abort`` stops."""
     k: K8sNodeView = snap.k8s_nodes[n]
     steps: list[Step] = []
     since = k.reclaim_since
@@ -369,8 +463,11 @@ def _reclaim(
     if not human and (not k.fenced or since is None):
         steps.append(Step("fence", n, f"cordon, taint {RECLAIM_TAINT}:NoSchedule", since=None if since else stamp))
         since = since or stamp
+    if gang is not None and gang.abort:
+        steps.append(Step("abort", n, f"stop gang job {gang.job} as one unit", group=gang.group, job=gang.job))
     all_pods = snap.workload_pods(n)
-    live = tuple(p.ref for p in all_pods if not p.terminating and p.named)
+    spare = gang.spare if gang is not None else ""
+    live = tuple(p.ref for p in all_pods if not p.terminating and p.named and not _stopped_by(spare, p))
     nameless = [p.problem for p in all_pods if not p.named]
     if live:
         started = parse_time(since)
@@ -385,9 +482,18 @@ def _reclaim(
     ph = snap.placeholders_on(n)
     if ph:
         steps.append(Step("cancel", n, "give the node back to Slurm", job_ids=tuple(p.job_id for p in ph)))
-    if k.lent or k.reclaim_since or any(s.kind == "fence" and s.since for s in steps):
+    if k.lent or k.reclaim_since or (gang is not None and k.gang) or any(s.kind == "fence" and s.since for s in steps):
         steps.append(Step("release", n, f"remove {LENT_LABEL} and the reclaim mark"))
     return NodePlan(n, "reclaim", reasons, tuple(steps))
+
+
+def _stopped_by(spare: str, pod: PodView) -> bool:
+    """``pod`` is one the group's abort stops (:attr:`GangNode.spare`), so it is not evicted."""
+    if not spare:
+        return False
+    if spare.endswith("/"):
+        return pod.namespace == spare[:-1]
+    return f"{pod.namespace}/{pod.group}" == spare
 
 
 def _fence(snap: Snapshot, n: str, reasons: tuple[str, ...]) -> NodePlan:

@@ -83,6 +83,11 @@ class Report:
                 )
             )
         lines += [f"note: {n}" for n in p.notes]
+        lines += [
+            f"gang group {g['group']} of {g['gang'] or g['job']} on {', '.join(g['nodes'])}: {g['intent']}"
+            for g in p.gangs or ()
+            if "group" in g
+        ]
         if p.forecast is not None:
             f = p.forecast
             inf = "no history" if f["inference_gpus"] is None else f"{f['inference_gpus']:g} GPU(s)"
@@ -117,6 +122,14 @@ def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge, preemptors: frozenset
     def read(kind: str, call: Callable[[], Any]) -> list[Any]:
         return listed(call(), kind)
 
+    podgroups: list[Any] = []
+    vcjobs: list[Any] = []
+    priority_classes: list[Any] = []
+    if config.gangs is not None:  # else nothing of Volcano is read
+        ns = list(config.gangs.namespaces)
+        podgroups = read("PodGroups", lambda: k8s.list_podgroups(ns))
+        vcjobs = read("vcjobs", lambda: k8s.list_vcjobs(ns))
+        priority_classes = read("PriorityClasses", k8s.list_priority_classes)
     snap = build_snapshot(
         config,
         slurm.nodes(),
@@ -129,6 +142,9 @@ def observe(slurm: SlurmSide, k8s: K8sAPI, config: Bridge, preemptors: frozenset
         serving_runtimes=read("ServingRuntimes", k8s.list_serving_runtimes),
         cluster_serving_runtimes=read("ClusterServingRuntimes", k8s.list_cluster_serving_runtimes),
         preemptors=preemptors,
+        podgroups=podgroups,
+        vcjobs=vcjobs,
+        priority_classes=priority_classes,
     )
     unlisted = sorted({p.node for p in snap.placeholders if p.active} - set(snap.k8s_nodes) - snap.in_doubt)
     naming = NodeNaming(config.node_names)

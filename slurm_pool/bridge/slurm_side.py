@@ -30,6 +30,7 @@ from typing import Iterable
 from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.bridge.gangs import GROUP_ID
 from slurm_pool.bridge.model import LEND_COMMENT, PLACEHOLDER_NAME
 from slurm_pool.errors import InputError
 from slurm_pool.spec.bridge import Bridge
@@ -130,9 +131,15 @@ class SlurmSide:
     def jobs(self) -> list[JobRecord]:
         return self.client.jobs()
 
-    def placeholder_argv(self, node: str) -> list[str]:
-        """The sbatch command line of a placeholder for ``node`` (:class:`InputError` for a name Slurm cannot have)."""
+    def placeholder_argv(self, node: str, group: str = "") -> list[str]:
+        """The sbatch command line of a placeholder for ``node`` (:class:`InputError` for a name Slurm cannot have).
+
+        ``group``: the gang group it is lent for, named in its comment (``gang=<id>``), so that a lend
+        stopped before the node is marked in Kubernetes is still known to be the group's.
+        """
         _node(node)
+        if group and not matches(GROUP_ID, group):
+            raise InputError(f"gang group {shown(repr(group))} is not a group id: no placeholder for {node}")
         c = self.config
         argv = ["sbatch", "--parsable"]
         if self.submit_as:
@@ -147,7 +154,7 @@ class SlurmSide:
             "--exclusive",
             "--mem=0",
             "--signal=B:TERM@60",
-            f"--comment={LEND_COMMENT} node={node}",
+            f"--comment={LEND_COMMENT} node={node}" + (f" gang={group}" if group else ""),
             "--output=/dev/null",
             "--chdir=/",
         ]
@@ -155,10 +162,11 @@ class SlurmSide:
             argv.append("--no-requeue")
         return argv
 
-    def submit_placeholder(self, node: str, k8s_node: str | None = None) -> int:
-        """Submit the placeholder for ``node`` (whose Kubernetes Node is ``k8s_node``); return its job id."""
+    def submit_placeholder(self, node: str, k8s_node: str | None = None, group: str = "") -> int:
+        """Submit the placeholder for ``node`` (whose Kubernetes Node is ``k8s_node``; ``group``: the gang group
+        it is lent for); return its job id."""
         script = placeholder_script(self.config, node, k8s_node)
-        res = self.client.runner.run(self.placeholder_argv(node), input=script)
+        res = self.client.runner.run(self.placeholder_argv(node, group), input=script)
         try:
             job_id = strict_int(res.stdout.strip().split(";")[0], "sbatch's job id")
         except ValueError:

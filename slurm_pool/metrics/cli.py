@@ -72,6 +72,7 @@ def build_registry(
     rebalance: Callable[[], Mapping[str, float]] | None = None,
     predict: Callable[[], Mapping[str, tuple[list[float], int]]] | None = None,
     guarantees: Callable[[list], Mapping[str, Any] | None] | None = None,
+    gangs: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Any:
     """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics).
 
@@ -80,7 +81,8 @@ def build_registry(
     resource on each scrape (:func:`slurm_pool.bridge.k8s.inference_demand`); ``rebalance`` the last
     rebalance run's record on the bridge's Lease (:func:`rebalance_reader`); ``predict`` the predicted
     waits of the pending jobs (:class:`slurm_pool.metrics.predicted.PredictionReader`); ``guarantees``
-    the floating guarantees of the jobs scraped (:func:`guarantees_reader`).
+    the floating guarantees of the jobs scraped (:func:`guarantees_reader`); ``gangs`` the Volcano
+    gangs on lent nodes (:func:`gangs_reader`).
     """
     from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -109,6 +111,7 @@ def build_registry(
             rebalance=rebalance,
             predict=predict,
             guarantees=guarantees,
+            gangs=gangs,
         )
     )
     if process_metrics:
@@ -152,6 +155,46 @@ def rebalance_reader(api: Any, namespace: str, name: str) -> Callable[[], Mappin
     from slurm_pool.bridge.lease import last_run
 
     return lambda: last_run(api.read_lease(namespace, name))
+
+
+def gang_observer(config: Any, api: Any) -> Callable[[], Mapping[str, Any]]:
+    """A reader of the gangs on lent nodes (:func:`slurm_pool.metrics.gangs.gang_status`): Kubernetes'
+    Nodes and Volcano's objects only, read as ``rebalance`` reads them; no Slurm read, no plan, no change."""
+    from slurm_pool.bridge.gangs import read_gangs
+    from slurm_pool.bridge.k8sview import k8s_node_view
+    from slurm_pool.bridge.objects import listed
+    from slurm_pool.metrics.gangs import gang_status
+
+    settings = config.gangs
+
+    def read() -> Mapping[str, Any]:
+        views = (k8s_node_view(o, config.gpu_resource) for o in listed(api.list_nodes(), "Nodes"))
+        gangs = read_gangs(
+            listed(api.list_podgroups(settings.namespaces), "PodGroups"),
+            listed(api.list_vcjobs(settings.namespaces), "Jobs"),
+            listed(api.list_priority_classes(), "PriorityClasses"),
+            settings,
+            config.gpu_resource,
+            problems=[],
+        )
+        return gang_status({v.name: v for v in views}, gangs, config.gpu_resource)
+
+    return read
+
+
+def gangs_reader(spec_path: str, kubeconfig: str | None) -> Callable[[], Mapping[str, Any]] | None:
+    """The spec's bridge wired to Kubernetes: a reader of its gangs (None: no ``bridge.gangs``)."""
+    from slurm_pool.bridge.k8s import KubernetesAPI
+    from slurm_pool.spec import load_spec
+
+    config = load_spec(spec_path).bridge
+    if config is None or config.gangs is None:
+        return None
+    try:
+        api = KubernetesAPI.connect(config, kubeconfig)
+    except Exception as exc:  # noqa: BLE001 -- the client raises several kinds for an unusable config
+        raise click.BadParameter(f"no usable Kubernetes configuration: {exc}", param_hint="--kubeconfig") from None
+    return gang_observer(config, api)
 
 
 def inference_reader(spec_path: str, kubeconfig: str | None) -> tuple[Callable[[], Mapping[str, int]], str]:
@@ -227,7 +270,8 @@ def bridge_readers(
     type=click.Path(dir_okay=False),
     help="Pool spec with a bridge section: also export the inference demand KServe shows "
     "(slurm_pool_inference_demand_gpus, which the bridge's forecast reads back) and the last rebalance run "
-    "(slurm_pool_rebalance_duration_seconds).",
+    "(slurm_pool_rebalance_duration_seconds); with bridge.gangs, the Volcano gangs pending and lent "
+    "(slurm_pool_bridge_gang*).",
 )
 @click.option(
     "--kubeconfig",
@@ -282,9 +326,10 @@ def exporter(
         raise click.BadParameter("needs --spec (the bridge section says what to read)", param_hint="--kubeconfig")
     if state_dir is None:
         state_dir = default_state_dir()
-    inference, rebalance, gpu_resource = None, None, "nvidia.com/gpu"
+    inference, rebalance, gpu_resource, gangs = None, None, "nvidia.com/gpu", None
     if spec_path:
         inference, rebalance, gpu_resource = bridge_readers(spec_path, kubeconfig)
+        gangs = gangs_reader(spec_path, kubeconfig)
     predict = None
     if predict_spec:
         predict = prediction_reader(predict_spec, SubprocessRunner(default_timeout=slurm_timeout), predict_interval)
@@ -304,6 +349,7 @@ def exporter(
         rebalance=rebalance,
         predict=predict,
         guarantees=guarantees,
+        gangs=gangs,
     )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)

@@ -53,8 +53,11 @@ instances, each one GRES unit)::
                                                     Lease: its duration, its end (Unix time) and
     slurm_pool_rebalance_last_end_timestamp_seconds the steps it carried out, as it left them on
     slurm_pool_rebalance_steps                      the Lease, when the exporter is given the bridge
+    slurm_pool_bridge_gang*                         Volcano gangs: pending, lent groups and nodes, their
+                                                    reclaims, when the bridge has gangs:
+                                                    (:mod:`slurm_pool.metrics.gangs`)
 
-A failed Kubernetes read leaves the inference (or rebalance) families out of
+A failed Kubernetes read leaves the inference (rebalance, gang) families out of
 that scrape (a gap in the history, not a false 0); so does a run record on the
 Lease that does not read as one (counted as a ``kubernetes`` error).  Label
 values and help texts come from Slurm, Kubernetes or the command line: each
@@ -78,6 +81,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.metrics.gangs import gang_metrics
 from slurm_pool.metrics.outcomes import OutcomeTally
 from slurm_pool.metrics.parse import lent_nodes, node_gpu_states
 from slurm_pool.metrics.predicted import prediction_metrics
@@ -117,6 +121,7 @@ class _Reading:
     inference: dict[str, int] | None = None  # GPU-like resource -> count KServe wants
     rebalance: dict[str, float] | None = None  # the last run's record: seconds, end, steps
     predicted: Mapping[str, tuple[list[float], int]] | None = None  # tier -> (predicted waits, no estimate)
+    gangs: Mapping[str, Any] | None = None  # slurm_pool.metrics.gangs.gang_status
     reads: dict[str, tuple[float, int | None]] = field(default_factory=dict)  # source -> (seconds, bytes)
     failed: Counter[str] = field(default_factory=Counter)
 
@@ -143,9 +148,12 @@ class PoolCollector:
         rebalance: Callable[[], Mapping[str, float]] | None = None,
         predict: Callable[[], Mapping[str, tuple[list[float], int]]] | None = None,
         guarantees: Callable[[list[JobRecord]], Mapping[str, Any] | None] | None = None,
+        gangs: Callable[[], Mapping[str, Any]] | None = None,
     ):
-        """``guarantees``: the jobs -> :func:`slurm_pool.metrics.status.guarantee_status` of the spec."""
+        """``guarantees``: the jobs -> :func:`slurm_pool.metrics.status.guarantee_status` of the spec;
+        ``gangs``: a reader of :func:`slurm_pool.metrics.gangs.gang_status`."""
         self.slurm = slurm
+        self.gangs = gangs
         self.guarantees = guarantees
         self.predict = predict
         self.reclaims = reclaims
@@ -208,6 +216,12 @@ class PoolCollector:
             except Exception as exc:  # noqa: BLE001
                 out.failed["kubernetes"] += 1
                 log.warning("reading the last rebalance run failed: %s", shown(exc))
+        if self.gangs is not None:
+            try:
+                out.gangs = self.gangs()
+            except Exception as exc:  # noqa: BLE001
+                out.failed["kubernetes"] += 1
+                log.warning("reading the gangs failed: %s", shown(exc))
         if self.predict is not None:
             try:
                 out.predicted = self.predict()
@@ -274,6 +288,9 @@ class PoolCollector:
             out.extend(rebalance_metrics(reading.rebalance))
         if reading.predicted is not None:
             out.extend(prediction_metrics(reading.predicted))
+        if reading.gangs is not None:
+            gangs = reading.gangs
+            out.extend(self._build("kubernetes", lambda: gang_metrics(gangs)) or [])
         out.extend(read_metrics(reading.reads))
         healthy = built_nodes is not None and built_jobs is not None and built_pool is not None
         up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")

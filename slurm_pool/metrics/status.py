@@ -37,6 +37,9 @@ The dict (``--json``; :data:`SCHEMA` is bumped when a key changes meaning)::
                                  "in_use": {"gres/gpu": 2}, "in_use_gpus": 2, "borrowed": 1,
                                  "borrowed_by_tier": {"shared": 1}}, ...]}
 
+``gangs`` (:func:`slurm_pool.metrics.gangs.gang_status`, or ``{"error": why}``) when the spec's
+bridge has ``gangs:``: Volcano gangs pending, and the groups of nodes lent for them and their reclaims.
+
 ``in_use``: GPUs of the project's running jobs in its guarantee QOS, per guarantee key;
 ``borrowed``: GPUs of its running jobs in any other tier but the guarantees' own (its own servers, if any).
 """
@@ -197,12 +200,14 @@ def build(
     now: float | None = None,
     usage: Mapping[str, Any] | None = None,
     guarantees: Mapping[str, Any] | None = None,
+    gangs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The status dict (see the module docstring) of one read of Slurm.
 
     ``usage``: GPU-hours used and charged per tier over the last hours (``{"hours": h, "tiers": ...}`` from
     :func:`slurm_pool.metrics.charges.usage_by_tier`, or ``{"hours": h, "error": why}``); absent when None.
     ``guarantees``: :func:`guarantee_status` of the same jobs; absent when None.
+    ``gangs``: :func:`slurm_pool.metrics.gangs.gang_status` (or ``{"error": why}``); absent when None.
     """
     nodes = sorted(nodes, key=lambda n: n.name)
     jobs = list(jobs)
@@ -270,6 +275,7 @@ def build(
         "preemptions": recent(preemptions, last),
         **({"usage": dict(usage)} if usage is not None else {}),
         **({"guarantees": dict(guarantees)} if guarantees is not None else {}),
+        **({"gangs": dict(gangs)} if gangs is not None else {}),
     }
 
 
@@ -361,6 +367,10 @@ def tables(status: Mapping[str, Any]) -> list[Any]:
     parts: list[Any] = [by_state, by_type, held, nodes, pending, lent, pre]
     if "guarantees" in status:
         parts.insert(3, guarantees_table(status["guarantees"]))
+    if "gangs" in status:
+        from slurm_pool.metrics.gangs import gangs_table
+
+        parts.insert(parts.index(lent) + 1, gangs_table(status["gangs"]))
     if "usage" in status:
         parts.append(usage_table(status["usage"]))
     return parts

@@ -3,7 +3,9 @@
 One narrow node read and one narrow job read (``sinfo``/``squeue --Format``,
 through :class:`~slurm_pool.adapters.slurm.SlurmClient`, as the exporter reads them),
 and the tail of each node's ``outcomes.jsonl`` under node.conf's
-``state_dir`` for the last preemptions.
+``state_dir`` for the last preemptions.  With ``--spec`` whose bridge has
+``gangs:``, one observation of the bridge too (Slurm and Kubernetes, as
+``rebalance --dry-run`` reads them) for the Volcano gangs on lent nodes.
 """
 
 from __future__ import annotations
@@ -63,6 +65,28 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
     return {"hours": hours, "tiers": usage_by_tier(runs, factors, start, end)}
 
 
+def gang_part(spec: Any, kubeconfig: str | None) -> dict[str, Any] | None:
+    """The gangs on lent nodes (:func:`slurm_pool.metrics.gangs.gang_status`) when the spec's bridge has
+    ``gangs:`` (None otherwise); a failed read is reported (``{"error": why}``), not raised."""
+    from slurm_pool.metrics.cli import gang_observer
+
+    config = spec.bridge
+    if config is None or config.gangs is None:
+        return None
+    try:
+        from slurm_pool.bridge.k8s import KubernetesAPI
+
+        api = KubernetesAPI.connect(config, kubeconfig)
+    except Exception as exc:  # noqa: BLE001 -- the client raises several kinds for an unusable config
+        return {"error": shown(f"cannot reach Kubernetes: {exc}")}
+    try:
+        return dict(gang_observer(config, api)())
+    except Exception as exc:  # noqa: BLE001 -- any failed read is shown in its place
+        return {"error": shown(f"cannot read the gangs: {exc}")}
+    finally:
+        api.close()
+
+
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON (schema in slurm_pool.metrics.status).")
 @click.option(
@@ -72,6 +96,12 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
     default=None,
     help="Pool spec; its bridge: section names the lend partition [k8s-lend]; with guarantees: each floating "
     "project's guarantee, GPUs in use in it and GPUs borrowed.",
+)
+@click.option(
+    "--kubeconfig",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Kubeconfig for a --spec whose bridge has gangs: [$KUBECONFIG, ~/.kube/config, else in-cluster].",
 )
 @click.option(
     "--state-dir",
@@ -90,10 +120,16 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
     "--slurm-timeout", default=20.0, show_default=True, type=Finite(min=0.001), help="Seconds one Slurm query may take."
 )
 def status(
-    as_json: bool, spec_path: str | None, state_dir: str | None, last: int, usage_hours: float, slurm_timeout: float
+    as_json: bool,
+    spec_path: str | None,
+    kubeconfig: str | None,
+    state_dir: str | None,
+    last: int,
+    usage_hours: float,
+    slurm_timeout: float,
 ) -> None:
-    """Show GPUs by state, tier and project, floating guarantees, pending demand, lent nodes and the last
-    preemptions."""
+    """Show GPUs by state, tier and project, floating guarantees, pending demand, lent nodes (and gang jobs on
+    them) and the last preemptions."""
     from slurm_pool.adapters.runner import CommandError, SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.errors import PoolError
@@ -120,7 +156,10 @@ def status(
     pre = list(tail_preemptions(state_dir)) if state_dir else []
     usage = tier_usage(slurm, usage_hours) if usage_hours > 0 else None
     guarantees = guarantee_status(spec, jobs, lend_partition) if spec is not None else None
-    data = build(nodes, jobs, pre, lend_partition=lend_partition, last=last, usage=usage, guarantees=guarantees)
+    gangs = gang_part(spec, kubeconfig) if spec is not None else None
+    data = build(
+        nodes, jobs, pre, lend_partition=lend_partition, last=last, usage=usage, guarantees=guarantees, gangs=gangs
+    )
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=False))
         return

@@ -14,7 +14,7 @@ from slurm_pool.accounting.plan import build_plan
 from slurm_pool.mig.features import LAYOUTS_FILE
 from slurm_pool.policy.lua import render_job_submit
 from slurm_pool.render.context import Layouts, build_context
-from slurm_pool.render.k8s_rbac import bridge_rbac
+from slurm_pool.render.k8s_rbac import bridge_rbac, priority_classes
 from slurm_pool.render.notebooks import notebook_context
 from slurm_pool.render.required import settings_text
 from slurm_pool.render.site import Site
@@ -62,6 +62,9 @@ def render_all(
     rbac = bridge_rbac(spec)
     if rbac is not None:
         files["k8s-bridge-rbac.yaml"] = rbac
+    classes = priority_classes(spec)
+    if classes is not None:
+        files["k8s-priorityclasses.yaml"] = classes
     manifest = {
         "generator": "slurm-pool",
         "generator_version": __version__,

@@ -178,6 +178,56 @@ def _template_core(template: str, name: str) -> str | None:
     return name[len(head) : len(name) - len(tail)]
 
 
+#: The most a PriorityClass value may be for users' pods (values above are reserved for the system).
+PRIORITY_MAX = 1_000_000_000
+
+
+class PriorityClassSpec(Strict):
+    """A Kubernetes PriorityClass ``render`` writes (``k8s-priorityclasses.yaml``) for training and batch pods."""
+
+    name: K8sName
+    value: int = Field(ge=-PRIORITY_MAX, le=PRIORITY_MAX)
+    description: str = Field(default="", max_length=1024)
+    #: ``Never``: pods of this class wait rather than preempt lower ones (Kubernetes' preemptionPolicy).
+    preemption: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+    @field_validator("description")
+    @classmethod
+    def _plain(cls, v: str) -> str:
+        if text.has_control(v):
+            raise ValueError(f"{v!r} holds control characters")
+        return v
+
+
+class GangSettings(Strict):
+    """``bridge.gangs``: lending to Volcano gang jobs (``batch.volcano.sh`` Jobs, ``minAvailable``).
+
+    A pending PodGroup of ``scheduler_name`` is one indivisible unit: its ``minMember`` pods
+    are lent for all at once or not at all, and the nodes lent for it are one group, given
+    back and reclaimed as one (its vcjob stopped with a bus Command, never pod by pod).
+    """
+
+    scheduler_name: K8sName = "volcano"
+    #: Namespaces whose gangs count (empty: all).
+    namespaces: list[K8sLabel] = []
+    #: Who gets a free node first when inference and a gang both want it.
+    first: Literal["inference", "gangs"] = "inference"
+    #: The longest ``terminationGracePeriodSeconds`` a gang's pods may have to be lent for: a
+    #: reclaim gives them that long to checkpoint, inside ``fence_seconds`` (checked).
+    grace_seconds: int = Field(default=20, ge=0, le=3600)
+    #: PriorityClasses ``render`` writes next to the bridge's RBAC (training above batch).
+    priority_classes: list[PriorityClassSpec] = []
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _unique(cls, v: list[PriorityClassSpec]) -> list[PriorityClassSpec]:
+        names = [c.name for c in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"PriorityClass {dup[0]!r} is named twice")
+        return v
+
+
 class Bridge(Strict):
     """How ``slurm-pool rebalance`` lends nodes to Kubernetes and takes them back."""
 
@@ -234,6 +284,8 @@ class Bridge(Strict):
     return_ahead_seconds: int = Field(default=900, ge=0, le=86400)
     stagger_seconds: int = Field(default=300, ge=0, le=86400)
     forecast: Optional[ForecastSettings] = None
+    #: Lending to Volcano gang jobs (None: the bridge reads no Volcano objects).
+    gangs: Optional[GangSettings] = None
     #: Pending jobs held for these reasons do not claim a node back.
     ignore_pending_reasons: list[Reason] = [
         "JobHeldUser",
@@ -319,6 +371,11 @@ def check_bridge(spec: "PoolSpec", bridge: Bridge | None = None) -> list[str]:
                 f"bridge.fence_seconds: {b.fence_seconds} + {FENCE_MARGIN} s does not fit in tier {b.qos!r}'s "
                 f"grace_time ({grace}): Slurm would kill the placeholder before its pods are gone"
             )
+    if b.gangs is not None and b.fence_kubeconfig and b.gangs.grace_seconds + FENCE_MARGIN > b.fence_seconds:
+        problems.append(
+            f"bridge.gangs.grace_seconds: {b.gangs.grace_seconds} + {FENCE_MARGIN} s does not fit in "
+            f"bridge.fence_seconds ({b.fence_seconds}): a gang's pods could not checkpoint before Slurm takes a node"
+        )
     if b.max_lent_nodes == 0 and b.enabled:
         problems.append("bridge.max_lent_nodes: 0 lends nothing; set enabled: false instead")
     return problems

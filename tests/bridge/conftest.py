@@ -136,14 +136,20 @@ class BridgeBed:
         ]
 
 
+#: A node label the gang tests put on the nodes a gang's pods may use (removed afterwards).
+TEST_GROUP_LABEL = "test.slurm-pool/group"
+
+
 def _reset_nodes(core) -> None:
     """Undo every mark the bridge may have left: the k8s tests expect open nodes."""
     for n in core.list_node().items:
         taints = [t for t in n.spec.taints or [] if not t.key.startswith("slurm-pool/")]
+        labels = {"slurm-pool/lent": None, "slurm-pool/gang": None, TEST_GROUP_LABEL: None}
+        notes = {"slurm-pool/reclaim-since": None, "slurm-pool/gang-job": None}
         core.patch_node(
             n.metadata.name,
             {
-                "metadata": {"labels": {"slurm-pool/lent": None}, "annotations": {"slurm-pool/reclaim-since": None}},
+                "metadata": {"labels": labels, "annotations": notes},
                 "spec": {
                     "unschedulable": None,
                     "taints": [core.api_client.sanitize_for_serialization(t) for t in taints] or None,
@@ -178,3 +184,66 @@ def bridge(cluster, k8s_kubeconfig, k8s_api, k8s_namespace) -> Iterator[BridgeBe
     yield bed
     cluster.cancel_all()  # placeholders fence their nodes as they go: then undo the marks
     _reset_nodes(core)
+
+
+#: The toleration a gang's pods carry for the nodes lent to gangs (docs/bridge.md).
+GANG_TOLERATION = {"key": "slurm-pool/gang", "operator": "Exists", "effect": "NoSchedule"}
+
+
+class GangBed(BridgeBed):
+    """:class:`BridgeBed` with ``bridge.gangs`` set and real Volcano beside the control plane."""
+
+    def with_config(self, **update: Any) -> "GangBed":
+        """The same bed with ``config`` fields replaced (the adapters made again for it)."""
+        return GangBed(self.cluster, self.api, self.namespace, self.config.model_copy(update=update), self.kubeconfig)
+
+    def create_vcjob(self, name: str, pods: int, gpus: int = 2, **kw: Any) -> None:
+        """A vcjob of ``pods`` pods, all of them its ``minAvailable``, each asking for ``gpus`` GPUs."""
+        from tests.support.volcano import vcjob_manifest
+
+        kw.setdefault("tolerations", (GANG_TOLERATION,))
+        body = vcjob_manifest(name, self.namespace, pods, pods, gpus, **kw)
+        body["spec"]["tasks"][0]["template"]["spec"]["terminationGracePeriodSeconds"] = 0
+        self.custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", self.namespace, "jobs", body)
+
+    def vcjob_phase(self, name: str) -> str:
+        job = self.custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", self.namespace, "jobs", name)
+        return ((job.get("status") or {}).get("state") or {}).get("phase", "")
+
+    def gang_pods(self, name: str) -> list[Any]:
+        """The live pods of vcjob ``name``."""
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"volcano.sh/job-name={name}").items
+        return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+    def gang_nodes(self, name: str) -> dict[str, str]:
+        """Running pod -> node, for vcjob ``name``."""
+        return {p.metadata.name: p.spec.node_name for p in self.gang_pods(name) if p.status.phase == "Running"}
+
+    def bound_anywhere(self, nodes: tuple[str, ...]) -> list[str]:
+        """Pods (any) bound to ``nodes``, DaemonSets' left out."""
+        out = []
+        for n in nodes:
+            for p in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={n}").items:
+                owners = p.metadata.owner_references or []
+                if not owners or owners[0].kind != "DaemonSet":
+                    out.append(f"{p.metadata.namespace}/{p.metadata.name}@{n}")
+        return out
+
+    def group_of(self, node: str) -> str:
+        return (self.node(node).metadata.labels or {}).get("slurm-pool/gang", "")
+
+    def label_nodes(self, nodes: tuple[str, ...], value: str = "train") -> None:
+        """Put :data:`TEST_GROUP_LABEL` on ``nodes`` (a gang's node selector picks them)."""
+        for n in nodes:
+            self.core.patch_node(n, {"metadata": {"labels": {TEST_GROUP_LABEL: value}}})
+
+
+@pytest.fixture
+def gang_bridge(bridge: BridgeBed, volcano: Any) -> GangBed:
+    """:func:`bridge` with ``bridge.gangs`` on for the test's namespace (pods' grace 0 fits fence_seconds 5)."""
+    from slurm_pool.spec.bridge import GangSettings
+
+    gangs = GangSettings(namespaces=[bridge.namespace], grace_seconds=0)
+    return GangBed(bridge.cluster, bridge.api, bridge.namespace, bridge.config, bridge.kubeconfig).with_config(
+        gangs=gangs
+    )

@@ -116,3 +116,46 @@ def test_two_runs_at_once_converge(bridge, tmp_path):
     assert sum("skipped: another rebalance run" in o for o in outs) <= 1, outs
     held = _converged(bridge, NIGHT)
     assert list(held) == ["a-gpu1"]
+
+
+def _gang_pending(bed) -> None:
+    """Every node fenced; a vcjob of 2 pods, 2 GPUs each (a gang of two whole nodes), waits for nodes."""
+    _fence_all(bed)
+    bed.create_vcjob("train", pods=2, gpus=2)
+    wait_for(lambda: len(bed.gang_pods("train")) == 2, 60, "the gang's 2 pods made")
+
+
+def _one_group(bed, held: dict[str, str]) -> None:
+    """No half-lent gang: the nodes marked for a group are exactly the lent ones, all of one group."""
+    marked = {n: bed.group_of(n) for n in NODES if bed.group_of(n)}
+    assert sorted(marked) == sorted(held) and len(set(marked.values())) <= 1, (marked, held)
+
+
+# Lending a gang two nodes: submit x2, wait-running x2, open x2 (6 steps); killed after one or both submits' waits.
+@pytest.mark.parametrize("kill_after", [2, 4])
+def test_a_gang_lend_killed_midway_converges_on_the_next_run(gang_bridge, tmp_path, kill_after):
+    bed = gang_bridge
+    _gang_pending(bed)
+    code, out = _run(bed, tmp_path, NIGHT, kill_after)
+    assert code == -9, out
+    assert f"step {kill_after}:" in out and f"step {kill_after + 1}:" not in out, out
+    held = _converged(bed, NIGHT)
+    assert len(held) == 2, held
+    _one_group(bed, held)
+    wait_for(lambda: sorted(bed.gang_nodes("train").values()) == sorted(held), 60, "the gang on its two nodes")
+
+
+# Reclaiming the group when the window closes: fence x2, abort, wait-empty x2, cancel x2, release x2.
+@pytest.mark.parametrize("kill_after", [1, 3, 6])
+def test_a_gang_reclaim_killed_midway_converges_on_the_next_run(gang_bridge, tmp_path, kill_after):
+    bed = gang_bridge
+    _gang_pending(bed)
+    assert bed.reconcile(NIGHT).ok
+    wait_for(lambda: len(bed.gang_nodes("train")) == 2, 60, "the gang Running")
+    code, out = _run(bed, tmp_path, NOON, kill_after)
+    assert code == -9, out
+    assert f"step {kill_after}:" in out and f"step {kill_after + 1}:" not in out, out
+    held = _converged(bed, NOON)
+    assert held == {}, held
+    _one_group(bed, held)
+    assert bed.bound_anywhere(NODES) == [] and bed.vcjob_phase("train") in ("Aborting", "Aborted")

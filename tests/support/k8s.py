@@ -36,7 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from tests.support.k8s_build import BuildError, Toolset, kserve_toolset, module_dir_of, require_binaries
+from tests.support.k8s_build import (
+    BuildError,
+    Toolset,
+    kserve_toolset,
+    module_dir_of,
+    require_binaries,
+    volcano_toolset,
+)
 from tests.support.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
 from tests.support.k8s_wait import described, node_state
 
@@ -103,7 +110,24 @@ def kwok_pod_stages(tools: Toolset) -> list[str]:
     Any pod stage in kwok's config replaces all of its defaults, so they come along.
     """
     src = module_dir_of(tools.module_dir / "kwok", "sigs.k8s.io/kwok") / "kustomize" / "stage" / "pod" / "fast"
-    return [(src / f"{name}.yaml").read_text() for name in KWOK_POD_STAGES] + [POD_READY_AGAIN]
+    stages = [(src / f"{name}.yaml").read_text() for name in KWOK_POD_STAGES]
+    return [batch_jobs_only(s) for s in stages] + [POD_READY_AGAIN]
+
+
+def batch_jobs_only(stage: str) -> str:
+    """kwok's ``pod-complete`` stage (pods of a ``Job`` end ``Succeeded`` at once) kept to ``batch/v1`` Jobs.
+
+    Its selector matches the owner's kind only, so it would also end the pods of a Volcano
+    Job (``batch.volcano.sh``) the moment they run: a training gang must keep running.
+    """
+    import yaml
+
+    doc = yaml.safe_load(stage)
+    if doc.get("metadata", {}).get("name") != "pod-complete":
+        return stage
+    rule = {"key": ".metadata.ownerReferences.[].apiVersion", "operator": "In", "values": ["batch/v1"]}
+    doc["spec"]["selector"]["matchExpressions"].append(rule)
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 class ControlPlaneError(RuntimeError):
@@ -166,10 +190,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: get SIGKILL if the starting thread dies, so a killed test run leaves nothing."""
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def stop_groups(procs: Iterable[subprocess.Popen], grace: float = 10.0) -> None:
+    """SIGTERM each process's own group (made at spawn), then SIGKILL what is left after ``grace`` seconds."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -272,20 +313,7 @@ class ControlPlane:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the processes this object started (by pid), newest first, and clean up."""
-        for name in reversed(list(self.procs)):
-            proc = self.procs[name]
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)  # its own group, made at spawn
-        end = time.monotonic() + grace
-        for name in reversed(list(self.procs)):
-            proc = self.procs[name]
-            try:
-                proc.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_groups(reversed(list(self.procs.values())), grace)
         self.procs.clear()
         if self.state_dir and not self.keep_state and self._state_arg is None:
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -358,7 +386,7 @@ class ControlPlane:
                 env=env,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
 
     def _etcd_args(self) -> list[str]:
@@ -531,7 +559,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "build":
             record = Toolset.for_module().build(force=args.force)
-            record = {"control-plane": record, "kserve": kserve_toolset().build(force=args.force)}
+            record = {
+                "control-plane": record,
+                "kserve": kserve_toolset().build(force=args.force),
+                "volcano": volcano_toolset().build(force=args.force),
+            }
             print(json.dumps(record, indent=2))
         elif args.cmd == "info":
             tools = Toolset.for_module()

@@ -15,6 +15,14 @@ third wrapper module, ``kserve`` (which copies kserve's own ``replace`` lines),
 and a cache directory of its own (:func:`kserve_toolset`): its YAML (CRDs,
 ConfigMap, runtimes) is read from the Go module cache at run time
 (:attr:`Toolset.module_source`), never copied into the repository.
+
+Volcano's scheduler and controller manager (``volcano.sh/volcano``) have a
+fourth wrapper module, ``volcano`` (:func:`volcano_toolset`).  Its API module
+``volcano.sh/apis`` is not served by the Go module proxy, so the wrapper
+replaces it with ``./apis``, which is never committed: the build copies the
+wrapper into its staging directory, unpacks ``volcano/volcano-apis-*.tar.gz``
+from the shared folder (:func:`shared_dir`) there after checking its sha256,
+and builds in that copy.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +65,19 @@ KSERVE_MODULES: dict[str, dict[str, str]] = {"kserve": {"kserve-manager": "githu
 KSERVE_MODULE = "github.com/kserve/kserve"
 _KSERVE_PINNED = {"kserve": ("kserve", KSERVE_MODULE)}
 _GO_OUTPUT_NAME["kserve-manager"] = "manager"
+#: Volcano's wrapper module, its programs and pin.
+VOLCANO_MODULES: dict[str, dict[str, str]] = {
+    "volcano": {
+        "vc-scheduler": "volcano.sh/volcano/cmd/scheduler",
+        "vc-controller-manager": "volcano.sh/volcano/cmd/controller-manager",
+    }
+}
+VOLCANO_MODULE = "volcano.sh/volcano"
+_VOLCANO_PINNED = {"volcano": ("volcano", VOLCANO_MODULE)}
+_GO_OUTPUT_NAME["vc-scheduler"] = "scheduler"
+_GO_OUTPUT_NAME["vc-controller-manager"] = "controller-manager"
+#: Wrapper module -> the Go module whose files (YAML) the tests read from the module cache.
+_SOURCE_MODULE = {"kserve": KSERVE_MODULE, "volcano": VOLCANO_MODULE}
 _STAMP = "build.json"
 
 
@@ -67,6 +89,12 @@ def cache_root() -> Path:
     """The cache root: ``$SLURM_POOL_K8S_CACHE`` or ``~/.cache/slurm-pool``."""
     env = os.environ.get("SLURM_POOL_K8S_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "slurm-pool"
+
+
+def shared_dir() -> Path:
+    """The shared folder: ``$SLURM_POOL_SHARED``, else ``shared/`` beside the checkout."""
+    env = os.environ.get("SLURM_POOL_SHARED")
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared"
 
 
 def default_module_dir() -> Path:
@@ -143,11 +171,12 @@ class Toolset:
 
     @property
     def module_source(self) -> Path:
-        """The Go module cache directory of the pinned KServe module (its YAML), recorded at build time."""
+        """The Go module cache directory of the pinned KServe or Volcano module (its YAML), recorded at build time."""
         recorded = self.build_info().get("module_source")
         if recorded and Path(recorded).is_dir():
             return Path(recorded)
-        return module_dir_of(self.module_dir / "kserve", KSERVE_MODULE)
+        sub = next((s for s in self.modules if s in _SOURCE_MODULE), "kserve")
+        return module_dir_of(self.module_dir / sub, _SOURCE_MODULE[sub])
 
     @property
     def bin_dir(self) -> Path:
@@ -186,8 +215,16 @@ class Toolset:
         env = dict(os.environ, CGO_ENABLED="0")
         print(f"building the test control plane ({self.versions}) into {self.directory}", file=log, flush=True)
         started = time.monotonic()
+        sources: dict[str, Path] = {}
         for sub, programs in self.modules.items():
             ldflags = _ldflags(self.versions["k8s"]) if sub == "kube" else "-s -w"
+            workdir = self.module_dir / sub
+            if sub == "volcano":
+                try:
+                    workdir = stage_volcano(workdir, staging / "src" / sub)
+                except BuildError:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    raise
             cmd = [
                 "nice",
                 "-n",
@@ -200,13 +237,13 @@ class Toolset:
                 str(staging / "bin") + os.sep,
                 *programs.values(),
             ]
-            print(f"  (cd {sub} && {' '.join(cmd)})", file=log, flush=True)
-            done = subprocess.run(cmd, cwd=self.module_dir / sub, env=env, stdout=log, stderr=subprocess.STDOUT)
+            print(f"  (cd {workdir} && {' '.join(cmd)})", file=log, flush=True)
+            done = subprocess.run(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
             if done.returncode != 0:
                 shutil.rmtree(staging, ignore_errors=True)
-                raise BuildError(
-                    f"go build failed with exit status {done.returncode} in {self.module_dir / sub}: {' '.join(cmd)}"
-                )
+                raise BuildError(f"go build failed with exit status {done.returncode} in {workdir}: {' '.join(cmd)}")
+            if sub in _SOURCE_MODULE:
+                sources[sub] = module_dir_of(workdir, _SOURCE_MODULE[sub])
         seconds = round(time.monotonic() - started, 1)
         for name, out_name in _GO_OUTPUT_NAME.items():
             if name in self.programs:
@@ -218,8 +255,9 @@ class Toolset:
             "build_seconds": seconds,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        if "kserve" in self.modules:
-            record["module_source"] = str(module_dir_of(self.module_dir / "kserve", KSERVE_MODULE))
+        for source in sources.values():
+            record["module_source"] = str(source)
+        shutil.rmtree(staging / "src", ignore_errors=True)
         (staging / _STAMP).write_text(json.dumps(record, indent=2) + "\n")
         shutil.rmtree(self.directory, ignore_errors=True)
         staging.rename(self.directory)
@@ -267,5 +305,49 @@ def require_kserve(module_dir: Path | None = None) -> Toolset:
         raise BuildError(
             f"KServe's controller is not built (expected in {tools.directory}); build it with "
             "`python3 -m tests.support.k8s build` (needs Go and the Go module proxy; about 5 minutes on 2 cores)"
+        )
+    return tools
+
+
+VOLCANO_APIS = "volcano-apis-{version}.tar.gz"
+
+
+def stage_volcano(wrapper: Path, dest: Path) -> Path:
+    """Copy the Volcano wrapper module to ``dest`` and unpack ``volcano.sh/apis`` (sha256 checked) into it."""
+    version = pinned_versions(wrapper.parent, _VOLCANO_PINNED)["volcano"]
+    archive = shared_dir() / "volcano" / VOLCANO_APIS.format(version=version)
+    try:
+        expected = archive.with_name(archive.name + ".sha256").read_text().split()[0]
+        actual = hashlib.sha256(archive.read_bytes()).hexdigest()
+    except (OSError, IndexError) as exc:
+        raise BuildError(f"cannot read Volcano's API module archive {archive} or its .sha256: {exc}") from exc
+    if not re.fullmatch(r"[0-9a-f]{64}", expected) or actual != expected:
+        raise BuildError(f"{archive}: sha256 {actual} does not match its .sha256 file ({expected[:64]!r})")
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in ("go.mod", "go.sum", "tools.go"):
+        shutil.copyfile(wrapper / name, dest / name)
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        for m in members:
+            if not (m.isfile() or m.isdir()) or not re.fullmatch(r"apis(/[\w.+@-]+)*/?", m.name) or ".." in m.name:
+                raise BuildError(f"{archive}: unexpected member {m.name!r} (only files and folders under apis/)")
+        tar.extractall(dest, members=members)  # noqa: S202 - members checked above
+    return dest
+
+
+def volcano_toolset(module_dir: Path | None = None) -> Toolset:
+    """Volcano's scheduler and controller manager, pinned by the ``volcano`` wrapper module."""
+    return Toolset.for_module(module_dir, VOLCANO_MODULES, _VOLCANO_PINNED)
+
+
+def require_volcano(module_dir: Path | None = None) -> Toolset:
+    """The cached Volcano build, or a BuildError that says how to build it."""
+    tools = volcano_toolset(module_dir)
+    if not tools.is_built():
+        raise BuildError(
+            f"Volcano is not built (expected in {tools.directory}); build it with "
+            "`python3 -m tests.support.k8s build` (needs Go, the Go module proxy and the shared "
+            "volcano-apis archive; about 8 minutes on 2 cores)"
         )
     return tools

@@ -87,6 +87,11 @@ class FakeK8s:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: evicted pods linger this many list_pods() calls before they are gone
     linger: int = 0
+    #: Volcano: PodGroups, vcjobs, PriorityClasses, and the bus Commands created (namespace, body)
+    podgroups: list[dict[str, Any]] = field(default_factory=list)
+    vcjobs: list[dict[str, Any]] = field(default_factory=list)
+    priority_classes: list[dict[str, Any]] = field(default_factory=list)
+    commands: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: Leases by (namespace, name), with the API server's create/replace conflict rules
     leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
@@ -128,6 +133,31 @@ class FakeK8s:
 
     def list_cluster_serving_runtimes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.cluster_runtimes)
+
+    def list_podgroups(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        return copy.deepcopy(
+            [o for o in self.podgroups if not namespaces or _get(o, "metadata", "namespace") in namespaces]
+        )
+
+    def list_vcjobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        return copy.deepcopy(
+            [o for o in self.vcjobs if not namespaces or _get(o, "metadata", "namespace") in namespaces]
+        )
+
+    def list_priority_classes(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.priority_classes)
+
+    def read_vcjob(self, namespace: str, name: str) -> dict[str, Any]:
+        for o in self.vcjobs:
+            if _get(o, "metadata", "namespace") == namespace and _get(o, "metadata", "name") == name:
+                return copy.deepcopy(o)
+        raise NotFound(404, f'jobs.batch.volcano.sh "{name}" not found')
+
+    def create_command(self, namespace: str, body: dict[str, Any]) -> None:
+        name = _get(body, "metadata", "name")
+        if any(ns == namespace and _get(b, "metadata", "name") == name for ns, b in self.commands):
+            raise K8sError(409, f'commands.bus.volcano.sh "{name}" already exists')
+        self.commands.append((namespace, copy.deepcopy(body)))
 
     def _remove(self, ref: str) -> None:
         for p in self.pods:

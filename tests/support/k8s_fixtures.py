@@ -3,13 +3,14 @@
 Import them into a ``conftest.py`` (``tests/k8s`` and ``tests/bridge`` do)::
 
     from tests.support.k8s_fixtures import (  # noqa: F401
-        kserve, k8s_api, k8s_control_plane, k8s_crds, k8s_kubeconfig, k8s_namespace)
+        kserve, k8s_api, k8s_control_plane, k8s_crds, k8s_kubeconfig, k8s_namespace, volcano)
 
 ``k8s_control_plane`` starts etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok on loopback (nodes mirror the example Slurm pool:
 a-gpu1 a-gpu2 b-gpu1 c-gpu1, or ``$SLURM_POOL_K8S_NODES``), installs the CRDs
-of ``k8s_crds`` (KServe's, from the Go module cache) and ``kserve`` runs
-KServe's own controller manager (:mod:`tests.support.kserve`).  Each
+of ``k8s_crds`` (KServe's and Volcano's, from the Go module cache), ``kserve`` runs
+KServe's own controller manager (:mod:`tests.support.kserve`) and ``volcano``
+Volcano's scheduler and controller manager (:mod:`tests.support.volcano`).  Each
 ``conftest.py`` that imports a session fixture gets its own fixture
 definition, so the running control plane and controller are kept here and
 shared by reference count: one per test session, however many directories
@@ -24,8 +25,9 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
 
+from tests.support import volcano as vc
 from tests.support.k8s import ControlPlane
-from tests.support.k8s_build import BuildError, Toolset, require_binaries, require_kserve
+from tests.support.k8s_build import BuildError, Toolset, require_binaries, require_kserve, require_volcano
 from tests.support.k8s_wait import wait_state
 from tests.support.kserve import KServe, crd_files
 
@@ -56,10 +58,17 @@ def _kserve_tools() -> Toolset:
         pytest.fail(str(exc), pytrace=False)
 
 
+def _volcano_tools() -> Toolset:
+    try:
+        return require_volcano()
+    except BuildError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def k8s_crds() -> list[Path]:
-    """CRD files installed into the control plane: KServe's (fails, never skips, when KServe is not built)."""
-    return crd_files(_kserve_tools())
+    """CRD files installed into the control plane: KServe's and Volcano's (fails, never skips, when not built)."""
+    return crd_files(_kserve_tools()) + vc.crd_files(_volcano_tools())
 
 
 def _start_control_plane(crds: list[Path]) -> ControlPlane:
@@ -95,6 +104,18 @@ def kserve(k8s_control_plane: ControlPlane) -> Iterator[KServe]:
         yield ctrl
     finally:
         _release("kserve", lambda c: c.stop())
+
+
+@pytest.fixture(scope="session")
+def volcano(k8s_control_plane: ControlPlane) -> Iterator[vc.Volcano]:
+    """Volcano's scheduler and controller manager for the session's control plane."""
+    assert k8s_control_plane.kubeconfig is not None
+    kubeconfig = k8s_control_plane.kubeconfig
+    ctrl = _acquire("volcano", lambda: vc.Volcano(kubeconfig, _volcano_tools()).start())
+    try:
+        yield ctrl
+    finally:
+        _release("volcano", lambda c: c.stop())
 
 
 @pytest.fixture(scope="session")

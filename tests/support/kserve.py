@@ -23,7 +23,6 @@ import ipaddress
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import urllib.request
@@ -117,7 +116,7 @@ class KServe:
         return self.state_dir / "manager.log"
 
     def start(self, timeout: float = 120.0) -> "KServe":
-        from tests.support.k8s import _die_with_parent, free_port
+        from tests.support.k8s import die_with_parent, free_port
 
         self.state_dir = Path(tempfile.mkdtemp(prefix="slurm-pool-kserve-"))
         try:
@@ -148,7 +147,7 @@ class KServe:
                     env=env,
                     start_new_session=True,
                     close_fds=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             self._wait_ready(timeout)
         except BaseException:
@@ -197,16 +196,10 @@ class KServe:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the manager by pid (its own process group), then remove its state directory."""
+        from tests.support.k8s import stop_groups
+
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_groups([proc] if proc is not None else [], grace)
         if self.state_dir is not None:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self.state_dir = None

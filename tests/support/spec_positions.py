@@ -54,6 +54,12 @@ def base_document() -> dict[str, Any]:
                 "kubernetes": "k8s-{node}",
             },
             "forecast": {"prometheus_url": "http://127.0.0.1:9090", "inference_query": "sum(x)"},
+            "gangs": {
+                "scheduler_name": "volcano",
+                "namespaces": ["training"],
+                "grace_seconds": 20,
+                "priority_classes": [{"name": "training-urgent", "value": 1000, "description": "urgent training"}],
+            },
         }
     )
     doc["console"] = {
