@@ -199,7 +199,7 @@ def gang_rounds(bed: Bed, rounds: int) -> dict[str, list[float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--out", help="result section (default: bench/results/reclaim_latency-<slurm>.md)")
     args = ap.parse_args()
     if "SLURM_CONF" not in os.environ or "SLURM_POOL_STATE_DIR" not in os.environ:

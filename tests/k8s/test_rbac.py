@@ -19,6 +19,18 @@ pytestmark = pytest.mark.k8s
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
 REB = "slurm-pool-rebalancer"
+#: The gangs' namespace in the ``gangs`` case (made once, kept: a Role lives in a namespace that exists).
+TRAINING = "slurm-pool-training"
+
+
+def _namespace(k8s_api, name: str) -> None:
+    from kubernetes import client
+
+    try:
+        client.CoreV1Api(k8s_api).create_namespace({"metadata": {"name": name}})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
 
 
 def _create(k8s_api, doc: dict) -> tuple[str, str, str | None]:
@@ -47,9 +59,18 @@ def _delete(k8s_api, kind: str, name: str, ns: str | None) -> None:
     }[kind]()
 
 
-@pytest.fixture
-def rendered(k8s_api, k8s_namespace):
-    """The example spec's bridge with a fence, serving in ``k8s_namespace``: its RBAC, created."""
+@pytest.fixture(params=["inference", "gangs"])
+def rendered(request, k8s_api, k8s_namespace):
+    """The example spec's bridge with a fence, serving in ``k8s_namespace``: its RBAC, created.
+
+    ``gangs``: with ``bridge.gangs`` too, its gangs in namespace :data:`TRAINING`.
+    """
+    from slurm_pool.spec.bridge import GangSettings
+
+    gangs = None
+    if request.param == "gangs":
+        gangs = GangSettings(namespaces=[TRAINING])
+        _namespace(k8s_api, TRAINING)
     spec = load_spec(str(EXAMPLE))
     tiers = [t.model_copy(update={"grace_time": 60}) if t.name == "k8s-lend" else t for t in spec.tiers]
     assert spec.bridge is not None
@@ -58,6 +79,7 @@ def rendered(k8s_api, k8s_namespace):
             "fence_kubeconfig": "/etc/slurm-pool/node.kubeconfig",
             "kserve_namespace": k8s_namespace,
             "lease_namespace": k8s_namespace,
+            "gangs": gangs,
         }
     )
     text = bridge_rbac(spec.model_copy(update={"tiers": tiers, "bridge": bridge}))
@@ -67,7 +89,7 @@ def rendered(k8s_api, k8s_namespace):
         for doc in yaml.safe_load_all(text):
             if doc:
                 made.append(_create(k8s_api, doc))
-        yield k8s_namespace
+        yield k8s_namespace, request.param
     finally:
         for kind, name, ns in reversed(made):
             _delete(k8s_api, kind, name, ns)
@@ -107,10 +129,35 @@ CASES = [
 ]
 
 
+#: With ``bridge.gangs``: the same cases, but a node's fence closes its whole group, and the Volcano rights.
+GANG_CHANGES = {
+    ("slurm-pool-node:a-gpu1", "patch", "nodes", "a-gpu2"): True,
+    ("slurm-pool-node:a-gpu1", "list", "nodes", ""): True,
+}
+GANG_CASES = [
+    (REB, "list", "podgroups", {"group": "scheduling.volcano.sh"}, True),
+    (REB, "get", "jobs", {"group": "batch.volcano.sh", "namespace": TRAINING}, True),
+    (REB, "create", "commands", {"group": "bus.volcano.sh", "namespace": TRAINING}, True),
+    (REB, "list", "priorityclasses", {"group": "scheduling.k8s.io"}, True),
+    (REB, "delete", "jobs", {"group": "batch.volcano.sh", "namespace": TRAINING}, False),
+    ("slurm-pool-node:a-gpu1", "get", "nodes", {"name": "b-gpu1"}, True),
+    ("slurm-pool-node:a-gpu1", "get", "jobs", {"group": "batch.volcano.sh", "namespace": TRAINING}, True),
+    ("slurm-pool-node:a-gpu1", "create", "commands", {"group": "bus.volcano.sh", "namespace": TRAINING}, True),
+    ("slurm-pool-node:a-gpu1", "delete", "pods", {"namespace": TRAINING}, True),
+    ("slurm-pool-node:a-gpu1", "delete", "nodes", {"name": "a-gpu2"}, False),
+    ("slurm-pool-node:a-gpu1", "delete", "pods", {"namespace": "kube-system"}, False),
+    ("slurm-pool-node:a-gpu1", "list", "podgroups", {"group": "scheduling.volcano.sh"}, False),
+]
+
+
 def test_each_credential_may_do_what_the_bridge_needs_and_no_more(k8s_api, rendered):
+    namespace, mode = rendered
+    cases = CASES
+    if mode == "gangs":
+        cases = [(*c[:4], GANG_CHANGES.get((*c[:3], c[3].get("name", "")), c[4])) for c in CASES] + GANG_CASES
     got = []
-    for user, verb, resource, attrs, _ in CASES:
-        attrs = {k: (rendered if v == "NS" else v) for k, v in attrs.items()}
+    for user, verb, resource, attrs, _ in cases:
+        attrs = {k: (namespace if v == "NS" else v) for k, v in attrs.items()}
         got.append(_allowed(k8s_api, user, verb, resource, **attrs))
-    wrong = [(c[:4], g) for c, g in zip(CASES, got, strict=True) if g != c[4]]
+    wrong = [(c[:4], g) for c, g in zip(cases, got, strict=True) if g != c[4]]
     assert wrong == [], wrong
