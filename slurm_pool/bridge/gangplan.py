@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from slurm_pool.bridge.cost import Groups, lease_left
-from slurm_pool.bridge.gangs import GANG_JOB, GANG_LABEL, Gang, PodShape
+from slurm_pool.bridge.gangs import GANG_JOB, GANG_LABEL, Gang, PodShape, job_ok
 from slurm_pool.bridge.k8sview import LENT_LABEL, RECLAIM_TAINT
 from slurm_pool.bridge.lending import CLOSING, Supply
 from slurm_pool.bridge.model import Snapshot
 from slurm_pool.spec.bridge import Bridge
-from slurm_pool.text import matches, shown
+from slurm_pool.text import shown
 
 __all__ = ["GangNode", "GangPlan", "lent_groups"]
 
@@ -52,12 +52,6 @@ class GangNode:
     #: Reclaim: the gang's pods, which the abort stops: ``namespace/podgroup``, or ``namespace/`` for
     #: every pod of the namespace when the gang is not seen ("": every pod is evicted).
     spare: str = ""
-
-
-def job_ok(job: str) -> bool:
-    """``job`` is ``namespace/name`` of Kubernetes names."""
-    ns, _, name = job.partition("/")
-    return matches("k8s-label", ns) and matches("k8s-name", name)
 
 
 def shape(gang: Gang, gres: str) -> str:

@@ -77,6 +77,14 @@ def group_id(podgroup_uid: str) -> str:
     return "g" + hashlib.sha256(podgroup_uid.encode()).hexdigest()[:16]
 
 
+def job_ok(job: object) -> bool:
+    """``job`` is ``namespace/name`` of Kubernetes names (a group's vcjob, as its nodes' annotation names it)."""
+    if not isinstance(job, str):
+        return False
+    ns, _, name = job.partition("/")
+    return matches("k8s-label", ns) and matches("k8s-name", name)
+
+
 @dataclass(frozen=True)
 class Toleration:
     """One toleration of a pod template (Kubernetes' fields; ``operator`` Equal or Exists)."""

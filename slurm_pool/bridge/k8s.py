@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 from slurm_pool.bridge.demand import total_demand
-from slurm_pool.bridge.gangs import ABORT_ACTION, GANG_JOB, GANG_LABEL, GROUP_ID
+from slurm_pool.bridge.gangs import ABORT_ACTION, GANG_JOB, GANG_LABEL, GROUP_ID, JOB_ENDED, job_ok
 from slurm_pool.bridge.model import LENT_LABEL, RECLAIM_SINCE, RECLAIM_TAINT
 from slurm_pool.bridge.objects import Unreadable, ident, listed, mapping, objects, show, string
 from slurm_pool.errors import InputError, PoolError
@@ -175,8 +175,7 @@ def gang_problem(group: str, job: str) -> str:
     """Why ``group`` / ``job`` (``namespace/vcjob``) cannot mark a node or name a job ("": they can)."""
     if not matches(GROUP_ID, group):
         return f"gang group {show(group)} is not a group id (g and 16 hex digits)"
-    ns, _, name = job.partition("/") if isinstance(job, str) else ("", "", "")
-    if not (matches("k8s-label", ns) and matches("k8s-name", name)):
+    if not job_ok(job):
         return f"gang job {show(job)} is not <namespace>/<name> of Kubernetes names"
     return ""
 
@@ -223,8 +222,10 @@ def update_node(api: K8sAPI, name: str, make: Callable[[dict[str, Any]], dict[st
                 raise
 
 
-#: vcjob phases in which it is stopped or stopping already: no Command is sent.
-JOB_STOPPED = frozenset({"Aborted", "Aborting", "Completed", "Failed", "Terminated"})
+#: vcjob phases in which it is stopped or stopping already: no Command is sent.  The gang has ended
+#: in all of :data:`~slurm_pool.bridge.gangs.JOB_ENDED`, but a job still completing or terminating is
+#: sent the Command all the same, so that its pods are taken down as one unit.
+JOB_STOPPED = JOB_ENDED - {"Completing", "Terminating"}
 
 
 def abort_command(group: str, namespace: str, job: str, uid: str) -> dict[str, Any]:

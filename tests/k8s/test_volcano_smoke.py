@@ -12,6 +12,8 @@ import uuid
 
 import pytest
 
+from slurm_pool.bridge.gangs import group_id
+from slurm_pool.bridge.k8s import abort_command
 from tests.support import volcano as vc
 from tests.support.k8s import GPU_RESOURCE
 from tests.support.k8s_wait import cluster_state, wait_state
@@ -122,7 +124,9 @@ def test_abort_command_stops_the_gang(volcano, k8s_api, k8s_namespace) -> None:
 
     core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
     job = running_gang(k8s_api, core, custom, k8s_namespace, volcano)
-    cmd = vc.abort_command(job)
+    meta = job["metadata"]
+    # The bridge's own Command (slurm_pool.bridge.k8s.abort_command), so real Volcano checks its shape.
+    cmd = abort_command(group_id(meta["uid"]), meta["namespace"], meta["name"], meta["uid"])
     custom.create_namespaced_custom_object(vc.BUS_GROUP, vc.BUS_VERSION, k8s_namespace, vc.COMMAND_PLURAL, cmd)
     show = describe(k8s_api, custom, k8s_namespace)
     wait_state(lambda: job_phase(custom, job) == "Aborted", "the vcjob to be Aborted", describe=show)

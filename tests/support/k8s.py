@@ -196,6 +196,23 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def spawn(argv: list[str], log_path: Path, cwd: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start ``argv`` in its own process group (see :func:`stop_groups`), dying with the starting
+    thread (:func:`die_with_parent`), its output appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=die_with_parent,
+        )
+
+
 def stop_groups(procs: Iterable[subprocess.Popen], grace: float = 10.0) -> None:
     """SIGTERM each process's own group (made at spawn), then SIGKILL what is left after ``grace`` seconds."""
     procs = list(procs)
@@ -376,18 +393,7 @@ class ControlPlane:
     def _spawn(self, tools: Toolset, name: str, args: list[str]) -> None:
         assert self.state_dir is not None
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_dir)}
-        with open(self.log_path(name), "ab") as log:
-            self.procs[name] = subprocess.Popen(
-                [str(tools.binary(name)), *args],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.state_dir,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=die_with_parent,
-            )
+        self.procs[name] = spawn([str(tools.binary(name)), *args], self.log_path(name), self.state_dir, env)
 
     def _etcd_args(self) -> list[str]:
         assert self.state_dir is not None

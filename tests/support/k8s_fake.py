@@ -65,6 +65,19 @@ def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
+class Clock:
+    """A monotonic clock for waits under test: ``sleep`` moves it on at once."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
 @dataclass
 class FakeK8s:
     """Nodes, pods and InferenceServices as dicts; evictions remove pods at once."""

@@ -116,7 +116,7 @@ class KServe:
         return self.state_dir / "manager.log"
 
     def start(self, timeout: float = 120.0) -> "KServe":
-        from tests.support.k8s import die_with_parent, free_port
+        from tests.support.k8s import free_port, spawn
 
         self.state_dir = Path(tempfile.mkdtemp(prefix="slurm-pool-kserve-"))
         try:
@@ -137,18 +137,7 @@ class KServe:
                 f"-health-probe-addr=127.0.0.1:{self.ports['probe']}",
                 f"-webhook-port={self.ports['webhook']}",
             ]
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.state_dir,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                    preexec_fn=die_with_parent,
-                )
+            self.proc = spawn(args, self.log_path, self.state_dir, env)
             self._wait_ready(timeout)
         except BaseException:
             self.stop()

@@ -11,8 +11,9 @@ module in the Go module cache (:func:`crd_files`, given to the
 There is no ``vc-webhook-manager``, so nothing fills a vcjob's defaults:
 :func:`vcjob_manifest` writes every field the webhook would.  The controller
 creates a vcjob's PodGroup, and its pods once the scheduler's enqueue step
-lets the PodGroup leave ``Pending``; :func:`abort_command` stops a vcjob as a
-unit, as ``vcctl job suspend`` does.
+lets the PodGroup leave ``Pending``.  The bridge's own
+:func:`slurm_pool.bridge.k8s.abort_command` stops a vcjob as a unit, as
+``vcctl job suspend`` does.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.support.k8s import die_with_parent, free_port, stop_groups
+from tests.support.k8s import free_port, spawn, stop_groups
 from tests.support.k8s_build import Toolset, require_volcano
 
 SCHEDULER_NAME = "volcano"
@@ -128,18 +129,7 @@ class Volcano:
             self.ports = {f"{n}{s}": free_port() for n in PROGRAMS for s in ("", "-metrics")}
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_dir)}
             for name in PROGRAMS:
-                with open(self.log_of(name), "ab") as log:
-                    self.procs[name] = subprocess.Popen(
-                        self.args(name),
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        cwd=self.state_dir,
-                        env=env,
-                        start_new_session=True,
-                        close_fds=True,
-                        preexec_fn=die_with_parent,
-                    )
+                self.procs[name] = spawn(self.args(name), self.log_of(name), self.state_dir, env)
             self._wait_ready(timeout)
         except BaseException:
             self.stop()
@@ -255,29 +245,4 @@ def vcjob_manifest(
         "kind": "Job",
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
-    }
-
-
-def abort_command(job: dict, action: str = "AbortJob") -> dict:
-    """A bus Command that makes the job controller stop ``job`` (a vcjob as read back) as a unit."""
-    meta = job["metadata"]
-    ref = {
-        "apiVersion": f"{JOB_GROUP}/{JOB_VERSION}",
-        "kind": "Job",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    return {
-        "apiVersion": f"{BUS_GROUP}/{BUS_VERSION}",
-        "kind": "Command",
-        "metadata": {
-            "generateName": f"{meta['name']}-{action.lower()}-",
-            "namespace": meta["namespace"],
-            "ownerReferences": [ref],
-        },
-        "action": action,
-        # The Go field is TargetObject, its JSON name ``target`` (a ``targetObject`` key is pruned).
-        "target": dict(ref),
     }

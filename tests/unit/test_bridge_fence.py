@@ -16,20 +16,9 @@ from slurm_pool.bridge.k8s import K8sError
 from slurm_pool.bridge.slurm_side import PLACEHOLDER_SCRIPT, placeholder_script
 from slurm_pool.spec import load_spec
 from slurm_pool.spec.bridge import Bridge, check_bridge
-from tests.support.k8s_fake import FakeK8s, pod_manifest
+from tests.support.k8s_fake import Clock, FakeK8s, pod_manifest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
 
 
 def _fence(k8s: FakeK8s, seconds: float = 10):

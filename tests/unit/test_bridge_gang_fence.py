@@ -10,22 +10,11 @@ from slurm_pool.bridge.fence import FenceResult, fence_node
 from slurm_pool.bridge.gangs import GANG_JOB, GANG_LABEL, group_id
 from slurm_pool.bridge.k8s import open_patch
 from slurm_pool.bridge.model import LENT_LABEL
-from tests.support.k8s_fake import FakeK8s, merge, pod_manifest
+from tests.support.k8s_fake import Clock, FakeK8s, merge, pod_manifest
 
 A = group_id("podgroup-a")
 B = group_id("podgroup-b")
 SECONDS = 10
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
 
 
 class Volcano(FakeK8s):
