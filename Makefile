@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 # The newer end of the Slurm releases the tests run on, built from ../shared/slurm.
 SLURM_NEW ?= 26.05
 
-.PHONY: deps demo test test-unit lint bench k8s-build slurm-build notebooks-build elastic-build clean
+.PHONY: deps demo test test-unit lint bench k8s-build slurm-build slurm-build-plain slurm-build-nolua notebooks-build elastic-build clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -17,8 +17,12 @@ k8s-build: deps
 demo: deps $(if $(SLURM),slurm-build)
 	SLURM=$(SLURM) bash scripts/demo.sh
 
-slurm-build: deps
+slurm-build: slurm-build-plain slurm-build-nolua
+
+slurm-build-plain: deps
 	$(PY) -m slurm_pool.localcluster.slurmbuild build
+
+slurm-build-nolua: deps
 	$(PY) -m slurm_pool.localcluster.slurmbuild build --variant nolua
 
 # JupyterHub, batchspawner, JupyterLab and configurable-http-proxy for the notebook tier, cached.
@@ -29,13 +33,11 @@ notebooks-build: deps
 elastic-build: deps
 	$(PY) -m tests.support.elastic_env build
 
-# Everything on Debian's Slurm 22.05, then every test that needs Slurm daemons
-# again on $(SLURM_NEW), built from source.
-test: deps k8s-build slurm-build notebooks-build elastic-build
-	@echo "== every test, daemons on $$(slurmctld -V)"
-	$(PY) -m pytest -q $(PYTEST_ARGS)
-	@echo "== the daemon tests again, on Slurm $(SLURM_NEW) from $$($(PY) -m slurm_pool.localcluster.slurmbuild prefix $(SLURM_NEW))"
-	SLURM_POOL_TEST_SLURM=$(SLURM_NEW) $(PY) -m pytest -q -m slurm $(PYTEST_ARGS)
+# Every test: the unit tests over both cores, the daemon tests on Debian's Slurm 22.05 and again on
+# $(SLURM_NEW) (built from ../shared/slurm), as three streams side by side, with the cached builds
+# starting beside them (tests.support.streams).  PYTEST_ARGS go to every stream.
+test: deps
+	$(PY) -m tests.support.streams --slurm-new $(SLURM_NEW) -- $(PYTEST_ARGS)
 
 # ruff (lint and format), mypy on the package, luacheck on the static job_submit.lua.
 lint: deps

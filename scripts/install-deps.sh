@@ -52,7 +52,7 @@ VENV_PY=/usr/bin/python3
 if [ ! -x .venv/bin/python ]; then
   "$VENV_PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import slurm_pool, lupa, kubernetes, hypothesis, pytest, ruff, mypy, rich, matplotlib, pre_commit, wheel, selenium, fastapi, uvicorn, jwt, pamela, httpx, ijson" 2>/dev/null; then
+if ! .venv/bin/python -c "import slurm_pool, xdist, lupa, kubernetes, hypothesis, pytest, ruff, mypy, rich, matplotlib, pre_commit, wheel, selenium, fastapi, uvicorn, jwt, pamela, httpx, ijson" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e ".[test,k8s,console]"
 fi

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-# The real Kubernetes control plane (session-scoped; started only by tests that ask for it).
+# How the suite is collected (daemon marks, build users last), and the real Kubernetes control plane
+# (session-scoped; started only by tests that ask for it).
 pytest_plugins = [
+    "tests.support.collect",
     "tests.support.k8s_fixtures",
     "tests.support.ckptjob",
     "tests.support.browser",

@@ -9,6 +9,7 @@ of the spec's projects a random password (:func:`set_passwords`, through
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pwd
@@ -81,15 +82,24 @@ def set_passwords(users: Iterable[str], state_dir: str | Path, runner: Runner | 
     path = passwords_file(state_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.parent.chmod(0o700)
-    saved = _saved(path)
-    out = {u: saved.get(u) or secrets.token_hex(12) for u in wanted}
-    if out:
-        runner = runner or SubprocessRunner()
-        res = runner.run(["chpasswd"], input="".join(f"{u}:{p}\n" for u, p in out.items()), check=False)
-        if not res.ok:
-            # chpasswd's own message names the user, never the password.
-            raise ConsoleError(f"chpasswd failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[:300]}")
-    replace_file(path, json.dumps({**saved, **out}, indent=2, sort_keys=True) + "\n", 0o600)
+    # Two clusters sharing a state directory's passwords (the test suite's streams do) set them one at a
+    # time: each reads what the other saved, so neither changes a password the other's users log in with.
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        saved = _saved(path)
+        out = {u: saved.get(u) or secrets.token_hex(12) for u in wanted}
+        if out:
+            runner = runner or SubprocessRunner()
+            res = runner.run(["chpasswd"], input="".join(f"{u}:{p}\n" for u, p in out.items()), check=False)
+            if not res.ok:
+                # chpasswd's own message names the user, never the password.
+                raise ConsoleError(
+                    f"chpasswd failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[:300]}"
+                )
+        replace_file(path, json.dumps({**saved, **out}, indent=2, sort_keys=True) + "\n", 0o600)
+    finally:
+        os.close(fd)
     return out
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.slurm_cluster import built_slurm
+
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,22 +50,18 @@ def test_a_healthy_cluster_passes(cluster):
     assert f"Slurm {cluster.version.series}" in res.stdout
 
 
-def _other_include(cluster) -> str:
+@pytest.fixture
+def other_include(cluster) -> str:
     """Headers of the Slurm the cluster does *not* run."""
     if cluster.version.has("json_data_parser"):
         return "/usr/include"  # Debian's libslurm-dev, 22.05
-    from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
-
-    try:
-        return str(resolve_prefix("26.05") / "include")
-    except BuildError as exc:
-        pytest.fail(f"this test needs the 26.05 build (make slurm-build): {exc}")
+    return str(built_slurm() / "include")
 
 
-def test_a_plugin_built_for_another_slurm_is_caught(cluster, tmp_path):
+def test_a_plugin_built_for_another_slurm_is_caught(cluster, tmp_path, other_include):
     out = tmp_path / "stale"
     subprocess.run(
-        ["make", "-s", "-C", str(REPO / "spank"), f"OUT={out}", f"SLURM_INCLUDE={_other_include(cluster)}"],
+        ["make", "-s", "-C", str(REPO / "spank"), f"OUT={out}", f"SLURM_INCLUDE={other_include}"],
         check=True,
         capture_output=True,
     )

@@ -25,6 +25,7 @@ from slurm_pool.adapters.records import parse_config_text
 from slurm_pool.adapters.runner import SubprocessRunner
 from slurm_pool.doctor import list_plugins
 from tests.support.patience import patience, wait_for
+from tests.support.slurm_cluster import built_slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -34,24 +35,8 @@ EXAMPLE = REPO / "examples" / "pool.yaml"  # has a policy: JobSubmitPlugins=lua
 
 @pytest.fixture(scope="module")
 def nolua() -> Path:
-    """The prefix of Slurm 26.05 built ``--without-lua``, built now if not cached."""
-    from slurm_pool.localcluster.slurmbuild import BuildError, SlurmBuild, default_source, resolve_prefix, variant_flags
-
-    try:
-        return resolve_prefix("26.05-nolua")
-    except BuildError:
-        pass
-    source = default_source()
-    if source is None:
-        pytest.fail("this test needs Slurm 26.05's source tarball (see slurm_pool.localcluster.slurmbuild)")
-    print(
-        "\nbuilding Slurm 26.05 without Lua for the doctor test (minutes; `make slurm-build` builds it ahead)",
-        file=sys.__stderr__,
-        flush=True,
-    )
-    build = SlurmBuild.for_source(source, flags=variant_flags("nolua"))
-    build.build(log=sys.__stderr__)
-    return build.prefix
+    """The prefix of Slurm 26.05 built ``--without-lua``, built now if not cached (`make slurm-build` builds it ahead)."""
+    return built_slurm("nolua")
 
 
 def _free_port() -> int:

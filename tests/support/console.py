@@ -12,6 +12,7 @@ import socket
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 from slurm_pool.adapters.slurm import SlurmClient
@@ -22,6 +23,10 @@ from slurm_pool.web.guard import Guard
 from slurm_pool.web.identity import Authenticator, load_key, pam_checker, user_exists
 from tests.support.patience import wait_for
 from tests.support.slurm_cluster import ClusterHandle
+
+#: Where the console tests keep the users' passwords: the users are the machine's, shared by every test
+#: cluster (``make test`` runs two side by side), so their passwords are kept in one place, not per cluster.
+TEST_USERS_STATE = Path("/var/tmp/slurm-pool-test-users")
 
 
 def _free_port() -> int:
@@ -59,7 +64,7 @@ def running_console(
     spec = handle.spec
     console = spec.console or Console()
     users = sorted({u for p in spec.projects for u in p.users})
-    passwords = set_passwords(users, handle.cluster.layout.root)
+    passwords = set_passwords(users, TEST_USERS_STATE)
     key = load_key(str(handle.cluster.jwt_key_path))
     auth = Authenticator(key, console, check_password=pam_checker(console.pam_service), user_exists=user_exists)
     app = create_app(

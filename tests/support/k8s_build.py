@@ -265,16 +265,24 @@ class Toolset:
         return record
 
 
-def require_binaries(module_dir: Path | None = None) -> Toolset:
-    """The cached toolset, or a BuildError that says how to build it."""
-    tools = Toolset.for_module(module_dir)
+def built(tools: Toolset, what: str) -> Toolset:
+    """``tools`` once built: at once when cached, else after the build that holds its lock (``make test``
+    starts the builds beside the tests), else built now; a BuildError says why it cannot be built."""
     if not tools.is_built():
-        raise BuildError(
-            "the test Kubernetes control plane is not built (expected in "
-            f"{tools.directory}); build it with `python3 -m tests.support.k8s build` "
-            "(needs Go and the Go module proxy; a cold build takes about 10 minutes on 2 cores)"
-        )
+        print(f"\n{what}: not in the cache yet, waiting for its build ({tools.directory})", file=sys.__stderr__)
+        try:
+            tools.build(log=sys.__stderr__)
+        except BuildError as exc:
+            raise BuildError(
+                f"{what} is not built and could not be built: {exc} (build it with `python3 -m tests.support.k8s build`; "
+                "needs Go and the Go module proxy)"
+            ) from None
     return tools
+
+
+def require_binaries(module_dir: Path | None = None) -> Toolset:
+    """The control plane's cached toolset (a cold build takes about 10 minutes on 2 cores)."""
+    return built(Toolset.for_module(module_dir), "the test Kubernetes control plane")
 
 
 def module_dir_of(wrapper: Path, module: str) -> Path:
@@ -299,14 +307,8 @@ def kserve_toolset(module_dir: Path | None = None) -> Toolset:
 
 
 def require_kserve(module_dir: Path | None = None) -> Toolset:
-    """The cached KServe build, or a BuildError that says how to build it."""
-    tools = kserve_toolset(module_dir)
-    if not tools.is_built():
-        raise BuildError(
-            f"KServe's controller is not built (expected in {tools.directory}); build it with "
-            "`python3 -m tests.support.k8s build` (needs Go and the Go module proxy; about 5 minutes on 2 cores)"
-        )
-    return tools
+    """The cached KServe build (about 5 minutes on 2 cores when cold)."""
+    return built(kserve_toolset(module_dir), "KServe's controller")
 
 
 VOLCANO_APIS = "volcano-apis-{version}.tar.gz"
@@ -342,12 +344,5 @@ def volcano_toolset(module_dir: Path | None = None) -> Toolset:
 
 
 def require_volcano(module_dir: Path | None = None) -> Toolset:
-    """The cached Volcano build, or a BuildError that says how to build it."""
-    tools = volcano_toolset(module_dir)
-    if not tools.is_built():
-        raise BuildError(
-            f"Volcano is not built (expected in {tools.directory}); build it with "
-            "`python3 -m tests.support.k8s build` (needs Go, the Go module proxy and the shared "
-            "volcano-apis archive; about 8 minutes on 2 cores)"
-        )
-    return tools
+    """The cached Volcano build (about 8 minutes on 2 cores when cold; needs the shared volcano-apis archive)."""
+    return built(volcano_toolset(module_dir), "Volcano")

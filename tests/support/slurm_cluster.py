@@ -6,6 +6,7 @@ loopback ports, so several sessions on one machine do not collide.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import random
@@ -46,17 +47,65 @@ def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
         return 32768
 
 
+#: Lock files of the port blocks this process has taken (held open, so locked, until it exits).
+_HELD: dict[int, int] = {}
+
+
+def _reserve(base: int) -> bool:
+    """Take the machine-wide lock of the block at ``base`` for this process; False if another holds it.
+
+    Test sessions running side by side (``make test``'s streams) each start clusters: a block checked
+    free by one may be picked by the other before either's daemons bind it, so each block is claimed
+    first.  The lock goes with the process.
+    """
+    d = Path(tempfile.gettempdir()) / "slurm-pool-ports"
+    d.mkdir(mode=0o700, exist_ok=True)
+    if d.is_symlink() or d.stat().st_uid != os.geteuid():
+        raise RuntimeError(f"{d} is not a directory of this user's")
+    fd = os.open(d / f"{base}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    _HELD[base] = fd
+    return True
+
+
 def free_port_base(n_nodes: int, tries: int = 50) -> int:
     """A base port whose service and node ports are all free, below the kernel's ephemeral range: a port
     free when checked there can be taken by any outgoing connection before the daemon binds it (seen: a
-    slurmd of a second cluster refused with "Address already in use")."""
+    slurmd of a second cluster refused with "Address already in use").  Each block is taken by one
+    process at a time (:func:`_reserve`), and once only by this one."""
     top = max(12000, min(40000, _ephemeral_low()) - 100 - n_nodes)
     for _ in range(tries):
         base = random.randrange(10000, top, 200)
+        if base in _HELD:
+            continue
         ports = [base + o for o in (6, 17, 18, 19, 30, 31, 32, 33)] + [base + 100 + i for i in range(n_nodes)]
-        if all(_port_free(p) for p in ports):
+        if all(_port_free(p) for p in ports) and _reserve(base):
             return base
     raise RuntimeError("no free block of loopback ports found")
+
+
+def built_slurm(variant: str = "") -> Path:
+    """The install prefix of the shared Slurm source's build (``variant``: ``nolua``), waiting for the build
+    that holds its lock (``make test`` starts it beside the tests) or building it now; fails, never skips."""
+    import pytest
+
+    from slurm_pool.localcluster.slurmbuild import BuildError, SlurmBuild, default_source, variant_flags
+
+    source = default_source()
+    if source is None:
+        pytest.fail("this test needs the newer Slurm's source tarball (see slurm_pool.localcluster.slurmbuild)")
+    try:
+        build = SlurmBuild.for_source(source, flags=variant_flags(variant))
+        if not build.is_built():
+            print(f"\nwaiting for Slurm {build.version} {variant} to be built ({build.prefix})", file=sys.__stderr__)
+        build.build(log=sys.__stderr__)
+    except BuildError as exc:
+        pytest.fail(f"cannot build Slurm {variant}: {exc}")
+    return build.prefix
 
 
 def job_workdir(prefix: str) -> Path:
