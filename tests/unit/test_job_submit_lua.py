@@ -1000,7 +1000,9 @@ def test_non_numeric_return_is_an_error(source: str, runtime) -> None:
 def test_fuzz(source: str, runtime) -> None:
     lua = runtime(source)
     rng = random.Random(20240501)
-    start = time.monotonic()
+    # CPU seconds, not wall-clock ones: the bound is on the policy's work, which other processes
+    # sharing the CPUs (make test's streams) do not change.
+    start = time.process_time()
     for i in range(10_000):
         job = random_job(rng)
         if i % 5 == 4:
@@ -1014,7 +1016,7 @@ def test_fuzz(source: str, runtime) -> None:
         for key in ("partition", "qos", "account", "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"):
             if key in out.job and out.job[key] is not None and out.rc == OK and key not in job:
                 assert isinstance(out.job[key], str)
-    assert time.monotonic() - start < 20
+    assert time.process_time() - start < 20
 
 
 # --------------------------------------------------------------------------
