@@ -62,14 +62,14 @@ class JobId:
     tasks: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        _bound(self.job, 1, MAX_JOB_ID, "job id", str(self.job))
+        _bound(self.job, 1, MAX_JOB_ID, "a job id", str(self.job))
         if self.task is not None:
-            _bound(self.task, 0, MAX_ARRAY_TASK, "array task id", str(self.task))
+            _bound(self.task, 0, MAX_ARRAY_TASK, "an array task id", str(self.task))
         if self.component is not None:
-            _bound(self.component, 0, MAX_HET_COMPONENT, "het component", str(self.component))
+            _bound(self.component, 0, MAX_HET_COMPONENT, "a het component", str(self.component))
         for lo, hi in self.tasks:
-            _bound(lo, 0, MAX_ARRAY_TASK, "array task id", str(lo))
-            _bound(hi, lo, MAX_ARRAY_TASK, "array task range end", str(hi))
+            _bound(lo, 0, MAX_ARRAY_TASK, "an array task id", str(lo))
+            _bound(hi, lo, MAX_ARRAY_TASK, "an array task range end", str(hi))
         if sum(x is not None and x != () for x in (self.task, self.component, self.tasks or None)) > 1:
             raise JobIdError("job id: an array task, a het component and a range of tasks exclude each other")
 
@@ -111,6 +111,15 @@ class JobId:
     def has_task(self, task: int) -> bool:
         """``task`` is this id's task, or in its ranges."""
         return task == self.task or any(lo <= task <= hi for lo, hi in self.tasks)
+
+
+def own_id(value: object, what: str = "SLURM_JOB_ID") -> str:
+    """A job's own id as Slurm sets it (``SLURM_JOB_ID``: digits, the same for every task of an array or
+    component of a het job is its own), checked as :class:`JobId`; :class:`JobIdError` naming ``what`` else."""
+    ref = JobId.parse(value, what)
+    if not ref.plain:
+        raise JobIdError(f"{what}: {_quoted(str(value))} is not a job's own id (digits only)")
+    return str(ref)
 
 
 def names(ref: JobId, unique: int, own: JobId) -> bool:
@@ -179,7 +188,7 @@ def _checked(n: int, lo: int, hi: int, what: str, kind: str, value: str) -> int:
 
 def _bound(n: object, lo: int, hi: int, kind: str, value: str) -> None:
     if isinstance(n, bool) or not isinstance(n, int):
-        raise JobIdError(f"job id: {kind} {n!r} is not a whole number")
+        raise JobIdError(f"job id: {n!r} ({kind}) is not a whole number")
     _checked(n, lo, hi, "job id", kind, value)
 
 

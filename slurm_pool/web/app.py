@@ -158,9 +158,9 @@ def not_waiting(ref: JobId, job: JobRecord, current: JobRecord | None, live: Liv
 def job_ref(value: str, ranges: bool = False) -> JobId:
     """The path's job id in Slurm's notation (:class:`~slurm_pool.jobid.JobId`); 422 naming the value else."""
     try:
-        return JobId.parse(value, "job_id", ranges=ranges)
+        return JobId.parse(value, "path.job_id", ranges=ranges)
     except JobIdError as exc:
-        raise ApiError(422, str(exc), "job_id") from None
+        raise ApiError(422, str(exc), "path.job_id") from None
 
 
 def create_app(

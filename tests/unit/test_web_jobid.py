@@ -142,7 +142,7 @@ def test_what_is_not_slurms_notation_is_422_naming_the_value(segment: str, said:
         res = client.get(f"/api/v1/jobs/{segment}{'/why' if how == 'why' else ''}", headers=bearer("olga"))
     assert res.status_code == 422, res.text
     body = res.json()
-    assert body["field"] == "job_id" and said in body["message"] and "job_id: " in body["message"]
+    assert body["field"] == "path.job_id" and said in body["message"] and "path.job_id: " in body["message"]
     assert ran.argvs == []
 
 
