@@ -101,7 +101,12 @@ class Forecast:
 
     def named(self, ref: JobId) -> list[int]:
         """The ids of the queue's jobs that ``ref`` names (``5``: every component of het job 5), in order."""
-        return [j for j in sorted(self.jobs) if j > 0 and names(ref, j, self.names.get(j) or JobId(j))]
+        out = []
+        for j in sorted(self.jobs):
+            own = self.names.get(j)  # none: known by its id alone
+            if names(ref, j, own) if own is not None else (ref.plain and j == ref.job):
+                out.append(j)
+        return out
 
     def name(self, job_id: int) -> str:
         """``job_id`` in Slurm's notation (``4_2``, ``5+1``, ``4_[1-3]``), else the id."""
