@@ -28,6 +28,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from slurm_pool import text
+from slurm_pool.jobid import JobId
 from slurm_pool.web import models as m
 
 __all__ = ["ApiError", "PoolClient"]
@@ -94,14 +95,14 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def job_id(value: int | str) -> str:
-    """A job id as the path takes it: a non-negative int or a string of ASCII digits."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"job id: {value!r} is not a job id")
-    out = str(value)
-    if not text.matches("job-id", out):
-        raise ValueError(f"job id: {text.shown(out)!r} does not match {text.SHAPES['job-id']}")
-    return out
+def job_id(value: int | str | JobId, ranges: bool = False) -> str:
+    """A job id as the path takes it, in Slurm's notation (:class:`~slurm_pool.jobid.JobId`): an int, or
+    ``"123"``, ``"123_4"``, ``"123+1"`` (``ranges``: also ``"123_[1-3]"``); ValueError naming the value else."""
+    if isinstance(value, JobId):
+        if value.tasks and not ranges:
+            raise ValueError(f"job id: {value}: a range of array tasks is not taken here")
+        return str(value)
+    return str(JobId.parse(value, "job id", ranges=ranges))
 
 
 def _word(what: str, value: object) -> str:
@@ -234,11 +235,11 @@ class PoolClient:
         params = {k: _word(k, v) for k, v in given.items() if v is not None}
         return self._get(m.JobList, "/jobs", params)
 
-    def job(self, id: int | str) -> m.JobDetail:
+    def job(self, id: int | str | JobId) -> m.JobDetail:
         """One job in full, with its timeline."""
         return self._get(m.JobDetail, f"/jobs/{job_id(id)}")
 
-    def why(self, id: int | str, alternatives: bool = True) -> m.Why:
+    def why(self, id: int | str | JobId, alternatives: bool = True) -> m.Why:
         """Why a pending job waits, when the pool's model starts it, and (``alternatives``) what would start it
         sooner; an :class:`ApiError` 409 for a job that is not waiting."""
         params = None if alternatives else {"alternatives": "false"}
@@ -258,26 +259,29 @@ class PoolClient:
         return self._post(m.Submitted, "/jobs", m.SubmitRequest(tier=tier, script=script, **fields))
 
     # -- job control ------------------------------------------------------------------------------------
-    def _action(self, id: int | str, action: str) -> m.ActionResult:
-        return self._post(m.ActionResult, f"/jobs/{job_id(id)}/{action}")
+    def _action(self, id: int | str | JobId, action: str) -> m.ActionResult:
+        return self._post(m.ActionResult, f"/jobs/{job_id(id, ranges=action == 'cancel')}/{action}")
 
-    def cancel(self, id: int | str) -> m.ActionResult:
+    def cancel(self, id: int | str | JobId) -> m.ActionResult:
+        """Cancel a job, an array task (``"4_2"``), array tasks (``"4_[1-3]"``) or a het job's component."""
         return self._action(id, "cancel")
 
-    def hold(self, id: int | str) -> m.ActionResult:
+    def hold(self, id: int | str | JobId) -> m.ActionResult:
         return self._action(id, "hold")
 
-    def release(self, id: int | str) -> m.ActionResult:
+    def release(self, id: int | str | JobId) -> m.ActionResult:
         return self._action(id, "release")
 
-    def requeue(self, id: int | str) -> m.ActionResult:
+    def requeue(self, id: int | str | JobId) -> m.ActionResult:
         return self._action(id, "requeue")
 
-    def change_tier(self, id: int | str, tier: str) -> m.ActionResult:
+    def change_tier(self, id: int | str | JobId, tier: str) -> m.ActionResult:
         """Move a pending job to another tier (Slurm decides whether the caller may)."""
         return self._post(m.ActionResult, f"/jobs/{job_id(id)}/tier", m.TierChange(tier=tier))
 
-    def wait(self, id: int | str, state: str | Iterable[str], timeout: float = 600, poll: float = 2.0) -> m.JobView:
+    def wait(
+        self, id: int | str | JobId, state: str | Iterable[str], timeout: float = 600, poll: float = 2.0
+    ) -> m.JobView:
         """Poll :meth:`job` until the job is in ``state`` (one or several, e.g. ``("COMPLETED", "FAILED")``).
 
         TimeoutError after ``timeout`` seconds names the last state seen.

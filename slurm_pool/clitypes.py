@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from slurm_pool.jobid import JobId, JobIdError
 from slurm_pool.text import strict_float, strict_int
 
 
@@ -53,4 +54,27 @@ class PositiveSeconds(click.ParamType):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         if out <= 0:
             self.fail(f"{value!r} is not above zero", param, ctx)
+        return out
+
+
+class JobIdParam(click.ParamType):
+    """A job id in Slurm's notation (:class:`~slurm_pool.jobid.JobId`): ``123``, ``123_4``, ``123+1``.
+
+    ``plain``: only ``123`` (a job's unique id); ``ranges``: also ``123_[1-3]``.
+    """
+
+    name = "job id"
+
+    def __init__(self, *, plain: bool = False, ranges: bool = False):
+        self.plain, self.ranges = plain, ranges
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> JobId:
+        if isinstance(value, JobId):
+            return value
+        try:
+            out = JobId.parse(value, "", ranges=self.ranges)
+        except JobIdError as exc:
+            self.fail(str(exc).removeprefix(": "), param, ctx)
+        if self.plain and not out.plain:
+            self.fail(f"{str(out)!r}: a job's own id is needed here (digits only), not an array task or component")
         return out

@@ -28,6 +28,7 @@ from typing import Mapping, NamedTuple
 
 from slurm_pool import nodeconf
 from slurm_pool.errors import InputError
+from slurm_pool.jobid import JobIdError, own_id
 from slurm_pool.text import matches, strict_float, strict_int
 
 
@@ -99,8 +100,11 @@ def resolve(
     except nodeconf.ConfigError:
         conf = nodeconf.NodeConfig()
     job_id = env.get("SLURM_JOB_ID") or None
-    if job_id is not None and not matches("job-id", job_id):  # a path component and scontrol's JobId=
-        raise InputError(f"SLURM_JOB_ID {job_id!r} is not a job id")
+    if job_id is not None:  # a path component and scontrol's JobId=
+        try:
+            own_id(job_id)
+        except JobIdError as exc:
+            raise InputError(str(exc)) from None
     directory = checkpoint_dir or env.get("SLURM_POOL_CHECKPOINT_DIR") or env.get("SPANK_SLURM_POOL_CHECKPOINT_DIR")
     if not directory:
         if job_id:

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from slurm_pool.clitypes import StrictInt
+from slurm_pool.clitypes import JobIdParam, StrictInt
 from slurm_pool.elastic.plan import (
     ENV_SHARE_STORE,
     ElasticJob,
@@ -20,6 +20,7 @@ from slurm_pool.elastic.plan import (
     extension_script,
     torchrun_argv,
 )
+from slurm_pool.jobid import JobId
 from slurm_pool.text import shown
 
 #: Nodes one elastic job may span (torchrun's own limit is far higher; this keeps typos out).
@@ -122,7 +123,7 @@ def submit(
 
 
 @elastic.command(hidden=True)
-@click.option("--core", "core_id", type=StrictInt(1), required=True)
+@click.option("--core", "core_ref", type=JobIdParam(plain=True), required=True)
 @click.option("--min", "min_nodes", type=StrictInt(1, MAX_NODES), required=True)
 @click.option("--max", "max_nodes", type=StrictInt(1, MAX_NODES), required=True)
 @click.option("--torchrun", required=True)
@@ -131,7 +132,7 @@ def submit(
 @click.option("--last-call-timeout", type=StrictInt(1, 86400), default=3)
 @click.argument("command", nargs=-1, required=True)
 def node(
-    core_id: int,
+    core_ref: JobId,
     min_nodes: int,
     max_nodes: int,
     torchrun: str,
@@ -148,6 +149,7 @@ def node(
     from slurm_pool.text import matches
 
     slurm = SlurmClient()
+    core_id = core_ref.job
     try:
         core = next((j for j in slurm.jobs() if j.job_id == core_id), None)
     except CommandError as exc:

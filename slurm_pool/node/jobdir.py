@@ -24,6 +24,7 @@ import stat
 from typing import Any, Callable
 
 from slurm_pool.errors import PoolError
+from slurm_pool.jobid import JobIdError, own_id
 from slurm_pool.text import RULES
 
 #: A user name as a directory name (matched in full: ``re.fullmatch``); ``slurm-pool run`` uses the same rule.
@@ -56,8 +57,10 @@ def job_identity(env: dict[str, str]) -> tuple[str, str, int, int]:
     job = env.get("SLURM_JOB_ID", "")
     user = env.get("SLURM_JOB_USER", "")
     uid, gid = env.get("SLURM_JOB_UID", ""), env.get("SLURM_JOB_GID", "")
-    if not JOB_ID_RE.fullmatch(job):
-        raise JobDirError(f"SLURM_JOB_ID {job!r} is not a job id")
+    try:
+        own_id(job)
+    except JobIdError as exc:
+        raise JobDirError(str(exc)) from None
     if not NAME_RE.fullmatch(user) or user in (".", ".."):
         raise JobDirError(f"SLURM_JOB_USER {user!r} is not a user name")
     if not _UID_RE.fullmatch(uid):

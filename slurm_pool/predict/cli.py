@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from slurm_pool.clitypes import StrictInt
+from slurm_pool.clitypes import JobIdParam, StrictInt
 from slurm_pool.errors import InputError
+from slurm_pool.jobid import JobId
 from slurm_pool.text import shown
 
 
@@ -22,22 +23,35 @@ def _when(t: float | None, now: float) -> str:
     return f"{stamp} (in {duration(t - now)})" if t > now else f"{stamp} (now)"
 
 
-def not_waiting(slurm: Any, job_id: int) -> InputError:
-    """The error for a job that is not pending in the queue the caller sees: ended, running, or unknown."""
+def not_waiting(slurm: Any, ref: JobId) -> InputError:
+    """The error for a job that is not in the queue the caller sees: ended, or unknown."""
     from slurm_pool.adapters.runner import CommandError
 
     try:
-        runs = slurm.accounting_jobs("--jobs", str(job_id))
+        runs = slurm.accounting_jobs("--jobs", str(ref))
     except (CommandError, OSError, ValueError):
         runs = []
     if runs:
         last = runs[-1]
-        return InputError(f"job {job_id} has ended ({last.state.base or 'unknown state'}): it is not waiting")
-    return InputError(f"job_id: there is no job {job_id} in the queue you can see")
+        return InputError(f"job {ref} has ended ({last.state.base or 'unknown state'}): it is not waiting")
+    return InputError(f"job_id: there is no job {ref} in the queue you can see")
+
+
+def waiting(fc: Any, slurm: Any, ref: JobId) -> list[int]:
+    """The pending jobs ``ref`` names (every component of a het job, every waiting task of an array);
+    InputError when it names none: not in the queue, or running."""
+    ids = fc.named(ref)
+    if not ids:
+        raise not_waiting(slurm, ref)
+    pending = [j for j in ids if fc.jobs[j].state == "pending" and j in fc.predictions]
+    if not pending:
+        job = fc.jobs[ids[0]]
+        raise InputError(f"job {ref} is {job.state}, not waiting (since {_when(job.start, fc.now)})")
+    return pending
 
 
 @click.command()
-@click.argument("job_id", type=StrictInt(1))
+@click.argument("job_id", type=JobIdParam())
 @click.option("--spec", "spec_path", type=click.Path(exists=True, dir_okay=False), required=True, help="The pool spec.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @click.option(
@@ -48,39 +62,64 @@ def not_waiting(slurm: Any, job_id: int) -> InputError:
     help="Days of accounting (sacct) read for each user's recent runtimes.",
 )
 @click.option("--no-alternatives", is_flag=True, help="Skip the other ways to submit it (one forward run each).")
-def why(job_id: int, spec_path: str, as_json: bool, history_days: int, no_alternatives: bool) -> None:
+def why(job_id: JobId, spec_path: str, as_json: bool, history_days: int, no_alternatives: bool) -> None:
     """Why pending job JOB_ID waits, when the pool's model starts it, and what would start it sooner.
 
+    JOB_ID is in Slurm's notation: 123, an array task 123_4, a het component 123+1;
+    123 answers for every waiting task of array 123 or component of het job 123.
     The queue is run forward in the simulator with each user's recent runtimes;
     the range runs it again with every job using its whole time limit.
     """
     from slurm_pool.adapters.runner import SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient, read_records
-    from slurm_pool.predict.explain import duration, explain
+    from slurm_pool.predict.explain import explain, together
     from slurm_pool.predict.live import forecast
     from slurm_pool.spec import load_spec
 
     spec = load_spec(spec_path)
     slurm = SlurmClient(SubprocessRunner())
     fc = read_records(lambda: [forecast(slurm, spec, history_days=history_days)], "squeue --json", "job records")[0]
-    job = fc.jobs.get(job_id)
-    if job is None:
-        raise not_waiting(slurm, job_id)
-    if job.state != "pending":
-        raise InputError(f"job {job_id} is {job.state}, not waiting (since {_when(job.start, fc.now)})")
-    ex = explain(fc, job_id, alternatives_too=not no_alternatives)
+    ids = waiting(fc, slurm, job_id)
+    answers = [explain(fc, j, alternatives_too=not no_alternatives) for j in ids]
+    het = together(fc, ids)
     if as_json:
-        click.echo(json.dumps({"now": fc.now, "slurm_estimate": fc.slurm_start.get(job_id), **ex.as_dict()}, indent=2))
+        parts = [{"name": fc.name(ex.job_id), "slurm_estimate": fc.slurm_start.get(ex.job_id), **ex.as_dict()}
+                 for ex in answers]  # fmt: skip
+        out: dict[str, Any] = {"now": fc.now, **parts[0]}
+        if len(parts) > 1:
+            out["parts"] = parts
+        if het is not None:
+            out["het_start"] = het[1]
+        click.echo(json.dumps(out, indent=2))
         return
-    p = ex.prediction
+    lines: list[str] = []
+    if het is not None:
+        lines.append(
+            f"Heterogeneous job {het[0]}: Slurm starts its {len(ids)} waiting components together, "
+            f"so it starts when the last can: {_when(het[1], fc.now)}."
+        )
+    elif len(ids) > 1:
+        lines.append(f"Job {job_id} names {len(ids)} waiting jobs: {', '.join(fc.name(j) for j in ids)}.")
+    for ex in answers:
+        lines += _answer(fc, ex)
+    for line in lines:
+        click.echo(shown(line))
+
+
+def _answer(fc: Any, ex: Any) -> list[str]:
+    """One pending job's answer, in lines."""
+    from slurm_pool.predict.explain import duration
+
+    job, p, name = fc.jobs[ex.job_id], ex.prediction, fc.name(ex.job_id)
+    called = f"Job {name}" + (f" (job id {ex.job_id})" if name != str(ex.job_id) else "")
     lines = [
-        f"Job {job_id} ({job.user}, partition {job.partition}, {job.gpus} {job.profile or 'GPU'}"
+        f"{called} ({job.user}, partition {job.partition}, {job.gpus} {job.profile or 'GPU'}"
         f"{'s' if job.gpus != 1 and not job.profile else ''}) is pending: {job.reason or 'no reason'}: {ex.reason_text}.",
         f"Predicted start: {_when(p.start, fc.now)}"
         + (f", range {_when(p.low, fc.now)} to {_when(p.high, fc.now)}" if p.low != p.high else "")
         + (f" ({p.note})" if p.note else ""),
         f"Its runtime: {duration(p.runtime.seconds)}, from {p.runtime.basis}.",
-        f"Slurm's own estimate (squeue --start): {_when(fc.slurm_start.get(job_id), fc.now)}",
+        f"Slurm's own estimate (squeue --start): {_when(fc.slurm_start.get(ex.job_id), fc.now)}",
     ]
     if ex.causes:
         lines.append("It waits for:")
@@ -93,5 +132,4 @@ def why(job_id: int, spec_path: str, as_json: bool, history_days: int, no_altern
         ]
     elif ex.alternatives:
         lines.append("No other way to submit it starts it sooner in the model.")
-    for line in lines:
-        click.echo(shown(line))
+    return lines

@@ -242,6 +242,17 @@ def explain(forecast: Forecast, job_id: int, alternatives_too: bool = True) -> E
     return ex
 
 
+def together(forecast: Forecast, ids: list[int]) -> tuple[int, float | None] | None:
+    """``ids`` as the waiting components of one heterogeneous job: (its id, when the last of them is predicted
+    to start: Slurm starts them together; None: one has no prediction); None when they are not that."""
+    named = [forecast.names.get(j) for j in ids]
+    comps = [n for n in named if n is not None and n.component is not None]
+    if len(ids) < 2 or len(comps) != len(ids) or len({n.job for n in comps}) != 1:
+        return None
+    starts = [p.start for j in ids if (p := forecast.predictions.get(j)) is not None and p.start is not None]
+    return comps[0].job, (max(starts) if len(starts) == len(ids) else None)
+
+
 def _digits(job_id: str) -> bool:
     """An engine job id that is a Slurm job id (ASCII digits)."""
     return job_id.isascii() and job_id.isdigit()

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from slurm_pool.jobid import JobId, names
 from slurm_pool.predict.pool import PoolModel, Queue
 from slurm_pool.predict.runtimes import Estimate, Runtimes, remaining
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
@@ -95,6 +96,22 @@ class Forecast:
     down: frozenset[str] = frozenset()
     #: Engine job id -> when its run in ``result`` is expected to end (from now; also past the run's stop).
     ends: dict[str, float] = field(default_factory=dict)
+    #: Job id -> its name in Slurm's notation (``4_2``, ``5+1``), where it has one besides its id.
+    names: dict[int, JobId] = field(default_factory=dict)
+
+    def named(self, ref: JobId) -> list[int]:
+        """The ids of the queue's jobs that ``ref`` names (``5``: every component of het job 5), in order."""
+        out = []
+        for j in sorted(self.jobs):
+            own = self.names.get(j)  # none: known by its id alone
+            if names(ref, j, own) if own is not None else (ref.plain and j == ref.job):
+                out.append(j)
+        return out
+
+    def name(self, job_id: int) -> str:
+        """``job_id`` in Slurm's notation (``4_2``, ``5+1``, ``4_[1-3]``), else the id."""
+        own = self.names.get(job_id)
+        return str(own) if own is not None and not own.plain else str(job_id)
 
 
 def dependencies(text: str) -> tuple[list[tuple[str, int]], bool] | None:

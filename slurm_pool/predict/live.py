@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Sequence
 
+from slurm_pool.adapters.jobnames import name_map
 from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.adapters.slurmjson import number
@@ -126,6 +127,7 @@ def forecast(
     hist = list(history) if history is not None else read_history(slurm, history_days)
     jobs = [j for r in records if (j := live_job(r, pool, at)) is not None]
     fc = predict(pool, jobs, Runtimes(finished(hist)), at, unavailable(nodes))
+    fc.names = name_map(records)
     for r in records:
         if r.job_id in fc.predictions:
             fc.slurm_start[r.job_id] = r.start_time if r.start_time and r.start_time > 0 else None

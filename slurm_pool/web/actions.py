@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 
 from slurm_pool import text
 from slurm_pool.adapters.runner import Result, Runner, SubprocessRunner
+from slurm_pool.jobid import JobId, JobIdError
 from slurm_pool.web import identity
 
 #: Seconds a token minted for one action lives.
@@ -40,6 +41,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "release": ("scontrol", "release"),
     "requeue": ("scontrol", "requeue"),
 }
+#: Actions whose command takes a range of array tasks (``scancel 4_[1-3]``).
+RANGES = frozenset({"cancel"})
 
 
 class ActionError(Exception):
@@ -104,11 +107,18 @@ def _failed(res: Result) -> bool:
     return not res.ok or (res.argv[:1] == ("scancel",) and "error:" in res.stderr)
 
 
-def job_action(commands: UserCommands, user: str, job_id: int, action: str) -> str:
-    """Run ``action`` (cancel, hold, release, requeue) on ``job_id`` as ``user``; its output, or ActionError."""
+def job_action(commands: UserCommands, user: str, job: JobId | int, action: str) -> str:
+    """Run ``action`` (cancel, hold, release, requeue) on ``job`` as ``user``, in Slurm's notation (``scancel
+    4_2`` cancels task 2 of array 4, never job 42); its output, or ActionError."""
     if action not in COMMANDS:
         raise ActionError(400, f"action: {action!r} is not one of {', '.join(COMMANDS)}")
-    res = commands.run(user, [*COMMANDS[action], str(int(job_id))])
+    try:
+        job = job if isinstance(job, JobId) else JobId.parse(job, "job_id")
+    except JobIdError as exc:
+        raise ActionError(400, str(exc)) from None
+    if job.tasks and action not in RANGES:
+        raise ActionError(400, f"job_id: {job}: a range of array tasks is not taken by {action}")
+    res = commands.run(user, [*COMMANDS[action], str(job)])
     if _failed(res):
         raise refusal(res)
     return text.shown(res.stdout.strip())[:MAX_MESSAGE]

@@ -25,8 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from slurm_pool import text
 from slurm_pool.adapters.records import JobRecord, job_state
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.jobid import JobId, JobIdError
 from slurm_pool.policy.tables import PolicyTables, build_tables
-from slurm_pool.predict.explain import explain
+from slurm_pool.predict.explain import explain, together
 from slurm_pool.predict.forward import LiveJob
 from slurm_pool.spec.bridge import bridge_of
 from slurm_pool.spec.model import PoolSpec
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 API = "/api/v1"
-#: Slurm's largest job id (32 bits).
-MAX_JOB_ID = 2**32 - 1
 #: Characters of a bad value quoted back in an error.
 MAX_QUOTED = 80
 #: Jobs submitted through the service remembered until Slurm's reads have them.
@@ -143,17 +142,25 @@ def why_answer(
     )
 
 
-def not_waiting(job: JobRecord, current: JobRecord | None, live: LiveJob | None) -> str:
-    """Why ``job`` has no answer to "why is it waiting": it runs, is leaving its nodes, or has ended."""
+def not_waiting(ref: JobId, job: JobRecord, current: JobRecord | None, live: LiveJob | None) -> str:
+    """Why job ``ref`` (``job``) has no answer to "why is it waiting": it runs, is leaving its nodes, or has ended."""
     if live is not None and live.state == "running":
-        return f"job {job.job_id} is running, not waiting"
+        return f"job {ref} is running, not waiting"
     if live is not None:
-        return f"job {job.job_id} is leaving its nodes (preempted or completing), not waiting"
+        return f"job {ref} is leaving its nodes (preempted or completing), not waiting"
     if current is None:
-        return f"job {job.job_id} has ended ({job.state.base.lower() or 'in no state'}), not waiting"
+        return f"job {ref} has ended ({job.state.base.lower() or 'in no state'}), not waiting"
     if current.waiting:
-        return f"job {job.job_id} is no longer waiting (it left the queue or started since the last read)"
-    return f"job {job.job_id} is {current.state.base.lower() or 'in no state'}, not waiting"
+        return f"job {ref} is no longer waiting (it left the queue or started since the last read)"
+    return f"job {ref} is {current.state.base.lower() or 'in no state'}, not waiting"
+
+
+def job_ref(value: str, ranges: bool = False) -> JobId:
+    """The path's job id in Slurm's notation (:class:`~slurm_pool.jobid.JobId`); 422 naming the value else."""
+    try:
+        return JobId.parse(value, "path.job_id", ranges=ranges)
+    except JobIdError as exc:
+        raise ApiError(422, str(exc), "path.job_id") from None
 
 
 def create_app(
@@ -245,7 +252,7 @@ def create_app(
 
     Who = Annotated[Caller, Depends(caller)]
     Changing = Annotated[Caller, Depends(changing)]
-    JobId = Annotated[int, PathParam(ge=1, le=MAX_JOB_ID, description="A Slurm job id")]
+    PathJob = Annotated[str, PathParam(description="A Slurm job id: 123, an array task 123_4, a het component 123+1")]
 
     def viewer(who: Caller) -> views.Viewer:
         return views.viewer(spec, who.user, reader.coordinators())
@@ -338,62 +345,88 @@ def create_app(
                     jobs_cache[key] = hit
         return _json(hit)
 
-    def find(job_id: int, me: views.Viewer) -> tuple[JobRecord, JobRecord | None]:
-        """The job (queue first, else accounting) and its queue record; 404, or 403 if ``me`` may not see it."""
-        current = reader.job(job_id)
+    def find(ref: JobId, me: views.Viewer) -> tuple[JobRecord, JobRecord | None]:
+        """Job ``ref`` (queue first, else accounting) and its queue record; 404, or 403 if ``me`` may not see it
+        (or, for an array task or het component, any of the records it names)."""
+        if ref.plain:
+            current = reader.job(ref.job)
+            named = [current] if current is not None else []
+        else:
+            try:
+                named = reader.named(ref)
+            except Exception as exc:  # noqa: BLE001
+                raise ApiError(502, f"reading the queue (squeue) for job {ref} failed: {exc}") from None
+            current = named[0] if named else None
         job = current
         if job is None:
             try:
-                runs, _ = reader.detail(job_id)
+                runs, _ = reader.detail(ref)
             except Exception as exc:  # noqa: BLE001
-                raise ApiError(502, f"reading job {job_id} from the accounting (sacct) failed: {exc}") from None
-            job = runs[-1] if runs else submitted.get(job_id)
+                raise ApiError(502, f"reading job {ref} from the accounting (sacct) failed: {exc}") from None
+            named = runs[-1:]
+            job = runs[-1] if runs else submitted.get(ref.job) if ref.plain else None
         if job is None:
-            raise ApiError(404, f"there is no job {job_id}", "job_id")
-        if check_access and not me.sees(job):
-            raise ApiError(403, f"{me.user} may not see or act on job {job_id}", "job_id")
+            raise ApiError(404, f"there is no job {ref}", "job_id")
+        if check_access and not all(me.sees(r) for r in named or [job]):
+            raise ApiError(403, f"{me.user} may not see or act on job {ref}", "job_id")
         return job, current
 
     @app.get(f"{API}/jobs/{{job_id}}", response_model=models.JobDetail, responses=ERRORS, tags=["jobs"])
-    def get_job(job_id: JobId, who: Who) -> models.JobDetail:
-        job, current = find(job_id, viewer(who))
+    def get_job(job_id: PathJob, who: Who) -> models.JobDetail:
+        ref = job_ref(job_id)
+        job, current = find(ref, viewer(who))
         try:
-            runs, outcomes = reader.detail(job_id)
+            runs, outcomes = reader.detail(ref)
         except Exception as exc:  # noqa: BLE001 -- the queue's record alone still says something
-            log.warning("sacct for job %s failed: %s", job_id, text.shown(str(exc))[:300])
+            log.warning("sacct for job %s failed: %s", ref, text.shown(str(exc))[:300])
             runs, outcomes = [], []
         return views.job_detail(job, runs or ([current] if current else []), outcomes, current)
 
     @app.get(f"{API}/jobs/{{job_id}}/why", response_model=models.Why, responses=ERRORS, tags=["jobs"])
-    def get_why(job_id: JobId, who: Who, alternatives: bool = True) -> models.Why:
+    def get_why(job_id: PathJob, who: Who, alternatives: bool = True) -> models.Why:
         """Why a pending job waits, when the pool's model starts it, and (``alternatives``) what would start it
-        sooner: one forward run of the queue shared by every request for ``refresh_seconds``."""
+        sooner: one forward run of the queue shared by every request for ``refresh_seconds``.  A het job's
+        waiting components, an array's waiting tasks: each in ``parts``."""
+        ref = job_ref(job_id)
         me = viewer(who)
-        job, current = find(job_id, me)
+        job, current = find(ref, me)
         try:
             fc = reader.forecast(spec)
         except Exception as exc:  # noqa: BLE001 -- Slurm failing is Slurm's problem, said as such
             raise ApiError(502, f"reading the queue for the forecast failed: {exc}") from None
-        live = fc.jobs.get(job_id)
-        if live is None or live.state != "pending" or job_id not in fc.predictions:
-            raise ApiError(409, not_waiting(job, current, live), "job_id")
-        with tables_lock:
-            if why_cache.get("fc") is not fc:  # a new forecast: every explanation is made afresh
-                why_cache.clear()
-                why_cache["fc"] = fc
-            answer = why_cache.get((job_id, alternatives))
-        if answer is None:  # the same forecast explains a job the same way: once per refresh, whoever polls
-            answer = explain(fc, job_id, alternatives_too=alternatives).as_dict()
-            with tables_lock:
-                if why_cache.get("fc") is fc and len(why_cache) <= MAX_CACHED:
-                    why_cache[(job_id, alternatives)] = answer
+        ids = fc.named(ref)
+        pending = [j for j in ids if fc.jobs[j].state == "pending" and j in fc.predictions]
+        if not pending:
+            raise ApiError(409, not_waiting(ref, job, current, fc.jobs.get(ids[0]) if ids else None), "job_id")
         records = {j.job_id: j for j in reader.snapshot().jobs}
 
         def visible(other: int) -> bool:
             rec = records.get(other)
             return rec is not None and me.sees(rec)
 
-        return why_answer(answer, fc.now, fc.slurm_start.get(job_id), visible)
+        parts = [why_answer(explained(fc, j, alternatives), fc.now, fc.slurm_start.get(j), visible) for j in pending]
+        for j, part in zip(pending, parts, strict=True):
+            part.name = fc.name(j)
+        het = together(fc, pending)
+        first = parts[0].model_copy()
+        if len(parts) > 1:
+            first.parts = [models.WhyPart(**p.model_dump(exclude={"parts", "het_start"})) for p in parts]
+        first.het_start = het[1] if het else None
+        return first
+
+    def explained(fc: Any, job: int, alternatives: bool) -> dict[str, Any]:
+        """``explain``'s answer for ``job``: once per forecast, whoever polls."""
+        with tables_lock:
+            if why_cache.get("fc") is not fc:  # a new forecast: every explanation is made afresh
+                why_cache.clear()
+                why_cache["fc"] = fc
+            answer = why_cache.get((job, alternatives))
+        if answer is None:
+            answer = explain(fc, job, alternatives_too=alternatives).as_dict()
+            with tables_lock:
+                if why_cache.get("fc") is fc and len(why_cache) <= MAX_CACHED:
+                    why_cache[(job, alternatives)] = answer
+        return answer
 
     @app.post(f"{API}/jobs/explain", response_model=models.Explanation, responses=ERRORS, tags=["jobs"])
     def post_explain(body: models.SubmitRequest, who: Changing) -> models.Explanation:
@@ -417,9 +450,10 @@ def create_app(
         return models.Submitted(job_id=job_id, explanation=explanation)
 
     @app.post(f"{API}/jobs/{{job_id}}/tier", response_model=models.ActionResult, responses=ERRORS, tags=["jobs"])
-    def post_tier(body: models.TierChange, job_id: JobId, who: Changing) -> models.ActionResult:
+    def post_tier(body: models.TierChange, job_id: PathJob, who: Changing) -> models.ActionResult:
+        ref = job_ref(job_id)
         me = viewer(who)
-        job, _ = find(job_id, me) if check_access else (reader.job(job_id) or JobRecord(job_id), None)
+        job, _ = find(ref, me) if check_access else (reader.job(ref.job) or JobRecord(ref.job), None)
         try:
             argv = views.tier_change(tables(), me, job, body.tier, check_access=check_access)
         except PermissionError as exc:
@@ -427,20 +461,23 @@ def create_app(
         except ValueError as exc:
             if check_access:
                 raise ApiError(400, str(exc), "tier") from None
-            argv = ["scontrol", "update", f"JobId={job_id}", f"QOS={body.tier}"]
+            argv = ["scontrol", "update", f"JobId={ref}", f"QOS={body.tier}"]
+        # Slurm's name for what was asked: an array task still in its array's record is moved alone.
+        argv = [f"JobId={ref}" if a.startswith("JobId=") else a for a in argv]
         message = actions.update(commands, who.user, argv)
         reader.stale()
-        return models.ActionResult(job_id=job_id, action="tier", ok=True, message=message)
+        return models.ActionResult(job_id=str(ref), action="tier", ok=True, message=message)
 
     @app.post(f"{API}/jobs/{{job_id}}/{{action}}", response_model=models.ActionResult, responses=ERRORS, tags=["jobs"])
-    def post_action(action: str, job_id: JobId, who: Changing) -> models.ActionResult:
+    def post_action(action: str, job_id: PathJob, who: Changing) -> models.ActionResult:
         if action not in models.ACTIONS:
             raise ApiError(404, f"action: {_quoted(action)} is not one of {', '.join(models.ACTIONS)}", "action")
+        ref = job_ref(job_id, ranges=action in actions.RANGES)
         if check_access:
-            find(job_id, viewer(who))
-        message = actions.job_action(commands, who.user, job_id, action)
+            find(ref, viewer(who))
+        message = actions.job_action(commands, who.user, ref, action)
         reader.stale()
-        return models.ActionResult(job_id=job_id, action=action, ok=True, message=message)
+        return models.ActionResult(job_id=str(ref), action=action, ok=True, message=message)
 
     # -- the console ------------------------------------------------------------
     @app.get("/", include_in_schema=False)

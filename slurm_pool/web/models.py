@@ -216,7 +216,11 @@ class TierChange(Request):
 
 
 class ActionResult(Response):
-    job_id: int
+    # A service before Slurm's notation answered the id as a number: still read.
+    model_config = ConfigDict(extra="ignore", coerce_numbers_to_str=True)
+
+    #: The job acted on, in Slurm's notation as asked (``42``, ``4_2``, ``5+1``, ``4_[1-3]``).
+    job_id: str
     action: str
     ok: bool
     message: str = ""
@@ -241,7 +245,7 @@ class WhyAlternative(Response):
     predicted_start: Optional[float] = None
 
 
-class Why(Response):
+class WhyPart(Response):
     """Why a pending job waits and when the pool's model starts it (Unix seconds; None: not within its horizon)."""
 
     job_id: int
@@ -261,6 +265,18 @@ class Why(Response):
     slurm_estimate: Optional[float] = None
     causes: list[WhyCause] = []
     alternatives: list[WhyAlternative] = []
+    #: The job in Slurm's notation (``4_2``, ``5+1``, ``4_[1-3]``: tasks not started yet); empty: its id.
+    name: str = ""
+
+
+class Why(WhyPart):
+    """The answer for the first waiting job the asked id names, and (``parts``) for each of them."""
+
+    #: Every waiting job the asked id names (a het job's components, an array's tasks), each answered alone;
+    #: empty when it names one.
+    parts: list[WhyPart] = []
+    #: A het job's components start together: when the last of them is predicted to (None: not known).
+    het_start: Optional[float] = None
 
 
 # -- projects ---------------------------------------------------------------

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from slurm_pool import text
-from slurm_pool.adapters import prometheus
+from slurm_pool.adapters import jobnames, prometheus
 from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError
 from slurm_pool.adapters.runner import Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.jobid import JobId
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
 from slurm_pool.metrics.outcomes import load_record, tail_lines
 from slurm_pool.metrics.parse import job_nodes
@@ -196,7 +197,7 @@ class PoolReader:
         self._attempt = float("-inf")  # clock of the last read started
         self._inflight: Future[Snapshot] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurm-pool-web-read")
-        self._details: OrderedDict[int, _Timed] = OrderedDict()
+        self._details: OrderedDict[str, _Timed] = OrderedDict()
         self._slow: dict[str, _Timed] = {}
         self._models: dict[int, tuple[Any, PoolModel]] = {}  # id(spec) -> (spec, its predictor model)
 
@@ -331,29 +332,44 @@ class PoolReader:
                 slot.time = now
             return slot.value
 
-    def detail(self, job_id: int) -> tuple[list[JobRecord], list[dict[str, Any]]]:
+    def named(self, ref: JobId) -> list[JobRecord]:
+        """The queue's records that ``ref`` (an array task, a het component) names, from ``squeue --json``
+        (the narrow read does not say which array or het job a record is part of); read at most once per
+        ``refresh_seconds``.  Raises what the Slurm client raises when squeue fails."""
+        with self._lock:
+            slot = self._slow.setdefault("named", _Timed(float("-inf"), None))
+        records: list[JobRecord] = self._cached(slot, self.refresh, self.slurm.jobs_json)
+        return jobnames.named(ref, records)
+
+    def detail(self, job: JobId | int) -> tuple[list[JobRecord], list[dict[str, Any]]]:
         """``sacct -D -j ID``'s records (one per run) and the epilog's records of the job; cached briefly.
 
+        ``job`` in Slurm's notation: a plain id is that job's runs, ``4_2`` / ``5+1`` the task's / component's.
         Raises what the Slurm client raises when sacct fails.
         """
+        ref = job if isinstance(job, JobId) else JobId(job)
+        key = str(ref)
         with self._lock:
-            slot = self._details.get(job_id)
+            slot = self._details.get(key)
             if slot is None:
-                slot = self._details[job_id] = _Timed(float("-inf"), None)
+                slot = self._details[key] = _Timed(float("-inf"), None)
                 while len(self._details) > DETAIL_CACHE:
                     self._details.popitem(last=False)
             else:
-                self._details.move_to_end(job_id)
+                self._details.move_to_end(key)
 
         def read() -> tuple[list[JobRecord], list[dict[str, Any]]]:
             try:
-                found = self.slurm.accounting_jobs("-D", "-j", str(job_id))
+                found = self.slurm.accounting_jobs("-D", "-j", key)
             except RecordError as exc:
                 if not str(exc).endswith(NOTHING_FOUND):  # 22.05 says so of a job slurmdbd has not (yet)
                     raise
                 found = []
-            runs = [r for r in found if r.job_id == job_id]
-            return runs, views.job_outcomes(self.outcome_records(job_id), job_id)
+            runs = [r for r in found if r.job_id == ref.job] if ref.plain else jobnames.named(ref, found)
+            if not runs:
+                return [], []
+            unique = runs[-1].job_id  # the epilog names a run by its own id (SLURM_JOB_ID)
+            return runs, views.job_outcomes(self.outcome_records(unique), unique)
 
         value: tuple[list[JobRecord], list[dict[str, Any]]] = self._cached(slot, self.detail_seconds, read)
         return value

@@ -223,3 +223,49 @@ def test_alice_borrows_bobs_server_in_the_browser_and_through_the_sdk(cluster, n
         detail = sdk.job(sub.job_id)
         assert all(e.time for e in detail.timeline), detail.timeline
         assert detail.checkpoint_age_s is not None and detail.checkpoint_age_s <= EVERY * STEP_TIME + 5
+
+
+def test_the_consoles_cancel_of_task_n_2_cancels_that_task_alone(cluster, monkeypatch):
+    """Issue 49: ``POST /jobs/N_2/cancel`` runs ``scancel N_2`` as the user (never ``scancel N2``): task 2 of
+    array N (held, so all three wait in one record) goes, tasks 1 and 3 and another job of the user's stay; an id
+    that is not Slurm's notation is refused before Slurm is asked."""
+    import httpx
+
+    from slurm_pool.web import actions
+    from tests.support.console import running_console
+
+    ran: list[list[str]] = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def run(self, argv, **kw):
+            ran.append(list(argv))
+            return self.inner.run(argv, **kw)
+
+    real = actions.default_runner
+    monkeypatch.setattr(actions, "default_runner", lambda user, env: Recording(real(user, env)))
+    held = ("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--signal=B:USR1@30", "--gres=gpu:1", "-t", "10",
+            "-H", "-o", "/dev/null", "-D", "/tmp")  # fmt: skip
+    sleep = "#!/bin/bash\nsleep 300\n"
+    array = cluster.sbatch("--array=1-3", *held, user="carol", script=sleep)
+    other = cluster.sbatch(*held, user="carol", script=sleep)
+
+    def ids() -> list[str]:
+        return sorted(cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split())
+
+    assert ids() == sorted([f"{array}_[1-3]", str(other)])
+    with running_console(cluster) as svc:
+        with httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {svc.token('carol')}"},
+                          timeout=60) as c:  # fmt: skip
+            for bad in (f"{array}__2", f"+{other}", f"0{other}", f"{other}.0", f"{array}_02"):
+                r = c.post(f"/api/v1/jobs/{bad}/cancel")
+                assert r.status_code == 422 and r.json()["field"] == "path.job_id", (bad, r.text)
+            assert ran == [] and ids() == sorted([f"{array}_[1-3]", str(other)])
+            r = c.post(f"/api/v1/jobs/{array}_2/cancel")
+            assert r.status_code == 200 and r.json()["job_id"] == f"{array}_2", r.text
+    assert ran == [["scancel", f"{array}_2"]]
+    wait_for(lambda: f"{array}_[1,3]" in ids(), 30, f"task 2 of array {array} to go")
+    assert ids() == sorted([f"{array}_[1,3]", str(other)])
+    assert cluster.job_field(other, "%T") == "PENDING"

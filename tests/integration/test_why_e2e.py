@@ -190,3 +190,43 @@ def test_a_job_that_is_not_waiting_is_a_clear_error(cluster):
         res = why(cluster, job)
         assert res.returncode == 2, (res.stdout, res.stderr)
         assert want in res.stderr and "Traceback" not in res.stderr
+
+
+def _all_pending(cluster, ref: str) -> bool:
+    states = cluster.run(["squeue", "-h", "-j", ref, "-o", "%T"]).stdout.split()
+    return bool(states) and set(states) == {"PENDING"}
+
+
+def test_why_answers_for_array_tasks_and_het_jobs_in_slurms_notation(cluster):
+    """``why N_2`` (a task still in its array's one record), ``why H+1`` and ``why H`` (every component of a het
+    job: Slurm starts them together) answer; what is not Slurm's notation exits 2 naming the value."""
+    owners_everywhere(cluster)
+    array = scavenger(cluster, 2, "--array=1-3")
+    het = cluster.sbatch(
+        "-p", "scavenger", "--qos=scavenger", "-A", "projc", "--signal=B:USR1@30", "--gres=gpu:2", "-t", "10",
+        "--exclude=c-gpu1", *COMMON, ":",
+        "-p", "scavenger", "--qos=scavenger", "-A", "projc", "--signal=B:USR1@30", "--gres=gpu:1", "-t", "10",
+        "--exclude=c-gpu1", *COMMON, user="carol", script=SLEEP,
+    )  # fmt: skip
+    wait_for(lambda: _all_pending(cluster, str(array)) and _all_pending(cluster, str(het)), 60, "both to wait")
+
+    task = why_json(cluster, f"{array}_2", "--no-alternatives")
+    assert task["job_id"] == array and task["name"] == f"{array}_[1-3]" and "parts" not in task, task
+    comp = why_json(cluster, f"{het}+1", "--no-alternatives")
+    assert comp["name"] == f"{het}+1" and comp["job_id"] != het, comp
+    whole = why_json(cluster, het, "--no-alternatives")
+    assert [p["name"] for p in whole["parts"]] == [f"{het}+0", f"{het}+1"], whole
+    assert whole["parts"][1]["job_id"] == comp["job_id"]
+    starts = [p["predicted_start"] for p in whole["parts"]]
+    assert None not in starts and whole["het_start"] == max(starts)
+
+    text = why(cluster, het, "--no-alternatives")
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    assert text.stdout.startswith(f"Heterogeneous job {het}: Slurm starts its 2 waiting components together")
+    assert f"Job {het}+0 (job id {het})" in text.stdout and f"Job {het}+1 (job id {comp['job_id']})" in text.stdout
+
+    for bad, said in ((f"{array}__2", "at most one array task"), (f"+{array}", "has a sign"),
+                      (f"0{array}", "leading zero"), (f"{array}_9", f"there is no job {array}_9")):  # fmt: skip
+        res = why(cluster, bad)
+        assert res.returncode == 2 and said in res.stderr and bad in res.stderr, (bad, res.stderr)
+        assert "Traceback" not in res.stderr

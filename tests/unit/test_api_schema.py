@@ -333,7 +333,7 @@ def test_sdk_acts_through_the_real_app(served) -> None:
     (sbatch,) = runner.commands("sbatch")
     assert "--qos=scavenger" in sbatch and runner.inputs[runner.calls.index(sbatch)] == "#!/bin/sh\ntrue\n"
     done = alice.cancel(1)
-    assert (done.job_id, done.action, done.ok) == (1, "cancel", True)
+    assert (done.job_id, done.action, done.ok) == ("1", "cancel", True)  # Slurm's notation, as asked
     assert runner.commands("scancel") == [("scancel", "1")]
 
 

@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from slurm_pool.client import ApiError, PoolClient, clean_token
+from slurm_pool.jobid import JobId
 from slurm_pool.web import models as m
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJhbGljZSJ9.c2lnbmF0dXJl"
@@ -465,3 +466,46 @@ def test_remote_unreachable_names_the_service_once() -> None:
     assert (
         res.output.startswith("error: http://127.0.0.1:9: cannot reach the service") and res.output.count("127.0") == 1
     )
+
+
+@pytest.mark.parametrize(
+    ("call", "path"),
+    [
+        (lambda c: c.cancel("4_2"), "/api/v1/jobs/4_2/cancel"),
+        (lambda c: c.cancel("4_[1-3,7]"), "/api/v1/jobs/4_[1-3,7]/cancel"),
+        (lambda c: c.hold("5+1"), "/api/v1/jobs/5+1/hold"),
+        (lambda c: c.why("4_2"), "/api/v1/jobs/4_2/why"),
+        (lambda c: c.job(JobId(5, component=1)), "/api/v1/jobs/5+1"),
+        (lambda c: c.requeue(42), "/api/v1/jobs/42/requeue"),
+    ],
+)
+def test_slurms_notation_reaches_the_path_as_written(call, path) -> None:
+    fake = Fake({})
+    with pytest.raises(ApiError):  # no canned answer (404): only the request matters here
+        call(fake.client())
+    assert fake.last.url.path == path
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("+3", "has a sign"),
+        ("03", "leading zero"),
+        ("3.0", "not a whole number"),
+        (" 3", "blanks"),
+        ("4__2", "at most one array task"),
+        ("٤٢", "other than ASCII"),
+        (0, "a job id is 1 to"),
+        (2**32, "a job id is 1 to"),
+        ("4_[1-3]", "a range of array tasks is not taken here"),  # only cancel takes a range
+    ],
+)
+def test_ids_not_in_slurms_notation_fail_in_the_client_naming_the_value(value, why) -> None:
+    fake = Fake()
+    with pytest.raises(ValueError) as exc:
+        fake.client().hold(value)
+    assert why in str(exc.value) and str(value) in str(exc.value) and fake.seen == []
+
+
+def test_an_action_answer_with_a_numeric_id_is_still_read() -> None:
+    assert m.ActionResult.model_validate({"job_id": 42, "action": "cancel", "ok": True}).job_id == "42"

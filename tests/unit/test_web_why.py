@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("narrow_from_json")
 VERSIONS = ("22.05", "26.05")
 WHY_KEYS = {
     "job_id", "now", "reason", "reason_text", "predicted_start", "range", "runtime_seconds", "runtime_basis",
-    "note", "slurm_estimate", "causes", "alternatives",
+    "note", "slurm_estimate", "causes", "alternatives", "name", "parts", "het_start",
 }  # fmt: skip
 
 
@@ -75,6 +75,7 @@ def test_a_pending_job_is_explained(service) -> None:
     got = res.json()
     assert set(got) == WHY_KEYS
     assert got["job_id"] == 4 and got["reason"] == "Dependency" and got["reason_text"]
+    assert (got["name"], got["parts"], got["het_start"]) == ("4", [], None)  # a plain job: no parts
     assert got["now"] == pytest.approx(clock.now, abs=60)
     low, high = got["range"]
     assert got["predicted_start"] is not None and low <= got["predicted_start"] <= high
