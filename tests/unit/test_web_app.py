@@ -49,11 +49,17 @@ class FakeSlurm:
         return r
 
 
+#: When every token of these tests is issued, and where each service's clock starts: a token minted at the
+#: real time would be "issued in the future" (beyond identity.LEEWAY) for a service whose fake clock stood
+#: still while a loaded machine ran the module for longer than that.
+T0 = time.time()
+
+
 def make(check_access: bool = True, version: str = "26.05") -> tuple[TestClient, RecordingRunner, FakeSlurm, Clock]:
     spec = example_spec()
     assert spec.console is not None
     runner = replay(version)
-    clock = Clock(time.time())  # tokens are minted at the real time
+    clock = Clock(T0)  # the tokens' issue time (bearer): no wall clock, so no module is too slow for them
     slurm = FakeSlurm()
     auth = identity.Authenticator(
         KEY, spec.console, check_password=lambda u, p: p == f"pw-{u}", user_exists=lambda u: u in USERS, clock=clock
@@ -70,7 +76,7 @@ def make(check_access: bool = True, version: str = "26.05") -> tuple[TestClient,
 
 
 def bearer(user: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {identity.mint(KEY, user, lifespan=3600)}"}
+    return {"Authorization": f"Bearer {identity.mint(KEY, user, lifespan=3600, now=T0)}"}
 
 
 @pytest.fixture(scope="module")
