@@ -38,6 +38,9 @@ CLIENT_HEADERS = frozenset(
 #: The widest network a ``trusted_proxies`` entry may be: a proxy is a host or a few (a wider network lets
 #: every client in it name any user).
 MIN_PREFIX = {4: 24, 6: 64}
+#: IPv6 blocks whose last 32 bits are an IPv4 address (RFC 4291 mapped and compatible, RFC 6052 NAT64): a
+#: network there is as wide as its IPv4 part.
+IPV4_IN_IPV6 = tuple(ipaddress.IPv6Network(n) for n in ("::ffff:0:0/96", "::/96", "64:ff9b::/96"))
 
 
 def _network(v: str) -> str:
@@ -49,6 +52,12 @@ def _network(v: str) -> str:
         raise ValueError(
             f"{v!r} has host bits set: it means all of {net}, not one proxy; write the proxy's own address, "
             f"or {net} if that whole network is proxies"
+        )
+    embedded = net.version == 6 and any(net.subnet_of(block) for block in IPV4_IN_IPV6)
+    if embedded and net.prefixlen - 96 < MIN_PREFIX[4]:
+        raise ValueError(
+            f"{v!r} holds {net.num_addresses} IPv4 addresses (IPv4 written in IPv6), and every client among them "
+            f"could name any user: a trusted proxy network is at most /{96 + MIN_PREFIX[4]} there"
         )
     if net.prefixlen < MIN_PREFIX[net.version]:
         raise ValueError(

@@ -126,6 +126,9 @@ CONSOLE_BAD = [  # fmt: skip
     ("trusted_proxies", ["10.0.0.5/24"], "host bits"),
     ("trusted_proxies", ["fd00::1/64"], "host bits"),
     ("trusted_proxies", ["0.0.0.0"], "no proxy"),
+    ("trusted_proxies", ["::ffff:0.0.0.0/96"], "IPv4 written in IPv6"),  # every IPv4 client of a dual-stack socket
+    ("trusted_proxies", ["::ffff:10.0.0.0/104"], "at most /120"),
+    ("trusted_proxies", ["64:ff9b::/96"], "IPv4 written in IPv6"),
     ("trusted_proxies", ["224.0.0.1"], "no proxy"),
     ("trusted_proxies", ["10.0.0.300"], "not an IP"),
     *[
@@ -172,7 +175,8 @@ def test_console_settings_that_let_any_client_name_any_user_are_refused(field: s
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("trusted_proxies", ["10.0.0.5", "10.0.0.0/24", "10.0.0.5/32", "fd00::/64", "::1"]),
+    [("trusted_proxies", ["10.0.0.5", "10.0.0.0/24", "10.0.0.5/32", "fd00::/64", "::1", "::ffff:10.0.0.5",
+                         "::ffff:10.0.0.0/120"]),
      ("user_header", "X-Remote-User"), ("user_header", "X-Forwarded-User"), ("user_header", "Remote-User"),
      ("user_header", "x-auth-request-user")],
 )  # fmt: skip
