@@ -66,7 +66,8 @@ SHARED_DIRS = (
     "/", "/bin", "/sbin", "/usr", "/usr/bin", "/usr/sbin", "/usr/local", "/usr/local/bin", "/usr/local/sbin",
     "/usr/lib", "/usr/libexec", "/usr/local/lib", "/lib", "/lib64", "/opt", "/etc", "/etc/slurm", "/etc/slurm-llnl",
     "/usr/local/etc", "/usr/local/etc/slurm", "/var", "/var/lib", "/var/spool", "/var/spool/slurmd",
-    "/var/spool/slurmctld", "/var/spool/slurm", "/var/lib/slurm", "/var/lib/slurm-pool", "/root", "/home", "/run",
+    "/var/spool/slurmctld", "/var/spool/slurm", "/var/lib/slurm", "/var/lib/slurm-pool", "/var/lib/slurm-pool/state", "/etc/slurm-pool",
+    "/usr/local/lib/slurm-pool", "/root", "/home", "/run",
     "/dev", "/proc", "/sys", "/tmp", "/var/tmp", "/dev/shm",
 )  # fmt: skip
 
@@ -113,6 +114,21 @@ def check_coexist(spec: PoolSpec) -> Iterator[Issue]:
             yield Issue(
                 field, f"{_named(given[field], d)} holds more than hook scripts: {glob} would run every file in it"
             )
+    # The pool's own paths: jobs write checkpoints (a glob there runs users' files as root), and keys.
+    own = [("checkpoint.base_dir", spec.checkpoint.base_dir)]
+    if spec.console is not None:
+        own.append(("console.jwt_key", spec.console.jwt_key))
+    if spec.bridge is not None and spec.bridge.fence_kubeconfig:
+        own.append(("bridge.fence_kubeconfig", spec.bridge.fence_kubeconfig))
+    for field, d in dirs:
+        for ofield, opath in own:
+            o = normal_path(opath)
+            if within(o, d) or within(d, o):
+                yield Issue(
+                    field,
+                    f"{_named(given[field], d)} and {ofield} {opath!r} overlap: the hooks' glob would run the "
+                    "pool's own files, or files jobs write, as root",
+                )
     if len(dirs) == 2 and dirs[0][1] == dirs[1][1]:
         yield Issue(
             "coexist.epilog_dir",

@@ -78,6 +78,11 @@ COEXIST_BAD = [  # fmt: skip
     ({"health_check": "/etc/slurm/epilog.d//x/nhc"}, "coexist.health_check", "inside epilog_dir"),
     ({"health_check": "/usr/local/bin/slurm-pool-healthcheck"}, "coexist.health_check", "run itself"),
     ({"health_check": "/etc/slurm/site_job_submit.lua"}, "coexist.health_check", "also the site's job_submit"),
+    ({"prolog_dir": "/var/lib/slurm-pool/checkpoints/p"}, "coexist.prolog_dir", "checkpoint.base_dir", "overlap"),
+    ({"epilog_dir": "/var/lib/slurm-pool"}, "coexist.epilog_dir", "every file"),
+    ({"epilog_dir": "/var/lib/slurm-pool/checkpoints/"}, "coexist.epilog_dir", "overlap"),
+    ({"prolog_dir": "/var/spool/slurm/statesave"}, "coexist.prolog_dir", "console.jwt_key"),
+    ({"prolog_dir": "/etc/slurm-pool"}, "coexist.prolog_dir", "every file"),
 ]
 
 
