@@ -48,10 +48,12 @@ def _network(v: str) -> str:
         net = ipaddress.ip_network(v, strict=False)
     except ValueError:
         raise ValueError(f"{v!r} is not an IP address or network (such as 10.0.0.5 or 10.0.0.0/24)") from None
-    if net.network_address != ipaddress.ip_interface(v).ip:
+    ip = ipaddress.ip_interface(v).ip
+    if net.network_address != ip:
+        whole = f", or {net} if that whole network is proxies" if net.prefixlen >= MIN_PREFIX[net.version] else ""
         raise ValueError(
-            f"{v!r} has host bits set: it means all of {net}, not one proxy; write the proxy's own address, "
-            f"or {net} if that whole network is proxies"
+            f"{v!r} has host bits set: it means all of {net} ({net.num_addresses} addresses), not the one proxy "
+            f"{ip}; write {ip}{whole}"
         )
     embedded = net.version == 6 and any(net.subnet_of(block) for block in IPV4_IN_IPV6)
     if embedded and net.prefixlen - 96 < MIN_PREFIX[4]:

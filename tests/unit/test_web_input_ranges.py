@@ -106,3 +106,13 @@ def test_the_api_names_the_bad_time_and_runs_nothing(path: str, value: str) -> N
     assert res.status_code == 422 and res.json()["field"] == "body.time_limit", res.text[:300]
     assert not slurm.ran
     assert models.SubmitRequest.model_fields["time_limit"].default == "01:00:00"
+
+
+@pytest.mark.parametrize("value", ["0", "0:00", "UNLIMITED"])
+def test_the_api_submits_no_job_without_a_limit_to_a_tier_that_requires_one(value: str) -> None:
+    client, _, slurm, _ = make()
+    body = {**SUBMIT, "tier": "shared", "time_limit": value}
+    res = client.post("/api/v1/jobs", headers={**bearer("alice"), "Content-Type": "application/json"},
+                      content=json.dumps(body))  # fmt: skip
+    assert res.status_code == 400 and "finite time limit" in res.json()["message"], res.text[:300]
+    assert not slurm.ran
