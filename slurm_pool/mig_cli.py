@@ -43,8 +43,10 @@ class MigFailed(PoolError):
 _PROGRAM_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
-#: ``--gpus`` at most: far more GPUs than a pool has, few enough to plan for.
-MAX_GPUS = 100_000
+#: ``--gpus`` at most: the GPUs of one node (``gpu:0`` to ``gpu:63``), as many as a plan file may name there and
+#: the spec's ``gpus.count`` allows (planner.MAX_GPU_INDEX; the planner loads numpy, so it is not imported here);
+#: a larger count would make a plan that ``mig apply --plan`` refuses.
+MAX_GPUS = 64
 
 
 def _model(model: str) -> str:

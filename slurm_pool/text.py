@@ -48,9 +48,12 @@ RULES: dict[str, Pattern[str]] = {
     "tres": re.compile(r"cpu|mem|node|billing|gres/gpu(?::[a-z0-9._-]+)?"),
     # A MIG profile name (3g.20gb, 1g.10gb+me).
     "mig-profile": re.compile(r"[1-7]g\.[0-9]+gb(?:\+me)?"),
-    # A Kubernetes DNS-1123 label (namespaces) and subdomain (object names).
+    # A Kubernetes DNS-1123 label (namespaces) and subdomain (object names): dot-separated labels, 253 in all, as
+    # IsDNS1123Label and IsDNS1123Subdomain of k8s.io/apimachinery/pkg/util/validation/validation.go have them.
     "k8s-label": re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"),
-    "k8s-name": re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?"),
+    "k8s-name": re.compile(
+        r"(?=[-a-z0-9.]{1,253}\Z)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
+    ),
     # A plain absolute path: no spaces, commas or '=' (gres.conf and slurm.conf split on them).
     "path": re.compile(r"/[A-Za-z0-9._+@/-]*"),
 }
@@ -68,7 +71,7 @@ SHAPES = {
     "tres": "a TRES name: cpu, mem, node, billing or gres/gpu[:type]",
     "mig-profile": "a MIG profile such as 3g.20gb",
     "k8s-label": "a Kubernetes DNS label: lower-case letters, digits and '-', at most 63",
-    "k8s-name": "a Kubernetes object name: lower-case letters, digits, '-' and '.', at most 253",
+    "k8s-name": "a Kubernetes object name: DNS labels (lower-case letters, digits, inner '-') joined by '.', at most 253",
     "path": "an absolute path of letters, digits and . _ + @ - /",
 }
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from slurm_pool.spec.guarantees import floating_projects, guarantee_qos
 from slurm_pool.spec.model import PoolSpec, Project, Tier
+from slurm_pool.spec.ranges import USAGE_FACTOR_DECIMALS
 
 #: Marker written into descriptions of objects slurm-pool creates, so that
 #: ``--prune`` removes only those.
@@ -81,7 +82,7 @@ def _qos_fields(tier: Tier) -> dict[str, str]:
         "Preempt": ",".join(sorted(tier.preempt)),
         "PreemptMode": tier.preempt_mode.upper() if tier.preempt_mode != "off" else "OFF",
         "GraceTime": str(tier.grace_time),
-        "UsageFactor": f"{tier.usage_factor:.6f}",
+        "UsageFactor": f"{tier.usage_factor:.{USAGE_FACTOR_DECIMALS}f}",  # as sacctmgr prints it
         "GrpTRES": _tres(tier.grp_tres),
         "MaxTRESPU": _tres(tier.max_tres_per_user),
         # The hard per-job GPU limit behind job_submit.lua's friendlier check.

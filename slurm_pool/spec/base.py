@@ -15,6 +15,7 @@ from typing import Annotated, Any, Iterator
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
 from slurm_pool import text
+from slurm_pool.spec.ranges import check_time
 
 
 def word(rule: str) -> AfterValidator:
@@ -51,7 +52,8 @@ Name = Annotated[str, word("name")]
 User = Annotated[str, word("user")]
 Host = Annotated[str, word("host")]
 Feature = Annotated[str, word("feature")]
-SlurmTime = Annotated[str, word("time")]
+#: A Slurm time limit, in Slurm's range (:func:`slurm_pool.spec.ranges.time_seconds`).
+SlurmTime = Annotated[str, word("time"), AfterValidator(check_time)]
 MigProfile = Annotated[str, word("mig-profile")]
 K8sLabel = Annotated[str, word("k8s-label")]
 K8sName = Annotated[str, word("k8s-name")]

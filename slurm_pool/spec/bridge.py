@@ -27,8 +27,20 @@ LEASE_MARGIN = 60
 #: Seconds the placeholder's fence needs beyond the pods' grace (the API calls, Slurm's signal).
 FENCE_MARGIN = 5
 CLOCK_RE = re.compile(r"(?:[01][0-9]|2[0-3]):[0-5][0-9]|24:00")
-#: A Kubernetes extended resource name (``nvidia.com/gpu``, ``nvidia.com/mig-3g.20gb``).
-RESOURCE_RE = re.compile(r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+#: A Kubernetes resource name (``nvidia.com/gpu``, ``nvidia.com/mig-3g.20gb``): a qualified name, its prefix a
+#: DNS-1123 subdomain of at most 253 (IsQualifiedName, k8s.io/apimachinery/pkg/util/validation/validation.go).
+RESOURCE_RE = re.compile(
+    r"(?:(?=[-a-z0-9.]{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+# Which of Kubernetes' name rules each name of this section takes, as the API server checks it
+# (k8s.io/apimachinery/pkg/util/validation/validation.go; the kinds' validation in k8s.io/kubernetes
+# pkg/apis/*/validation): namespaces are DNS-1123 labels (``K8sLabel``); Lease, PriorityClass and Node names
+# and a pod's schedulerName DNS-1123 subdomains (``K8sName``); PriorityClass names may not start ``system-``.
+
+#: Kubernetes keeps PriorityClass names starting so for its own (ValidatePriorityClass, k8s.io/kubernetes
+#: pkg/apis/scheduling/validation/validation.go: "priority class names with 'system-' prefix are reserved").
+SYSTEM_PRIORITY_PREFIX = "system-"
 #: A Slurm job state reason (``JobHeldUser``).
 REASON_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 #: A Kubernetes label selector (``app=x,tier!=y``, ``env in (a,b)``): printable ASCII, no quotes.
@@ -182,10 +194,18 @@ def _template_core(template: str, name: str) -> str | None:
 PRIORITY_MAX = 1_000_000_000
 
 
+def _priority_class_name(v: str) -> str:
+    if v.startswith(SYSTEM_PRIORITY_PREFIX):
+        raise ValueError(
+            f"{v!r} starts with {SYSTEM_PRIORITY_PREFIX!r}, which Kubernetes keeps for its own PriorityClasses"
+        )
+    return v
+
+
 class PriorityClassSpec(Strict):
     """A Kubernetes PriorityClass ``render`` writes (``k8s-priorityclasses.yaml``) for training and batch pods."""
 
-    name: K8sName
+    name: Annotated[K8sName, AfterValidator(_priority_class_name)]
     value: int = Field(ge=-PRIORITY_MAX, le=PRIORITY_MAX)
     description: str = Field(default="", max_length=1024)
     #: ``Never``: pods of this class wait rather than preempt lower ones (Kubernetes' preemptionPolicy).

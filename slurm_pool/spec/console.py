@@ -17,23 +17,66 @@ from pydantic import AfterValidator, Field
 from slurm_pool.spec.base import Name, PlainPath, Strict, User
 from slurm_pool.spec.bridge import Url
 
-#: An HTTP header name (RFC 9110 token), matched in full.
-HEADER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 #: Slurm's own default place for the key (slurm.conf(5), AuthAltParameters).
 DEFAULT_JWT_KEY = "/var/spool/slurm/statesave/jwt_hs256.key"
+#: The header a trusted proxy names the user in: ``X-`` and words (``X-Remote-User``, ``X-Forwarded-User``), or
+#: ``Remote-User``: a header no browser writes on its own.
+HEADER_RE = re.compile(r"X(?:-[A-Za-z0-9]+){1,8}|Remote-User", re.IGNORECASE)
+#: Headers a client writes or a proxy passes along (lower case): hop-by-hop (RFC 9110 section 7.6.1), the
+#: request's own (RFC 9110, 9111, 6265, 6454, the Fetch standard), and the X- headers clients and proxies
+#: set for other meanings.  The user's name must come in none of them.
+CLIENT_HEADERS = frozenset(
+    {
+        "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-forwarded-prefix",
+        "x-forwarded-server", "x-real-ip", "x-client-ip", "x-cluster-client-ip", "x-original-url",
+        "x-rewrite-url", "x-original-forwarded-for", "x-http-method-override", "x-http-method",
+        "x-method-override", "x-requested-with", "x-csrf-token", "x-xsrf-token", "x-api-key", "x-auth-token",
+        "x-access-token", "x-amz-security-token", "x-request-id", "x-correlation-id", "x-att-deviceid",
+        "x-wap-profile", "x-uidh", "x-do-not-track", "x-powered-by", "x-frame-options", "x-content-type-options",
+    }
+)  # fmt: skip
+#: The widest network a ``trusted_proxies`` entry may be: a proxy is a host or a few (a wider network lets
+#: every client in it name any user).
+MIN_PREFIX = {4: 24, 6: 64}
+#: IPv6 blocks whose last 32 bits are an IPv4 address (RFC 4291 mapped and compatible, RFC 6052 NAT64): a
+#: network there is as wide as its IPv4 part.
+IPV4_IN_IPV6 = tuple(ipaddress.IPv6Network(n) for n in ("::ffff:0:0/96", "::/96", "64:ff9b::/96"))
 
 
 def _network(v: str) -> str:
     try:
-        ipaddress.ip_network(v, strict=False)
+        net = ipaddress.ip_network(v, strict=False)
     except ValueError:
         raise ValueError(f"{v!r} is not an IP address or network (such as 10.0.0.5 or 10.0.0.0/24)") from None
+    ip = ipaddress.ip_interface(v).ip
+    if net.network_address != ip:
+        whole = f", or {net} if that whole network is proxies" if net.prefixlen >= MIN_PREFIX[net.version] else ""
+        raise ValueError(
+            f"{v!r} has host bits set: it means all of {net} ({net.num_addresses} addresses), not the one proxy "
+            f"{ip}; write {ip}{whole}"
+        )
+    embedded = net.version == 6 and any(net.subnet_of(block) for block in IPV4_IN_IPV6)
+    if embedded and net.prefixlen - 96 < MIN_PREFIX[4]:
+        raise ValueError(
+            f"{v!r} holds {net.num_addresses} IPv4 addresses (IPv4 written in IPv6), and every client among them "
+            f"could name any user: a trusted proxy network is at most /{96 + MIN_PREFIX[4]} there"
+        )
+    if net.prefixlen < MIN_PREFIX[net.version]:
+        raise ValueError(
+            f"{v!r} is {net.num_addresses} addresses, and every client among them could name any user: a trusted "
+            f"proxy network is at most /{MIN_PREFIX[net.version]} (IPv{net.version})"
+        )
+    if net.is_unspecified or net.is_multicast:
+        raise ValueError(f"{v!r} is no proxy's address")
     return v
 
 
 def _header(v: str) -> str:
-    if not HEADER_RE.fullmatch(v):
-        raise ValueError(f"{v!r} is not an HTTP header name (letters, digits and '-')")
+    if not HEADER_RE.fullmatch(v) or v.lower() in CLIENT_HEADERS:
+        raise ValueError(
+            f"{v!r} cannot name the user: browsers, clients or proxies write that header for other meanings; "
+            "use a header of the proxy's own such as X-Remote-User (X- and words, or Remote-User)"
+        )
     return v
 
 

@@ -6,6 +6,7 @@ import re
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
+from slurm_pool import text
 from slurm_pool.errors import InputError
 
 
@@ -65,6 +66,9 @@ def expand(hostlist: str) -> list[str]:
         raise HostlistError(f"{hostlist!r} is not a valid hostlist ({exc})") from exc
     if not nodes:
         raise HostlistError(f"{hostlist!r} names no nodes")
+    for node in nodes:  # '/' outside brackets, a leading '-' or '.': a path or an option, not a node name
+        if not text.matches("node", node):
+            raise HostlistError(f"{hostlist!r} names {node!r}, which is not {text.SHAPES['node']}")
     return nodes
 
 

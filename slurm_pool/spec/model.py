@@ -20,19 +20,19 @@ from slurm_pool.spec.coexist import Coexist
 from slurm_pool.spec.console import Console
 from slurm_pool.spec.guarantees import Guarantee, Guarantees
 from slurm_pool.spec.notebooks import Notebooks
+from slurm_pool.spec.ranges import check_cluster_name, check_tres, check_usage_factor, ranged
 
 PreemptMode = Literal["off", "cancel", "requeue", "suspend"]
 
 
 class Cluster(Strict):
-    name: Name
+    #: slurm.conf's ClusterName (at most 40 characters).
+    name: Annotated[Name, AfterValidator(check_cluster_name)]
     #: slurm.conf's SlurmctldHost.
     control_host: Host = "localhost"
 
 
-#: Bounds that keep rendered numbers sane (Slurm's own fields are 16/32/64-bit).
-MAX_CPUS = 65535
-MAX_MEMORY_MB = 2**40
+#: Bounds that keep rendered numbers sane (Slurm's own fields: :mod:`slurm_pool.spec.ranges`).
 MAX_WARN_SECONDS = 86400
 
 
@@ -92,8 +92,8 @@ class Gpus(Strict):
 class NodeGroup(Strict):
     name: Name
     hosts: str = Field(min_length=1)
-    cpus: int = Field(ge=1, le=MAX_CPUS)
-    memory_mb: int = Field(ge=1, le=MAX_MEMORY_MB)
+    cpus: Annotated[int, ranged("node.cpus")]
+    memory_mb: Annotated[int, ranged("node.real_memory")]
     gpus: Optional[Gpus] = None
     # Written into slurm.conf's Features=: a word, never a separator or a newline.
     features: list[Feature] = []
@@ -102,7 +102,7 @@ class NodeGroup(Strict):
 class TierPolicy(Strict):
     """What the generated job_submit.lua enforces for jobs in one tier."""
 
-    max_gpus_per_job: Optional[int] = Field(default=None, ge=1)
+    max_gpus_per_job: Annotated[Optional[int], Field(default=None, ge=1), ranged("tres.count")] = None
     require_time_limit: bool = False
     checkpoint: Literal["none", "reject", "add_requeue"] = "none"
     #: A job asking for one GPU of no type gets this many shards of a shared GPU instead.
@@ -114,11 +114,11 @@ class Tier(Strict):
 
     name: Name
     description: Description = ""
-    priority: int = Field(ge=0)
+    priority: Annotated[int, ranged("qos.priority")]
     preempt: list[Name] = []
     preempt_mode: PreemptMode = "off"
-    grace_time: int = Field(default=0, ge=0)
-    usage_factor: float = Field(default=1.0, ge=0)
+    grace_time: Annotated[int, ranged("qos.grace_time")] = 0
+    usage_factor: Annotated[float, AfterValidator(check_usage_factor)] = 1.0
     grp_tres: dict[str, int] = {}
     max_tres_per_user: dict[str, int] = {}
     policy: TierPolicy = TierPolicy()
@@ -131,16 +131,16 @@ class Tier(Strict):
                 raise ValueError(f"{key!r} is not a TRES name (cpu, mem, node, billing, gres/gpu[:type])")
             if val < 0:
                 raise ValueError(f"{key}={val} is negative")
-        return v
+        return check_tres(v)
 
 
 class Partition(Strict):
     name: Name
     nodes: list[str] = Field(min_length=1)
     tier: Name
-    priority_tier: int = Field(ge=0, le=65533)
+    priority_tier: Annotated[int, ranged("partition.priority_tier")]
     preempt_mode: Optional[PreemptMode] = None
-    grace_time: Optional[int] = Field(default=None, ge=0)
+    grace_time: Annotated[Optional[int], ranged("partition.grace_time")] = None
     default: bool = False
     max_time: SlurmTime = "UNLIMITED"
     default_time: Optional[SlurmTime] = None
@@ -158,24 +158,24 @@ class Project(Strict):
     guarantee: Guarantee = {}
     tiers: list[Name] = Field(min_length=1)
     default_tier: Optional[Name] = None
-    fairshare: int = Field(default=1, ge=0)
+    fairshare: Annotated[int, ranged("association.fairshare")] = 1
 
 
 class Scheduler(Strict):
     """Scheduler timing.  Small values make preemption prompt."""
 
-    sched_interval: int = Field(default=60, ge=1)
-    sched_min_interval_us: int = Field(default=2_000_000, ge=0)
-    bf_interval: int = Field(default=30, ge=1)
-    message_timeout: int = Field(default=10, ge=1)
-    kill_wait: int = Field(default=30, ge=0)
-    def_mem_per_cpu: int = Field(default=1024, ge=1)
-    requeue_exit: list[int] = [85]
+    sched_interval: Annotated[int, ranged("sched_interval")] = 60
+    sched_min_interval_us: Annotated[int, ranged("sched_min_interval")] = 2_000_000
+    bf_interval: Annotated[int, ranged("bf_interval")] = 30
+    message_timeout: Annotated[int, ranged("message_timeout")] = 10
+    kill_wait: Annotated[int, ranged("kill_wait")] = 30
+    def_mem_per_cpu: Annotated[int, ranged("def_mem_per_cpu")] = 1024
+    requeue_exit: list[Annotated[int, ranged("exit_code")]] = [85]
     #: Slurm's MaxBatchRequeue (rendered from 23.02 on).  From 24.05 every preemption counts, for the
     #: job's whole life, so Slurm's default of 5 holds a scavenger job on its 5th preemption.  Prolog
     #: failures count too, but each one drains its node, so they cannot loop.  At most 65000: Slurm
     #: keeps the count in 16 bits.
-    max_batch_requeue: int = Field(default=1000, ge=1, le=65000)
+    max_batch_requeue: Annotated[int, ranged("max_batch_requeue")] = 1000
 
 
 class Policy(Strict):
@@ -213,7 +213,7 @@ class Health(Strict):
 
     prolog: bool = True
     epilog: bool = True
-    health_check_interval: int = Field(default=300, ge=0)
+    health_check_interval: Annotated[int, ranged("health_check_interval")] = 300
 
 
 class PoolSpec(Strict):

@@ -11,18 +11,16 @@ The rules that relate these fields to the rest of the spec live in
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Optional
 
 from pydantic import Field, field_validator, model_validator
 
 from slurm_pool.spec.base import MigProfile, Name, Strict
+from slurm_pool.spec.ranges import time_seconds
 
 if TYPE_CHECKING:
     from slurm_pool.spec.model import PoolSpec
 
-#: A Slurm time limit: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]].
-LIMIT_RE = re.compile(r"([0-9]+)-([0-9]+)(?::([0-9]+))?(?::([0-9]+))?|([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
 #: The culler's timeout: from a minute (it checks a few times per timeout) to a week.
 MIN_IDLE_TIMEOUT = 60
 MAX_IDLE_TIMEOUT = 7 * 86400
@@ -30,17 +28,7 @@ MAX_IDLE_TIMEOUT = 7 * 86400
 
 def limit_seconds(text: str) -> Optional[int]:
     """Seconds of a Slurm time limit; None for UNLIMITED/INFINITE (raises ValueError when malformed)."""
-    if text in ("UNLIMITED", "INFINITE"):
-        return None
-    m = LIMIT_RE.fullmatch(text)
-    if not m:
-        raise ValueError(f"{text!r} is not a Slurm time ([days-]hours:minutes:seconds, minutes, or UNLIMITED)")
-    d, dh, dm, ds, a, b, c = m.groups()
-    if d is not None:
-        return int(d) * 86400 + int(dh) * 3600 + int(dm or 0) * 60 + int(ds or 0)
-    if c is not None:  # hours:minutes:seconds
-        return int(a) * 3600 + int(b) * 60 + int(c)
-    return int(a) * 60 + int(b or 0)  # minutes[:seconds]
+    return time_seconds(text)
 
 
 class NotebookGpu(Strict):

@@ -7,6 +7,7 @@ from typing import Iterator, Protocol, Sequence
 from slurm_pool.errors import Issue
 from slurm_pool.mig.catalogue import GPU_MODELS, known_models
 from slurm_pool.spec.adopt import check_adopt
+from slurm_pool.spec.coexist import check_coexist
 from slurm_pool.spec.guarantees import check_guarantees
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import NodeGroup, PoolSpec
@@ -144,6 +145,7 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
 
     yield from check_adopt(spec)
     yield from check_guarantees(spec)
+    yield from check_coexist(spec)
 
     if spec.bridge is not None and spec.bridge.enabled:
         from slurm_pool.spec.bridge import check_bridge

@@ -34,6 +34,7 @@ from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
 from slurm_pool.web import actions, models, views
 from slurm_pool.web.actions import ActionError, UserCommands
+from slurm_pool.web.bodies import Utf8JsonRoute
 from slurm_pool.web.guard import Guard
 from slurm_pool.web.identity import Authenticator, AuthError, Caller
 from slurm_pool.web.reader import PoolReader, Snapshot
@@ -189,6 +190,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    app.router.route_class = Utf8JsonRoute  # JSON bodies in UTF-8 only
     app.state.reader = reader
     tables_lock = threading.Lock()
     tables_box: dict[str, PolicyTables] = {}

@@ -33,6 +33,7 @@ from slurm_pool.metrics.status import build
 from slurm_pool.policy.tables import PolicyTables
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import PoolSpec
+from slurm_pool.spec.ranges import no_time_limit
 from slurm_pool.spec.rules import partition_groups
 from slurm_pool.web import models
 
@@ -474,8 +475,10 @@ def explain(
                 notes.append(f"tier {req.tier!r} shares GPUs: one GPU of no type becomes {rule.gpu_shards} shard(s)")
     if rule.max_gpus is not None and units > rule.max_gpus:
         refusals.append(f"tier {req.tier!r} allows at most {rule.max_gpus} GPU(s) per job; this job asks for {units}")
-    if rule.require_time and req.time_limit in ("UNLIMITED", "INFINITE"):
-        refusals.append(f"tier {req.tier!r} requires a finite time limit ([days-]hours:minutes:seconds)")
+    if rule.require_time and no_time_limit(req.time_limit):  # 0 is no limit too (sbatch(1)), as job_submit.lua reads it
+        refusals.append(
+            f"tier {req.tier!r} requires a finite time limit, not {req.time_limit} ([days-]hours:minutes:seconds)"
+        )
     elif rule.require_time:
         notes.append(f"tier {req.tier!r} requires a time limit: {req.time_limit}")
     if req.nodes:
