@@ -110,9 +110,11 @@ class LocalCluster:
         port_base: int | None = None,
         runner: Runner | None = None,
         slurm: str | None = None,
+        patience: float = 1.0,
     ):
         """``slurm``: a Slurm install prefix or a cached build's version (``26.05``);
-        default: what ``up`` recorded, else the Slurm on PATH."""
+        default: what ``up`` recorded, else the Slurm on PATH.  ``patience`` stretches every wait for a
+        daemon (a machine busy with other clusters starts them more slowly)."""
         self.spec_path = Path(spec_path).resolve()
         self.spec: PoolSpec = load_spec(self.spec_path)
         root = Path(state_dir) if state_dir else default_state_dir(self.spec.cluster.name)
@@ -136,6 +138,7 @@ class LocalCluster:
         self.runner = runner or SubprocessRunner(env=self.layout.env())
         self.slurm = SlurmClient(self.runner)
         self.procs = ProcTable(self.layout.run)
+        self.patience = patience
 
     # -- configuration -------------------------------------------------
     def nodes(self) -> list[str]:
@@ -232,11 +235,11 @@ class LocalCluster:
         self.procs.stop("slurmctld")
         self._start_slurmctld()
         self._start(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.layout.slurm_conf)])
-        wait_for(lambda: self._node_up(node), timeout, f"slurmd on {node} to register")
+        wait_for(lambda: self._node_up(node), timeout * self.patience, f"slurmd on {node} to register")
         # A node whose configuration changed may lose its saved drain once its
         # slurmd registers: keep it drained until the caller resumes it.
         if before.drained:
-            wait_for(lambda: self._redrained(node, before.reason), timeout, f"{node} to stay drained")
+            wait_for(lambda: self._redrained(node, before.reason), timeout * self.patience, f"{node} to stay drained")
 
     def _redrained(self, node: str, reason: str) -> bool:
         n = self.slurm.node(node)
@@ -303,7 +306,7 @@ class LocalCluster:
         self.start_controller()
         wait_for(
             lambda: not self._gres_tres_wanted() or "gres/gpu" in known_tres(self.slurm),
-            60,
+            60 * self.patience,
             "slurmctld to register the gres/gpu TRES with slurmdbd",
         )
         apply_accounting(self.spec, self.slurm, prune=False, dry_run=False, echo=lambda _m: None)
@@ -352,7 +355,11 @@ class LocalCluster:
         """One ``slurmd -N`` per node, and wait until every one has registered."""
         for node in nodes:
             self._start("slurmd-" + node, ["slurmd", "-D", "-N", node, "-f", str(self.layout.slurm_conf)])
-        wait_for(lambda: all(self._registered().get(n, False) for n in nodes), timeout, "every node to register")
+        wait_for(
+            lambda: all(self._registered().get(n, False) for n in nodes),
+            timeout * self.patience,
+            "every node to register",
+        )
 
     def hub(self) -> "Hub":
         """The JupyterHub of this cluster (``up_notebooks`` starts it)."""
@@ -446,7 +453,7 @@ class LocalCluster:
             ],
         )
         sock = str(self.layout.munge_socket)
-        wait_for(lambda: _ok(["sh", "-c", f'munge -n -S "{sock}" | unmunge -S "{sock}"']), 20, "munged")
+        wait_for(lambda: _ok(["sh", "-c", f'munge -n -S "{sock}" | unmunge -S "{sock}"']), 20 * self.patience, "munged")
 
     def _start_mysql(self) -> None:
         d = self.layout.root / "mysql"
@@ -483,7 +490,7 @@ class LocalCluster:
             ],
         )
         sock = str(self.layout.mysql_socket)
-        wait_for(lambda: _ok(["mariadb", "-S", sock, "-e", "SELECT 1"]), 60, "MariaDB")
+        wait_for(lambda: _ok(["mariadb", "-S", sock, "-e", "SELECT 1"]), 60 * self.patience, "MariaDB")
         pw = self._db_password()
         sql = (
             f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{pw}';"
@@ -497,11 +504,19 @@ class LocalCluster:
 
     def _start_slurmdbd(self) -> None:
         self._start("slurmdbd", ["slurmdbd", "-D"])
-        wait_for(lambda: self.runner.run(["sacctmgr", "-n", "show", "cluster"], check=False).ok, 60, "slurmdbd")
+        wait_for(
+            lambda: self.runner.run(["sacctmgr", "-n", "show", "cluster"], check=False).ok,
+            60 * self.patience,
+            "slurmdbd",
+        )
 
     def _start_slurmctld(self) -> None:
         self._start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.layout.slurm_conf)])
-        wait_for(lambda: self.runner.run(["scontrol", "ping"], check=False).stdout.find("UP") >= 0, 60, "slurmctld")
+        wait_for(
+            lambda: self.runner.run(["scontrol", "ping"], check=False).stdout.find("UP") >= 0,
+            60 * self.patience,
+            "slurmctld",
+        )
 
     def _ensure_users(self) -> None:
         """Create the spec's users as local accounts (local cluster only)."""

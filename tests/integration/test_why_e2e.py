@@ -85,7 +85,7 @@ def test_a_borrower_behind_owners_and_the_alternative_it_suggests(cluster):
     job = scavenger(cluster)
     cluster.wait_state(job, ["PENDING"])
     got = why_json(cluster, job)
-    assert got["job_id"] == job and got["predicted_start"] is not None
+    assert got["job_id"] == job and got["predicted_start"] is not None, got
     low, high = got["range"]
     assert low <= got["predicted_start"] <= high
     kinds = {c["kind"] for c in got["causes"]}

@@ -30,6 +30,7 @@ from slurm_pool.render.required import cluster_settings
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
+from tests.support.patience import patience
 from tests.support.slurm_cluster import ClusterHandle, free_port_base
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +96,9 @@ class SiteCluster:
         )
         state.mkdir(parents=True, exist_ok=True)
         self.spec_path.write_text(text)
-        self.pool = LocalCluster(self.spec_path, state_dir=state, port_base=free_port_base(8 + 6), slurm=slurm)
+        self.pool = LocalCluster(
+            self.spec_path, state_dir=state, port_base=free_port_base(8 + 6), slurm=slurm, patience=patience(1)
+        )
         self.marks = state / "site-prolog-marks"
         self.handle = ClusterHandle(self.pool)
 

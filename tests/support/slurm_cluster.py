@@ -262,7 +262,9 @@ def start_session_cluster(spec_path: str | Path, slurm: str | None = None) -> tu
     """
     state = Path(tempfile.mkdtemp(prefix="slurm-pool-test-", dir="/var/tmp"))
     state.chmod(0o755)
-    cluster = LocalCluster(spec_path, state_dir=state, port_base=free_port_base(8 + 4), slurm=slurm)
+    cluster = LocalCluster(
+        spec_path, state_dir=state, port_base=free_port_base(8 + 4), slurm=slurm, patience=patience(1)
+    )
     try:
         cluster.up()
     except SpecError:  # the spec is refused for this Slurm: nothing started
