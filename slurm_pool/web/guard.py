@@ -12,7 +12,7 @@ A pure ASGI middleware (no ``BaseHTTPMiddleware``, which buffers and breaks stre
   answer (FastAPI turns a failed read into a 400) is replaced by the 413.  A ``Content-Length``
   that is not one plain number is refused with 400;
 * with an allowed-hosts list, a request whose ``Host`` is not on it is refused with 400 before the
-  application sees it, and a redirect's ``Location`` is made relative (never built from ``Host``).
+  application sees it; a redirect's ``Location`` is always made relative (never built from ``Host``).
 """
 
 from __future__ import annotations
@@ -89,8 +89,7 @@ class Guard:
                 state["started"] = True
                 status = int(message.get("status", 200))
                 kept = [(k, v) for k, v in message.get("headers", []) if bytes(k).lower() not in _OURS]
-                if self.hosts is not None:
-                    kept = [(k, _relative(v) if bytes(k).lower() == b"location" else v) for k, v in kept]
+                kept = [(k, _relative(v) if bytes(k).lower() == b"location" else v) for k, v in kept]
                 cache = STATIC_CACHE if static and status < 400 else NO_STORE
                 extra = [*SECURITY_HEADERS, (b"cache-control", cache), *([HSTS] if tls else [])]
                 message = {**message, "headers": kept + extra}

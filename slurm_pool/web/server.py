@@ -218,9 +218,12 @@ def build_server(
     hosts: AllowedHosts | None = None,
     log_level: str = "info",
     lifespan: Literal["auto", "on", "off"] = "auto",
+    limits: Limits | None = None,
 ) -> uvicorn.Server:
-    """A uvicorn server for ``app`` on ``host:port`` with the guards above (and :class:`Guard` outermost)."""
-    limits = Limits.of(console, raise_open_files())
+    """A uvicorn server for ``app`` on ``host:port`` with the guards above (and :class:`Guard` outermost);
+    ``limits`` default to the spec's (``console``) within the open-files limit."""
+    open_files = raise_open_files()
+    limits = limits or Limits.of(console, open_files)
     config = uvicorn.Config(
         RequestCap(Guard(app, hosts=hosts), limits.requests),  # Guard outermost too: even a 500 has the headers
         host=host,
