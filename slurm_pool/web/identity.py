@@ -329,12 +329,19 @@ class Authenticator:
                 raise AuthError(401, "the Authorization header is not 'Bearer <token>'")
             return Caller(verify(self._key, m.group(1), self._user_exists, self._clock()), "token")
         cookie = cookies.get(HOST_COOKIE, cookies.get(SESSION_COOKIE))
-        session = self._session(cookie, _one(headers, CSRF_HEADER, 401)) if cookie is not None else None
+        session, refused = None, None
+        if cookie is not None:
+            try:
+                session = self._session(cookie, _one(headers, CSRF_HEADER, 401))
+            except AuthError as e:  # the cookie without its token: no session (a trusted proxy may still say who)
+                refused = e
         if session is not None:
             return session
         proxied = self._proxied(headers, client_ip)
         if proxied is not None:
             return proxied
+        if refused is not None:
+            raise refused
         if cookie is not None:
             raise AuthError(401, "the session has expired or was logged out; log in again")
         raise AuthError(401, "not logged in: log in, or send 'Authorization: Bearer <token>' (scontrol token)")

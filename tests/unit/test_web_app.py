@@ -78,6 +78,14 @@ def service() -> tuple[TestClient, RecordingRunner, FakeSlurm, Clock]:
     return make()
 
 
+@pytest.fixture(autouse=True)
+def _service_clock_now(request: pytest.FixtureRequest) -> None:
+    """The shared service's clock set to the real time each test mints its tokens at (past 5 s apart, a
+    token was "issued in the future" on a slow machine)."""
+    if "service" in request.fixturenames:
+        request.getfixturevalue("service")[3].now = time.time()
+
+
 # -- reading ---------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("user", "seen", "operator", "coordinates"),

@@ -269,6 +269,9 @@ def test_precedence_token_then_session_then_proxy() -> None:
     assert auth.caller({**token, **proxy}, cookies, "10.0.0.5").via == "token"
     assert auth.caller({**proxy, **tok(session)}, cookies, "10.0.0.5") == session
     assert auth.caller(proxy, {SESSION_COOKIE: "x" * 43}, "10.0.0.5") == Caller("bob", "proxy")
+    assert auth.caller(proxy, cookies, "10.0.0.5") == Caller("bob", "proxy")  # the cookie without its token
+    with pytest.raises(AuthError, match="token is missing"):
+        auth.caller({}, cookies, "10.0.0.5")
 
 
 # -- sessions ---------------------------------------------------------------------
