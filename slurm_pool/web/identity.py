@@ -304,11 +304,12 @@ class Authenticator:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         hosts: AllowedHosts | None = None,
+        throttle: LoginThrottle | None = None,
     ):
         self._key = key
         self._sleep = sleep
         self.hosts = hosts
-        self.throttle = LoginThrottle(clock)
+        self.throttle = throttle or LoginThrottle(clock)
         self._console = console
         self._check_password = check_password
         self._user_exists = user_exists

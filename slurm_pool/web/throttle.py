@@ -83,8 +83,10 @@ class Busy(Exception):
 class LoginThrottle:
     """Delays for logins after failures; see the module's docstring."""
 
-    def __init__(self, clock: Callable[[], float]):
+    def __init__(self, clock: Callable[[], float], waits: bool = True):
+        """``waits`` False: failures are counted but nobody waits (a sweep of hostile inputs, not of guessing)."""
         self._clock = clock
+        self._waits = waits
         self._pairs = Failures()
         self._users = Failures()
         self._checking: set[tuple[str, str]] = set()
@@ -102,7 +104,7 @@ class LoginThrottle:
                 backoff(self._pairs.count(pair, now), PAIR_FREE, PAIR_FIRST, PAIR_MAX),
                 backoff(self._users.count(user, now), USER_FREE, USER_FIRST, USER_MAX),
             )
-        return Ticket(address, user, delay)
+        return Ticket(address, user, delay if self._waits else 0.0)
 
     def end(self, ticket: Ticket, ok: bool | None) -> None:
         """The login is over: ``ok`` True clears the pair's failures, False counts one, None (not asked) neither."""

@@ -132,3 +132,14 @@ def test_sessions_per_user_are_bounded(logins: int, kept: int) -> None:
 
     assert [alive(s) for s in sessions] == [False] * (logins - kept) + [True] * kept  # the oldest went
     assert alive(bob)  # alice's churn never ends another user's session
+
+
+@pytest.mark.parametrize("waits,delays", [(True, [0.0, 0.0, 0.0, 1.0, 2.0]), (False, [0.0] * 5)])
+def test_a_throttle_that_counts_without_waiting(waits: bool, delays: list[float]) -> None:
+    t = LoginThrottle(lambda: NOW, waits=waits)
+    got = []
+    for _ in delays:
+        ticket = t.begin("192.0.2.1", "alice")
+        got.append(ticket.delay)
+        t.end(ticket, False)
+    assert got == delays and t.tracked() == 2
