@@ -7,6 +7,8 @@ import click
 from slurm_pool.errors import InputError
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
+#: Listen addresses that mean every address of the machine.
+WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 
 
 @click.command("serve")
@@ -40,6 +42,7 @@ def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | No
     from slurm_pool.adapters.runner import SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.metrics.cli import default_state_dir
+    from slurm_pool.spec.console import HOST_RE
     from slurm_pool.web.actions import UserCommands
     from slurm_pool.web.app import create_app
     from slurm_pool.web.hosts import AllowedHosts
@@ -47,7 +50,12 @@ def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | No
     from slurm_pool.web.server import build_server
 
     key = load_key(key_path or spec.console.jwt_key)
-    hosts = AllowedHosts.of(spec.console.allowed_hosts, spec.console.public_url, host)
+    names = list(spec.console.allowed_hosts)
+    if host in WILDCARDS:  # every address of the machine: its own names too
+        import socket
+
+        names += [n for n in {socket.gethostname(), socket.getfqdn()} if HOST_RE.fullmatch(n)]
+    hosts = AllowedHosts.of(names, spec.console.public_url, host)
     auth = Authenticator(
         key, spec.console, check_password=pam_checker(spec.console.pam_service), user_exists=user_exists, hosts=hosts
     )
@@ -60,4 +68,5 @@ def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | No
         hosts=hosts,
     )
     click.echo(f"slurm-pool serve: http://{host}:{port}/ (API under /api/v1)", err=True)
+    click.echo(f"slurm-pool serve: answering to host names {', '.join(sorted(hosts.names))}", err=True)
     build_server(app, host, port, spec.console, hosts=hosts).run()

@@ -430,6 +430,7 @@ def test_remote_status_json(remote) -> None:
         (["--remote", URL, "status", "--spec", __file__], 2, "No such option '--spec'"),
         (["--remote", URL, "status", "--timeout", "nan"], 2, "is not a finite number"),
         (["--remote", "ftp://x", "status"], 2, "error: url: 'ftp://x' is not an http"),
+        (["--remote", "http://pool.test:8787", "status"], 2, "error: url: 'http://pool.test:8787' is plain http"),
         (["--remote", URL, "--token", "nope", "status"], 2, "error: token: not a JWT"),
     ],
 )
