@@ -75,6 +75,17 @@ def clean_token(token: str) -> str:
     return tok
 
 
+def loopback(host: str) -> bool:
+    """``host`` is this machine: ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_url(url: str) -> str:
     """``url`` without a trailing ``/`` if it is an http(s) URL with a host, no credentials, query or fragment."""
     if not isinstance(url, str):
@@ -98,17 +109,6 @@ def check_url(url: str) -> str:
             "unencrypted; use https:// (plain http is only for this machine: localhost, 127.0.0.0/8, [::1])"
         )
     return url.rstrip("/")
-
-
-def loopback(host: str) -> bool:
-    """``host`` is this machine: ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def job_id(value: int | str) -> str:
