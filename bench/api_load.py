@@ -185,31 +185,20 @@ def phase_exporter(opts: argparse.Namespace, lend: str) -> dict:
 def phase_service(opts: argparse.Namespace, spec: Any, key: bytes, users: list[str]) -> dict:
     """The service in this process (uvicorn on a free port, as ``slurm-pool serve`` configures it)."""
     import httpx
-    import uvicorn
 
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.spec.console import Console
-    from slurm_pool.web import cli as serve_cli
     from slurm_pool.web.actions import UserCommands
     from slurm_pool.web.app import create_app
-    from slurm_pool.web.guard import Guard
     from slurm_pool.web.identity import Authenticator, mint, user_exists
+    from slurm_pool.web.server import build_server
 
     console = spec.console or Console()
     counter = Counting(SubprocessRunner(default_timeout=20.0))
     auth = Authenticator(key, console, check_password=lambda u, p: False, user_exists=user_exists)
     app = create_app(spec, slurm=SlurmClient(counter), auth=auth, commands=UserCommands(key))
     port = free_port()
-    config = uvicorn.Config(
-        Guard(app),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        server_header=False,
-        limit_concurrency=serve_cli.LIMIT_CONCURRENCY,
-        timeout_keep_alive=serve_cli.KEEP_ALIVE,
-    )
-    server = uvicorn.Server(config)
+    server = build_server(app, "127.0.0.1", port, console, log_level="warning")
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

@@ -61,6 +61,7 @@ from slurm_pool.textio import parse_json  # noqa: E402
 from slurm_pool.web import identity  # noqa: E402
 from slurm_pool.web.actions import UserCommands  # noqa: E402
 from slurm_pool.web.app import create_app  # noqa: E402
+from slurm_pool.web.throttle import LoginThrottle  # noqa: E402
 from tests.support.mutation import paths  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -356,8 +357,9 @@ def api_client() -> Any:
     runner.on(["sacctmgr"], "carol|projb\n")
     runner.on(["sacct"], json.dumps({"jobs": []}))
     auth = identity.Authenticator(
-        API_KEY, spec.console, check_password=lambda u, p: p == f"pw-{u}", user_exists=lambda u: u in API_USERS
-    )
+        API_KEY, spec.console, check_password=lambda u, p: p == f"pw-{u}", user_exists=lambda u: u in API_USERS,
+        throttle=LoginThrottle(time.time, waits=False),  # hostile inputs, not guessing: the waits are tested apart
+    )  # fmt: skip
     commands = UserCommands(API_KEY, runner_for=_as_user)
     app = create_app(spec, slurm=SlurmClient(runner), auth=auth, commands=commands)
     return TestClient(app, raise_server_exceptions=False)

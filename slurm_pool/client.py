@@ -18,6 +18,7 @@ escaped, and answers are read through the models (unknown fields ignored).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -75,6 +76,17 @@ def clean_token(token: str) -> str:
     return tok
 
 
+def loopback(host: str) -> bool:
+    """``host`` is this machine: ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_url(url: str) -> str:
     """``url`` without a trailing ``/`` if it is an http(s) URL with a host, no credentials, query or fragment."""
     if not isinstance(url, str):
@@ -92,6 +104,11 @@ def check_url(url: str) -> str:
         raise ValueError(f"url: {url!r} holds credentials; pass a token instead")
     if parsed.query or parsed.fragment or "?" in url or "#" in url:
         raise ValueError(f"url: {url!r} has a query or fragment; give the service's base address")
+    if parsed.scheme == "http" and not loopback(parsed.host):
+        raise ValueError(
+            f"url: {url!r} is plain http to another machine: the token or password would cross the network "
+            "unencrypted; use https:// (plain http is only for this machine: localhost, 127.0.0.0/8, [::1])"
+        )
     return url.rstrip("/")
 
 
@@ -183,7 +200,7 @@ class PoolClient:
         headers = {"Accept": "application/json"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        if self._csrf and method != "GET":
+        if self._csrf:  # a session is its cookie and this token, reads included
             headers[CSRF_HEADER] = self._csrf
         content = None
         if body is not None:

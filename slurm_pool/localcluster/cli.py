@@ -108,8 +108,9 @@ def _up_console(c) -> None:
     passwords = console.set_passwords(users, c.layout.root)
     url = console.start_console(c)
     shown_user = users[0] if users else None
-    login = f"; log in as {shown_user} with password {passwords[shown_user]}" if shown_user else ""
-    click.echo(f"console: {url}{login} (every user's password: {console.passwords_file(c.layout.root)})")
+    login = f"; log in as {shown_user}" if shown_user and shown_user in passwords else ""
+    # The passwords stay in their 0600 file: a line printed here ends up in logs others may read.
+    click.echo(f"console: {url}{login} (the users' passwords: {console.passwords_file(c.layout.root)}, root only)")
 
 
 def _hub_users(spec) -> set[str]:

@@ -13,7 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, BinaryIO, Callable, Mapping, Sequence
 
 
 def _start_time(pid: int) -> int | None:
@@ -26,6 +26,21 @@ def _start_time(pid: int) -> int | None:
     if fields[0] == "Z":
         return None
     return int(fields[19])
+
+
+#: Mode of the daemons' logs: an access log or a daemon's error may hold what other users must not read.
+LOG_MODE = 0o640
+
+
+def open_log(path: Path) -> BinaryIO:
+    """``path`` opened for appending: created 0640, an existing one narrowed to 0640, never through a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOG_MODE)
+    try:
+        os.fchmod(fd, LOG_MODE)
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "ab")
 
 
 @dataclass(frozen=True)
@@ -71,7 +86,7 @@ class ProcTable:
         full_env = dict(os.environ)
         if env:
             full_env.update(env)
-        with open(log, "ab") as out:
+        with open_log(log) as out:
             child = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,

@@ -17,6 +17,8 @@ from pydantic import AfterValidator, Field
 from slurm_pool.spec.base import Name, PlainPath, Strict, User
 from slurm_pool.spec.bridge import Url
 
+#: A host name as ``Host`` carries it (no port): DNS labels, an IPv4 address, or an IPv6 address in brackets.
+HOST_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\]")
 #: Slurm's own default place for the key (slurm.conf(5), AuthAltParameters).
 DEFAULT_JWT_KEY = "/var/spool/slurm/statesave/jwt_hs256.key"
 #: The header a trusted proxy names the user in: ``X-`` and words (``X-Remote-User``, ``X-Forwarded-User``), or
@@ -80,8 +82,15 @@ def _header(v: str) -> str:
     return v
 
 
+def _host_name(v: str) -> str:
+    if not HOST_RE.fullmatch(v) or len(v) > 253:
+        raise ValueError(f"{v!r} is not a host name or IP address (such as pool.example.org or 10.0.0.5)")
+    return v.lower()
+
+
 Network = Annotated[str, AfterValidator(_network)]
 HeaderName = Annotated[str, AfterValidator(_header)]
+HostName = Annotated[str, AfterValidator(_host_name)]
 
 
 class Console(Strict):
@@ -104,3 +113,13 @@ class Console(Strict):
     prometheus_url: Optional[Url] = None
     #: The notebook tier's JupyterHub, linked from the console.
     hub_url: Optional[Url] = None
+    #: The address users open (``https://pool.example.org/``): its host is allowed, and an https one makes the
+    #: session cookie ``Secure`` and ``__Host-`` prefixed even behind a proxy that ends TLS.
+    public_url: Optional[Url] = None
+    #: Host names the service answers to (``Host``, ``Origin``); besides them: public_url's host, the
+    #: address it listens on, and loopback (localhost, 127.0.0.1, [::1]).
+    allowed_hosts: list[HostName] = []
+    #: Seconds a connection may take to send a whole request, counted from when it opens or its last answer.
+    request_seconds: int = Field(default=10, ge=1, le=300)
+    #: Connections one client address may hold; past it, its oldest idle one is closed.
+    connections_per_address: int = Field(default=256, ge=4, le=65536)

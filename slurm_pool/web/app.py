@@ -6,12 +6,15 @@ the :class:`~slurm_pool.web.identity.Authenticator`'s to say; what they see is
 filtered by :mod:`slurm_pool.web.views`; what they do runs as them through
 :class:`~slurm_pool.web.actions.UserCommands`, after the service's own checks
 (``check_access``: off only in a test build, to prove Slurm refuses too).
-Every state-changing request passes the CSRF check.
+Every state-changing request passes the CSRF check.  The session's token is handed out only by the
+login's answer, never by a GET (a stolen cookie alone can neither read it nor act).
 """
 
+import asyncio
 import logging
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
@@ -20,6 +23,7 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from slurm_pool import text
@@ -36,6 +40,7 @@ from slurm_pool.web import actions, models, views
 from slurm_pool.web.actions import ActionError, UserCommands
 from slurm_pool.web.bodies import Utf8JsonRoute
 from slurm_pool.web.guard import Guard
+from slurm_pool.web.hosts import AllowedHosts
 from slurm_pool.web.identity import Authenticator, AuthError, Caller
 from slurm_pool.web.reader import PoolReader, Snapshot
 
@@ -49,6 +54,8 @@ MAX_QUOTED = 80
 MAX_SUBMITTED = 1000
 #: Job-list answers kept per read (distinct callers and filters).
 MAX_CACHED = 4096
+#: Password checks (PAM) run at once; more logins wait for a turn (PAM may sleep seconds on a failure).
+PAM_TURNS = 8
 #: Hours of accounting the projects page covers.
 PROJECT_HOURS = 24
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -173,8 +180,10 @@ def create_app(
     state_dir: str | None = None,
     check_access: bool = True,
     clock: Callable[[], float] = time.time,
+    hosts: AllowedHosts | None = None,
 ) -> FastAPI:
-    """The service for ``spec``: API, console and their guards."""
+    """The service for ``spec``: API, console and their guards (``hosts``: the Host names it answers to,
+    None for any)."""
     console = spec.console
     refresh = console.refresh_seconds if console else 10
     lend = bridge_of(spec).partition
@@ -260,21 +269,44 @@ def create_app(
         return views.viewer(spec, who.user, reader.coordinators())
 
     # -- identity ---------------------------------------------------------------
+    public_tls = bool(console and console.public_url and console.public_url.startswith("https://"))
+    pam_turns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
+
+    def secure(request: Request) -> bool:
+        """The browser reaches the service over TLS (its own, or a proxy's that ``public_url`` names)."""
+        return request.url.scheme == "https" or public_tls
+
     @app.get(f"{API}/me", response_model=models.Me, responses=ERRORS, tags=["identity"])
     def get_me(who: Who) -> models.Me:
-        return views.me(spec, viewer(who), tables(), who.csrf if who.via == "session" else None)
+        return views.me(spec, viewer(who), tables(), None)  # the session's token: only the login's answer has it
 
     @app.post(f"{API}/login", response_model=models.Me, responses=ERRORS, tags=["identity"])
-    def login(body: models.Login, request: Request, response: Response) -> models.Me:
+    async def login(body: models.Login, request: Request, response: Response) -> models.Me:
+        """Log in with a system password: a session cookie, and in this answer only, the session's token
+        (``csrf_token``), to send as ``X-CSRF-Token`` on every request of the session."""
         auth.check_login_origin(request.headers)
-        who = auth.login(body.user, body.password, request.client.host if request.client else None)
-        response.headers["Set-Cookie"] = auth.cookie_header(who, request.url.scheme == "https")
-        return views.me(spec, viewer(who), tables(), who.csrf)
+        ticket = auth.begin_login(body.user, request.client.host if request.client else None)
+        started = False
+
+        def check() -> Caller:
+            nonlocal started
+            started = True
+            return auth.finish_login(ticket, body.password)  # ends the ticket itself
+
+        try:
+            await asyncio.sleep(ticket.delay)
+            async with pam_turns.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(PAM_TURNS)):
+                who = await run_in_threadpool(check)
+        finally:
+            if not started:  # the client left before PAM was asked
+                auth.throttle.end(ticket, None)
+        response.headers["Set-Cookie"] = auth.cookie_header(who, secure(request))
+        return await run_in_threadpool(lambda: views.me(spec, viewer(who), tables(), who.csrf))
 
     @app.post(f"{API}/logout", response_model=models.Me, responses=ERRORS, tags=["identity"])
     def logout(request: Request, response: Response, who: Changing) -> models.Me:
         auth.logout(who)
-        response.headers["Set-Cookie"] = auth.clear_cookie_header(request.url.scheme == "https")
+        response.headers["Set-Cookie"] = auth.clear_cookie_header(secure(request))
         return models.Me(user=who.user)
 
     # -- the pool ---------------------------------------------------------------
@@ -490,5 +522,5 @@ def create_app(
         return FileResponse(page, media_type="text/html; charset=utf-8")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static")
-    app.add_middleware(Guard)
+    app.add_middleware(Guard, hosts=hosts)
     return app

@@ -7,12 +7,8 @@ import click
 from slurm_pool.errors import InputError
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
-#: Connections served at once (more get 503): the load benchmark polls with 200 clients.
-LIMIT_CONCURRENCY = 1024
-#: Seconds an idle keep-alive connection is kept (a slow client holds nothing for long).
-KEEP_ALIVE = 5
-#: Bytes of request line and headers h11 buffers before refusing the request.
-MAX_HEADERS = 16 * 1024
+#: Listen addresses that mean every address of the machine.
+WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 
 
 @click.command("serve")
@@ -43,19 +39,25 @@ def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | No
         raise InputError(
             f"{spec_path}: the spec has no console section; add 'console:' (jwt_key, operators, ...) to serve it"
         )
-    import uvicorn
-
     from slurm_pool.adapters.runner import SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.metrics.cli import default_state_dir
+    from slurm_pool.spec.console import HOST_RE
     from slurm_pool.web.actions import UserCommands
     from slurm_pool.web.app import create_app
-    from slurm_pool.web.guard import Guard
+    from slurm_pool.web.hosts import AllowedHosts
     from slurm_pool.web.identity import Authenticator, load_key, pam_checker, user_exists
+    from slurm_pool.web.server import build_server
 
     key = load_key(key_path or spec.console.jwt_key)
+    names = list(spec.console.allowed_hosts)
+    if host in WILDCARDS:  # every address of the machine: its own names too
+        import socket
+
+        names += [n for n in {socket.gethostname(), socket.getfqdn()} if HOST_RE.fullmatch(n)]
+    hosts = AllowedHosts.of(names, spec.console.public_url, host)
     auth = Authenticator(
-        key, spec.console, check_password=pam_checker(spec.console.pam_service), user_exists=user_exists
+        key, spec.console, check_password=pam_checker(spec.console.pam_service), user_exists=user_exists, hosts=hosts
     )
     app = create_app(
         spec,
@@ -63,17 +65,8 @@ def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | No
         auth=auth,
         commands=UserCommands(key),
         state_dir=default_state_dir() if state_dir is None else (state_dir or None),
+        hosts=hosts,
     )
     click.echo(f"slurm-pool serve: http://{host}:{port}/ (API under /api/v1)", err=True)
-    uvicorn.run(
-        Guard(app),  # outermost too, so even Starlette's own 500 answer carries the headers
-        host=host,
-        port=port,
-        proxy_headers=False,
-        forwarded_allow_ips="",
-        server_header=False,
-        limit_concurrency=LIMIT_CONCURRENCY,
-        timeout_keep_alive=KEEP_ALIVE,
-        h11_max_incomplete_event_size=MAX_HEADERS,
-        log_level="info",
-    )
+    click.echo(f"slurm-pool serve: answering to host names {', '.join(sorted(hosts.names))}", err=True)
+    build_server(app, host, port, spec.console, hosts=hosts).run()

@@ -10,7 +10,9 @@ A pure ASGI middleware (no ``BaseHTTPMiddleware``, which buffers and breaks stre
 * a body larger than ``max_body`` is refused with 413 before the application reads it when
   ``Content-Length`` says so, and while it streams in otherwise (chunked): the application's own
   answer (FastAPI turns a failed read into a 400) is replaced by the 413.  A ``Content-Length``
-  that is not one plain number is refused with 400.
+  that is not one plain number is refused with 400;
+* with an allowed-hosts list, a request whose ``Host`` is not on it is refused with 400 before the
+  application sees it; a redirect's ``Location`` is always made relative (never built from ``Host``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from __future__ import annotations
 import json
 import re
 from typing import Any, Awaitable, Callable, MutableMapping
+from urllib.parse import urlsplit, urlunsplit
+
+from slurm_pool.web.hosts import AllowedHosts
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -46,6 +51,16 @@ _OURS = frozenset(name for name, _ in SECURITY_HEADERS) | {b"cache-control", HST
 _LENGTH_RE = re.compile(rb"[0-9]{1,18}")
 
 
+def _relative(location: bytes) -> bytes:
+    """A redirect target without its scheme and host: the browser stays on the host it asked."""
+    try:
+        parts = urlsplit(bytes(location).decode("latin-1"))
+    except ValueError:
+        return b"/"
+    path = "/" + parts.path.lstrip("/")  # never '//host', which a browser reads as another host
+    return urlunsplit(("", "", path, parts.query, "")).encode("latin-1")
+
+
 class _TooLarge(Exception):
     """The body grew past the limit while the application read it."""
 
@@ -53,9 +68,10 @@ class _TooLarge(Exception):
 class Guard:
     """ASGI middleware: security headers on every response; 413 for bodies over ``max_body`` bytes."""
 
-    def __init__(self, app: ASGIApp, max_body: int = 256 * 1024):
+    def __init__(self, app: ASGIApp, max_body: int = 256 * 1024, hosts: AllowedHosts | None = None):
         self.app = app
         self.max_body = max_body
+        self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -73,6 +89,7 @@ class Guard:
                 state["started"] = True
                 status = int(message.get("status", 200))
                 kept = [(k, v) for k, v in message.get("headers", []) if bytes(k).lower() not in _OURS]
+                kept = [(k, _relative(v) if bytes(k).lower() == b"location" else v) for k, v in kept]
                 cache = STATIC_CACHE if static and status < 400 else NO_STORE
                 extra = [*SECURITY_HEADERS, (b"cache-control", cache), *([HSTS] if tls else [])]
                 message = {**message, "headers": kept + extra}
@@ -85,6 +102,12 @@ class Guard:
                 headers.append((b"connection", b"close"))
             await send_guarded({"type": "http.response.start", "status": status, "headers": headers})
             await send_guarded({"type": "http.response.body", "body": body, "more_body": False})
+
+        if self.hosts is not None:
+            hosts = [bytes(v).decode("latin-1") for k, v in scope.get("headers", []) if bytes(k).lower() == b"host"]
+            if len(hosts) != 1 or not self.hosts.host_ok(hosts[0]):
+                await problem(400, "the request's Host header does not name this service (see console.allowed_hosts)")
+                return
 
         lengths = {bytes(v).strip() for k, v in scope.get("headers", []) if bytes(k).lower() == b"content-length"}
         if lengths:

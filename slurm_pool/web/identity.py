@@ -6,11 +6,14 @@ Three ways in, tried in this order (the first one a request carries decides):
   with the cluster's ``jwt_key``, claims ``iat``, ``exp`` and ``sun`` (Slurm's user claim), the user a
   valid login name that exists.  A token is no ambient credential (a browser never adds it on its own),
   so token callers need no CSRF token.
-* **Session** -- the ``slurm_pool_session`` cookie a PAM login gave (HttpOnly, SameSite=Strict, Secure
-  under TLS).  Sessions live in memory only: an id and a CSRF secret of 256 random bits each, an expiry
-  that slides with use, a bounded count (the oldest go first), and logout forgets the id, so a cookie
-  replayed afterwards is refused.  State-changing requests must send ``X-CSRF-Token`` equal to the
-  session's, and must not come from another site (``Origin`` same as ``Host``; ``Sec-Fetch-Site``
+* **Session** -- the ``slurm_pool_session`` cookie a PAM login gave (HttpOnly, SameSite=Strict; under
+  TLS ``Secure`` and named ``__Host-slurm_pool_session``) *and* the session's token in ``X-CSRF-Token``
+  on every request, reads included.  The token is handed out once, in the login's answer (the page keeps
+  it in its own origin's storage), never by a GET: a browser sends the cookie to every port of its host,
+  so a cookie alone, replayed by whoever received it, can neither read nor act.  Sessions live in memory
+  only: an id and a token of 256 random bits each, an expiry that slides with use, a bounded count per
+  user and in all (the oldest go first), and logout forgets the id.  State-changing requests must also
+  not come from another site (``Origin`` an allowed host and the same as ``Host``; ``Sec-Fetch-Site``
   ``same-origin`` or ``none``).
 * **Proxy** -- a site proxy that authenticated the user itself names them in ``console.user_header``.
   The header is believed only from ``console.trusted_proxies``; from anywhere else it is ignored.
@@ -18,8 +21,8 @@ Three ways in, tried in this order (the first one a request carries decides):
   token of ours: their state-changing requests must carry ``Origin`` or ``Sec-Fetch-Site`` (every
   current browser sends them), and both must say same-origin.  The proxy must pass ``Host`` through.
 
-Logins are rate-limited per user and per client address before PAM is asked, and a wrong user and a
-wrong password get the same answer.
+Failed logins slow the next ones of the same user from the same address down (:mod:`.throttle`), never
+lock anyone out; a wrong user and a wrong password get the same answer.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import secrets
 import stat
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Optional
 from urllib.parse import urlsplit
@@ -43,8 +46,12 @@ import jwt
 from slurm_pool import text
 from slurm_pool.errors import InputError
 from slurm_pool.spec.console import Console
+from slurm_pool.web.hosts import AllowedHosts, split_host
+from slurm_pool.web.throttle import Busy, LoginThrottle, Ticket
 
 SESSION_COOKIE = "slurm_pool_session"
+#: The cookie's name under TLS: the browser keeps it only if Secure, Path=/ and without Domain.
+HOST_COOKIE = "__Host-" + SESSION_COOKIE
 CSRF_HEADER = "X-CSRF-Token"
 #: Longest token (and Authorization header) read at all; Slurm's are a few hundred bytes.
 MAX_TOKEN = 4096
@@ -56,12 +63,8 @@ MIN_KEY = 32
 MAX_KEY = 64 * 1024
 #: Sessions kept at once; past it the least recently used is dropped.
 MAX_SESSIONS = 10_000
-#: Login limits: failures allowed per user and per client address within the window.
-USER_FAILURES = 5
-IP_FAILURES = 20
-FAILURE_WINDOW = 300.0
-#: Users and addresses tracked by the login limiter at once.
-MAX_TRACKED = 10_000
+#: Sessions one user may have at once; a new login past it ends their least recently used one.
+MAX_USER_SESSIONS = 16
 #: Longest password passed to PAM.
 MAX_PASSWORD = 1024
 
@@ -263,8 +266,9 @@ def _host(host: str) -> set[str]:
     return forms
 
 
-def _check_site(headers: Mapping[str, str], required: bool) -> None:
-    """AuthError(403) for a request another site made (``Origin``, ``Sec-Fetch-Site``)."""
+def _check_site(headers: Mapping[str, str], required: bool, hosts: AllowedHosts | None = None) -> None:
+    """AuthError(403) for a request another site made (``Origin``, ``Sec-Fetch-Site``); with ``hosts``, an
+    ``Origin`` must also name an allowed host."""
     site = _one(headers, "Sec-Fetch-Site", 403)
     origin = _one(headers, "Origin", 403)
     if required and site is None and origin is None:
@@ -274,7 +278,9 @@ def _check_site(headers: Mapping[str, str], required: bool) -> None:
     if origin is not None:
         host = _one(headers, "Host", 403)
         netloc = _netloc(origin)
-        if netloc is None or host is None or netloc not in _host(host):
+        named = split_host(netloc) if netloc is not None else None
+        foreign = hosts is not None and (named is None or not hosts.name_ok(named[0]))
+        if netloc is None or host is None or netloc not in _host(host) or foreign:
             raise AuthError(403, f"cross-site request refused (Origin {text.shown(origin)[:100]!r})")
 
 
@@ -283,51 +289,6 @@ class _Session:
     user: str
     csrf: str
     used: float
-
-
-class _Failures:
-    """Failed logins per key within a sliding window, for at most MAX_TRACKED keys."""
-
-    def __init__(self, limit: int, window: float):
-        self.limit = limit
-        self.window = window
-        self.seen: OrderedDict[str, deque[float]] = OrderedDict()
-
-    def _recent(self, key: str, now: float) -> deque[float]:
-        times = self.seen.get(key)
-        if times is None:
-            return deque()
-        while times and times[0] <= now - self.window:
-            times.popleft()
-        if not times:
-            del self.seen[key]
-        return times
-
-    def wait(self, key: str, now: float) -> float:
-        """Seconds until ``key`` may try again (0: now)."""
-        times = self._recent(key, now)
-        if len(times) < self.limit:
-            return 0.0
-        return times[-self.limit] + self.window - now
-
-    def add(self, key: str, now: float) -> None:
-        times = self._recent(key, now)
-        self.seen[key] = times
-        self.seen.move_to_end(key)
-        times.append(now)
-        while len(times) > self.limit:
-            times.popleft()
-        while len(self.seen) > MAX_TRACKED:
-            self.seen.popitem(last=False)
-
-    def discard(self, key: str, at: float) -> None:
-        """Take back the attempt counted at ``at`` (it succeeded)."""
-        times = self.seen.get(key)
-        if times is not None and at in times:
-            times.remove(at)
-
-    def clear(self, key: str) -> None:
-        self.seen.pop(key, None)
 
 
 class Authenticator:
@@ -341,21 +302,25 @@ class Authenticator:
         check_password: Callable[[str, str], bool],
         user_exists: Callable[[str], bool],
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        hosts: AllowedHosts | None = None,
+        throttle: LoginThrottle | None = None,
     ):
         self._key = key
+        self._sleep = sleep
+        self.hosts = hosts
+        self.throttle = throttle or LoginThrottle(clock)
         self._console = console
         self._check_password = check_password
         self._user_exists = user_exists
         self._clock = clock
         self._proxies = [ipaddress.ip_network(n, strict=False) for n in console.trusted_proxies]
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._by_user = _Failures(USER_FAILURES, FAILURE_WINDOW)
-        self._by_ip = _Failures(IP_FAILURES, FAILURE_WINDOW)
         self._lock = threading.Lock()
 
     # -- who is calling --------------------------------------------------------------
     def caller(self, headers: Mapping[str, str], cookies: Mapping[str, str], client_ip: str | None) -> Caller:
-        """The caller: Bearer token, else session cookie, else trusted proxy header; AuthError(401)."""
+        """The caller: Bearer token, else session (cookie and token), else trusted proxy header; AuthError(401)."""
         auth = _one(headers, "Authorization", 401)
         if auth is not None:
             if len(auth) > MAX_TOKEN + 16:
@@ -364,18 +329,26 @@ class Authenticator:
             if m is None:
                 raise AuthError(401, "the Authorization header is not 'Bearer <token>'")
             return Caller(verify(self._key, m.group(1), self._user_exists, self._clock()), "token")
-        cookie = cookies.get(SESSION_COOKIE)
-        session = self._session(cookie) if cookie is not None else None
+        cookie = cookies.get(HOST_COOKIE, cookies.get(SESSION_COOKIE))
+        session, refused = None, None
+        if cookie is not None:
+            try:
+                session = self._session(cookie, _one(headers, CSRF_HEADER, 401))
+            except AuthError as e:  # the cookie without its token: no session (a trusted proxy may still say who)
+                refused = e
         if session is not None:
             return session
         proxied = self._proxied(headers, client_ip)
         if proxied is not None:
             return proxied
+        if refused is not None:
+            raise refused
         if cookie is not None:
             raise AuthError(401, "the session has expired or was logged out; log in again")
         raise AuthError(401, "not logged in: log in, or send 'Authorization: Bearer <token>' (scontrol token)")
 
-    def _session(self, cookie: str) -> Caller | None:
+    def _session(self, cookie: str, token: str | None) -> Caller | None:
+        """The cookie's live session; AuthError(401) when ``token`` (the X-CSRF-Token header) is not its own."""
         if not SECRET_RE.fullmatch(cookie):
             return None
         now = self._clock()
@@ -386,6 +359,10 @@ class Authenticator:
             if now - session.used > self._console.session_seconds:
                 del self._sessions[cookie]
                 return None
+            if token is None:
+                raise AuthError(401, f"the session's token is missing ({CSRF_HEADER}); the console's page sends it")
+            if not SECRET_RE.fullmatch(token) or not hmac.compare_digest(token.encode(), session.csrf.encode()):
+                raise AuthError(401, f"the {CSRF_HEADER} header does not match the session")
             session.used = now
             self._sessions.move_to_end(cookie)
             return Caller(session.user, "session", cookie, session.csrf)
@@ -416,36 +393,41 @@ class Authenticator:
 
     # -- sessions ------------------------------------------------------------------
     def login(self, user: str, password: str, client_ip: str | None) -> Caller:
-        """A new session for ``user`` when PAM takes ``password``; AuthError 401, or 429 past the limits."""
-        ip = client_ip or "-"
-        valid = (
-            isinstance(user, str)
-            and text.matches("login", user)
-            and isinstance(password, str)
-            and 0 < len(password) <= MAX_PASSWORD
-            and "\x00" not in password
-        )
-        now = self._clock()
-        with self._lock:
-            wait = max(self._by_ip.wait(ip, now), self._by_user.wait(user, now) if valid else 0.0)
-            if wait <= 0:
-                # Counted before PAM answers, so parallel guesses cannot overrun the limits.
-                self._by_ip.add(ip, now)
-                if valid:
-                    self._by_user.add(user, now)
-        if wait > 0:
-            raise AuthError(429, f"too many failed logins; try again in {math.ceil(wait)} seconds")
-        ok = False
-        if valid:
-            try:
-                ok = bool(self._check_password(user, password)) and bool(self._user_exists(user))
-            except Exception:  # a broken PAM stack is a failed login, not a 500
-                ok = False
+        """A new session for ``user`` when PAM takes ``password``, after the throttle's wait; AuthError(401)."""
+        ticket = self.begin_login(user, client_ip)
+        try:
+            self._sleep(ticket.delay)
+        except BaseException:
+            self.throttle.end(ticket, None)
+            raise
+        return self.finish_login(ticket, password)
+
+    def begin_login(self, user: str, client_ip: str | None) -> Ticket:
+        """The login's ticket: how long to wait before :meth:`finish_login`; AuthError(429) while the same
+        user's login from the same address is being checked."""
+        key = user if isinstance(user, str) and text.matches("login", user) else ""
+        try:
+            return self.throttle.begin(client_ip or "-", key)
+        except Busy:
+            raise AuthError(429, "a login for this user from this address is being checked; wait for it") from None
+
+    def finish_login(self, ticket: Ticket, password: str) -> Caller:
+        """Ask PAM (the ticket's wait is over); a new session, or AuthError(401).  Ends the ticket."""
+        user = ticket.user
+        ok: bool | None = None
+        try:
+            valid = bool(user) and isinstance(password, str) and 0 < len(password) <= MAX_PASSWORD
+            ok = False
+            if valid and "\x00" not in password:
+                try:
+                    ok = bool(self._check_password(user, password)) and bool(self._user_exists(user))
+                except Exception:  # a broken PAM stack is a failed login, not a 500
+                    ok = False
+        finally:
+            self.throttle.end(ticket, ok)
         if not ok:
             raise AuthError(401, _BAD_LOGIN)
         with self._lock:
-            self._by_ip.discard(ip, now)
-            self._by_user.clear(user)
             return self._new_session(user, self._clock())
 
     def _new_session(self, user: str, now: float) -> Caller:
@@ -456,6 +438,9 @@ class Authenticator:
             if now - oldest.used <= limit and len(self._sessions) < MAX_SESSIONS:
                 break
             self._sessions.popitem(last=False)
+        mine = [sid for sid, s in self._sessions.items() if s.user == user]  # least recently used first
+        for sid in mine[: max(0, len(mine) - MAX_USER_SESSIONS + 1)]:
+            del self._sessions[sid]
         sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         self._sessions[sid] = _Session(user, csrf, now)
         return Caller(user, "session", sid, csrf)
@@ -471,7 +456,7 @@ class Authenticator:
         """AuthError(403) for a state-changing request a browser may have been tricked into sending."""
         if method.upper() in _SAFE_METHODS or caller.via == "token":
             return
-        _check_site(headers, required=caller.via == "proxy")
+        _check_site(headers, required=caller.via == "proxy", hosts=self.hosts)
         if caller.via == "session":
             given = _one(headers, CSRF_HEADER, 403)
             if given is None:
@@ -483,20 +468,21 @@ class Authenticator:
 
     def check_login_origin(self, headers: Mapping[str, str]) -> None:
         """AuthError(403) for a login POST from another site (which would log the browser in as someone else)."""
-        _check_site(headers, required=False)
+        _check_site(headers, required=False, hosts=self.hosts)
 
     # -- cookies -------------------------------------------------------------------
     def cookie_header(self, caller: Caller, secure: bool) -> str:
-        """The ``Set-Cookie`` value for the caller's session (a browser-session cookie; the server expires it)."""
+        """The ``Set-Cookie`` value for the caller's session (a browser-session cookie; the server expires it);
+        under TLS ``Secure`` and ``__Host-`` prefixed (Path=/, no Domain: no other host may set or read it)."""
         if caller.via != "session" or caller.session_id is None or not SECRET_RE.fullmatch(caller.session_id):
             raise ValueError("only a session caller has a session cookie")
-        return f"{SESSION_COOKIE}={caller.session_id}; Path=/; HttpOnly; SameSite=Strict" + (
-            "; Secure" if secure else ""
-        )
+        name = HOST_COOKIE if secure else SESSION_COOKIE
+        return f"{name}={caller.session_id}; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
 
     def clear_cookie_header(self, secure: bool) -> str:
         """The ``Set-Cookie`` value that removes the session cookie."""
-        return f"{SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
+        name = HOST_COOKIE if secure else SESSION_COOKIE
+        return f"{name}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
 
 
 #: Seconds an answer of the user database is reused: every API call checks its token's user, and

@@ -66,7 +66,7 @@ class Me(Response):
     #: Accounts this user coordinates in Slurm: their jobs are shown in full.
     coordinates: list[str] = []
     operator: bool = False
-    #: For browser sessions: send it back as ``X-CSRF-Token`` on every state-changing request.
+    #: For browser sessions, in the login's answer only: send it back as ``X-CSRF-Token`` on every request.
     csrf_token: Optional[str] = None
     #: Tiers this user may submit to (their projects' tiers).
     tiers: list[str] = []

@@ -19,8 +19,9 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.localcluster.console import set_passwords
 from slurm_pool.web.actions import UserCommands
 from slurm_pool.web.app import create_app
-from slurm_pool.web.guard import Guard
+from slurm_pool.web.hosts import AllowedHosts
 from slurm_pool.web.identity import Authenticator, load_key, pam_checker, user_exists
+from slurm_pool.web.server import build_server
 from tests.support.patience import wait_for
 from tests.support.slurm_cluster import ClusterHandle
 
@@ -56,9 +57,7 @@ class Service:
 def running_console(
     handle: ClusterHandle, *, state_dir: str | None = None, check_access: bool = True
 ) -> Iterator[Service]:
-    """Serve the console for ``handle``'s cluster until the block ends."""
-    import uvicorn
-
+    """Serve the console for ``handle``'s cluster until the block ends, as ``slurm-pool serve`` runs it."""
     from slurm_pool.spec.console import Console
 
     spec = handle.spec
@@ -66,7 +65,10 @@ def running_console(
     users = sorted({u for p in spec.projects for u in p.users})
     passwords = set_passwords(users, TEST_USERS_STATE)
     key = load_key(str(handle.cluster.jwt_key_path))
-    auth = Authenticator(key, console, check_password=pam_checker(console.pam_service), user_exists=user_exists)
+    hosts = AllowedHosts.of(console.allowed_hosts, console.public_url, "127.0.0.1")
+    auth = Authenticator(
+        key, console, check_password=pam_checker(console.pam_service), user_exists=user_exists, hosts=hosts
+    )
     app = create_app(
         spec,
         slurm=SlurmClient(handle.cluster.runner),
@@ -74,11 +76,10 @@ def running_console(
         commands=UserCommands(key, env=handle.env),
         state_dir=state_dir,
         check_access=check_access,
+        hosts=hosts,
     )
     port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(Guard(app), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
+    server = build_server(app, "127.0.0.1", port, console, hosts=hosts, log_level="warning", lifespan="off")
     thread = threading.Thread(target=server.run, name="console", daemon=True)
     thread.start()
     try:

@@ -70,6 +70,8 @@ def base_document() -> dict[str, Any]:
         "user_header": "X-Remote-User",
         "prometheus_url": "http://127.0.0.1:9090",
         "hub_url": "https://hub.example.org/",
+        "public_url": "https://pool.example.org/",
+        "allowed_hosts": ["pool.example.org"],
     }
     doc["tiers"][3]["grace_time"] = 40  # the fence's seconds fit in k8s-lend's grace
     # A shared cluster (coexist) leaves the default partition to the site; tests render BASE both ways.

@@ -248,7 +248,7 @@ def test_each_method_calls_a_route_of_the_schema(name) -> None:
         seen.append(request)
         return httpx.Response(599, json={"status": 599, "message": "recorded"})
 
-    client = PoolClient("http://pool.test", TOKEN, transport=httpx.MockTransport(handler), env={})
+    client = PoolClient("https://pool.test", TOKEN, transport=httpx.MockTransport(handler), env={})
     with pytest.raises(ApiError):
         CALLS[name](client)
     req = seen[-1]
@@ -295,7 +295,7 @@ def served():
 
         def client_for(user: str | None = "alice", token: str | None = None) -> PoolClient:
             tok = token if token is not None else (mint(KEY, user) if user else None)
-            c = PoolClient("http://testserver", tok, http=tc, env={})
+            c = PoolClient("https://testserver", tok, http=tc, env={})
             clients.append(c)
             return c
 

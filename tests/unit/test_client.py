@@ -21,7 +21,7 @@ from slurm_pool.jobid import JobId
 from slurm_pool.web import models as m
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJhbGljZSJ9.c2lnbmF0dXJl"
-URL = "http://pool.test:8080"
+URL = "https://pool.test:8080"  # plain http only to loopback (issue 49)
 
 JOB = {"job_id": 42, "name": "train", "user": "alice", "project": "proja", "tier": "scavenger", "state": "RUNNING"}
 EXPLAINED = {"ok": True, "tier": "scavenger", "partition": "scavenger", "options": ["--qos=scavenger"]}
@@ -227,9 +227,17 @@ def test_token_defaults_to_the_environment(env, header) -> None:
 @pytest.mark.parametrize(
     "url,ok",
     [
-        ("http://pool.test:8080", True),
+        ("https://pool.test:8080", True),
         ("https://pool.example.org/slurm-pool/", True),
         ("http://[::1]:8080", True),
+        ("http://127.0.0.1:8787", True),
+        ("http://127.8.9.10:8787/", True),
+        ("http://localhost:8787", True),
+        ("http://pool.test:8080", False),  # a token over plain http to another machine
+        ("http://10.0.0.5:8787", False),
+        ("http://[2001:db8::1]:8787", False),
+        ("http://localhost.evil.example", False),
+        ("http://127.0.0.1.nip.io", False),
         ("ftp://pool.test", False),
         ("pool.test:8080", False),
         ("http://", False),
@@ -339,13 +347,13 @@ def test_wait_refuses_bad_arguments(kw) -> None:
         Fake().client().wait(42, **kw)
 
 
-def test_login_sends_the_csrf_token_on_changes() -> None:
+def test_login_sends_the_session_token_on_every_request() -> None:
     fake = Fake()
     c = fake.client(token=None)
     assert c.login("alice", "pw").csrf_token == "c" * 32
     assert json.loads(fake.last.content) == {"user": "alice", "password": "pw"}
-    c.status()
-    assert "x-csrf-token" not in fake.last.headers and "authorization" not in fake.last.headers
+    c.status()  # a session is its cookie and its token, reads included (issue 49)
+    assert fake.last.headers["x-csrf-token"] == "c" * 32 and "authorization" not in fake.last.headers
     c.cancel(42)
     assert fake.last.headers["x-csrf-token"] == "c" * 32
 
@@ -423,6 +431,7 @@ def test_remote_status_json(remote) -> None:
         (["--remote", URL, "status", "--spec", __file__], 2, "No such option '--spec'"),
         (["--remote", URL, "status", "--timeout", "nan"], 2, "is not a finite number"),
         (["--remote", "ftp://x", "status"], 2, "error: url: 'ftp://x' is not an http"),
+        (["--remote", "http://pool.test:8787", "status"], 2, "error: url: 'http://pool.test:8787' is plain http"),
         (["--remote", URL, "--token", "nope", "status"], 2, "error: token: not a JWT"),
     ],
 )

@@ -131,3 +131,25 @@ def test_replace_file_gives_exactly_the_mode_and_never_follows_its_staging_link(
         os.umask(old_umask)
     assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == mode
     assert victim.read_text() == "keep" and not (tmp_path / ".slurm.conf.tmp").exists()
+
+
+@pytest.mark.parametrize("before", [None, 0o644, 0o600, "link"])
+def test_daemon_logs_are_0640_and_never_followed_through_a_link(tmp_path: Path, before: object) -> None:
+    from slurm_pool.localcluster.procs import open_log
+
+    log = tmp_path / "console.out"
+    target = tmp_path / "elsewhere"
+    if before == "link":
+        target.write_text("keep\n")
+        log.symlink_to(target)
+        with pytest.raises(OSError):
+            open_log(log)
+        assert target.read_text() == "keep\n"
+        return
+    if isinstance(before, int):
+        log.write_text("old\n")
+        log.chmod(before)
+    with open_log(log) as out:
+        out.write(b"new\n")
+    assert stat.S_IMODE(log.stat().st_mode) == 0o640
+    assert log.read_text().endswith("new\n")

@@ -223,15 +223,17 @@ def test_login_session_and_csrf() -> None:
     assert res.status_code == 200, res.text
     csrf = res.json()["csrf_token"]
     assert csrf and "HttpOnly" in res.headers["set-cookie"] and "SameSite=Strict" in res.headers["set-cookie"]
-    assert client.get("/api/v1/me").json()["user"] == "alice"
-    assert client.post("/api/v1/jobs/1/hold").status_code == 403  # no CSRF token
-    assert client.post("/api/v1/jobs/1/hold", headers={"X-CSRF-Token": "x" * 43}).status_code == 403
+    assert client.get("/api/v1/me").status_code == 401  # the cookie alone: no session (issue 49)
+    me = client.get("/api/v1/me", headers={"X-CSRF-Token": csrf}).json()
+    assert me["user"] == "alice" and me["csrf_token"] is None  # a GET never hands the token out
+    assert client.post("/api/v1/jobs/1/hold").status_code == 401  # no CSRF token
+    assert client.post("/api/v1/jobs/1/hold", headers={"X-CSRF-Token": "x" * 43}).status_code == 401
     assert slurm.ran == []
     assert client.post("/api/v1/jobs/1/hold", headers={"X-CSRF-Token": csrf}).status_code == 200
     cross = client.post("/api/v1/jobs/1/hold", headers={"X-CSRF-Token": csrf, "Sec-Fetch-Site": "cross-site"})
     assert cross.status_code == 403
     assert client.post("/api/v1/logout", headers={"X-CSRF-Token": csrf}).status_code == 200
-    assert client.get("/api/v1/me").status_code == 401
+    assert client.get("/api/v1/me", headers={"X-CSRF-Token": csrf}).status_code == 401
 
 
 # -- bad input -------------------------------------------------------------------------

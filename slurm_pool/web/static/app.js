@@ -156,9 +156,10 @@
   async function api(method, path, body) {
     const headers = { Accept: "application/json" };
     const init = { method: method, headers: headers, credentials: "same-origin", cache: "no-store" };
+    // The session is the cookie *and* this token, on every request: a cookie replayed alone does nothing.
+    if (state.csrf) headers["X-CSRF-Token"] = state.csrf;
     if (method !== "GET") {
       headers["Content-Type"] = "application/json";
-      if (state.csrf) headers["X-CSRF-Token"] = state.csrf;
       if (body !== undefined) init.body = JSON.stringify(body);
     }
     let resp;
@@ -223,7 +224,7 @@
 
   function applyMe(me) {
     state.me = me;
-    if (typeof me.csrf_token === "string" && me.csrf_token) state.csrf = me.csrf_token;
+    if (typeof me.csrf_token === "string" && me.csrf_token) keepToken(me.csrf_token);
     setText("whoami", me.user);
     const roles = [];
     if (me.operator) roles.push("operator");
@@ -277,12 +278,34 @@
     state.route = null;
   }
 
+  // The session's token comes only in the login's answer; it is kept in this origin's session storage
+  // (per tab, gone when the tab closes), which no other port or site can read, unlike the cookie.
+  const TOKEN_KEY = "slurm-pool-session-token";
+
+  function keepToken(token) {
+    state.csrf = token;
+    try {
+      if (token) window.sessionStorage.setItem(TOKEN_KEY, token);
+      else window.sessionStorage.removeItem(TOKEN_KEY);
+    } catch (err) {
+      // storage turned off: the token lives until the page is left
+    }
+  }
+
+  function storedToken() {
+    try {
+      return window.sessionStorage.getItem(TOKEN_KEY);
+    } catch (err) {
+      return null;
+    }
+  }
+
   function toLogin(message) {
     stopPolling();
     forget();
     state.gen += 1;
     state.me = null;
-    state.csrf = null;
+    keepToken(null);
     state.jobs = null;
     byId("nav").hidden = true;
     byId("who").hidden = true;
@@ -1137,6 +1160,7 @@
 
   function start() {
     wire();
+    state.csrf = storedToken();
     boot();
   }
 
