@@ -458,12 +458,19 @@ class LocalCluster:
     def _start_mysql(self) -> None:
         d = self.layout.root / "mysql"
         data = d / "data"
+        # A private tmpdir: a server starting up removes the temporary tables it finds in its tmpdir, so
+        # two clusters sharing /tmp break each other's mariadb-install-db ("Unknown table
+        # 'mysql.tmp_user_sys'", seen with test clusters started side by side).
+        tmp = d / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.chmod(0o700)
         if not (data / "mysql").exists():
             data.mkdir(parents=True, exist_ok=True)
             res = subprocess.run(
                 [
                     "mariadb-install-db",
                     f"--datadir={data}",
+                    f"--tmpdir={tmp}",
                     "--user=root",
                     "--auth-root-authentication-method=socket",
                     "--skip-test-db",
@@ -479,6 +486,7 @@ class LocalCluster:
                 "mariadbd",
                 "--no-defaults",
                 f"--datadir={data}",
+                f"--tmpdir={tmp}",
                 "--user=root",
                 f"--socket={self.layout.mysql_socket}",
                 f"--port={self.layout.port('mysql')}",

@@ -271,10 +271,10 @@ def start_session_cluster(spec_path: str | Path, slurm: str | None = None) -> tu
         cluster.down()
         shutil.rmtree(state, ignore_errors=True)
         raise
-    except BaseException:
+    except BaseException as exc:
         logs = daemon_logs(state)
         cluster.down()
-        raise RuntimeError(f"local cluster failed to start; logs:\n{logs}") from None
+        raise RuntimeError(f"local cluster failed to start: {exc!r}; logs:\n{logs}") from None
     return ClusterHandle(cluster), state
 
 
