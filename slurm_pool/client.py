@@ -252,6 +252,10 @@ class PoolClient:
         params = {k: _word(k, v) for k, v in given.items() if v is not None}
         return self._get(m.JobList, "/jobs", params)
 
+    def history(self) -> m.JobList:
+        """Jobs that ended in the last two weeks, the latest first (others' as counts by state)."""
+        return self._get(m.JobList, "/jobs/history")
+
     def job(self, id: int | str | JobId) -> m.JobDetail:
         """One job in full, with its timeline."""
         return self._get(m.JobDetail, f"/jobs/{job_id(id)}")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from slurm_pool.cronexit import fail, for_cron
 from slurm_pool.spec import load_spec
 from slurm_pool.text import shown
 
@@ -94,6 +95,7 @@ def apply_accounting_cmd(spec: str, dry_run: bool, prune: bool) -> None:
 
 @click.command()
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="The pool spec.")
+@for_cron
 def doctor(spec_path: str) -> None:
     """Compare the running cluster with what SPEC renders; print each problem and its fix.
 
@@ -106,12 +108,11 @@ def doctor(spec_path: str) -> None:
     try:
         findings, lines = doc.run(s, SubprocessRunner())
     except CommandError as exc:
-        click.echo(f"slurm-pool doctor: cannot ask Slurm: {shown(exc)}", err=True)
-        raise SystemExit(1) from None
+        fail(f"doctor: cannot ask Slurm: {exc}")
     for line in lines:  # node names, GRES and reasons as Slurm printed them
         click.echo(shown(line))
     if findings:
-        raise SystemExit(1)
+        fail(f"doctor: {len(findings)} problem(s) found, each printed above with its fix")
 
 
 __all__ = ["validate", "render", "apply", "doctor"]

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import click
 
 from slurm_pool.adapters.runner import Runner
+from slurm_pool.cronexit import for_cron
 from slurm_pool.errors import InputError
 from slurm_pool.policy.overflow import Move, plan_moves, waiting_jobs
 from slurm_pool.spec import load_spec
@@ -85,11 +86,14 @@ def guarantees() -> None:
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="The pool spec.")
 @click.option("--dry-run", is_flag=True, help="Print the moves; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the moves as JSON.")
+@for_cron
 def reconcile_cmd(spec_path: str, dry_run: bool, as_json: bool) -> None:
     """Move pending jobs that overflowed a full guarantee back into it, oldest first, while they fit.
 
     Only jobs job_submit.lua tagged (admin comment "slurm-pool: overflow of <QOS>")
-    and left where it sent them; running jobs stay.  Exit status 0; 2 on bad input.
+    and left where it sent them; running jobs stay.  Exit status 0 (a move Slurm refused
+    is reported and left for the next pass); 1 when Slurm cannot be asked, 2 on bad input,
+    each with its reason in one line on stderr.
     """
     from slurm_pool.adapters.runner import SubprocessRunner
 

@@ -22,6 +22,7 @@ import yaml
 
 from slurm_pool.clitypes import PositiveSeconds, StrictInt
 from slurm_pool.conf_cli import slurm_version_option, target_version
+from slurm_pool.cronexit import fail, for_cron
 from slurm_pool.errors import InputError, PoolError
 from slurm_pool.mig.catalogue import canonical_model, known_models
 from slurm_pool.mig.profiles import GEOMETRIES
@@ -392,6 +393,7 @@ def _check_options(ssh: dict[str, Any]) -> None:
     "--restart-slurmctld", default="systemctl restart slurmctld", show_default=True, help="ssh: on the controller."
 )
 @click.option("--restart-slurmd", default="systemctl restart slurmd", show_default=True, help="ssh: on the node.")
+@for_cron
 def apply(
     plan_path: str,
     dry_run: bool,
@@ -461,7 +463,7 @@ def apply(
     else:
         _print_report(report)
     if not report.ok:
-        sys.exit(1)
+        fail(f"mig apply: {report.failure()}")
 
 
 def _apply_managed(
@@ -505,7 +507,9 @@ def _apply_managed(
             click.echo(line, err=done.code == 2)
         if done.report is not None:
             _print_report(done.report)
-    sys.exit(done.code)
+    if done.code:
+        fail(f"mig apply: {done.failure()}", done.code)
+    sys.exit(0)
 
 
 def _ssh_controls(model: str, version: SlurmVersion, opts: dict[str, Any]) -> tuple[Any, Any]:

@@ -138,6 +138,16 @@ def shown(value: object) -> str:
     return _CONTROL.sub(lambda m: _escape(m.group()), text)
 
 
+def shown_lines(value: object) -> str:
+    """:func:`shown`, keeping its line breaks: ``\r\n`` becomes ``\n``, every other control is escaped.
+
+    For messages shown as text (an HTML element's ``textContent`` with ``white-space: pre-wrap``), where
+    a line break is layout, not a control.
+    """
+    text = value if isinstance(value, str) else str(value)
+    return "\n".join(shown(line) for line in text.replace("\r\n", "\n").split("\n"))
+
+
 def markup_safe(value: object) -> str:
     """:func:`shown`, with Rich markup escaped too, for text put into a Rich markup string."""
     from rich.markup import escape

@@ -15,7 +15,8 @@ failed or was refused (a PodDisruptionBudget's 429 is retried by the next
 run) or a Kubernetes object could not be read (the run then held still), 2 for
 a bad spec or an answer from Slurm or Kubernetes that made a safe plan
 impossible (nothing was changed).  Every text from them is shown
-terminal-safe.
+terminal-safe; every non-zero exit says why in one ``error:`` line on stderr
+(the report stays on stdout).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from datetime import datetime, timezone
 import click
 
 from slurm_pool.clitypes import Finite, StrictInt
+from slurm_pool.cronexit import fail, for_cron
 from slurm_pool.errors import InputError, Issue, SpecError
 from slurm_pool.spec.bridge import Bridge
 from slurm_pool.text import matches, shown
@@ -70,6 +72,7 @@ def parse_now(value: str | None, config: Bridge) -> datetime:
     help="Delete pods whose eviction is still refused this many seconds after the reclaim began.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
+@for_cron
 def rebalance(
     spec_path: str, kubeconfig: str | None, dry_run: bool, now: str | None, force_after: int | None, as_json: bool
 ) -> None:
@@ -128,7 +131,7 @@ def rebalance(
     else:
         click.echo(report.text())
     if report.exit_code:
-        raise click.exceptions.Exit(report.exit_code)
+        fail(f"rebalance: {report.failure()}", report.exit_code)
 
 
 @click.command("fence-node")

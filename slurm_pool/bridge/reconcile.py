@@ -53,6 +53,22 @@ class Report:
         """0, or 1 when a step failed or a Kubernetes object could not be read (the run held still)."""
         return 0 if self.ok and not self.plan.unreadable else 1
 
+    def failure(self) -> str:
+        """Why :attr:`exit_code` is 1, in one line ("" when it is 0)."""
+        why = []
+        if self.failed:
+            first = self.failed[0]
+            detail = "; ".join(first.errors) or first.detail
+            why.append(
+                f"{len(self.failed)} of {len(self.results)} step(s) failed, first {first.kind} on {first.node}: {detail}"
+            )
+        if self.plan.unreadable:
+            why.append(
+                f"held still: {len(self.plan.unreadable)} Kubernetes object(s) cannot be read, "
+                f"first {self.plan.unreadable[0]}"
+            )
+        return shown("; ".join(why))
+
     def to_dict(self) -> dict[str, Any]:
         data = self.plan.to_dict()
         data.update(

@@ -12,7 +12,7 @@ from slurm_pool.clitypes import Finite, StrictInt
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option(
     "--checkpoint-dir",
-    type=click.Path(file_okay=False),
+    type=click.Path(),  # one that cannot be used is warned about, and the command still runs
     default=None,
     help="Checkpoint directory (default: $SLURM_POOL_CHECKPOINT_DIR, the SPANK option, "
     "or <checkpoint_base_dir>/<user>/<job id>).",

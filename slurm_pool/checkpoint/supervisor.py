@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -122,6 +123,7 @@ class Supervisor:
         self.timer_due: float | None = None
         self.poll_due: float | None = None
         self.requeued = False
+        self.checkpointing = True  # the directory can be used (:meth:`usable_dir`)
         self.self_requeues: int | None = None
         self.last_request: Request | None = None
         self._wake_r = self._wake_w = -1
@@ -244,20 +246,23 @@ class Supervisor:
         self.timer_due = None
         left = "no deadline" if deadline is None else f"{deadline - now:.0f}s until Slurm kills the job"
         self.log(f"{'SIG' + name if name else 'timer'}: {reason} ({evidence}); {left}")
-        control.write(
-            self.st.checkpoint_dir,
-            control.REQUEST,
-            {
-                "id": req.id,
-                "run": self.run_id,
-                "reason": reason,
-                "evidence": evidence,
-                "signal": req.signal,
-                "time": now,
-                "deadline": deadline,
-                "baseline_step": req.baseline,
-            },
-        )
+        try:
+            control.write(
+                self.st.checkpoint_dir,
+                control.REQUEST,
+                {
+                    "id": req.id,
+                    "run": self.run_id,
+                    "reason": reason,
+                    "evidence": evidence,
+                    "signal": req.signal,
+                    "time": now,
+                    "deadline": deadline,
+                    "baseline_step": req.baseline,
+                },
+            )
+        except OSError as exc:  # the directory went away or was never usable: the signal still goes on
+            self.log(f"cannot write the request for the command: {exc.strerror or exc}")
         if forward is not None:
             self.forward(forward)
 
@@ -375,8 +380,27 @@ class Supervisor:
         except (BlockingIOError, OSError):
             pass
 
+    def usable_dir(self) -> bool:
+        """Create the checkpoint directory if needed; False (and one warning) when it cannot be used.
+
+        A directory that is a file, a symlink loop, or not writable never stops the job:
+        its command runs without checkpoints (it starts from scratch after a requeue).
+        """
+        d = self.st.checkpoint_dir
+        try:
+            os.makedirs(d, 0o700, exist_ok=True)
+            if not os.access(d, os.W_OK | os.X_OK):
+                raise PermissionError(13, "not writable by this user")
+        except OSError as exc:
+            self.log(
+                f"warning: checkpoint directory {d} cannot be used ({_unusable(d, exc)}); "
+                f"running the command without checkpoints: it will not resume after a preemption or a requeue"
+            )
+            return False
+        return True
+
     def run(self) -> int:
-        os.makedirs(self.st.checkpoint_dir, 0o700, exist_ok=True)
+        self.checkpointing = self.usable_dir()
         self._install()
         code = 1
         try:
@@ -387,8 +411,12 @@ class Supervisor:
                     self.poll_due = self.clock() + self.poll_seconds
             steps = store.steps(self.st.checkpoint_dir)
             self.log(
-                f"job {self.job_id or '-'} restart {self.st.restart_count}, checkpoints in "
-                f"{self.st.checkpoint_dir} (latest step {steps[-1] if steps else 'none'})"
+                f"job {self.job_id or '-'} restart {self.st.restart_count}, "
+                + (
+                    f"checkpoints in {self.st.checkpoint_dir} (latest step {steps[-1] if steps else 'none'})"
+                    if self.checkpointing
+                    else "no checkpoints"
+                )
             )
             try:
                 self.child = subprocess.Popen(self.argv, env=self._child_env())
@@ -453,6 +481,8 @@ class Supervisor:
             self._sleep(min(wake) - now)
 
     def _write_outcome(self, code: int) -> None:
+        if not self.checkpointing:  # no directory to write it into (said once, at the start)
+            return
         req = self.request or self.last_request
         latest = store.latest(self.st.checkpoint_dir)
         try:
@@ -477,3 +507,16 @@ class Supervisor:
             )
         except OSError as exc:
             self.log(f"cannot write the outcome: {exc}")
+
+
+def _unusable(path: str, exc: OSError) -> str:
+    """Why ``path`` is no directory to write into, in words."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        if os.path.islink(path):
+            return f"a symbolic link that cannot be followed: {err.strerror or err}"
+        return exc.strerror or str(exc)
+    if not stat.S_ISDIR(st.st_mode):
+        return "a file, not a directory"
+    return exc.strerror or str(exc)

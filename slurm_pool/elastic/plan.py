@@ -65,22 +65,25 @@ def rdzv_port(core_id: int | str) -> int:
     return PORT_BASE + int(core_id) % PORT_SPAN
 
 
-#: Stands for the core's own job id in its script (the shell expands it).
-CORE_ID = "$SLURM_JOB_ID"
+#: The core's own job id in its script: the one word the shell expands (the job's words never are).
+CORE_ID = '"$SLURM_JOB_ID"'
 
 
-def _q(argv: tuple[str, ...] | list[str]) -> str:
-    """A shell line; :data:`CORE_ID` stays a variable, everything else is quoted."""
-    return " ".join(f'"{a}"' if a == CORE_ID else shlex.quote(a) for a in argv)
+def _node_line(job: ElasticJob, core: str) -> str:
+    """The ``elastic node`` command as one shell line.
 
-
-def _node_argv(job: ElasticJob, core: str) -> list[str]:
-    return [
-        *job.slurm_pool, "elastic", "node", "--core", core, "--min", str(job.min_nodes), "--max", str(job.max_nodes),
+    ``core`` is shell text the tool owns (:data:`CORE_ID`, or a quoted job id);
+    every other word -- the job's command, ``--torchrun`` -- is quoted, so the
+    job gets it as it was given, ``$SLURM_JOB_ID`` and all.
+    """
+    head = [*job.slurm_pool, "elastic", "node", "--core"]
+    tail = [
+        "--min", str(job.min_nodes), "--max", str(job.max_nodes),
         "--torchrun", job.torchrun, "--nproc-per-node", str(job.nproc_per_node),
         "--max-restarts", str(job.max_restarts), "--last-call-timeout", str(job.last_call_timeout),
         "--", *job.command,
     ]  # fmt: skip
+    return " ".join([shlex.join(head), core, shlex.join(tail)])
 
 
 def _exports(job: ElasticJob) -> list[str]:
@@ -94,7 +97,7 @@ def core_script(job: ElasticJob) -> str:
         f"#SBATCH --nodes={job.min_nodes}",
         "#SBATCH --ntasks-per-node=1",
         *_exports(job),
-        f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 {_q(_node_argv(job, CORE_ID))}",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 {_node_line(job, CORE_ID)}",
         "rc=$?",
         'scancel --name="elastic-$SLURM_JOB_ID-ext" --user="$(id -un)" || true',
         "exit $rc",
@@ -110,7 +113,7 @@ def extension_script(job: ElasticJob, core_id: int) -> str:
             "#!/bin/bash",
             "#SBATCH --nodes=1",
             *_exports(job),
-            f"exec {_q(_node_argv(job, str(core_id)))}",
+            f"exec {_node_line(job, shlex.quote(str(core_id)))}",
             "",
         ]
     )

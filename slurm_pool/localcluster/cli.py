@@ -53,7 +53,11 @@ _state_opt = click.option(
 @cluster.command()
 @_spec_opt
 @_state_opt
-@click.option("--port-base", type=StrictInt(1024, 65000), help="First of the loopback ports to use (default 16800).")
+@click.option(
+    "--port-base",
+    type=StrictInt(1024, 65000),
+    help="First of the loopback ports to use (default: 16800, or for a new cluster the next free base, in steps of 200).",
+)
 @click.option(
     "--slurm",
     help="Slurm to run: an install prefix, or the version of a build cached by "

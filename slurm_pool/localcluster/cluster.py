@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING
 from slurm_pool.adapters.runner import CommandError, Runner, SubprocessRunner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.errors import PoolError
-from slurm_pool.localcluster import nodefiles
+from slurm_pool.localcluster import nodefiles, ports
 from slurm_pool.localcluster.console import ensure_jwt_key
 from slurm_pool.localcluster.procs import ProcTable, wait_for
 from slurm_pool.localcluster.slurmbuild import BuildError, resolve_prefix
@@ -119,9 +119,8 @@ class LocalCluster:
         self.spec: PoolSpec = load_spec(self.spec_path)
         root = Path(state_dir) if state_dir else default_state_dir(self.spec.cluster.name)
         saved = saved_record(root)
-        base = _port_base(
-            port_base or saved.get("port_base") or os.environ.get("SLURM_POOL_PORT_BASE") or DEFAULT_PORT_BASE
-        )
+        chosen = port_base or saved.get("port_base") or os.environ.get("SLURM_POOL_PORT_BASE")
+        base = _port_base(chosen or DEFAULT_PORT_BASE)
         if slurm is not None:
             try:
                 prefix: Path | None = resolve_prefix(slurm)
@@ -130,6 +129,10 @@ class LocalCluster:
         else:
             prefix = Path(saved["slurm_prefix"]) if saved.get("slurm_prefix") else None
         self.layout = Layout(root.resolve(), int(base), prefix)
+        if not chosen:  # a new cluster: the first base no other cluster holds
+            others = ports.clusters([self.layout.root, default_state_dir()])
+            wanted = [p - base for p in self.service_ports().values()]
+            self.layout.port_base = ports.free_base(base, others, wanted)
         # Checkpoints stay inside the state directory: job ids restart at 1 in
         # every new local cluster, so a shared base would hand a new job 1 the
         # checkpoints of an old job 1.
@@ -144,9 +147,30 @@ class LocalCluster:
     def nodes(self) -> list[str]:
         return [n for g in self.spec.node_groups for n in expand(g.hosts)]
 
+    def service_ports(self) -> dict[str, int]:
+        """The process name -> loopback port of each daemon that listens (slurmd: one per node)."""
+        L = self.layout
+        out = {
+            name: L.port(what)
+            for name, what in (("mysql", "mysql"), ("slurmdbd", "slurmdbd"), ("slurmctld", "slurmctld"))
+        }
+        out.update({f"slurmd-{n}": L.port_base + 100 + i for i, n in enumerate(self.nodes())})
+        return out
+
+    def check_ports(self) -> None:
+        """ClusterError naming the holder when a port a daemon not yet running here needs is taken."""
+        others = ports.clusters([self.layout.root, default_state_dir()])
+        for name, port in self.service_ports().items():
+            if not self.procs.running(name) and ports.busy(port):
+                raise ClusterError(
+                    f"port {port} ({name}) is in use by {ports.holder(port, others, self.layout.root)}: "
+                    f"stop that cluster (slurm-pool cluster down --state-dir DIR), or give this one other ports "
+                    f"with --port-base (for example {ports.free_base(self.layout.port_base + ports.SPAN, others, [0])})"
+                )
+
     def site(self) -> Site:
         L = self.layout
-        ports = {n: L.port_base + 100 + i for i, n in enumerate(self.nodes())}
+        node_ports = {n: L.port_base + 100 + i for i, n in enumerate(self.nodes())}
         return Site(
             conf_dir=str(L.etc),
             control_host=socket.gethostname(),
@@ -165,7 +189,7 @@ class LocalCluster:
             storage_user="slurm",
             storage_pass=self._db_password(),
             munge_socket=str(L.munge_socket),
-            node_ports=ports,
+            node_ports=node_ports,
             node_addr="127.0.0.1",
             node_hostname=socket.gethostname(),
             dev_dir=str(L.root / "dev"),
@@ -317,6 +341,7 @@ class LocalCluster:
         """Check the programs, make the state directories and record the cluster in ``cluster.json``."""
         L = self.layout
         self._check_programs()
+        self.check_ports()
         for d in (L.root, L.etc, L.run, L.log, L.root / "munge", L.root / "spool" / "ctld", L.root / "checkpoints"):
             d.mkdir(parents=True, exist_ok=True)
         (L.root / "checkpoints").chmod(0o755)
@@ -366,8 +391,8 @@ class LocalCluster:
         from slurm_pool.localcluster.notebooks import Hub
 
         L = self.layout
-        ports = {what: L.port(what) for what in ("proxy", "hub", "proxy_api")}
-        return Hub(L.root / "hub", ports, L.etc, L.env(), self.procs)
+        hub_ports = {what: L.port(what) for what in ("proxy", "hub", "proxy_api")}
+        return Hub(L.root / "hub", hub_ports, L.etc, L.env(), self.procs)
 
     def up_notebooks(self, timeout: float = 120.0, log: IO[str] = sys.stderr) -> "Hub":
         """Start JupyterHub beside the running cluster (its environment is built once, cached)."""

@@ -121,6 +121,11 @@ class ApplyReport:
     def ok(self) -> bool:
         return not any(r.status == "failed" for r in self.results)
 
+    def failure(self) -> str:
+        """Which nodes failed and the first one's reason, in one line ("" when :attr:`ok`)."""
+        bad = [r for r in self.results if r.status == "failed"]
+        return f"{len(bad)} node(s) failed, left drained; first {bad[0].node}: {bad[0].error}" if bad else ""
+
     def to_dict(self) -> dict[str, object]:
         return {"ok": self.ok, "nodes": [r.__dict__ for r in self.results]}
 

@@ -266,6 +266,17 @@ class ManagedResult:
             out.append("nothing to change")
         return [shown(x) for x in out]
 
+    def failure(self) -> str:
+        """Why :attr:`code` is not 0, in one line ("" when it is)."""
+        s = self.survey
+        if self.code == 2 and s.problems:
+            return f"refused, nothing done: {s.problems[0]} ({len(s.problems)} problem(s))"
+        if self.report is not None and not self.report.ok:
+            return self.report.failure()
+        if self.code:
+            return f"{len(s.waiting)} node(s) wait for config management to carry the printed change"
+        return ""
+
     def to_dict(self) -> dict[str, Any]:
         s = self.survey
         return {

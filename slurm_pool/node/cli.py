@@ -13,6 +13,7 @@ import sys
 import click
 
 from slurm_pool.clitypes import Finite
+from slurm_pool.cronexit import fail, for_cron
 
 _config = click.option(
     "--config",
@@ -71,6 +72,7 @@ def checkpoints() -> None:
     help="Keep a gone job's directory until nothing in it changed for this long.",
 )
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@for_cron
 def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: bool) -> None:
     """Remove the directories of jobs that left the queue KEEP_DAYS ago (for cron, as root)."""
     import os
@@ -93,9 +95,9 @@ def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: 
     try:  # assert first: without the whole queue nothing is removed
         queued = pr.queued(SubprocessRunner())
     except (CommandError, OSError) as exc:  # squeue failed (or could not be run): exit 1
-        raise PoolError(shown(f"cannot read the queue, nothing removed: {exc}")) from None
+        raise PoolError(f"cannot read the queue, nothing removed: {exc}") from None
     except InputError as exc:  # squeue answered, but not with a queue: exit 2
-        raise InputError(shown(f"cannot read the queue, nothing removed: {exc}")) from None
+        raise InputError(f"cannot read the queue, nothing removed: {exc}") from None
     failed = removed = 0
     for d in pr.plan(entries, queued, time.time(), keep_days):
         where = shown(f"{base}/{d.entry.rel}")
@@ -116,4 +118,4 @@ def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: 
     if not dry_run:
         click.echo(f"{removed} removed, {len(entries) - removed - failed} kept, {failed} failed")
     if failed:
-        sys.exit(1)
+        fail(f"checkpoints prune: {failed} director{'y' if failed == 1 else 'ies'} could not be removed")

@@ -82,8 +82,10 @@ class Hooks:
         clock: Callable[[], float] = time.time,
         log: Log | None = None,
         node: str | None = None,
+        users: Callable[[str], int | None] | None = None,
     ):
         self.cfg, self.env, self.clock = cfg, env, clock
+        self.users = users  # a user name's uid (None: this node's user database)
         self.node = node_name(env, node)
         self.log = log or Log(cfg.get("log"))
         self._runner, self._source = runner, source
@@ -322,7 +324,7 @@ class Hooks:
 
         env = self.env
         try:
-            job, user, uid, gid = jobdir.job_identity(env)
+            job, user, uid, gid = jobdir.job_identity(env, self.users or jobdir.uid_of)
             self._note_run_start(job)
             path, chosen = jobdir.checkpoint_dir(self.cfg.get("checkpoint_base_dir"), env)
             what = jobdir.prepare(self.cfg.get("checkpoint_base_dir"), path, user, uid, gid)
@@ -371,7 +373,7 @@ class Hooks:
         if env.get("SLURM_JOB_PARTITION") == self.cfg.get("lend_partition"):
             self.free_lent_gpus()
         try:
-            job, user, uid, _gid = jobdir.job_identity(env)
+            job, user, uid, _gid = jobdir.job_identity(env, self.users or jobdir.uid_of)
             path, _ = jobdir.checkpoint_dir(self.cfg.get("checkpoint_base_dir"), env)
             info = None
             if self.cfg.flag("epilog_query"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import stat
 from typing import Any, Callable
@@ -52,19 +53,47 @@ class JobDirError(PoolError, RuntimeError):
     """The checkpoint directory could not be prepared safely."""
 
 
-def job_identity(env: dict[str, str]) -> tuple[str, str, int, int]:
-    """``(job id, user, uid, gid)`` from slurmd's variables, validated."""
+#: A user name's uid on this node (None: no such user); the hooks may pass another (tests).
+Users = Callable[[str], int | None]
+
+
+def uid_of(user: str) -> int | None:
+    """``user``'s uid in this node's user database, or None."""
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def _job_and_user(env: dict[str, str]) -> tuple[str, str]:
     job = env.get("SLURM_JOB_ID", "")
     user = env.get("SLURM_JOB_USER", "")
-    uid, gid = env.get("SLURM_JOB_UID", ""), env.get("SLURM_JOB_GID", "")
     try:
         own_id(job)
     except JobIdError as exc:
         raise JobDirError(str(exc)) from None
     if not NAME_RE.fullmatch(user) or user in (".", ".."):
         raise JobDirError(f"SLURM_JOB_USER {user!r} is not a user name")
+    return job, user
+
+
+def job_identity(env: dict[str, str], users: Users = uid_of) -> tuple[str, str, int, int]:
+    """``(job id, user, uid, gid)`` from slurmd's variables, validated.
+
+    The uid is Slurm's word for who runs the job; the name only chooses a
+    directory, so it must be that uid's name on this node.  A name and a uid
+    that disagree are refused: root would otherwise hand one user's
+    ``<base>/<user>`` to another.
+    """
+    job, user = _job_and_user(env)
+    uid, gid = env.get("SLURM_JOB_UID", ""), env.get("SLURM_JOB_GID", "")
     if not _UID_RE.fullmatch(uid):
         raise JobDirError(f"SLURM_JOB_UID {uid!r} is not a uid")
+    known = users(user)
+    if known is None:
+        raise JobDirError(f"SLURM_JOB_USER {user!r} is not a user on this node (SLURM_JOB_UID {uid}); refused")
+    if known != int(uid):
+        raise JobDirError(f"SLURM_JOB_USER {user!r} is uid {known}, not SLURM_JOB_UID {uid}; refused")
     return job, user, int(uid), int(gid) if _UID_RE.fullmatch(gid) else -1
 
 
@@ -79,7 +108,7 @@ def checkpoint_dir(base: str, env: dict[str, str]) -> tuple[str, bool]:
     chosen = env.get("SPANK_SLURM_POOL_CHECKPOINT_DIR", "")
     if chosen.startswith("/"):
         return "/" + "/".join(_components(chosen)), True
-    job, user, _, _ = job_identity(env)
+    job, user = _job_and_user(env)
     if not chosen:
         return "/" + "/".join(_components(base) + [user, job]), False
     rel = [p for p in chosen.split("/") if p]

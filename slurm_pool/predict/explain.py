@@ -200,7 +200,12 @@ def alternatives(pool: PoolModel, forecast: Forecast, job: LiveJob) -> list[Alte
         start = fit(forecast, job.job_id, gpus, profile, duration, where, pool.grace, floating)
         out.append(Alternative(what, how, start))
 
+    current = pool.rules.get(here.tier if here is not None else job.qos)
+    declared = current is not None and current.checkpoint == "reject"  # its tier took it: it checkpoints
     for q in pool.partitions_for(job.account):
+        rule = pool.rules.get(q.tier)
+        if rule is not None and rule.refuses(q.tier, job.gpus, job.limit, declared):
+            continue  # the submit policy would refuse the move: never suggested
         if here is None or q.name != here.name:
             where = pool.project(q, job.account)
             move = f"scontrol update JobId={job.job_id} Partition={q.name} QOS={pool.qos(q, job.account)}"

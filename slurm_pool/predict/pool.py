@@ -13,7 +13,7 @@ and the floating partition over every node nobody owns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_pool.adapters.slurmjson import parse_duration
@@ -46,6 +46,26 @@ class Queue:
         return asked if asked is not None else (self.default_time or self.max_time)
 
 
+@dataclass(frozen=True, slots=True)
+class TierRule:
+    """What the submit policy (job_submit.lua) demands of a job in one tier (spec ``tiers[].policy``)."""
+
+    max_gpus: int | None = None
+    require_time: bool = False
+    checkpoint: str = "none"  # "reject": its jobs must declare checkpointing
+
+    def refuses(self, tier: str, gpus: int, limit: float | None, declared: bool) -> str:
+        """Why a job of ``gpus`` GPUs and time ``limit`` (None: none) is refused here ("" if it is not);
+        ``declared``: the job is known to declare checkpointing."""
+        if self.max_gpus is not None and gpus > self.max_gpus:
+            return f"tier {tier} allows at most {self.max_gpus} GPU(s) per job"
+        if self.require_time and limit is None:
+            return f"tier {tier} requires a time limit"
+        if self.checkpoint == "reject" and not declared:
+            return f"tier {tier} takes only jobs that checkpoint"
+        return ""
+
+
 @dataclass(frozen=True)
 class PoolModel:
     """What a forward run needs from the spec."""
@@ -71,6 +91,8 @@ class PoolModel:
     guarantees: tuple[tuple[str, int], ...] = ()
     #: The tier the guarantees' QOS copy (None: no guarantees section).
     guarantee_tier: str | None = None
+    #: Each tier's submit policy (a tier not named: none).
+    rules: dict[str, TierRule] = field(default_factory=dict)
 
     @classmethod
     def from_spec(cls, spec: Any) -> "PoolModel":
@@ -114,6 +136,10 @@ class PoolModel:
             bridge=bridge if lend is not None else None,
             guarantees=guarantees_from_spec(spec),
             guarantee_tier=spec.guarantees.tier if spec.guarantees is not None else None,
+            rules={
+                t.name: TierRule(t.policy.max_gpus_per_job, t.policy.require_time_limit, t.policy.checkpoint)
+                for t in spec.tiers
+            },
         )
 
     @property

@@ -90,7 +90,7 @@ class UserCommands:
 def refusal(res: Result) -> ActionError:
     """The error a failed command becomes: Slurm's words (control characters shown), and a status."""
     said = (res.stderr or res.stdout or "").strip() or f"{res.argv[0]} exited {res.returncode}"
-    message = text.shown(said)[:MAX_MESSAGE]
+    message = text.shown_lines(said)[:MAX_MESSAGE]  # Slurm's lines stay lines (the page keeps them)
     if res.returncode in (126, 127):  # could not be run as the user at all
         return ActionError(503, f"{res.argv[0]} could not be run: {message}")
     if res.returncode == 124:

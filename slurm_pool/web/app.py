@@ -79,7 +79,7 @@ def _json(body: bytes) -> Response:
 
 
 def _problem(status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None) -> Response:
-    body = models.Problem(status=status, message=text.shown(message)[:2000], field=field)
+    body = models.Problem(status=status, message=text.shown_lines(message)[:2000], field=field)  # lines kept
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
@@ -378,6 +378,15 @@ def create_app(
                 if jobs_cache.get("snap") is snap and len(jobs_cache) <= MAX_CACHED:
                     jobs_cache[key] = hit
         return _json(hit)
+
+    @app.get(f"{API}/jobs/history", response_model=models.JobList, responses=ERRORS, tags=["jobs"])
+    def get_history(who: Who) -> models.JobList:
+        """Jobs that ended in the last two weeks (the accounting's, read at most every ``slow_seconds``)."""
+        try:
+            runs = reader.runtime_history()
+        except Exception as exc:  # noqa: BLE001 -- Slurm failing is Slurm's problem, said as such
+            raise ApiError(502, f"reading finished jobs from the accounting (sacct) failed: {exc}") from None
+        return views.history(viewer(who), runs)
 
     def find(ref: JobId, me: views.Viewer) -> tuple[JobRecord, JobRecord | None]:
         """Job ``ref`` (queue first, else accounting) and its queue record; 404, or 403 if ``me`` may not see it

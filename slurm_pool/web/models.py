@@ -168,6 +168,8 @@ class JobDetail(Response):
     restarts: int = 0
     #: Seconds between the last checkpoint and the last preemption, when the epilog recorded one.
     checkpoint_age_s: Optional[float] = None
+    #: Where the job's output file is, as the accounting records it ("" when it does not say).
+    output: str = ""
 
 
 class SubmitRequest(Request):
@@ -200,6 +202,8 @@ class Explanation(Response):
     notes: list[str] = []
     #: Why it would be refused, and what to change.
     refusals: list[str] = []
+    #: Where the job's output goes (``%j`` is the job id; ``~`` the user's home, where sbatch runs).
+    output: str = ""
 
 
 class Submitted(Response):

@@ -34,8 +34,7 @@ from slurm_pool.policy.tables import PolicyTables
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.spec.ranges import no_time_limit
-from slurm_pool.spec.rules import partition_groups
-from slurm_pool.web import models
+from slurm_pool.web import fit, models
 
 #: Job state words that end a job's life (or one run of it).
 FINISHED = frozenset(
@@ -198,7 +197,12 @@ def sample(nodes: Sequence[NodeRecord], jobs: Sequence[JobRecord], now: float, l
 
 # -- jobs -------------------------------------------------------------------------------
 def job_view(job: JobRecord) -> models.JobView:
-    """A job record as the API shows it (free text with its control characters shown)."""
+    """A job record as the API shows it (free text with its control characters shown).
+
+    A job that waits has no start or end yet: the times Slurm's record holds then are its own
+    guesses (``squeue --start``), which the console would show beside the pool's forecast.
+    """
+    waiting = job.waiting
     return models.JobView(
         job_id=job.job_id,
         name=text.shown(job.name),
@@ -213,8 +217,8 @@ def job_view(job: JobRecord) -> models.JobView:
         gpu_types={text.shown(k): v for k, v in job.gpu_types.items()},
         shards=job.shards,
         submit_time=job.submit_time,
-        start_time=job.start_time,
-        end_time=job.end_time,
+        start_time=None if waiting else job.start_time,
+        end_time=None if waiting else job.end_time,
         time_limit_s=job.time_limit,
         restart_count=job.restart_count,
     )
@@ -340,7 +344,35 @@ def job_detail(
     events, restarts, age = timeline(runs, outcomes, current)
     view = job_view(job)
     view.restart_count = max(view.restart_count, restarts)
-    return models.JobDetail(job=view, timeline=events, restarts=restarts, checkpoint_age_s=age)
+    return models.JobDetail(
+        job=view, timeline=events, restarts=restarts, checkpoint_age_s=age, output=output_file(job, runs)
+    )
+
+
+def output_file(job: JobRecord, runs: Sequence[JobRecord]) -> str:
+    """Where the job's output goes, from the accounting's record ("" when it does not say).
+
+    Slurm 24.05+ records the path (``stdout_expanded``); older releases record the pattern
+    (``stdout``) or only the working directory, where sbatch's default ``slurm-<id>.out`` goes.
+    """
+    for run in reversed(runs):
+        raw = run.raw
+        for key in ("stdout_expanded", "stdout"):
+            value = raw.get(key)
+            if isinstance(value, str) and value:
+                return text.shown(value.replace("%j", str(job.job_id)).replace("%u", job.user))
+        wd = raw.get("working_directory")
+        if isinstance(wd, str) and wd.startswith("/"):
+            return text.shown(f"{wd.rstrip('/')}/slurm-{job.job_id}.out (unless the script set --output)")
+    return ""
+
+
+def history(who: Viewer, runs: Iterable[JobRecord]) -> models.JobList:
+    """The finished jobs ``who`` may see in full, the latest end first; the others as counts by state."""
+    done = [r for r in runs if r.state.base in FINISHED]
+    listed = job_list(who, done, sort="-start_time")
+    listed.jobs.sort(key=lambda j: (j.end_time or 0.0, j.job_id), reverse=True)
+    return listed
 
 
 # -- projects ---------------------------------------------------------------------------
@@ -382,20 +414,6 @@ def projects(
 
 
 # -- the submit policy ------------------------------------------------------------------
-def _partition_nodes(spec: PoolSpec, partition: str) -> set[str]:
-    part = next((p for p in spec.partitions if p.name == partition), None)
-    if part is None:
-        return set()
-    out: set[str] = set()
-    for g in spec.node_groups:
-        if g.name in partition_groups(spec, part.nodes):
-            try:
-                out.update(expand(g.hosts))
-            except HostlistError:
-                continue
-    return out
-
-
 def _mig_type(tables: PolicyTables, profile: str, allowed: Sequence[str]) -> str | None:
     """The pool's MIG GRES type for ``profile`` (``nvidia_a100_3g.40gb`` or the bare profile), among ``allowed``."""
     for t in tables.gpu_types:
@@ -440,7 +458,6 @@ def explain(
         f"--job-name={req.name}",
     ]
     chosen = [k for k, v in (("gpu_type", req.gpu_type), ("mig", req.mig), ("shards", req.shards)) if v]
-    units = req.gpus
     if len(chosen) > 1:
         refusals.append(f"ask for one of a GPU type, a MIG profile or shards, not {' and '.join(chosen)}")
     elif req.mig:
@@ -453,13 +470,11 @@ def explain(
             )
         else:
             opts.append(f"--gres=gpu:{gtype}:1")
-            units = 1
             notes.append(f"one MIG slice {gtype} (a slice counts as one GPU)")
     elif req.shards:
         if not any(g.gpus and g.gpus.shards for g in spec.node_groups):
             refusals.append("this pool shares no GPU as shards (no node group sets gpus.shards)")
         opts.append(f"--gres=shard:{req.shards}")
-        units = 0
         notes.append(f"{req.shards} shard(s) of one shared GPU")
     elif req.gpus:
         if req.gpu_type:
@@ -473,6 +488,14 @@ def explain(
             opts.append(f"--gres=gpu:{req.gpus}")
             if rule.gpu_shards and req.gpus == 1:
                 notes.append(f"tier {req.tier!r} shares GPUs: one GPU of no type becomes {rule.gpu_shards} shard(s)")
+    if req.nodes:
+        opts.append(f"--nodelist={req.nodes}")
+    asked = fit.ask(opts, req.script)  # the script's #SBATCH lines add what the form does not pass
+    notes += asked.notes
+    refusals += asked.problems
+    if not req.mig:  # a MIG slice is one unit of its own type
+        refusals += fit.refusals(asked, partition, fit.shapes(spec, partition))
+    units = asked.total
     if rule.max_gpus is not None and units > rule.max_gpus:
         refusals.append(f"tier {req.tier!r} allows at most {rule.max_gpus} GPU(s) per job; this job asks for {units}")
     if rule.require_time and no_time_limit(req.time_limit):  # 0 is no limit too (sbatch(1)), as job_submit.lua reads it
@@ -481,10 +504,6 @@ def explain(
         )
     elif rule.require_time:
         notes.append(f"tier {req.tier!r} requires a time limit: {req.time_limit}")
-    if req.nodes:
-        if partition and req.nodes not in _partition_nodes(spec, partition):
-            refusals.append(f"node {req.nodes!r} is not in partition {partition!r}")
-        opts.append(f"--nodelist={req.nodes}")
     if req.checkpoint:
         # The SPANK plugin's --checkpoint marks the job; --signal is what wakes `slurm-pool run` when
         # Slurm preempts it (its grace time moves the end time closer than the warning).
@@ -509,7 +528,14 @@ def explain(
             refusals.append("an option holds a control character")
             break
     return models.Explanation(
-        ok=not refusals, tier=req.tier, partition=partition, qos=req.tier, options=opts, notes=notes, refusals=refusals
+        ok=not refusals,
+        tier=req.tier,
+        partition=partition,
+        qos=req.tier,
+        options=opts,
+        notes=notes,
+        refusals=refusals,
+        output=asked.output,
     )
 
 

@@ -269,3 +269,109 @@ def test_the_consoles_cancel_of_task_n_2_cancels_that_task_alone(cluster, monkey
     wait_for(lambda: f"{array}_[1,3]" in ids(), 30, f"task 2 of array {array} to go")
     assert ids() == sorted([f"{array}_[1,3]", str(other)])
     assert cluster.job_field(other, "%T") == "PENDING"
+
+
+def _fill(driver, fields: dict[str, str]) -> None:
+    """Fill the submit form (a select waits for its option)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    for fid, value in fields.items():
+        el = driver.find_element(By.ID, fid)
+        if el.tag_name == "select":
+            _wait(
+                driver,
+                f"{value} in {fid}",
+                lambda d, el=el, v=value: v in [o.get_attribute("value") for o in Select(el).options],
+            )
+            Select(el).select_by_value(value)
+        else:
+            el.clear()
+            el.send_keys(value)
+
+
+def _explain(driver):
+    """Press Explain and wait for the new explanation (the old one's content goes)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.expected_conditions import staleness_of
+
+    before = driver.find_elements(By.CSS_SELECTOR, "#explanation > *")
+    driver.find_element(By.ID, "f-explain").click()
+    if before:
+        _wait(driver, "the old explanation to go", staleness_of(before[0]))
+    _wait(driver, "a new explanation", lambda d: d.find_elements(By.CSS_SELECTOR, "#explanation > p.verdict"))
+    return driver.find_element(By.ID, "explanation")
+
+
+def _controls(driver) -> list[str]:
+    """The job page's action buttons a user can see."""
+    from selenium.webdriver.common.by import By
+
+    buttons = driver.find_elements(By.CSS_SELECTOR, "#job-control .buttons button[data-action]")
+    return sorted(b.get_attribute("data-action") for b in buttons if b.is_displayed())
+
+
+def test_first_use_in_chromium(cluster, browser):
+    """Issue 49, the console's first-use list: a job no node can hold is refused by the explanation before
+    anything is submitted (the form's GPUs and the script's #SBATCH lines alike); Slurm's two-line refusal
+    keeps its line break; the job page offers only what the job's state allows, and nothing once it ended."""
+    from selenium.webdriver.common.by import By
+
+    version = cluster.version.series
+    queue = lambda: cluster.cluster.runner.run(["squeue", "-h", "-u", "alice", "-o", "%i"]).stdout.split()  # noqa: E731
+    with running_console(cluster) as svc:
+        _login(browser, svc.url, "alice", svc.passwords["alice"])
+        browser.get(svc.url + "/#/submit")
+        _wait(browser, "the submit form", lambda d: d.find_elements(By.ID, "f-script"))
+
+        # a-owner's nodes hold 2 GPUs each: 4 on one node is refused, from the form or from the script
+        for gpus, script in (("4", "#!/bin/bash\ntrue\n"), ("0", "#!/bin/bash\n#SBATCH --gres=gpu:4\ntrue\n")):
+            _fill(browser, {"f-tier": "guaranteed", "f-gpus": gpus, "f-script": script})
+            box = _explain(browser)
+            assert box.get_attribute("data-ok") == "false"
+            assert "no node of partition 'a-owner' holds 4 GPU(s)" in box.text and "the largest holds 2" in box.text
+        _shot(browser, "refused", version)
+        assert queue() == []  # nothing was submitted
+
+        # Slurm's refusal of an unknown option is two lines: shown as two lines, not with \x0a
+        _fill(browser, {"f-gpus": "1", "f-script": "#!/bin/bash\n#SBATCH --no-such-option\ntrue\n"})
+        browser.find_element(By.ID, "f-submit").click()
+        err = _wait(
+            browser,
+            "Slurm's refusal",
+            lambda d: d.find_element(By.ID, "error").text.strip() and d.find_element(By.ID, "error"),
+        )
+        said = err.get_attribute("textContent")
+        assert "--no-such-option" in said and "\n" in said.strip() and "\\x0a" not in said, said
+        assert err.value_of_css_property("white-space") == "pre-wrap"
+        assert len([ln for ln in err.text.splitlines() if ln.strip()]) >= 2, err.text
+        _shot(browser, "error-lines", version)
+
+        # a job that waits: cancel and hold; held: cancel and release; cancelled: nothing
+        _fill(browser, {"f-script": "#!/bin/bash\n#SBATCH --begin=now+1hour\nsleep 600\n"})
+        assert "~/slurm-%j.out" in _explain(browser).text  # where the output goes, before it is sent
+        browser.find_element(By.ID, "f-submit").click()
+        el = _wait(
+            browser,
+            "the new job",
+            lambda d: (d.find_elements(By.CSS_SELECTOR, "#submit-result[data-job-id]") or [None])[0],
+        )
+        job = int(el.get_attribute("data-job-id"))
+        assert f"slurm-{job}.out" in browser.find_element(By.ID, "submit-output").text
+        browser.get(f"{svc.url}/#/job/{job}")
+        _wait(browser, "the waiting job's controls", lambda d: _controls(d) == ["cancel", "hold"], 60)
+        assert browser.find_element(By.ID, "job-tier-form").is_displayed()
+        labels = [dt.text for dt in browser.find_elements(By.CSS_SELECTOR, "#job-fields dt")]
+        assert "Started" not in labels and "Ended" not in labels and "Output file" in labels, labels
+        browser.find_element(By.ID, "job-hold").click()
+        _wait(browser, "the held job's controls", lambda d: _controls(d) == ["cancel", "release"], 60)
+        browser.find_element(By.ID, "job-cancel").click()
+        browser.find_element(By.ID, "job-cancel-confirm").click()
+        _wait(
+            browser, "the job cancelled", lambda d: d.find_element(By.ID, "job-state").text.strip() == "CANCELLED", 60
+        )
+        _wait(browser, "no controls left", lambda d: _controls(d) == [], 30)
+        assert browser.find_element(By.ID, "job-no-actions").is_displayed()
+        assert not browser.find_element(By.ID, "job-tier-form").is_displayed()
+        _shot(browser, "ended", version)
+        _no_browser_errors(browser)

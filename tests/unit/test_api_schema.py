@@ -204,6 +204,7 @@ CALLS: dict[str, Any] = {
     "status": lambda c: c.status(),
     "jobs": lambda c: c.jobs(state="RUNNING"),
     "job": lambda c: c.job(1),
+    "history": lambda c: c.history(),
     "why": lambda c: c.why(1),
     "projects": lambda c: c.projects(),
     "explain": lambda c: c.explain("scavenger"),

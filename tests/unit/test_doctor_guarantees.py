@@ -281,4 +281,6 @@ def test_doctor_command(monkeypatch, tmp_path, version, f2, code, line):
     res = CliRunner().invoke(cli, ["doctor", "--spec", str(path)])
     assert res.exit_code == code, res.output
     assert line in res.output.splitlines(), res.output
-    assert res.output.splitlines()[-1] == ("no problems found" if code == 0 else "1 problem(s)")
+    assert res.stdout.splitlines()[-1] == ("no problems found" if code == 0 else "1 problem(s)")
+    # a failing run (cron, monitoring) also says so in one line on stderr
+    assert res.stderr == ("" if code == 0 else "error: doctor: 1 problem(s) found, each printed above with its fix\n")

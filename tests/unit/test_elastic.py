@@ -120,3 +120,69 @@ def test_a_failed_extension_submit_cancels_everything_submitted(monkeypatch) -> 
     assert res.exit_code == 1 and "QOSMaxSubmitJobPerUserLimit" in res.output, res.output
     assert "cancelled job 7 and its extensions" in res.output
     assert list(rec.calls[-1]) == ["scancel", "7", "8"]
+
+
+# -- the job's words reach the job unchanged (issue 49) ------------------------------------------------
+
+#: Words a shell would change if the script let it: only the tool's own --core "$SLURM_JOB_ID" is expanded.
+WORDS = [
+    ("the job id variable", ["--tag", "$SLURM_JOB_ID"]),
+    ("the job id in braces", ["${SLURM_JOB_ID}", "run-$SLURM_JOB_ID"]),
+    ("command substitution", ["$(touch pwned)", "`touch pwned`"]),
+    ("quotes and backslashes", ["it's", 'say "hi"', "a\\b", "\\"]),
+    ("globs and tilde", ["*", "~", "?", "[a]"]),
+    ("a newline and an #SBATCH line", ["x\n#SBATCH --uid=0", "\n"]),
+    ("separators", [";", "&&", "|", ">out", "--", "-"]),
+    ("history and percent", ["!!", "%j", "$HOME", "$"]),
+]
+
+_ECHO = "import json, sys; print(json.dumps(sys.argv[1:]))"
+
+
+def _run_script(script: str, tmp_path) -> list[str]:
+    """Run a generated batch script in bash with srun and scancel faked; the node command prints its argv."""
+    import subprocess
+
+    prelude = 'srun() { shift 2; "$@"; }\nscancel() { :; }\n'
+    res = subprocess.run(
+        ["bash", "-c", prelude + script],
+        env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "77", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.splitlines()[0])
+
+
+@pytest.mark.parametrize("words", [w for _, w in WORDS], ids=[i for i, _ in WORDS])
+@pytest.mark.parametrize("which", ["core", "extension"])
+def test_the_jobs_words_reach_the_job_unchanged(tmp_path, words: list[str], which: str) -> None:
+    import sys
+
+    job = ElasticJob(
+        min_nodes=1,
+        max_nodes=2,
+        command=("train.py", *words),
+        torchrun="$SLURM_JOB_ID/torchrun",  # a user's word too
+        slurm_pool=(sys.executable, "-c", _ECHO),
+    )
+    script = core_script(job) if which == "core" else extension_script(job, 42)
+    argv = _run_script(script, tmp_path)
+    assert argv[argv.index("--") + 1 :] == ["train.py", *words]
+    assert argv[argv.index("--torchrun") + 1] == "$SLURM_JOB_ID/torchrun"
+    assert argv[argv.index("--core") + 1] == ("77" if which == "core" else "42")  # the tool's own word
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_submit_passes_the_words_to_sbatch_unchanged(monkeypatch) -> None:
+    runner = RecordingRunner()
+    runner.on(["sbatch"], "101\n")
+    monkeypatch.setattr("slurm_pool.adapters.runner.SubprocessRunner", lambda *a, **kw: runner)
+    res = _submit("--min", "1", "--max", "1", "--", "train.py", "--tag", "$SLURM_JOB_ID")
+    assert res.exit_code == 0, res.output
+    (script,) = [i for i in runner.inputs if i]
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert shlex.split(srun)[-2:] == ["--tag", "$SLURM_JOB_ID"]
+    assert srun.endswith("-- train.py --tag '$SLURM_JOB_ID'")

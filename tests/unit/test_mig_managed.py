@@ -180,7 +180,8 @@ def _apply(tmp_path: Path, *extra: str) -> tuple[int, str]:
     f.write_text(json.dumps(_the_plan().to_dict()))
     argv = ["mig", "apply", "--plan", str(f), "--controls", "mig_managed_controls:make_controls", "--config-managed"]
     res = CliRunner().invoke(cli, [*argv, "--slurm-version", str(VERSION), *extra])
-    return res.exit_code, res.output
+    # --json: the document alone (a non-zero exit adds its one-line reason on stderr)
+    return res.exit_code, res.stdout if "--json" in extra else res.output
 
 
 # state, exit status, what the output says, whether the node was changed (drained, repartitioned, resumed)

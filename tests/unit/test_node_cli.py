@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -78,9 +79,10 @@ def setup_node(tmp: Path, snapshot: str, **values: str) -> tuple[Path, dict[str,
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "SLURMD_NODENAME": "n1",
         "SLURM_JOB_ID": "42",
-        "SLURM_JOB_USER": "alice",
-        "SLURM_JOB_UID": "65534",
-        "SLURM_JOB_GID": "65534",
+        # a user of this machine, as slurmd gives it: the prolog checks the name is that uid's
+        "SLURM_JOB_USER": pwd.getpwuid(os.geteuid()).pw_name,
+        "SLURM_JOB_UID": str(os.geteuid()),
+        "SLURM_JOB_GID": str(os.getegid()),
         "SLURM_JOB_GPUS": "0",
         "FAKE_LOG": str(tmp / "scontrol.log"),
     }

@@ -21,6 +21,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "nvml"
 NOW = 1_764_700_000.0
 NODE = "b-gpu1"
 UID = GID = 65534
+USERS = {"alice": UID, "bob": UID + 1}
 
 
 def node_json(flags=("IDLE",), reason="", gres="gpu:h100:8(S:0-1)", name=NODE):
@@ -75,7 +76,12 @@ class Node:
     def hooks(self, **env) -> Hooks:
         self.log = Log("none", "test")
         return Hooks(
-            config.NodeConfig(self.values), {**self.env, **env}, runner=self.runner, clock=lambda: NOW, log=self.log
+            config.NodeConfig(self.values),
+            {**self.env, **env},
+            runner=self.runner,
+            clock=lambda: NOW,
+            log=self.log,
+            users=USERS.get,  # this node's user database: alice is UID
         )
 
     def updates(self) -> list[tuple[str, ...]]:

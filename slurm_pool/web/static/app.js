@@ -361,6 +361,7 @@
     "#/": "pool",
     "#/pool": "pool",
     "#/jobs": "jobs",
+    "#/history": "history",
     "#/submit": "submit",
     "#/projects": "projects",
     "#/nodes": "nodes",
@@ -806,8 +807,35 @@
     renderWhy(data.why);
   }
 
+  /** Job states after which nothing can be done to the job any more. */
+  const ENDED = ["COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"];
+  const WAITING = ["PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"];
+
+  /** The controls a job in this state takes: Slurm refuses the others (hold and tier: waiting jobs only). */
+  function actionsFor(job) {
+    const words = String(job.state || "").toUpperCase().split(/[+ ,]+/).filter(Boolean);
+    const base = words[0] || "";
+    if (!base || ENDED.indexOf(base) >= 0 || words.indexOf("COMPLETING") >= 0) return [];
+    if (WAITING.indexOf(base) >= 0) {
+      const held = /held/i.test(job.reason || "") || words.indexOf("REQUEUE_HOLD") >= 0;
+      return held ? ["cancel", "release", "tier"] : ["cancel", "hold", "tier"];
+    }
+    if (base === "RUNNING" || base === "CONFIGURING") return ["cancel", "requeue"];
+    return ["cancel"]; // suspended, stopped, or a state this page does not know
+  }
+
+  function applyActions(job) {
+    const allowed = actionsFor(job);
+    for (const action of ACTIONS) byId("job-" + action).hidden = allowed.indexOf(action) < 0;
+    byId("job-tier-form").hidden = allowed.indexOf("tier") < 0;
+    byId("job-no-actions").hidden = allowed.length > 0;
+    if (allowed.indexOf("cancel") < 0) disarm();
+    byId("job-control").setAttribute("data-actions", allowed.join(" "));
+  }
+
   function renderJob(detail) {
     const job = detail.job || {};
+    const waiting = isPending(job);
     setText("job-id", job.job_id);
     setText("job-name", job.name ? "“" + job.name + "”" : "");
     setText("job-state", job.state || "unknown");
@@ -822,10 +850,12 @@
       ["Nodes", job.nodes],
       ["GPUs", gpuText(job)],
       ["Submitted", localTime(job.submit_time)],
-      ["Started", localTime(job.start_time)],
-      ["Ended", localTime(job.end_time)],
+      // A waiting job has not started: its start is the forecast's, in "Why is it waiting", not Slurm's guess.
+      waiting ? null : ["Started", localTime(job.start_time)],
+      waiting ? null : ["Ended", localTime(job.end_time)],
       ["Time limit", duration(job.time_limit_s)],
-    ];
+      ["Output file", detail.output || "–"],
+    ].filter(Boolean);
     for (const [label, value] of rows) append(fields, [h("dt", null, label), h("dd", null, value === undefined || value === "" ? "–" : value)]);
     setText("job-restarts", isNum(detail.restarts) ? detail.restarts : job.restart_count || 0);
     setText("job-checkpoint-age", duration(detail.checkpoint_age_s));
@@ -842,6 +872,7 @@
     }
     if (!timeline.firstChild) timeline.appendChild(h("li", { class: "muted" }, "No events recorded yet."));
     document.title = "Job " + job.job_id + " · slurm-pool";
+    applyActions(job);
   }
 
   // -- why is it waiting ------------------------------------------------------
@@ -881,7 +912,7 @@
     section.hidden = !why;
     if (!why) return;
     if (why.error) {
-      body.appendChild(h("p", { class: "muted" }, "The forecast is not available: " + why.error));
+      body.appendChild(h("p", { class: "muted why-error" }, "The forecast is not available: " + why.error));
       return;
     }
     const start = why.predicted_start;
@@ -1022,6 +1053,7 @@
     append(fields, [h("dt", null, "Tier"), h("dd", null, ex.tier || "–")]);
     append(fields, [h("dt", null, "Partition"), h("dd", { id: "explanation-partition" }, ex.partition || "–")]);
     append(fields, [h("dt", null, "QOS"), h("dd", { id: "explanation-qos" }, ex.qos || "–")]);
+    if (ex.output) append(fields, [h("dt", null, "Output file"), h("dd", { id: "explanation-output" }, ex.output)]);
     box.appendChild(fields);
     const section = (title, items, cls, wrap) => {
       if (!items.length) return;
@@ -1064,12 +1096,48 @@
         "Submitted job " + done.job_id + ". ",
         h("a", { href: "#/job/" + done.job_id, id: "submit-job-link" }, "Follow job " + done.job_id),
       ]);
+      const output = done.explanation && done.explanation.output;
+      if (output) {
+        const path = output.replace(/%j|%A/g, String(done.job_id)).replace(/%u/g, state.me ? state.me.user : "%u");
+        append(result, [". Its output goes to ", h("code", { id: "submit-output" }, path), "."]);
+      }
     } catch (err) {
       failed(err, "submit");
       markField(err.field);
     } finally {
       button.disabled = false;
     }
+  }
+
+  // -- history ----------------------------------------------------------------
+  const HISTORY_COLUMNS = [
+    ["ID", (j) => h("a", { href: "#/job/" + j.job_id }, String(j.job_id))],
+    ["Name", (j) => j.name || ""],
+    ["State", (j) => j.state || ""],
+    ["Project", (j) => j.project || ""],
+    ["Tier", (j) => j.tier || ""],
+    ["GPUs", gpuText],
+    ["Started", (j) => localTime(j.start_time)],
+    ["Ended", (j) => localTime(j.end_time)],
+    ["Ran", (j) => (isNum(j.start_time) && isNum(j.end_time) ? duration(j.end_time - j.start_time) : "–")],
+  ];
+
+  function renderHistory(data) {
+    const head = clear(byId("history-table").tHead.rows[0]);
+    for (const [label] of HISTORY_COLUMNS) head.appendChild(h("th", { scope: "col" }, label));
+    const body = clear(byId("history-table").tBodies[0]);
+    for (const job of list(data.jobs)) {
+      const tr = h("tr", { "data-job-id": job.job_id });
+      for (const [label, cell] of HISTORY_COLUMNS) {
+        const td = h("td", null, cell(job));
+        if (label === "State") td.setAttribute("data-state", job.state || "");
+        tr.appendChild(td);
+      }
+      body.appendChild(tr);
+    }
+    if (!body.firstChild) body.appendChild(h("tr", null, h("td", { colspan: HISTORY_COLUMNS.length, class: "muted" }, "No job of yours ended in the last two weeks.")));
+    const hidden = entries(data.hidden).filter(([, n]) => n);
+    setText("history-hidden", hidden.length ? "Jobs of others, as counts only: " + hidden.map(([k, n]) => k + " " + n).join(", ") + "." : "");
   }
 
   // -- projects ---------------------------------------------------------------
@@ -1097,6 +1165,7 @@
     pool: { title: () => "Pool", load: loadPool, render: renderPool },
     nodes: { title: () => "Nodes", load: loadPool, render: renderNodes },
     jobs: { title: () => "Jobs", load: () => api("GET", "/jobs"), render: renderJobs },
+    history: { title: () => "History", load: () => api("GET", "/jobs/history"), render: renderHistory },
     job: {
       title: (r) => "Job " + r.id,
       enter: enterJob,
