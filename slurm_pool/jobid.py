@@ -24,7 +24,6 @@ name the whole array / het job, as ``scancel`` reads them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from slurm_pool.text import shown
 
@@ -51,17 +50,43 @@ class JobIdError(ValueError):
     """A value that is not a job id in Slurm's notation; the message names the field and the value."""
 
 
-@dataclass(frozen=True, slots=True)
 class JobId:
-    """A job, an array task (``task``), a het component (``component``) or array tasks (``tasks``: ranges)."""
+    """A job, an array task (``task``), a het component (``component``) or array tasks (``tasks``: ranges).
 
+    Immutable and compared by value, like a frozen dataclass, but written out: the prolog checks its job's
+    id with it, and ``dataclasses`` would pull ``inspect`` into every hook's start (tests/unit/test_node_cli.py).
+    """
+
+    __slots__ = ("job", "task", "component", "tasks")
     job: int
-    task: int | None = None
-    component: int | None = None
+    task: int | None
+    component: int | None
     #: Inclusive ranges of array task ids (``123_[1-3,7]``); only from :meth:`parse` with ``ranges=True``.
-    tasks: tuple[tuple[int, int], ...] = ()
+    tasks: tuple[tuple[int, int], ...]
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self, job: int, task: int | None = None, component: int | None = None, tasks: tuple[tuple[int, int], ...] = ()
+    ) -> None:
+        for name, value in (("job", job), ("task", task), ("component", component), ("tasks", tasks)):
+            object.__setattr__(self, name, value)
+        self._check()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"JobId is immutable: cannot set {name}")
+
+    def _key(self) -> tuple:
+        return (self.job, self.task, self.component, self.tasks)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobId) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"JobId(job={self.job!r}, task={self.task!r}, component={self.component!r}, tasks={self.tasks!r})"
+
+    def _check(self) -> None:
         _bound(self.job, 1, MAX_JOB_ID, "a job id", str(self.job))
         if self.task is not None:
             _bound(self.task, 0, MAX_ARRAY_TASK, "an array task id", str(self.task))
