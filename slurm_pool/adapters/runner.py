@@ -6,13 +6,22 @@ unit tests use :class:`RecordingRunner`, which records each call, replays
 canned results and can inject failures.  Both can also ``stream`` a command's
 output (a binary file read as the command prints it) for outputs too large to
 hold whole, such as a site's ``sacct --json`` history.
+
+What a command prints is text through one decoder, :func:`decode_output`: UTF-8,
+and each byte that is not part of UTF-8 (a job name a user chose, ``sbatch -J
+$'\\xff'``) as the four characters ``\\xNN`` -- never a traceback, never a read
+that stops.  JSON readers get the same values: :func:`json_text` and
+:class:`EscapedJSON` turn those escapes into JSON's (``\\\\xNN``), so a name
+reads ``\\xff`` from text, JSON and a stream alike.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -20,6 +29,53 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from slurm_pool.errors import PoolError
+
+
+def decode_output(data: bytes) -> str:
+    """A command's output as text: UTF-8, each byte that is not part of it as ``\\xNN`` (the one decoder)."""
+    return data.decode("utf-8", "backslashreplace")
+
+
+#: A backslash and the character it escapes (JSON's escapes are pairs; an escaped backslash is one).
+_ESCAPE = re.compile(r"\\(.)", re.S)
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    return "\\\\x" if m.group(1) == "x" else m.group(0)
+
+
+def json_text(text: str) -> str:
+    """:func:`decode_output`'s text with its ``\\xNN`` escapes as JSON's ``\\\\xNN`` (JSON has no ``\\x``).
+
+    A JSON string that held the byte 0xff then reads ``\\xff``, as the text readers read it; JSON that
+    held no such byte is unchanged (valid JSON never has ``\\x``).
+    """
+    if "\\x" not in text:
+        return text
+    return _ESCAPE.sub(_json_escape, text)
+
+
+class EscapedJSON:
+    """A binary JSON stream read through :func:`decode_output` and :func:`json_text`: always UTF-8.
+
+    ``read`` may return more bytes than asked for (an escaped byte takes five).
+    """
+
+    def __init__(self, stream: IO[bytes]):
+        self.stream = stream
+        self.decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+        self.held = ""  # trailing backslashes of the last chunk: the character they escape comes next
+
+    def read(self, n: int = -1) -> bytes:
+        if n == 0:  # a reader's probe of the file's type
+            return b""
+        while True:
+            data = self.stream.read(n)
+            text = self.held + self.decoder.decode(data, final=not data)
+            cut = len(text.rstrip("\\")) if data else len(text)
+            self.held, text = text[cut:], text[:cut]
+            if text or not data:
+                return json_text(text).encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -113,13 +169,12 @@ class SubprocessRunner:
         try:
             proc = subprocess.run(
                 list(argv),
-                input=input,
+                input=None if input is None else input.encode("utf-8"),
                 capture_output=True,
-                text=True,
                 timeout=timeout or self.default_timeout,
                 **self._context(),
             )
-            res = Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+            res = Result(tuple(argv), proc.returncode, decode_output(proc.stdout), decode_output(proc.stderr))
         except FileNotFoundError as exc:
             res = Result(tuple(argv), 127, "", str(exc))
         except PermissionError as exc:  # not allowed to switch to ``user``, or not executable
@@ -175,7 +230,7 @@ def _failed(args: tuple[str, ...], rc: int, late: bool, limit: float, err: IO[by
     if late:
         return Result(args, 124, "", f"timed out after {limit}s")
     err.seek(0)
-    return Result(args, rc, "", err.read(64 * 1024).decode("utf-8", "replace"))
+    return Result(args, rc, "", decode_output(err.read(64 * 1024)))
 
 
 def stream_output(runner: Runner, argv: Sequence[str], timeout: float | None = None) -> Any:
@@ -184,6 +239,10 @@ def stream_output(runner: Runner, argv: Sequence[str], timeout: float | None = N
     if stream is not None:
         return stream(argv, timeout=timeout)
     return contextlib.nullcontext(io.BytesIO(runner.run(list(argv), timeout=timeout).stdout.encode()))
+
+
+def _text(out: str | bytes) -> str:
+    return decode_output(out) if isinstance(out, bytes) else out
 
 
 Responder = Callable[[tuple[str, ...], str | None], Result | None]
@@ -202,9 +261,11 @@ class RecordingRunner:
     inputs: list[str | None] = field(default_factory=list)
     rules: list[tuple[tuple[str, ...], Responder]] = field(default_factory=list)
 
-    def on(self, prefix: Sequence[str], stdout: str = "", returncode: int = 0, stderr: str = "") -> None:
-        """Answer commands starting with ``prefix`` with a fixed result."""
-        fixed = (returncode, stdout, stderr)
+    def on(
+        self, prefix: Sequence[str], stdout: str | bytes = "", returncode: int = 0, stderr: str | bytes = ""
+    ) -> None:
+        """Answer commands starting with ``prefix`` with a fixed result (bytes through :func:`decode_output`)."""
+        fixed = (returncode, _text(stdout), _text(stderr))
         self.rules.insert(0, (tuple(prefix), lambda argv, _in: Result(argv, *fixed)))
 
     def respond(self, prefix: Sequence[str], fn: Responder) -> None:

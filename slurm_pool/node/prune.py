@@ -26,7 +26,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from slurm_pool.adapters.records import RecordError, parse_jobs
+from slurm_pool.adapters.records import RecordError, job_objects
 from slurm_pool.adapters.runner import Runner
 from slurm_pool.node.jobdir import DIR_FLAGS as _DIR
 from slurm_pool.node.jobdir import JOB_ID_RE, NAME_RE
@@ -52,11 +52,11 @@ def queued(runner: Runner) -> set[str]:
     """
     res = runner.run(["squeue", "--json"], timeout=120)
     out = set()
-    for i, job in enumerate(parse_jobs(res.stdout, "squeue --json")):
+    for i, job in enumerate(job_objects(res.stdout, "squeue --json")):  # every job: none skipped
         for key in QUEUE_IDS:
             required = key == "job_id"
-            if required or key in job.raw:
-                value = job_id(job.raw.get(key), f"squeue --json: jobs[{i}].{key}", required=required)
+            if required or key in job:
+                value = job_id(job.get(key), f"squeue --json: jobs[{i}].{key}", required=required)
                 if value is not None:
                     out.add(value)
     return out
