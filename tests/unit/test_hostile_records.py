@@ -355,3 +355,20 @@ def test_checkpoints_prune_refuses_a_queue_with_a_job_it_cannot_name(tmp_path, b
     assert res.returncode == 2, res.stderr
     assert "cannot read the queue, nothing removed" in res.stderr and "Traceback" not in res.stderr
     assert (base / "alice" / "5").is_dir()
+
+
+@pytest.mark.parametrize("mark", MARKS, ids=ascii)
+def test_the_console_lists_every_job_when_a_name_is_not_utf8(tmp_path, mark):
+    from slurm_pool.adapters.slurm import SlurmClient
+    from slurm_pool.web.reader import PoolReader
+    from tests.unit.test_web_views import Clock
+
+    jobs, nodes = _busy_docs()
+    env = fake_slurm_bin.install(tmp_path / "bin", jobs, nodes, mark)
+    snap = PoolReader(SlurmClient(SubprocessRunner(env={"PATH": env["PATH"]})), 10, Clock()).snapshot(wait=60)
+    assert snap.fresh and snap.error == ""
+    assert sorted(j.job_id for j in snap.jobs) == sorted(j["job_id"] for j in jobs["jobs"])
+    assert {j.name for j in snap.jobs if j.name.endswith(decode_output(mark))} == {
+        decode_output(mark),
+        "w" + decode_output(mark),
+    }
