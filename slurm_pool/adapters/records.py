@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from slurm_pool.adapters.gres import check_gres, tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
 from slurm_pool.adapters.runner import json_text
-from slurm_pool.adapters.slurmjson import REASON_PREFIX, Unusable, number, parse_duration, states, whole
+from slurm_pool.adapters.slurmjson import INFINITE, REASON_PREFIX, Unusable, number, parse_duration, states, whole
 from slurm_pool.errors import InputError
 from slurm_pool.text import shown
 from slurm_pool.textio import parse_json
@@ -413,6 +413,15 @@ class JobRecord:
         return self.start_time + self.time_limit
 
 
+def _count(v: Any, what: str) -> int | None:
+    """A count (None: absent, unset or one of Slurm's sentinels); Unusable when it is no count."""
+    if v is None or (isinstance(v, dict) and (v.get("set") is False or v.get("infinite") is True)):
+        return None
+    if type(v) is int and INFINITE <= v <= 0xFFFFFFFF:  # NO_VAL, INFINITE
+        return None
+    return whole(v, what)
+
+
 def _time(v: Any) -> float | None:
     n = number(v)
     return float(n) if n else None  # 0 is Slurm's "unset"
@@ -501,7 +510,6 @@ def job_record(j: Mapping[str, Any], keep_raw: bool = True) -> JobRecord:
         # Slurm's end for an unlimited job that has not started is an artefact of its
         # estimate (start plus a year, or plus INFINITE*60 wrapped to 32 bits: backfill.c), not a time.
         end = None
-    restarts = j.get("restart_cnt")
     return JobRecord(
         job_id=whole(j.get("job_id"), "job_id", least=1),
         name=_text(j.get("name")),
@@ -514,7 +522,7 @@ def job_record(j: Mapping[str, Any], keep_raw: bool = True) -> JobRecord:
         nodes=_nodes(j.get("nodes")),
         required_nodes=_nodes(j.get("required_nodes")),
         excluded_nodes=_nodes(j.get("excluded_nodes")),
-        restart_count=0 if restarts is None else whole(restarts, "restart_cnt"),
+        restart_count=_count(j.get("restart_cnt"), "restart_cnt") or 0,
         comment=_comment(j.get("comment")),
         requeue=None if req is None else bool(req),
         submit_time=_time(j.get("submit_time") if "submit_time" in j else times.get("submission")),
@@ -525,7 +533,7 @@ def job_record(j: Mapping[str, Any], keep_raw: bool = True) -> JobRecord:
         gpus=gpus,
         gpu_types=dict(typed),
         shards=shards,
-        node_count=number(j.get("node_count")),
+        node_count=_count(j.get("node_count"), "node_count"),
         features=_text(j.get("features")),
         raw=j if keep_raw else _NO_RAW,
     )

@@ -372,3 +372,17 @@ def test_the_console_lists_every_job_when_a_name_is_not_utf8(tmp_path, mark):
         decode_output(mark),
         "w" + decode_output(mark),
     }
+
+
+@pytest.mark.parametrize("field", ["restart_cnt", "node_count"])
+@pytest.mark.parametrize("value", [-1, 1.5, True, "2x", 2**40, {"set": True, "number": -3}], ids=ascii)
+def test_a_job_with_an_unusable_count_is_skipped(field, value):
+    with pytest.raises(RecordSkipped, match=field):
+        convert_record(job_record, {"job_id": 5, field: value}, "jobs[0]")
+
+
+@pytest.mark.parametrize(
+    "value, want", [(None, None), (3, 3), ({"set": False, "number": 0}, None), (4294967294, None), ("2", 2)]
+)
+def test_an_unset_count_is_none_not_a_problem(value, want):
+    assert job_record({"job_id": 5, "node_count": value}).node_count == want
