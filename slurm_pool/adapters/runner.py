@@ -71,6 +71,8 @@ class EscapedJSON:
             return b""
         while True:
             data = self.stream.read(n)
+            if data.isascii() and not self.held and b"\\" not in data and not self.decoder.getstate()[0]:
+                return data  # the common case: nothing to decode or escape
             text = self.held + self.decoder.decode(data, final=not data)
             cut = len(text.rstrip("\\")) if data else len(text)
             self.held, text = text[cut:], text[:cut]
