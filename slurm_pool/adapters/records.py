@@ -35,8 +35,8 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
+from slurm_pool.adapters.decode import json_text
 from slurm_pool.adapters.gres import check_gres, tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
-from slurm_pool.adapters.runner import json_text
 from slurm_pool.adapters.slurmjson import INFINITE, REASON_PREFIX, Unusable, number, parse_duration, states, whole
 from slurm_pool.errors import InputError
 from slurm_pool.text import shown

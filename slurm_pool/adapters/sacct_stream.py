@@ -30,8 +30,8 @@ from typing import IO, Any, Iterator
 
 import ijson  # type: ignore[import-untyped]
 
+from slurm_pool.adapters.decode import EscapedJSON
 from slurm_pool.adapters.records import JobRecord, RecordError, job_record, skipped
-from slurm_pool.adapters.runner import EscapedJSON
 from slurm_pool.adapters.slurmjson import Unusable
 from slurm_pool.text import shown
 
