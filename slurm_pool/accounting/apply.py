@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from slurm_pool.accounting.plan import OWNER_TAG, AccountingPlan, build_plan, untagged
+from slurm_pool.adapters.records import skipped
 from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.adapters.slurmjson import parse_duration
@@ -343,12 +344,23 @@ def _accounts(slurm: SlurmClient) -> dict[str, dict[str, str]]:
 
     One free-text field per query, before the account's name: a "|" or a line
     break a human put in either stays in its field (see ``parsable_rows``), so
-    the ownership tag in Org is read from the right column.
+    the ownership tag in Org is read from the right column.  But a "|" in an
+    account's *name* (``x|proja``) lands in the free-text field too, and the row
+    then names another account: a name listed twice is read as no one's tag
+    (left alone and reported), never as whichever row came last.
     """
     have: dict[str, dict[str, str]] = {}
     for field in ("Descr", "Org"):
+        seen: set[str] = set()
         for r in slurm.sacctmgr_show("account", [field, "Account"]):
-            have.setdefault(r["Account"], {"Account": r["Account"]})[field] = r[field]
+            name = r["Account"]
+            row = have.setdefault(name, {"Account": name})
+            if name in seen:
+                skipped(f"sacctmgr show account: {name!r} is listed twice (a '|' in another account's name)")
+                row[field] = "(listed twice)"
+                continue
+            seen.add(name)
+            row[field] = r[field]
     return have
 
 

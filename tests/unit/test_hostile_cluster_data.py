@@ -152,3 +152,22 @@ def test_a_sacctmgr_row_with_a_surplus_field_is_reported_and_skipped(out, fields
     assert _show(out, fields) == want
     if len(want) < len(out.splitlines()):
         assert "skipped a record: sacctmgr show account" in caplog.text and "fields, not" in caplog.text
+
+
+@pytest.mark.parametrize("order", ["site row last", "site row first"])
+def test_an_account_name_holding_a_bar_never_changes_whose_account_is_whose(order, caplog):
+    """A site account ``x|proja``: its rows read as another ``proja`` row; proja is then no one's tag."""
+
+    def site(fake: Any) -> None:
+        fake.accounts["proja"] = {"Descr": "slurm-pool", "Org": "slurm-pool"}
+        fake.assoc[("proja", "")] = {}
+        fake.accounts["x|proja"] = {"Descr": "mine", "Org": "slurm-pool"}
+        fake.assoc[("x|proja", "")] = {}
+        if order == "site row first":
+            fake.accounts = dict(reversed(list(fake.accounts.items())))
+
+    fake, runner, slurm = _world(site)
+    _summaries, lines = _apply(_spec(), slurm)
+    assert any(line.startswith("= account proja: exists and is not slurm-pool's") for line in lines), lines
+    assert not [c for c in _changes(runner) if any("proja" in a for a in c)]
+    assert "'proja' is listed twice" in caplog.text
