@@ -7,7 +7,9 @@ Adopt, never seize: only objects slurm-pool created (an account with
 ``Organization=slurm-pool``, a QOS whose description starts ``slurm-pool``) or
 that the spec's ``adopt`` section names are changed; any other existing account
 or QOS under a project's or tier's name is reported (``= ...``) and left
-exactly as it is, with no pool user added to such an account, and a user's
+exactly as it is, with no pool user added to such an account -- also one that
+carries the tag under another parent than the pool's (``root``): whoever may
+make accounts under a site's account may tag one too -- and a user's
 existing default account that is not slurm-pool's is kept.  ``prune`` removes
 only tagged objects (an adopted one is never tagged), never a QOS a site's
 object still names.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from slurm_pool.accounting.plan import OWNER_TAG, AccountingPlan, build_plan, untagged
+from slurm_pool.adapters.records import skipped
 from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.adapters.slurmjson import parse_duration
@@ -44,7 +47,9 @@ QOS_FIELDS = [
     "MaxTRESPU",
     "MaxTRES",
 ]
-ASSOC_FIELDS = ["Account", "User", "Fairshare", "QOS", "DefaultQOS"]
+ASSOC_FIELDS = ["Account", "User", "Fairshare", "QOS", "DefaultQOS", "ParentName"]
+#: The parent of every account slurm-pool makes (``sacctmgr add account`` with no parent).
+POOL_PARENT = "root"
 TRES_LIMITS = ("GrpTRES", "MaxTRESPU", "MaxTRES")
 
 
@@ -152,11 +157,22 @@ def account_ours(row: dict[str, str]) -> bool:
     return row.get("Org", "").strip().lower() == OWNER_TAG
 
 
-def _not_ours(kind: str, name: str, more: str = "") -> str:
+def _not_ours(kind: str, name: str, more: str = "", why: str = "exists and is not slurm-pool's") -> str:
     return (
-        f"= {kind} {name}: exists and is not slurm-pool's; left as it is{more} "
+        f"= {kind} {name}: {why}; left as it is{more} "
         f"(adopt it in the spec's adopt.{'qos' if kind == 'qos' else 'accounts'} to manage it)"
     )
+
+
+def pool_accounts(accts_have: dict[str, dict[str, str]], assoc_have: dict[tuple[str, str], dict[str, str]]) -> set[str]:
+    """The accounts slurm-pool made: tagged, under the pool's parent."""
+    return {name for name, r in accts_have.items() if account_ours(r) and not foreign_parent(assoc_have, name)}
+
+
+def foreign_parent(assoc_have: dict[tuple[str, str], dict[str, str]], name: str) -> str:
+    """The parent of account ``name`` on this cluster when it is not the pool's (``""``: the pool's, or unknown)."""
+    parent = assoc_have.get((name, ""), {}).get("ParentName", "").strip()
+    return parent if parent and parent != POOL_PARENT else ""
 
 
 def diff(
@@ -229,9 +245,11 @@ def diff(
                     ),
                 )
             )
-        elif not account_ours(acct):
+        elif not account_ours(acct) or foreign_parent(assoc_have, a.name):
             if not a.adopted:
-                notes.append(_not_ours("account", a.name, ", and no pool user is added to it"))
+                parent = foreign_parent(assoc_have, a.name)
+                why = f"carries slurm-pool's tag under the site's account {parent}" if account_ours(acct) else ""
+                notes.append(_not_ours("account", a.name, ", and no pool user is added to it", *([why] if why else [])))
                 continue
             want = untagged(want)
         managed.append(a.name)
@@ -272,7 +290,7 @@ def _user_changes(
     """
     changes: list[Change] = []
     cluster = plan.cluster
-    pools = set(managed) | {name for name, r in accts_have.items() if account_ours(r)}
+    pools = set(managed) | pool_accounts(accts_have, assoc_have)
     default_of: dict[str, str] = {}
     for u in plan.users:
         if u.account in managed:
@@ -326,12 +344,23 @@ def _accounts(slurm: SlurmClient) -> dict[str, dict[str, str]]:
 
     One free-text field per query, before the account's name: a "|" or a line
     break a human put in either stays in its field (see ``parsable_rows``), so
-    the ownership tag in Org is read from the right column.
+    the ownership tag in Org is read from the right column.  But a "|" in an
+    account's *name* (``x|proja``) lands in the free-text field too, and the row
+    then names another account: a name listed twice is read as no one's tag
+    (left alone and reported), never as whichever row came last.
     """
     have: dict[str, dict[str, str]] = {}
     for field in ("Descr", "Org"):
+        seen: set[str] = set()
         for r in slurm.sacctmgr_show("account", [field, "Account"]):
-            have.setdefault(r["Account"], {"Account": r["Account"]})[field] = r[field]
+            name = r["Account"]
+            row = have.setdefault(name, {"Account": name})
+            if name in seen:
+                skipped(f"sacctmgr show account: {name!r} is listed twice (a '|' in another account's name)")
+                row[field] = "(listed twice)"
+                continue
+            seen.add(name)
+            row[field] = r[field]
     return have
 
 
@@ -353,7 +382,7 @@ def _prune(
     (deleting it would edit theirs: slurmdbd drops a deleted QOS from every list).
     """
     out: list[Change] = []
-    ours = {name for name, r in accts_have.items() if account_ours(r)}
+    ours = pool_accounts(accts_have, assoc_have)
     wanted_users = {(u.account, u.name) for u in plan.users}
     for acct, user in sorted(assoc_have):
         if user and acct in ours and (acct, user) not in wanted_users:

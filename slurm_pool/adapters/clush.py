@@ -16,7 +16,7 @@ from typing import Sequence
 from ClusterShell.Event import EventHandler
 from ClusterShell.Task import task_self
 
-from slurm_pool.adapters.runner import CommandError, Result
+from slurm_pool.adapters.runner import CommandError, Result, decode_output
 
 #: ClusterShell's code for a command that reached its timeout.
 _TIMED_OUT = 124
@@ -75,8 +75,8 @@ class NodeRunner:
             worker.set_write_eof()
         task.run()
         rc = _TIMED_OUT if collect.rc is None else collect.rc
-        out = b"\n".join(collect.out).decode(errors="replace")
-        err = b"\n".join(collect.err).decode(errors="replace")
+        out = decode_output(b"\n".join(collect.out))
+        err = decode_output(b"\n".join(collect.err))
         if rc == _TIMED_OUT and collect.rc is None:
             err = (err + "\n" if err else "") + f"timed out after {timeout or self.default_timeout:g}s on {self.node}"
         if rc == 255 and not out:  # ssh's own failure, not the command's

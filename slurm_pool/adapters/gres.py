@@ -7,6 +7,11 @@ is in use reads ``gpu:nvidia_a100-sxm4-80gb:1(IDX:0)``,
 comma inside the parentheses.  A job's allocation is a TRES string
 (``cpu=1,mem=1G,gres/gpu=2,gres/gpu:<type>=2``); ``sacct --json`` gives TRES as
 lists of ``{type, name, count}``.  Recorded examples: ``tests/data/slurm/``.
+
+Counts are what Slurm's 64-bit fields hold (:data:`~slurm_pool.adapters.slurmjson.UINT64_MAX`):
+a GRES entry past it is no entry (:func:`parse_gres`), and a GPU or shard count in a
+job's TRES that is not a whole number in range is
+:class:`~slurm_pool.adapters.slurmjson.Unusable` (its record is reported and skipped).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import re
 from collections import Counter
 from typing import Any, Iterable, NamedTuple
 
-from slurm_pool.adapters.slurmjson import number
+from slurm_pool.adapters.slurmjson import UINT64_MAX, Unusable, whole
 
 
 class GresItem(NamedTuple):
@@ -87,8 +92,20 @@ def parse_gres(text: str | None) -> list[GresItem]:
                 count_s, gtype = "1", fields[1]
             else:
                 continue
+        if len(count_s) > 20 or int(count_s) > UINT64_MAX:  # past what Slurm holds: no count
+            continue
         items.append(GresItem(name, gtype, int(count_s), parse_indexes(rest.rstrip(")")) if rest else None))
     return items
+
+
+def check_gres(text: str, what: str) -> str:
+    """``text`` if every count in it is one Slurm holds; :class:`Unusable` naming the first that is not."""
+    for part in split_top(text or ""):
+        fields = part.partition("(")[0].strip().split(":")
+        count = fields[-1] if len(fields) > 1 else ""
+        if count.isascii() and count.isdigit() and (len(count) > 20 or int(count) > UINT64_MAX):
+            raise Unusable(f"{what} {part[:64]!r}: count past {UINT64_MAX}")
+    return text
 
 
 def gpu_counts(text: str | None) -> dict[str, int]:
@@ -115,9 +132,19 @@ def parse_tres(text: str | None) -> dict[str, float]:
     return out
 
 
+def _gres_tres(text: str | None) -> dict[str, float]:
+    """:func:`parse_tres`, with every GPU and shard count checked: :class:`Unusable` unless a whole count."""
+    tres = parse_tres(text)
+    for part in (text or "").split(","):
+        key, sep, val = part.strip().partition("=")
+        if sep and (key in ("gres/gpu", "gres/shard") or key.startswith(("gres/gpu:", "gres/shard:"))):
+            tres[key] = whole(val, f"TRES {key}", most=UINT64_MAX)
+    return tres
+
+
 def tres_gpus(text: str | None) -> int:
     """GPU units in a TRES string: ``gres/gpu``, else the sum of its typed entries."""
-    tres = parse_tres(text)
+    tres = _gres_tres(text)
     if "gres/gpu" in tres:
         return int(tres["gres/gpu"])
     return int(sum(v for k, v in tres.items() if k.startswith("gres/gpu:")))
@@ -126,7 +153,7 @@ def tres_gpus(text: str | None) -> int:
 def tres_gpu_types(text: str | None) -> Counter[str]:
     """GPU units per GRES type in a TRES string (``gres/gpu:TYPE=N``)."""
     out: Counter[str] = Counter()
-    for k, v in parse_tres(text).items():
+    for k, v in _gres_tres(text).items():
         if k.startswith("gres/gpu:"):
             out[k[len("gres/gpu:") :]] += int(v)
     return out
@@ -139,7 +166,10 @@ def tres_list_gpus(items: Iterable[Any]) -> tuple[int, Counter[str]]:
     for it in items:
         if not isinstance(it, dict) or it.get("type") != "gres":
             continue
-        name, count = str(it.get("name") or ""), number(it.get("count")) or 0
+        name = str(it.get("name") or "")
+        if name != "gpu" and not name.startswith("gpu:"):
+            continue
+        count = whole(it.get("count"), f"TRES gres/{name} count", most=UINT64_MAX)
         if name == "gpu":
             total = max(total, count)
         elif name.startswith("gpu:"):
@@ -159,13 +189,13 @@ def tres_shards(value: Any) -> int:
     """
     if isinstance(value, list):
         return sum(
-            number(it.get("count")) or 0
+            whole(it.get("count"), "TRES gres/shard count", most=UINT64_MAX)
             for it in value
             if isinstance(it, dict) and it.get("type") == "gres" and str(it.get("name") or "").split(":")[0] == "shard"
         )
     if not isinstance(value, str):
         return 0
-    tres = parse_tres(value)
+    tres = _gres_tres(value)
     if "gres/shard" in tres:
         return int(tres["gres/shard"])
     typed = int(sum(v for k, v in tres.items() if k.startswith("gres/shard:")))

@@ -15,7 +15,9 @@ output recorded from the real daemons of both ends).
   chooses and which may hold newlines -- cannot hold a token it never saw, so
   it cannot end its field or forge a record; output that does not split into
   whole records is a :class:`~slurm_pool.adapters.records.RecordError` naming
-  the record.
+  the record.  A record without a usable job id or count (or a node line without
+  a name) is reported and skipped, as from JSON
+  (:func:`~slurm_pool.adapters.records.skipped`).
 * Times: ``SLURM_TIME_FORMAT=%s`` makes every time Unix seconds
   (``src/common/parse_time.c`` ``_make_time_str_internal``); unset times print
   ``N/A``, ``Unknown`` or ``None``.
@@ -51,12 +53,14 @@ from slurm_pool.adapters.records import (
     JobRecord,
     NodeRecord,
     RecordError,
+    RecordSkipped,
     convert_record,
     job_record,
     node_record,
+    skipped,
     string_tres,
 )
-from slurm_pool.adapters.slurmjson import parse_duration
+from slurm_pool.adapters.slurmjson import Unusable, parse_duration, whole
 from slurm_pool.text import shown
 from slurm_pool.versions import SlurmVersion
 
@@ -105,7 +109,7 @@ NODE_FIELDS = (
 )
 #: A reason Slurm names by its enum (``job_state_reason_string``: one word); anything else is a ``state_desc``.
 _REASON_WORD = re.compile(r"[A-Za-z0-9_]{1,64}")
-_DIGITS = re.compile(r"[0-9]{1,20}")
+_SECONDS = re.compile(r"[0-9]{1,20}")
 #: What squeue prints for a time that is not set (0, INFINITE, NO_VAL).
 _NO_TIME = frozenset({"N/A", "Unknown", "None"})
 #: What squeue prints for a time limit that is not a number of minutes.
@@ -182,14 +186,21 @@ def split_records(text: str, n: int, tok: Tokens, what: str) -> Iterator[list[st
         pos = stop + len(end)
 
 
-def _int(value: str, field: str, where: str) -> int:
-    if not _DIGITS.fullmatch(value):
-        raise RecordError(f"{where}: {field} {shown(value[:64])!r} is not a number")
-    return int(value)
+def _int(value: str, field: str, where: str, least: int = 0) -> int:
+    """An id or a count (:func:`~slurm_pool.adapters.slurmjson.whole`); RecordSkipped naming the record."""
+    try:
+        return whole(value, field, least=least)
+    except Unusable as exc:
+        raise RecordSkipped(f"{where}: {exc}") from None
 
 
 def _stamp(value: str, field: str, where: str) -> int:
-    return 0 if value in _NO_TIME else _int(value, field, where)
+    """Unix seconds (0: unset); a time in another form is RecordError (the read's time format did not hold)."""
+    if value in _NO_TIME:
+        return 0
+    if not _SECONDS.fullmatch(value):
+        raise RecordError(f"{where}: {field} {shown(value[:64])!r} is not a number")
+    return int(value)
 
 
 def _end(v: dict[str, str], where: str) -> int | None:
@@ -231,7 +242,7 @@ def job_dict(values: Sequence[str], fields: Sequence[str], where: str) -> dict[s
     if requeue not in ("0", "1"):
         raise RecordError(f"{where}: Requeue {shown(requeue[:64])!r} is not 0 or 1")
     return {
-        "job_id": _int(v["JobId"], "JobId", where),
+        "job_id": _int(v["JobId"], "JobId", where, least=1),
         "name": v["Name"],
         "job_state": v["State"],
         "state_reason": v["Reason"],
@@ -290,22 +301,30 @@ def parse_job_text(texts: Sequence[str], version: SlurmVersion, tok: Tokens, wha
     if not version.has("squeue_format_excnodes"):
         excluded = {}
         for i, (jid, exc) in enumerate(split_records(texts[1], 2, tok, f"{what} (%x)")):
-            excluded[_int(jid, "JobId", f"{what} (%x): record {i + 1}")] = exc
+            try:
+                excluded[_int(jid, "JobId", f"{what} (%x): record {i + 1}", least=1)] = exc
+            except RecordSkipped as problem:
+                skipped(problem)
     records: dict[int, JobRecord] = {}
     again: list[int] = []
     for i, values in enumerate(rows):
         where = f"{what}: record {i + 1} (job {shown(values[0][:24])})"
-        job = job_dict(values, fields, where)
-        jid = job["job_id"]
-        if excluded is not None:
-            if jid not in excluded:  # ended between the two reads: JSON says what it is now
+        try:
+            job = job_dict(values, fields, where)
+            jid = job["job_id"]
+            if excluded is not None:
+                if jid not in excluded:  # ended between the two reads: JSON says what it is now
+                    again.append(jid)
+                    continue
+                job["excluded_nodes"] = excluded[jid]
+            if not exact(job, version):
                 again.append(jid)
                 continue
-            job["excluded_nodes"] = excluded[jid]
-        if not exact(job, version):
-            again.append(jid)
-            continue
-        records[jid] = convert_record(_text_job, job, where)
+            records[jid] = convert_record(_text_job, job, where)
+        except Unusable as problem:  # a GPU count in its TRES (exact reads them)
+            skipped(f"{where}: {problem}")
+        except RecordSkipped as problem:
+            skipped(problem)
     return JobText([records[k] for k in sorted(records)], again)
 
 
@@ -356,7 +375,8 @@ def parse_node_text(text: str, version: SlurmVersion, tok: Tokens, what: str = "
         where = f"{what}: record {i + 1} (node {shown(values[0][:64])})"
         n = node_dict(values, fields)
         if not n["name"]:
-            raise RecordError(f"{where}: no node name")
+            skipped(f"{where}: no node name")
+            continue
         seen = nodes.get(n["name"])
         if seen is None:
             nodes[n["name"]] = n
@@ -365,4 +385,10 @@ def parse_node_text(text: str, version: SlurmVersion, tok: Tokens, what: str = "
         if {k: x for k, x in seen.items() if k != "partitions"} != {k: x for k, x in n.items() if k != "partitions"}:
             raise RecordError(f"{where}: differs from the node's earlier line beyond its partition")
         parts.extend(p for p in n["partitions"] if p not in parts)
-    return [convert_record(node_record, nodes[name], f"{what}: node {shown(name)}") for name in sorted(nodes)]
+    out = []
+    for name in sorted(nodes):
+        try:
+            out.append(convert_record(node_record, nodes[name], f"{what}: node {shown(name)}"))
+        except RecordSkipped as problem:
+            skipped(problem)
+    return out

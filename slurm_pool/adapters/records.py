@@ -12,7 +12,12 @@ One vocabulary for what Slurm says, whichever release said it:
   for nodes and one word for jobs (a flag such as ``COMPLETING`` when one is
   set); 23.02+ prints lists, base first (``["PENDING", "REQUEUED"]``);
 * numbers, plain or ``{set, infinite, number}`` (23.02+), through
-  :func:`~slurm_pool.adapters.slurmjson.number`.
+  :func:`~slurm_pool.adapters.slurmjson.number`;
+* one rule for ids and counts: a record whose job id, restart count or GRES/TRES
+  count is not a whole number Slurm's field holds
+  (:func:`~slurm_pool.adapters.slurmjson.whole`: missing, negative, fractional,
+  boolean, past 32/64 bits) is reported (:func:`skipped`) and left out of the
+  read, never read as 0; a node without a name likewise.
 
 Recorded output of both ends is in ``tests/data/slurm/<version>/``.  The same
 records also come from narrow ``sinfo``/``squeue --Format`` text
@@ -21,6 +26,7 @@ records also come from narrow ``sinfo``/``squeue --Format`` text
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections import Counter
@@ -29,8 +35,9 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from slurm_pool.adapters.gres import tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
-from slurm_pool.adapters.slurmjson import REASON_PREFIX, number, parse_duration, states
+from slurm_pool.adapters.decode import json_text
+from slurm_pool.adapters.gres import check_gres, tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
+from slurm_pool.adapters.slurmjson import INFINITE, REASON_PREFIX, Unusable, number, parse_duration, states, whole
 from slurm_pool.errors import InputError
 from slurm_pool.text import shown
 from slurm_pool.textio import parse_json
@@ -184,13 +191,20 @@ def _text(value: Any) -> str:
 
 
 def node_record(n: Mapping[str, Any]) -> NodeRecord:
-    """One node of ``sinfo --json`` (22.05) or ``scontrol show nodes --json`` (23.02+)."""
+    """One node of ``sinfo --json`` (22.05) or ``scontrol show nodes --json`` (23.02+).
+
+    :class:`~slurm_pool.adapters.slurmjson.Unusable` for a node without a name or with a GRES count
+    past what Slurm holds.
+    """
+    name = n.get("name") or n.get("hostname")
+    if not isinstance(name, str) or not name:
+        raise Unusable(f"node name {shown(repr(name))[:64]} is not a name")
     return NodeRecord(
-        name=str(n.get("name") or n.get("hostname") or ""),
+        name=name,
         state=node_state(n.get("state"), n.get("state_flags")),
         reason=_text(n.get("reason")),
-        gres=_text(n.get("gres")),
-        gres_used=_text(n.get("gres_used")),
+        gres=check_gres(_text(n.get("gres")), "gres"),
+        gres_used=check_gres(_text(n.get("gres_used")), "gres_used"),
         partitions=_words(n.get("partitions")),
         features=_words(n.get("active_features") if n.get("active_features") is not None else n.get("features")),
         cpus=number(n.get("cpus")),
@@ -204,12 +218,34 @@ class RecordError(InputError):
     """Output that is not what the command prints."""
 
 
+class RecordSkipped(RecordError):
+    """One record without a usable id or count: the reads report it (:func:`skipped`) and go on without it."""
+
+
+#: Where skipped records are reported (a warning each: stderr for the command line, the log for a service).
+log = logging.getLogger("slurm_pool.records")
+
+
+def skipped(why: object) -> None:
+    """Report a record left out of a read (:class:`RecordSkipped`): ``why`` names it and its value."""
+    log.warning("%s", shown(f"skipped a record: {why}"))
+
+
+def each_record(fn: Callable[[Mapping[str, Any]], T], items: Iterable[Mapping[str, Any]], where: str) -> Iterator[T]:
+    """``fn`` of each item (:func:`convert_record`); a record without a usable id or count is reported and skipped."""
+    for i, item in enumerate(items):
+        try:
+            yield convert_record(fn, item, f"{where}[{i}]")
+        except RecordSkipped as exc:
+            skipped(exc)
+
+
 T = TypeVar("T")
 
 
 def _document(text: str, what: str) -> dict[str, Any]:
     try:
-        data = parse_json(text or "{}", what)  # no NaN or Infinity: Slurm never prints them
+        data = parse_json(json_text(text or "{}"), what)  # no NaN or Infinity: Slurm never prints them
     except InputError as exc:
         raise RecordError(str(exc)) from None
     if not isinstance(data, dict):
@@ -265,17 +301,20 @@ def parse_nodes(text: str, what: str = "node records") -> list[NodeRecord]:
     if not isinstance(nodes, list):
         raise RecordError(f"{what}: 'nodes' is not a list")
     out: dict[str, NodeRecord] = {}
-    for i, n in enumerate(_records(nodes, what, "nodes")):
-        rec = convert_record(node_record, n, f"{what}: nodes[{i}]")
-        if rec.name:
-            out.setdefault(rec.name, rec)
+    for rec in each_record(node_record, _records(nodes, what, "nodes"), f"{what}: nodes"):
+        out.setdefault(rec.name, rec)
     return list(out.values())
 
 
 def convert_record(fn: Callable[[Mapping[str, Any]], T], raw: Mapping[str, Any], where: str) -> T:
-    """One record, or RecordError naming it: well-formed JSON can still hold a value of the wrong type."""
+    """One record, or RecordError naming it: well-formed JSON can still hold a value of the wrong type.
+
+    :class:`RecordSkipped` when it has no usable id or count (for the caller to report and skip).
+    """
     try:
         return fn(raw)
+    except Unusable as exc:
+        raise RecordSkipped(f"{where}: {exc}") from None
     except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise RecordError(f"{where}: unexpected value ({exc})") from None
 
@@ -374,6 +413,15 @@ class JobRecord:
         return self.start_time + self.time_limit
 
 
+def _count(v: Any, what: str) -> int | None:
+    """A count (None: absent, unset or one of Slurm's sentinels); Unusable when it is no count."""
+    if v is None or (isinstance(v, dict) and (v.get("set") is False or v.get("infinite") is True)):
+        return None
+    if type(v) is int and INFINITE <= v <= 0xFFFFFFFF:  # NO_VAL, INFINITE
+        return None
+    return whole(v, what)
+
+
 def _time(v: Any) -> float | None:
     n = number(v)
     return float(n) if n else None  # 0 is Slurm's "unset"
@@ -463,7 +511,7 @@ def job_record(j: Mapping[str, Any], keep_raw: bool = True) -> JobRecord:
         # estimate (start plus a year, or plus INFINITE*60 wrapped to 32 bits: backfill.c), not a time.
         end = None
     return JobRecord(
-        job_id=number(j.get("job_id")) or 0,
+        job_id=whole(j.get("job_id"), "job_id", least=1),
         name=_text(j.get("name")),
         state=state,
         reason=_text(reason),
@@ -474,7 +522,7 @@ def job_record(j: Mapping[str, Any], keep_raw: bool = True) -> JobRecord:
         nodes=_nodes(j.get("nodes")),
         required_nodes=_nodes(j.get("required_nodes")),
         excluded_nodes=_nodes(j.get("excluded_nodes")),
-        restart_count=number(j.get("restart_cnt")) or 0,
+        restart_count=_count(j.get("restart_cnt"), "restart_cnt") or 0,
         comment=_comment(j.get("comment")),
         requeue=None if req is None else bool(req),
         submit_time=_time(j.get("submit_time") if "submit_time" in j else times.get("submission")),
@@ -485,26 +533,36 @@ def job_record(j: Mapping[str, Any], keep_raw: bool = True) -> JobRecord:
         gpus=gpus,
         gpu_types=dict(typed),
         shards=shards,
-        node_count=number(j.get("node_count")),
+        node_count=_count(j.get("node_count"), "node_count"),
         features=_text(j.get("features")),
         raw=j if keep_raw else _NO_RAW,
     )
 
 
 def parse_jobs(text: str, what: str = "job records") -> list[JobRecord]:
-    """Every job of ``squeue --json``, ``scontrol show job --json`` or ``sacct --json`` output."""
+    """Every job of ``squeue --json``, ``scontrol show job --json`` or ``sacct --json`` output.
+
+    A job without a usable id or count is reported and skipped (:func:`job_records`); a reader that
+    must see every job (one that removes what the queue does not hold) reads :func:`job_objects`.
+    """
+    return job_records(job_objects(text, what), what)
+
+
+def job_objects(text: str, what: str = "job records") -> list[Mapping[str, Any]]:
+    """The job objects of a ``--json`` output as Slurm printed them, none left out (RecordError: not such output)."""
     data = _document(text, what)
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
         raise RecordError(f"{what}: no 'jobs' list")
-    return job_records(jobs, what)
+    return _records(jobs, what, "jobs")
 
 
 def job_records(jobs: Iterable[Any], what: str = "job records") -> list[JobRecord]:
-    """Job records from a parsed ``jobs`` list; RecordError naming a job with a value of the wrong type."""
-    return [
-        convert_record(job_record, j, f"{what}: jobs[{i}]") for i, j in enumerate(_records(list(jobs), what, "jobs"))
-    ]
+    """Job records from a parsed ``jobs`` list; RecordError naming a job with a value of the wrong type.
+
+    A job without a usable id or count is reported and skipped (:func:`each_record`).
+    """
+    return list(each_record(job_record, _records(list(jobs), what, "jobs"), f"{what}: jobs"))
 
 
 def _parse_stamp(v: str) -> float | None:

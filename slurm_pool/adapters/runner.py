@@ -6,6 +6,14 @@ unit tests use :class:`RecordingRunner`, which records each call, replays
 canned results and can inject failures.  Both can also ``stream`` a command's
 output (a binary file read as the command prints it) for outputs too large to
 hold whole, such as a site's ``sacct --json`` history.
+
+What a command prints is text through one decoder
+(:mod:`slurm_pool.adapters.decode`, re-exported here), :func:`decode_output`: UTF-8,
+and each byte that is not part of UTF-8 (a job name a user chose, ``sbatch -J
+$'\\xff'``) as the four characters ``\\xNN`` -- never a traceback, never a read
+that stops.  JSON readers get the same values: :func:`json_text` and
+:class:`EscapedJSON` turn those escapes into JSON's (``\\\\xNN``), so a name
+reads ``\\xff`` from text, JSON and a stream alike.
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
+from slurm_pool.adapters.decode import EscapedJSON as EscapedJSON  # the one decoder, where commands run
+from slurm_pool.adapters.decode import decode_output as decode_output
+from slurm_pool.adapters.decode import json_text as json_text
 from slurm_pool.errors import PoolError
 
 
@@ -113,13 +124,12 @@ class SubprocessRunner:
         try:
             proc = subprocess.run(
                 list(argv),
-                input=input,
+                input=None if input is None else input.encode("utf-8"),
                 capture_output=True,
-                text=True,
                 timeout=timeout or self.default_timeout,
                 **self._context(),
             )
-            res = Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+            res = Result(tuple(argv), proc.returncode, decode_output(proc.stdout), decode_output(proc.stderr))
         except FileNotFoundError as exc:
             res = Result(tuple(argv), 127, "", str(exc))
         except PermissionError as exc:  # not allowed to switch to ``user``, or not executable
@@ -175,7 +185,7 @@ def _failed(args: tuple[str, ...], rc: int, late: bool, limit: float, err: IO[by
     if late:
         return Result(args, 124, "", f"timed out after {limit}s")
     err.seek(0)
-    return Result(args, rc, "", err.read(64 * 1024).decode("utf-8", "replace"))
+    return Result(args, rc, "", decode_output(err.read(64 * 1024)))
 
 
 def stream_output(runner: Runner, argv: Sequence[str], timeout: float | None = None) -> Any:
@@ -184,6 +194,10 @@ def stream_output(runner: Runner, argv: Sequence[str], timeout: float | None = N
     if stream is not None:
         return stream(argv, timeout=timeout)
     return contextlib.nullcontext(io.BytesIO(runner.run(list(argv), timeout=timeout).stdout.encode()))
+
+
+def _text(out: str | bytes) -> str:
+    return decode_output(out) if isinstance(out, bytes) else out
 
 
 Responder = Callable[[tuple[str, ...], str | None], Result | None]
@@ -202,9 +216,11 @@ class RecordingRunner:
     inputs: list[str | None] = field(default_factory=list)
     rules: list[tuple[tuple[str, ...], Responder]] = field(default_factory=list)
 
-    def on(self, prefix: Sequence[str], stdout: str = "", returncode: int = 0, stderr: str = "") -> None:
-        """Answer commands starting with ``prefix`` with a fixed result."""
-        fixed = (returncode, stdout, stderr)
+    def on(
+        self, prefix: Sequence[str], stdout: str | bytes = "", returncode: int = 0, stderr: str | bytes = ""
+    ) -> None:
+        """Answer commands starting with ``prefix`` with a fixed result (bytes through :func:`decode_output`)."""
+        fixed = (returncode, _text(stdout), _text(stderr))
         self.rules.insert(0, (tuple(prefix), lambda argv, _in: Result(argv, *fixed)))
 
     def respond(self, prefix: Sequence[str], fn: Responder) -> None:

@@ -6,8 +6,12 @@ memory is what the caller keeps, not the document.
 
 * The document must be an object whose ``jobs`` is a list (checked before the
   first job); a UTF-8 byte order mark in front is skipped.  Bytes that are not
-  UTF-8, ``NaN``/``Infinity``, numbers past 64 bits and a truncated document are
-  refused, naming the job record being read.
+  UTF-8 are read through the runner's one decoder
+  (:class:`~slurm_pool.adapters.runner.EscapedJSON`: a job name holding 0xff
+  reads ``\\xff``); ``NaN``/``Infinity``, numbers past 64 bits and a truncated
+  document are refused, naming the job record being read.
+* A job without a usable id is reported and skipped
+  (:func:`~slurm_pool.adapters.records.skipped`), never read as job 0.
 * Slurm's ``errors`` list may come before or after ``jobs`` (26.05 prints
   ``jobs``, ``meta``, ``errors``, ``warnings`` in that order:
   ``add_openapi_response_single`` in
@@ -26,7 +30,9 @@ from typing import IO, Any, Iterator
 
 import ijson  # type: ignore[import-untyped]
 
-from slurm_pool.adapters.records import JobRecord, RecordError, job_record
+from slurm_pool.adapters.decode import EscapedJSON
+from slurm_pool.adapters.records import JobRecord, RecordError, job_record, skipped
+from slurm_pool.adapters.slurmjson import Unusable
 from slurm_pool.text import shown
 
 #: Bytes read at a time.
@@ -157,6 +163,7 @@ def sacct_jobs(
     stream: IO[bytes], what: str, error: type[Exception] = RecordError
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Each ``(index, job object)`` of the ``sacct --json`` document in ``stream``; ``error`` for bad input."""
+    stream = EscapedJSON(stream)  # type: ignore[assignment]  # read() is all the readers use
     head = _Head(stream)
     errors = _check_head(head, what, error)
 
@@ -185,5 +192,7 @@ def job_records(stream: IO[bytes], what: str) -> Iterator[JobRecord]:
     for i, raw in sacct_jobs(stream, what):
         try:
             yield job_record(raw)
+        except Unusable as exc:
+            skipped(f"{what}: jobs[{i}]: {exc}")
         except (TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RecordError(f"{what}: jobs[{i}]: unexpected value ({exc})") from None

@@ -16,7 +16,15 @@ import time
 from typing import Any, Callable, Protocol, Sequence
 
 from slurm_pool.adapters import narrow
-from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError, node_command, parse_jobs, parse_nodes
+from slurm_pool.adapters.records import (
+    JobRecord,
+    NodeRecord,
+    RecordError,
+    node_command,
+    parse_jobs,
+    parse_nodes,
+    skipped,
+)
 from slurm_pool.adapters.runner import CommandError, Result, Runner, SubprocessRunner
 from slurm_pool.versions import SlurmVersion
 
@@ -120,14 +128,22 @@ class SlurmClient:
 
     # -- accounting ------------------------------------------------------
     def sacctmgr_show(self, entity: str, fields: Sequence[str], where: Sequence[str] = ()) -> list[dict[str, str]]:
-        """Rows of ``sacctmgr show`` as dicts keyed by the requested field names."""
+        """Rows of ``sacctmgr show`` as dicts keyed by the requested field names.
+
+        A row with more fields than asked for (a "|" in a name: an account ``projb|zzz``) cannot be
+        split for sure: it is reported and skipped (:func:`~slurm_pool.adapters.records.skipped`),
+        never cut to the fields asked for.
+        """
         argv = ["sacctmgr", "-n", "-P", "show", entity, *where, "format=" + ",".join(fields)]
         res = self.runner.run(argv)
-        n = len(fields)
-        return [
-            dict(zip(fields, split_parsable(row, fields)[:n], strict=True))
-            for row in parsable_rows(res.stdout, fields, argv)
-        ]
+        out = []
+        for row in parsable_rows(res.stdout, fields, argv):
+            values = split_parsable(row, fields)
+            if len(values) != len(fields):
+                skipped(f"sacctmgr show {entity}: {row[:200]!r} has {len(values)} fields, not {len(fields)}")
+                continue
+            out.append(dict(zip(fields, values, strict=True)))
+        return out
 
     def sacctmgr(self, *args: str) -> None:
         """One non-interactive sacctmgr change."""

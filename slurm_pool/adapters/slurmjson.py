@@ -13,6 +13,10 @@ from typing import Any
 
 #: Slurm's NO_VAL-style sentinels: anything this large means "unset/infinite".
 INFINITE = 0xFFFFFFFE
+#: The largest id or count a 32-bit field of Slurm holds that is not one of its sentinels (NO_VAL, INFINITE).
+UINT32_MAX = INFINITE - 1
+#: Likewise for 64-bit fields (GRES and TRES counts: NO_VAL64 is 2**64 - 2).
+UINT64_MAX = 2**64 - 3
 #: Prefix of every node reason (and job comment) slurm-pool writes; a drain without it is a human's.
 REASON_PREFIX = "slurm-pool:"
 
@@ -55,3 +59,26 @@ def number(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value)
     return None
+
+
+class Unusable(ValueError):
+    """An id or a count that is none: a record holding one is reported and skipped, never read as 0."""
+
+
+def whole(value: Any, what: str, *, least: int = 0, most: int = UINT32_MAX) -> int:
+    """An id or a count of Slurm's JSON or text, in ``least..most``; :class:`Unusable` otherwise.
+
+    An int (not a bool, not a float: Slurm prints none), ASCII digits, or 23.02+'s
+    ``{"set": true, "number": n}``; unset, infinite, negative, fractional, boolean
+    or past what Slurm's field holds is no id and no count.
+    """
+    n = value
+    if isinstance(n, dict) and n.get("set", True) is True and n.get("infinite", False) is False:
+        n = n.get("number")
+    if isinstance(n, str) and n.isascii() and n.isdigit() and len(n) <= 20:
+        n = int(n)
+    if isinstance(n, bool) or not isinstance(n, int) or not least <= n <= most:
+        shown = repr(value)
+        cut = f"{shown[:64]}..." if len(shown) > 64 else shown
+        raise Unusable(f"{what} {cut} is not a whole number from {least} to {most}")
+    return n

@@ -182,6 +182,9 @@ class Gang:
 VCJOB_API = "batch.volcano.sh/v1alpha1"
 #: Kubernetes' default ``terminationGracePeriodSeconds``.
 DEFAULT_GRACE = 30
+#: Pods a gang may need at once when the caller names no bound (Kubernetes' tested limit for a whole
+#: cluster: 150,000 pods); the bridge's bound is what the pool's nodes can hold (``max_pods``).
+MAX_GANG_PODS = 150_000
 #: A PriorityClass value is an int32.
 _INT32 = 2**31
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -304,6 +307,7 @@ def read_gangs(
     settings: GangSettings,
     gpu_resource: str,
     problems: list[str] | None = None,
+    max_pods: int = MAX_GANG_PODS,
 ) -> tuple[Gang, ...]:
     """The gangs of ``settings.scheduler_name`` in ``settings.namespaces``, highest priority first.
 
@@ -312,7 +316,9 @@ def read_gangs(
     read (or without a vcjob: its pods' shapes are not known) is kept with ``problem`` set, never
     read as a smaller demand, and the problem is listed in ``problems`` too.  A PodGroup, vcjob or
     PriorityClass that cannot be named is listed in ``problems`` (raises
-    :class:`~slurm_pool.bridge.objects.Unreadable` without it).
+    :class:`~slurm_pool.bridge.objects.Unreadable` without it).  A gang that needs more than
+    ``max_pods`` pods at once (what the pool's nodes can hold) is such a problem too: its pods are
+    never listed one by one.
     """
     jobs = _jobs(vcjobs, problems)
     priorities = _priorities(priority_classes, problems)
@@ -326,7 +332,7 @@ def read_gangs(
             continue
         if wanted and ns not in wanted:
             continue
-        gang = _gang(pg, ns, name, jobs, priorities, settings.scheduler_name, gpu_resource)
+        gang = _gang(pg, ns, name, jobs, priorities, settings.scheduler_name, gpu_resource, max_pods)
         if gang is None:
             continue
         if gang.problem and problems is not None:
@@ -343,6 +349,7 @@ def _gang(
     priorities: _Priorities,
     scheduler: str,
     gpu_resource: str,
+    max_pods: int = MAX_GANG_PODS,
 ) -> Gang | None:
     """One PodGroup as a :class:`Gang` (None: its vcjob is another scheduler's)."""
     bad = Problems()
@@ -369,8 +376,10 @@ def _gang(
     min_member = bad.read(lambda: _count(spec, "minMember", "spec.minMember"), 0)
     pods: tuple[PodShape, ...] = ()
     grace = DEFAULT_GRACE
-    if job is not None:
-        pods, grace = bad.read(lambda: _pods(spec, job, min_member, gpu_resource), (pods, grace))
+    if min_member > max_pods:
+        bad.append(f"spec.minMember: {min_member} pods at once are more than the pool's nodes can hold ({max_pods})")
+    elif job is not None:
+        pods, grace = bad.read(lambda: _pods(spec, job, min_member, gpu_resource, max_pods), (pods, grace))
     klass = bad.read(lambda: _class_name(spec, job_spec, job), "")
     return Gang(
         namespace=ns,
@@ -420,12 +429,14 @@ def _class_name(spec: Obj, job_spec: Obj, job: _Job | None) -> str:
     return _matching(name, "k8s-name", "priorityClassName", "a PriorityClass name")
 
 
-def _pods(spec: Obj, job: _Job, min_member: int, gpu_resource: str) -> tuple[tuple[PodShape, ...], int]:
+def _pods(
+    spec: Obj, job: _Job, min_member: int, gpu_resource: str, max_pods: int = MAX_GANG_PODS
+) -> tuple[tuple[PodShape, ...], int]:
     """The shapes of the pods the gang needs at once, and the longest grace of its tasks' pods.
 
     Each task's minimum (the PodGroup's ``minTaskMember``, else the task's ``minAvailable``,
     else its ``replicas``) first, task by task, then more pods from the tasks in order up to
-    ``minMember``.
+    ``minMember``.  More than ``max_pods`` pods is :class:`~slurm_pool.bridge.objects.Unreadable`.
     """
     where = ident("Job", job.obj)
     minimums = mapping(spec, "minTaskMember", "spec.minTaskMember")
@@ -453,6 +464,8 @@ def _pods(spec: Obj, job: _Job, min_member: int, gpu_resource: str) -> tuple[tup
         more -= extra
     if more > 0:
         raise Unreadable(f"spec.minMember: {min_member} pods are more than its vcjob's tasks make")
+    if sum(taken) > max_pods:
+        raise Unreadable(f"{where}: its tasks' minimums, {sum(taken)} pods at once, are more than {max_pods}")
     return tuple(shape for (shape, _, _), n in zip(read, taken, strict=True) for _ in range(n)), grace
 
 

@@ -448,7 +448,8 @@ def build_snapshot(
     )
     gangs: tuple[Gang, ...] = ()
     if config.gangs is not None:
-        gangs = read_gangs(podgroups, vcjobs, priority_classes, config.gangs, config.gpu_resource, [])
+        room = sum(max(1, sum(gpus for _, gpus in v.gpus)) for v in nodes.values())  # a pod per GPU, or per node
+        gangs = read_gangs(podgroups, vcjobs, priority_classes, config.gangs, config.gpu_resource, [], room)
     return Snapshot(
         slurm_nodes=nodes,
         placeholders=tuple(sorted(placeholders, key=lambda p: p.job_id)),

@@ -26,8 +26,9 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from slurm_pool.adapters.records import RecordError, parse_jobs
+from slurm_pool.adapters.records import RecordError, job_objects
 from slurm_pool.adapters.runner import Runner
+from slurm_pool.adapters.slurmjson import UINT32_MAX
 from slurm_pool.node.jobdir import DIR_FLAGS as _DIR
 from slurm_pool.node.jobdir import JOB_ID_RE, NAME_RE
 from slurm_pool.text import shown
@@ -52,11 +53,11 @@ def queued(runner: Runner) -> set[str]:
     """
     res = runner.run(["squeue", "--json"], timeout=120)
     out = set()
-    for i, job in enumerate(parse_jobs(res.stdout, "squeue --json")):
+    for i, job in enumerate(job_objects(res.stdout, "squeue --json")):  # every job: none skipped
         for key in QUEUE_IDS:
             required = key == "job_id"
-            if required or key in job.raw:
-                value = job_id(job.raw.get(key), f"squeue --json: jobs[{i}].{key}", required=required)
+            if required or key in job:
+                value = job_id(job.get(key), f"squeue --json: jobs[{i}].{key}", required=required)
                 if value is not None:
                     out.add(value)
     return out
@@ -74,8 +75,8 @@ def job_id(value: Any, what: str, *, required: bool = True) -> str | None:
         value = None if value.get("infinite") is True else value.get("number")
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         value = str(value)
-    if not isinstance(value, str) or not JOB_ID_RE.fullmatch(value):
-        raise QueueError(f"{what}: {shown(repr(raw))[:200]} is not a job id (ASCII digits)")
+    if not isinstance(value, str) or not JOB_ID_RE.fullmatch(value) or int(value) > UINT32_MAX:
+        raise QueueError(f"{what}: {shown(repr(raw))[:200]} is not a job id (ASCII digits, at most {UINT32_MAX})")
     if int(value) == 0:
         if required:
             raise QueueError(f"{what}: 0 is not a job id")

@@ -40,6 +40,7 @@ from typing import Any, Iterable, Mapping
 
 from slurm_pool.adapters.records import job_record
 from slurm_pool.adapters.sacct_stream import sacct_jobs
+from slurm_pool.adapters.slurmjson import Unusable
 from slurm_pool.errors import InputError
 from slurm_pool.mig.demand import is_mig_type, profile_for_gres_type
 from slurm_pool.sim.engine import Job
@@ -214,7 +215,11 @@ def jobs_from_records(
         if not isinstance(raw, dict):
             raise HistoryError(f"{name}: jobs[{i}] is not an object")
         check_numbers(raw, f"{name}: jobs[{i}]")
-        job = job_record(raw)
+        try:
+            job = job_record(raw)
+        except Unusable:  # no usable job id or GPU count: left out, and counted as such
+            skipped["no usable job id or count"] += 1
+            continue
         submit, start, end, gpus = job.submit_time, job.start_time, job.end_time, job.gpus
         if not submit or not start or not end:  # unset (Slurm's 0)
             skipped["never ran or still running"] += 1
@@ -235,7 +240,7 @@ def jobs_from_records(
         if why:
             skipped[why] += 1
             continue
-        rows.append((submit, f"{job.job_id or i}", project, end - start, gpus, profile))
+        rows.append((submit, f"{job.job_id}", project, end - start, gpus, profile))
         last_end = max(last_end, float(end))
     if not rows:
         raise HistoryError(f"{name}: no GPU job that ran ({dict(skipped) or 'no jobs'})")

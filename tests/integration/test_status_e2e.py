@@ -173,3 +173,32 @@ def test_status_json_matches_sinfo_and_squeue(cluster):
             assert row["charged_gpu_hours"] == pytest.approx(row["gpu_hours"] * row["usage_factor"], abs=2e-4), tier
     finally:
         cluster.run(["scontrol", "update", f"NodeName={drained}", "State=RESUME"])
+
+
+def test_a_job_name_that_is_not_utf8_breaks_no_command(cluster, tmp_path):
+    """``sbatch -J $'\\xff'``, as any user may: status, why and checkpoints prune read it, escaped."""
+    name = "x\udcffy\udcfe"  # the bytes 0xff and 0xfe on sbatch's command line (os.fsencode)
+    job = cluster.sbatch(
+        "-p", "shared", "--qos=shared", "-A", "projb", "-t", "10", "--gres=gpu:1", "--hold", "-J", name,
+        "-o", "/dev/null", "-D", "/tmp", user="bob", script=SLEEP,
+    )  # fmt: skip
+    try:
+        cluster.wait_state(job, ["PENDING"], timeout=30)
+        got = status(cluster, "--json")
+        assert got.returncode == 0 and "Traceback" not in got.stderr, got.stderr
+        assert json.loads(got.stdout)["jobs"]["pending"] >= 1
+        text = status(cluster)
+        assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+        why = cluster.cli("why", str(job), "--spec", str(cluster.cluster.spec_path), "--json")
+        assert why.returncode == 0 and "Traceback" not in why.stderr, why.stderr
+        assert json.loads(why.stdout)["job_id"] == job
+        (tmp_path / "bob" / str(job)).mkdir(parents=True)
+        prune = cluster.cli("checkpoints", "prune", "--base", str(tmp_path), "--dry-run")
+        assert prune.returncode == 0 and "Traceback" not in prune.stderr, prune.stderr
+        assert f"keep   {tmp_path}/bob/{job}: job still in the queue" in prune.stdout
+        # every reader reads the name the same: the narrow text and the JSON, escaped by the one decoder
+        (text_rec,) = [j for j in cluster.slurm.jobs() if j.job_id == job]
+        (json_rec,) = [j for j in cluster.slurm.jobs_json() if j.job_id == job]
+        assert text_rec.name == json_rec.name == "x\\xffy\\xfe"
+    finally:
+        cluster.run(["scancel", str(job)])

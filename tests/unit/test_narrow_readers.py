@@ -155,17 +155,38 @@ def test_any_name_stays_in_its_field(name):
         (job_line().replace(TOK.end + "\n", ""), "ends inside a record"),
         (job_line(Name="a" + TOK.sep + "b"), "record 1 ('7') has 27 fields"),
         (job_line() + "junk" + TOK.end + "\n", "record 2 ('junk') has 1 fields"),
-        (job_line(JobId="7x"), "JobId '7x' is not a number"),
         (job_line(Requeue="yes"), "Requeue 'yes'"),
         (job_line(SubmitTime="2024-01-01T00:00:00"), "SubmitTime"),
         (job_line(TimeLimit="soon"), "TimeLimit 'soon'"),
-        (job_line(NumNodes="-1"), "NumNodes"),
     ],
 )
 def test_malformed_text_is_a_record_error_naming_the_record(text, where):
     with pytest.raises(RecordError, match="record") as err:
         narrow.parse_job_text([text], V26, TOK)
     assert where in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "over, where",
+    [
+        ({"JobId": "7x"}, "JobId '7x'"),
+        ({"JobId": "0"}, "JobId '0'"),
+        ({"JobId": "-5"}, "JobId '-5'"),
+        ({"JobId": "5.0"}, "JobId '5.0'"),
+        ({"JobId": "4294967294"}, "JobId '4294967294'"),  # INFINITE: no job's id
+        ({"JobId": "1" * 21}, "JobId"),
+        ({"NumNodes": "-1"}, "NumNodes '-1'"),
+        ({"RestartCnt": "true"}, "RestartCnt 'true'"),
+        ({"tres-alloc": "cpu=1,gres/gpu=100000000000000000000"}, "TRES gres/gpu '100000000000000000000'"),
+        ({"tres-alloc": "cpu=1,gres/gpu:a100=-2"}, "TRES gres/gpu:a100 '-2'"),
+        ({"tres-alloc": "cpu=1,gres/shard=1.5"}, "TRES gres/shard '1.5'"),
+    ],
+)
+def test_a_record_without_a_usable_id_or_count_is_reported_and_skipped(over, where, caplog):
+    recs = narrow.parse_job_text([job_line(**over) + job_line(JobId="8")], V26, TOK).records
+    assert [r.job_id for r in recs] == [8]  # the other record stays; none is read as job 0
+    assert [r.getMessage() for r in caplog.records if where in r.getMessage()], caplog.text
+    assert all("skipped a record: squeue --Format: record 1" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +221,6 @@ def test_a_flag_state_is_exact_on_22_05():
     [
         ("a1~s1idle~s1none~s1(null)~s1(null)~s1p1~s1(null)~s14~s1N/A~s1h~e1\n", None),
         ("a1~s1idle~s1none~s1(null)~s1(null)~s1p1~s1(null)~s14~s1N/A~e1\n", "record 1 ('a1') has 9 fields, not 10"),
-        ("~s1idle~s1none~s1(null)~s1(null)~s1p1~s1(null)~s14~s1N/A~s1h~e1\n", "no node name"),
     ],
 )
 def test_node_lines(line, where):
@@ -213,6 +233,21 @@ def test_node_lines(line, where):
         with pytest.raises(RecordError, match="record 1") as err:
             narrow.parse_node_text(two, V22, TOK)
         assert where in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "line, where",
+    [
+        ("~s1idle~s1none~s1(null)~s1(null)~s1p1~s1(null)~s14~s1N/A~s1h~e1\n", "no node name"),
+        ("a1~s1idle~s1none~s1gpu:a100:100000000000000000000~s1(null)~s1p1~s1(null)~s14~s1N/A~s1h~e1\n", "count past"),
+        ("a1~s1idle~s1none~s1gpu:2~s1gpu:18446744073709551616~s1p1~s1(null)~s14~s1N/A~s1h~e1\n", "gres_used"),
+    ],
+)
+def test_a_node_line_without_a_name_or_with_an_absurd_gres_count_is_reported_and_skipped(line, where, caplog):
+    good = "b2~s1idle~s1none~s1gpu:2~s1(null)~s1p1~s1(null)~s14~s1N/A~s1h~e1\n"
+    (n,) = narrow.parse_node_text(line + good, V22, TOK)
+    assert n.name == "b2" and n.gres == "gpu:2"
+    assert where in caplog.text and "skipped a record: sinfo --Format" in caplog.text
 
 
 def test_lines_of_one_node_must_agree_beyond_the_partition():

@@ -112,7 +112,7 @@ def test_the_stream_agrees_with_the_whole_document_reader(doc):
         (b'{"jobs": [{"job_id": 1, "time": {"start": "1_0"}}]}', r"jobs\[0\]\.time\.start: '1_0'"),
         (b'{"jobs": [{"job_id": 1, "time": {"start": "\xd9\xa1"}}]}', r"jobs\[0\]\.time\.start: '\u0661'"),
         (b'{"jobs": [{"job_id": 1, "time": {"start": 1.5}}]}', r"jobs\[0\]\.time\.start: 1\.5"),
-        (b'{"jobs": [{"name": "\xff"}]}', r"jobs\[0\] or after: not UTF-8 text"),
+        (b'{"jobs": [{"name": "\xff"}]}', r"no GPU job that ran \(\{'no usable job id or count': 1\}\)"),
         (b'{"jobs": [{"name": "a\nb"}]}', r"not JSON: lexical error: invalid character inside string"),
         (
             b'{"jobs": [{"job_id": 1}, {"job_id": 2, "na',
@@ -172,7 +172,7 @@ def test_simulate_reads_a_history_past_the_whole_file_cap(tmp_path, monkeypatch)
     # No cap on a history: with the whole-file cap lowered to 1 KiB (256 MiB in use), an export 16 times
     # larger still replays, from a file and from standard input; what is read whole is still capped.
     monkeypatch.setattr(textio, "MAX_BYTES", 1024)
-    doc = {"jobs": [_job(k, "proja", 10 + k, 20 + k, 90 + k) for k in range(200)]}
+    doc = {"jobs": [_job(k + 1, "proja", 10 + k, 20 + k, 90 + k) for k in range(200)]}  # ids from 1: job 0 is none
     f = tmp_path / "big.json"
     f.write_text(json.dumps(doc, indent=1))
     assert f.stat().st_size > 16 * textio.MAX_BYTES

@@ -169,7 +169,7 @@ def test_tres_gpu_types_and_sacct_lists():
         {"type": "cpu", "name": None, "count": 4},
         {"type": "gres", "name": "gpu", "count": 2},
         {"type": "gres", "name": "gpu:a100", "count": 2},
-        {"type": "gres", "name": "gpu", "count": None},
+        {"type": "gres", "name": "shard", "count": None},  # not a GPU entry: its count is not read
     ]
     assert tres_list_gpus(items) == (2, {"a100": 2})
     assert tres_list_gpus([{"type": "gres", "name": "gpu:x", "count": {"set": True, "number": 3}}]) == (3, {"x": 3})
@@ -346,4 +346,4 @@ def test_garbage_is_a_record_error():
     for text in ("[]", "{}", "not json"):
         with pytest.raises(RecordError):
             parse_jobs(text)
-    assert job_record({"job_state": 5, "time_limit": "x"}).state.base == ""
+    assert job_record({"job_id": 1, "job_state": 5, "time_limit": "x"}).state.base == ""
