@@ -68,7 +68,7 @@ def table(runs: list[dict]) -> str:
         "the run's own `build/test-logs/ci.json` and `phases.json`, recorded with "
         "`python3 bench/ci_phases.py --record build/test-logs --label LABEL`. Minutes:seconds. The ratio is the "
         f"run's total against the serial layout's cold total ({clock(base)}, measured in issue 50 on a fresh "
-        "machine); \"warm\" means the cached builds (Slurm 26.05 twice, Kubernetes, KServe, Volcano, JupyterHub, "
+        'machine); "warm" means the cached builds (Slurm 26.05 twice, Kubernetes, KServe, Volcano, JupyterHub, '
         "torch) were already in the cache, so each build phase is a no-op.",
         "",
         "| run | deps | lint | test (builds and streams side by side) | unit | daemons 22.05 | daemons 26.05 | "
