@@ -350,8 +350,8 @@ def predict(
     forecast.down = frozenset(down)
     for jid, why in inp.skip.items():
         forecast.predictions[jid] = Prediction(jid, None, None, None, inp.est.get(jid, Estimate(0.0, "none")), why)
-    if not inp.pending:
-        return forecast
+    # The forward run goes ahead with no pending job the model takes: what the running jobs hold is the plan
+    # an alternative for a skipped job (fewer GPUs, say) is fitted into.
     expected = {j.job_id: inp.est[j.job_id].seconds for j in inp.pending}
     late = {j.job_id: _late(inp, j) for j in inp.pending}
     result, got = run_forward(inp, expected, horizon=horizon)

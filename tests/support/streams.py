@@ -71,14 +71,15 @@ class Stream:
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     after: tuple[str, ...] = ()
-    #: The unit tests compute; a higher niceness keeps them from slowing the daemons the other streams wait on.
+    #: The unit tests compute; a higher niceness keeps them from slowing the daemons the other streams wait on,
+    #: and from the Slurm build a stream waits for (nice 10); the Go builds, needed last, run at nice 19.
     nice: int = 0
 
 
 def streams(slurm_new: str) -> tuple[Stream, ...]:
     """The streams of ``make test`` (together: every test, and the daemon tests once more on ``slurm_new``)."""
     return (
-        Stream("unit", ("-n", "2", "--dist", "loadfile", "-m", "not slurm and not k8s"), nice=10),
+        Stream("unit", ("-n", "2", "--dist", "loadfile", "-m", "not slurm and not k8s"), nice=15),
         Stream("daemons-22.05", (*DAEMON_WORKERS, "-m", "slurm or k8s")),
         Stream(
             f"daemons-{slurm_new}",

@@ -275,3 +275,17 @@ def test_a_mig_slice_alternative_fits_a_free_instance(pool):
     fc = predict(pool, jobs, history(*OWNER_HISTORY), NOW)
     alts = {a.what: a for a in explain(fc, 10).alternatives}
     assert alts["a MIG slice (1g.5gb)"].start == NOW  # c-gpu1's MIG GPU is idle
+
+
+@pytest.mark.parametrize("running", [(), (("a-gpu1", 2),)])
+def test_a_job_no_node_can_hold_still_gets_its_alternatives(pool, running):
+    """A job the model cannot place, alone in the queue (once an assertion inside ``why``): the forecast
+    still plans what runs, so the smaller alternatives are fitted into it."""
+    jobs = [wait("alice", "a-owner", 1, 6, account="proja")]
+    if running:
+        jobs.append(run("bob", "scavenger", 2, 2, running, ran=60.0, limit=3600.0, account="projb"))
+    fc = predict(pool, jobs, Runtimes([]), NOW)
+    ex = explain(fc, 1)
+    assert ex.prediction.start is None and "have at most 4" in ex.prediction.note
+    starts = {a.what: a.start for a in ex.alternatives}
+    assert starts["1 GPU instead of 6"] is not None
