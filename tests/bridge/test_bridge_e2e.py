@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support.kserve import is_ready, wait_for
+from tests.support.patience import patience
 
 pytestmark = [pytest.mark.slurm, pytest.mark.k8s]
 
@@ -272,7 +273,9 @@ def test_owner_job_preempts_placeholder_and_reclaim_is_fast(bridge):
     submitted = time.monotonic()
     owner = _preempt_by_owner(bridge)
     owner_wait = time.monotonic() - submitted
-    assert owner_wait < 10, f"owner waited {owner_wait:.1f}s"
+    # 10 s on a quiet machine (the lend tier's GraceTime); stretched like every wait here for a loaded one
+    # (tests/support/patience.py).  bench/reclaim_latency.py measures the latency itself.
+    assert owner_wait < patience(10), f"owner waited {owner_wait:.1f}s"
     ended = ("COMPLETED", "PREEMPTED", "CANCELLED")
     bridge.cluster.wait_sacct(int(placeholder), "State", lambda v: v.startswith(ended))
     assert not bridge.placeholders(), "a preempted placeholder does not come back"
@@ -287,7 +290,7 @@ def test_owner_job_preempts_placeholder_and_reclaim_is_fast(bridge):
     assert bridge.fenced("a-gpu1") and not bridge.lent("a-gpu1")
     assert "slurm-pool/lent" not in (bridge.node("a-gpu1").metadata.labels or {})
     assert "a-gpu1" not in bridge.running_on().values()
-    assert took < 45, f"reclaim took {took:.1f}s"
+    assert took < patience(45), f"reclaim took {took:.1f}s"
     # The same run lent the next idle node, so inference moves there.
     assert report.plan.node("a-gpu2").intent == "lend"
     bridge.wait_predictors(2, "a-gpu2")

@@ -9,9 +9,9 @@
   builds beside the streams, so the rest of a stream runs while they build.
   Modules move whole, keeping their order, so module fixtures stay shared.
 * Spread over pytest-xdist workers with ``--dist loadgroup`` (each worker
-  boots its own cluster), a module's tests stay on one worker (its module
-  fixtures, such as a cluster of its own, start once) and every test of the
-  Kubernetes control plane goes to the same worker (one control plane).
+  boots its own cluster, and its own control plane once it meets a test that
+  needs one), a module's tests stay on one worker: its module fixtures, such
+  as a cluster of its own, start once.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 item.add_marker(mark)
     if getattr(config.option, "dist", "no") == "loadgroup":
         for item in items:
-            k8s = "k8s_control_plane" in getattr(item, "fixturenames", ())
-            item.add_marker(pytest.mark.xdist_group("k8s" if k8s else item.nodeid.split("::")[0]))
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.hookimpl(tryfirst=True)

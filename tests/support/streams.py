@@ -57,9 +57,9 @@ BUILDS: dict[str, tuple[str, ...]] = {
 }
 
 
-#: Each daemon stream over two workers, each with its own cluster (a module's tests on one worker, the
-#: Kubernetes tests on one: ``tests/support/collect.py``): the daemon tests mostly wait, so four clusters share
-#: two cores.
+#: Each daemon stream over two workers, each with its own cluster and, once it needs one, its own control
+#: plane (a module's tests on one worker: ``tests/support/collect.py``): the daemon tests mostly wait, so four
+#: clusters share two cores.
 DAEMON_WORKERS = ("-n", "2", "--dist", "loadgroup")
 
 
