@@ -87,22 +87,10 @@ def _logout(driver) -> None:
 
 def _submit(driver, fields: dict[str, str], checkpoint: bool) -> int:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
 
     driver.get(driver.current_url.split("#")[0] + "#/submit")
     _wait(driver, "the submit form", lambda d: d.find_elements(By.ID, "f-script"))
-    for fid, value in fields.items():
-        el = driver.find_element(By.ID, fid)
-        if el.tag_name == "select":
-            _wait(
-                driver,
-                f"{value} in {fid}",
-                lambda d, el=el, v=value: v in [o.get_attribute("value") for o in Select(el).options],
-            )
-            Select(el).select_by_value(value)
-        else:
-            el.clear()
-            el.send_keys(value)
+    _fill(driver, fields)
     box = driver.find_element(By.ID, "f-checkpoint")
     if box.is_selected() != checkpoint:
         box.click()

@@ -20,15 +20,7 @@ from slurm_pool.spec import parse_spec
 from slurm_pool.spec.coexist import normal_path, within
 from slurm_pool.text import matches
 from tests.support.spec_positions import BASE
-
-
-def put(doc: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(doc)
-    parent: Any = out
-    for p in path[:-1]:
-        parent = parent.setdefault(p, {}) if isinstance(parent, dict) else parent[p]
-    parent[path[-1]] = value
-    return out
+from tests.unit.test_spec_ranges import put
 
 
 def refused(doc: dict[str, Any], field: str, *words: str) -> None:
