@@ -9,22 +9,10 @@ from slurm_pool.spec.console import Console
 from slurm_pool.web import identity, throttle
 from slurm_pool.web.identity import Authenticator, AuthError
 from slurm_pool.web.throttle import LoginThrottle, backoff
+from tests.unit.test_web_identity import Clock
 
 NOW = 1_800_000_000.0
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = NOW
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.t += seconds
 
 
 def make(clock: Clock) -> Authenticator:
