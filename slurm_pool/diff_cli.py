@@ -4,7 +4,8 @@ The thin side of :mod:`slurm_pool.diffconf`: it asks Slurm (through a
 :class:`~slurm_pool.adapters.runner.Runner`), renders the spec for the
 release slurmctld runs, and prints one line per difference.  Exit status as
 diff(1): 0 no difference, 1 differences, 2 trouble (a bad spec, Slurm not
-answering).  Read-only: the accounting part is ``apply accounting --dry-run``'s diff.
+answering, a tier or project named like a site's QOS or account that the
+spec does not adopt: one ``error:`` line per collision, with both ways out).  Read-only: the accounting part is ``apply accounting --dry-run``'s diff.
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ def probe_site() -> Site:
 
 def differences(spec: PoolSpec, runner: Runner) -> list[Difference]:
     """Ask the cluster and compare; raises CommandError when Slurm cannot be asked."""
-    from slurm_pool.accounting.apply import diff
-    from slurm_pool.accounting.plan import build_plan
+    from slurm_pool.accounting.apply import cluster_plan, diff
     from slurm_pool.adapters.records import parse_config_text
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.render import render_all
@@ -55,7 +55,8 @@ def differences(spec: PoolSpec, runner: Runner) -> list[Difference]:
     version = slurm.version()
     partitions = runner.run(["scontrol", "show", "partition", "-o"]).stdout
     nodes = slurm.nodes_json()
-    accounting = [c.summary for c in diff(build_plan(spec), slurm, deferred=[])]
+    # a tier or project named like a site's object the spec does not adopt: NameCollision, exit 2
+    accounting = [c.summary for c in diff(cluster_plan(spec, slurm), slurm, deferred=[])]
     rendered = render_all(spec, Site(), version)
     site_keys = site_dependent(rendered, render_all(spec, probe_site(), version))
     return compare(rendered, partitions, nodes, config, accounting, site_keys)

@@ -13,7 +13,9 @@
 * gres       -- every node's GRES types and counts as the spec renders them
                 for this release (MIG type names changed in 23.02.6), and no
                 node refused at registration;
-* accounting -- QOS, accounts and users as ``apply accounting`` would make them;
+* accounting -- QOS, accounts and users as ``apply accounting`` would make them,
+                and no tier or project named like a site's QOS or account
+                the spec does not adopt (one finding per collision);
 * hooks      -- Prolog, Epilog and HealthCheckProgram are slurm-pool's;
 * plugins    -- PluginDir holds ``job_submit_lua.so`` when the spec has a
                 policy and ``gpu_nvml.so`` when gres.conf says
@@ -80,13 +82,12 @@ class Facts:
     qos: dict[str, str] | None = None
     #: The spec has floating guarantees: the ``guarantees`` check runs and is reported.
     guarantees: bool = False
+    #: (problem, fix) per name the spec shares with a site's object it does not adopt, or that cannot be planned.
+    owned: list[tuple[str, str]] = field(default_factory=list)
 
 
 def gather(spec: PoolSpec, runner: Runner) -> Facts:
     """Ask the running cluster; raises CommandError when slurmctld cannot be reached."""
-    from slurm_pool.accounting.apply import diff
-    from slurm_pool.accounting.plan import build_plan
-
     slurm = SlurmClient(runner)
     commands = slurm.version()
     config = parse_config_text(runner.run(["scontrol", "show", "config"]).stdout)
@@ -97,7 +98,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
     except VersionError:
         controller = None
     deferred: list[str] = []
-    changes = diff(build_plan(spec), slurm, deferred=deferred)
+    changes, owned = _accounting_diff(spec, slurm, deferred)
     help_res = runner.run(["sbatch", "--help"], check=False)
     conf = os.environ.get("SLURM_CONF") or config.get("SLURM_CONF", "")
     rendered_for = None
@@ -115,7 +116,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         config,
         slurm.nodes(),
         help_res,
-        [c.summary for c in changes],
+        changes,
         deferred,
         rendered_for,
         include,
@@ -125,7 +126,24 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         missing(cluster_settings(spec, controller or commands), config),
         _qos_limits(slurm) if spec.guarantees is not None else None,
         spec.guarantees is not None,
+        owned,
     )
+
+
+def _accounting_diff(
+    spec: PoolSpec, slurm: SlurmClient, deferred: list[str]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """``apply accounting --dry-run``'s changes, or the collisions (or the priority misfit) that stop it."""
+    from slurm_pool.accounting.apply import cluster_plan, diff
+    from slurm_pool.accounting.owned import NameCollision
+    from slurm_pool.accounting.priority import PriorityFitError
+
+    try:
+        return [c.summary for c in diff(cluster_plan(spec, slurm), slurm, deferred=deferred)], []
+    except NameCollision as exc:
+        return [], exc.collisions
+    except PriorityFitError as exc:
+        return [], [(str(exc), "see docs/adoption.md, 'Priorities'")]
 
 
 def _qos_limits(slurm: SlurmClient) -> dict[str, str]:
@@ -273,7 +291,7 @@ def _fmt(counts: Counter[str]) -> str:
 
 
 def _accounting(f: Facts) -> list[Finding]:
-    out = []
+    out = [Finding("accounting", problem, fix) for problem, fix in f.owned]
     if f.accounting:
         shown = "; ".join(f.accounting[:6]) + (f" (+{len(f.accounting) - 6} more)" if len(f.accounting) > 6 else "")
         out.append(

@@ -3,16 +3,16 @@
 Assert, then apply: the current state is read, the difference against the
 plan is computed as a list of :class:`Change`, printed, and only then run.  A
 second run finds nothing to change and issues no sacctmgr modification.
-Adopt, never seize: only objects slurm-pool created (an account with
-``Organization=slurm-pool``, a QOS whose description starts ``slurm-pool``) or
-that the spec's ``adopt`` section names are changed; any other existing account
-or QOS under a project's or tier's name is reported (``= ...``) and left
-exactly as it is, with no pool user added to such an account -- also one that
-carries the tag under another parent than the pool's (``root``): whoever may
-make accounts under a site's account may tag one too -- and a user's
-existing default account that is not slurm-pool's is kept.  ``prune`` removes
-only tagged objects (an adopted one is never tagged), never a QOS a site's
-object still names.
+Names are owned (:mod:`slurm_pool.accounting.owned`): a QOS or account the
+spec names that the site made and the spec does not adopt is an error
+(:class:`~slurm_pool.accounting.owned.NameCollision`), raised before anything
+is changed.  An adopted object gets only the fields its ``adopt`` entry names,
+and the pool's users' associations; it is never tagged.  A user's default
+account is set only when slurm-pool creates the user: whatever it is later
+(the site's choice), it stays.  ``prune`` removes only tagged objects (an
+adopted one is never tagged), never a QOS a site's object still names, never
+a user's association with their default account, nor an account that is
+someone's default.
 
 QOS come before slurmctld: from Slurm 25.11 slurmctld will not start while a
 partition's AllowQOS names a QOS slurmdbd lacks.  But a limit on a TRES such
@@ -28,7 +28,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from slurm_pool.accounting.plan import OWNER_TAG, AccountingPlan, build_plan, untagged
+from slurm_pool.accounting.owned import (
+    NameCollision,
+    account_ours,
+    collisions,
+    foreign_parent,
+    pool_accounts,
+    qos_ours,
+)
+from slurm_pool.accounting.plan import AccountingPlan, build_plan, untagged
 from slurm_pool.adapters.records import skipped
 from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
@@ -48,8 +56,6 @@ QOS_FIELDS = [
     "MaxTRES",
 ]
 ASSOC_FIELDS = ["Account", "User", "Fairshare", "QOS", "DefaultQOS", "ParentName"]
-#: The parent of every account slurm-pool makes (``sacctmgr add account`` with no parent).
-POOL_PARENT = "root"
 TRES_LIMITS = ("GrpTRES", "MaxTRESPU", "MaxTRES")
 
 
@@ -135,7 +141,7 @@ def known_tres(slurm: SlurmClient) -> set[str]:
 def _known_limits(fields: dict[str, str], known: set[str]) -> tuple[dict[str, str], list[str]]:
     """``fields`` without limits on TRES slurmdbd lacks, and those limits."""
     out, deferred = dict(fields), []
-    for f in TRES_LIMITS:
+    for f in (f for f in TRES_LIMITS if f in fields):
         keep = []
         for kv in (x for x in fields.get(f, "").split(",") if x):
             if kv.split("=", 1)[0] in known:
@@ -146,33 +152,31 @@ def _known_limits(fields: dict[str, str], known: set[str]) -> tuple[dict[str, st
     return out, deferred
 
 
-def qos_ours(row: dict[str, str]) -> bool:
-    """Whether a QOS as ``sacctmgr show qos`` reports it carries slurm-pool's tag (it created it)."""
-    desc = row.get("Description", "").strip().lower()
-    return desc == OWNER_TAG or desc.startswith(f"{OWNER_TAG}:")
+def site_priority(spec: PoolSpec, slurm: SlurmClient) -> int | None:
+    """The highest Priority among the site's own QOS (None: the pool owns the cluster, nothing to keep).
+
+    The site's QOS are those slurm-pool did not tag, but for an adopted tier
+    whose Priority the spec hands to the pool.  A Priority that is not a number
+    is reported and skipped.
+    """
+    if spec.coexist is None:
+        return None
+    ours = {q.name for q in spec.adopt.qos if "Priority" in q.fields}
+    top = 0
+    for r in slurm.sacctmgr_show("qos", ["Name", "Description", "Priority"]):
+        if qos_ours(r) or r["Name"] in ours:
+            continue
+        if not r["Priority"].isdigit():
+            skipped(f"sacctmgr show qos: {r['Name']!r} has Priority {r['Priority'][:40]!r}, not a number")
+            continue
+        top = max(top, int(r["Priority"]))
+    return top
 
 
-def account_ours(row: dict[str, str]) -> bool:
-    """Whether an account carries slurm-pool's tag (``Organization=slurm-pool``: it created it)."""
-    return row.get("Org", "").strip().lower() == OWNER_TAG
-
-
-def _not_ours(kind: str, name: str, more: str = "", why: str = "exists and is not slurm-pool's") -> str:
-    return (
-        f"= {kind} {name}: {why}; left as it is{more} "
-        f"(adopt it in the spec's adopt.{'qos' if kind == 'qos' else 'accounts'} to manage it)"
-    )
-
-
-def pool_accounts(accts_have: dict[str, dict[str, str]], assoc_have: dict[tuple[str, str], dict[str, str]]) -> set[str]:
-    """The accounts slurm-pool made: tagged, under the pool's parent."""
-    return {name for name, r in accts_have.items() if account_ours(r) and not foreign_parent(assoc_have, name)}
-
-
-def foreign_parent(assoc_have: dict[tuple[str, str], dict[str, str]], name: str) -> str:
-    """The parent of account ``name`` on this cluster when it is not the pool's (``""``: the pool's, or unknown)."""
-    parent = assoc_have.get((name, ""), {}).get("ParentName", "").strip()
-    return parent if parent and parent != POOL_PARENT else ""
+def cluster_plan(spec: PoolSpec, slurm: SlurmClient) -> AccountingPlan:
+    """The plan for this cluster: in a site's cluster, the tiers' priorities fitted beside the site's QOS."""
+    top = site_priority(spec, slurm)
+    return build_plan(spec, top, slurm.qos_priority_raw() if top is not None else False)
 
 
 def diff(
@@ -184,21 +188,27 @@ def diff(
 ) -> list[Change]:
     """The changes that bring Slurm's accounting in line with ``plan``.
 
-    Only objects slurm-pool created (tagged) or the plan adopts are changed; an
-    existing one of neither kind is left exactly as it is and a line saying so
-    is appended to ``notes`` (as is a pre-existing user's default account that
-    is kept).  Limits on TRES slurmdbd does not know yet are left out and
-    appended to ``deferred`` as ``"qos NAME: FIELD TRES=N"`` (see the module
-    docstring).
+    Raises :class:`NameCollision` (one line per object) before computing any
+    change when the plan names a QOS or account the site made and the spec
+    does not adopt.  An adopted object gets only the fields it hands over.
+    Lines about what is kept as it is are appended to ``notes``; limits on TRES
+    slurmdbd does not know yet are left out and appended to ``deferred`` as
+    ``"qos NAME: FIELD TRES=N"`` (see the module docstring).
     """
     notes = [] if notes is None else notes
-    changes: list[Change] = []
     cluster = plan.cluster
+    qos_have = {r["Name"]: r for r in slurm.sacctmgr_show("qos", QOS_FIELDS)}
+    accts_have = _accounts(slurm)
+    assoc_rows = slurm.sacctmgr_show("assoc", ASSOC_FIELDS, where=["where", f"cluster={cluster}"])
+    assoc_have = {(r["Account"], r["User"]): r for r in assoc_rows}
+    found = collisions(plan, qos_have, accts_have, assoc_have)
+    if found:
+        raise NameCollision(found)
+
+    changes: list[Change] = []
     clusters = {r["Cluster"] for r in slurm.sacctmgr_show("cluster", ["Cluster"])}
     if cluster not in clusters:
         changes.append(Change(f"+ cluster {cluster}", ("add", "cluster", cluster)))
-
-    qos_have = {r["Name"]: r for r in slurm.sacctmgr_show("qos", QOS_FIELDS)}
     tres = known_tres(slurm)
     preempt_later: list[Change] = []
     for q in plan.qos:
@@ -207,11 +217,8 @@ def diff(
         if have is None:
             changes.append(Change(f"+ qos {q.name}", ("add", "qos", q.name)))
             have = {}
-        elif not qos_ours(have):
-            if not q.adopted:
-                notes.append(_not_ours("qos", q.name))
-                continue
-            want = untagged(want)
+        elif not qos_ours(have) and q.adopted is not None:
+            want = untagged(want, q.adopted)
         fields, later = _known_limits(want, tres)
         if deferred is not None:
             deferred.extend(f"qos {q.name}: {d}" for d in later)
@@ -219,14 +226,11 @@ def diff(
         fc = _field_changes(direct, have)
         if fc:
             changes.append(_modify(f"qos {q.name}", "qos", [f"name={q.name}"], fc))
-        pc = _field_changes({"Preempt": want["Preempt"]}, have)
+        pc = _field_changes({k: v for k, v in want.items() if k == "Preempt"}, have)
         if pc:
             preempt_later.append(_modify(f"qos {q.name}", "qos", [f"name={q.name}"], pc))
     changes.extend(preempt_later)
 
-    accts_have = _accounts(slurm)
-    assoc_rows = slurm.sacctmgr_show("assoc", ASSOC_FIELDS, where=["where", f"cluster={cluster}"])
-    assoc_have = {(r["Account"], r["User"]): r for r in assoc_rows}
     managed: list[str] = []  # the plan's accounts slurm-pool keeps: its own (made now or before) and adopted ones
     for a in plan.accounts:
         acct = accts_have.get(a.name)
@@ -245,13 +249,8 @@ def diff(
                     ),
                 )
             )
-        elif not account_ours(acct) or foreign_parent(assoc_have, a.name):
-            if not a.adopted:
-                parent = foreign_parent(assoc_have, a.name)
-                why = f"carries slurm-pool's tag under the site's account {parent}" if account_ours(acct) else ""
-                notes.append(_not_ours("account", a.name, ", and no pool user is added to it", *([why] if why else [])))
-                continue
-            want = untagged(want)
+        elif a.adopted is not None and (not account_ours(acct) or foreign_parent(assoc_have, a.name)):
+            want = untagged(want, a.adopted)
         managed.append(a.name)
         if (
             acct is not None
@@ -265,49 +264,45 @@ def diff(
                 )
             )
         have = assoc_have.get((a.name, ""), {})
-        fc = _field_changes({k: want[k] for k in ("Fairshare", "QOS", "DefaultQOS")}, have)
+        fc = _field_changes({k: want[k] for k in ("Fairshare", "QOS", "DefaultQOS") if k in want}, have)
         if fc:
             changes.append(_modify(f"account {a.name}", "account", [f"name={a.name}", f"cluster={cluster}"], fc))
 
-    changes.extend(_user_changes(plan, slurm, managed, accts_have, assoc_have, notes))
+    users_have = {r["User"]: r for r in slurm.sacctmgr_show("user", ["User", "DefaultAccount"])}
+    changes.extend(_user_changes(plan, managed, users_have, assoc_have, notes))
     if prune:
-        changes.extend(_prune(plan, qos_have, accts_have, assoc_have, managed, notes))
+        changes.extend(_prune(plan, qos_have, accts_have, assoc_have, managed, users_have, notes))
     return changes
 
 
 def _user_changes(
     plan: AccountingPlan,
-    slurm: SlurmClient,
     managed: list[str],
-    accts_have: dict[str, dict[str, str]],
+    users_have: dict[str, dict[str, str]],
     assoc_have: dict[tuple[str, str], dict[str, str]],
     notes: list[str],
 ) -> list[Change]:
-    """Users' associations in the accounts slurm-pool keeps, and their default accounts.
+    """Users' associations in the accounts slurm-pool keeps; default accounts of the users it creates.
 
-    A user's default is their first such account in the spec's order; a user who
-    already had a default account that is not slurm-pool's keeps it.
+    A user's default is their first such account in the spec's order, set when
+    slurm-pool creates the user; a user who already exists keeps theirs.
     """
     changes: list[Change] = []
     cluster = plan.cluster
-    pools = set(managed) | pool_accounts(accts_have, assoc_have)
     default_of: dict[str, str] = {}
     for u in plan.users:
         if u.account in managed:
             default_of.setdefault(u.name, u.account)
-    users_have = {r["User"]: r for r in slurm.sacctmgr_show("user", ["User", "DefaultAccount"])}
+    created: set[str] = set()
     kept: set[str] = set()
     for u in plan.users:
         key = (u.account, u.name)
-        if u.account not in managed:
-            if key not in assoc_have:
-                notes.append(f"= user {u.name} in {u.account}: not added, the account is not slurm-pool's")
-            continue
         wanted_default = default_of[u.name]
         if key not in assoc_have:
             argv = ["add", "user", u.name, f"Account={u.account}", f"Cluster={cluster}"]
             if u.name not in users_have:
                 argv.append(f"DefaultAccount={wanted_default}")
+                created.add(u.name)
             changes.append(Change(f"+ user {u.name} in {u.account}", tuple(argv)))
             users_have.setdefault(u.name, {"User": u.name, "DefaultAccount": wanted_default})
         have = assoc_have.get(key, {})
@@ -322,20 +317,12 @@ def _user_changes(
                 )
             )
         cur_default = users_have.get(u.name, {}).get("DefaultAccount", "")
-        if not cur_default or cur_default == wanted_default:
-            continue
-        if cur_default not in pools:
-            if u.name not in kept:
-                kept.add(u.name)
-                notes.append(f"= user {u.name}: keeps DefaultAccount {cur_default}, which is not slurm-pool's")
-        elif key in assoc_have:
-            changes.append(
-                Change(
-                    f"~ user {u.name}: DefaultAccount: {cur_default} -> {wanted_default}",
-                    ("modify", "user", "where", f"name={u.name}", "set", f"DefaultAccount={wanted_default}"),
-                )
+        if cur_default and cur_default != wanted_default and u.name not in created | kept:
+            kept.add(u.name)
+            notes.append(
+                f"= user {u.name}: keeps DefaultAccount {cur_default} "
+                f"(slurm-pool sets a default account only for a user it creates; the spec's first is {wanted_default})"
             )
-            users_have[u.name]["DefaultAccount"] = wanted_default
     return changes
 
 
@@ -374,18 +361,30 @@ def _prune(
     accts_have: dict[str, dict[str, str]],
     assoc_have: dict[tuple[str, str], dict[str, str]],
     managed: list[str],
+    users_have: dict[str, dict[str, str]],
     notes: list[str],
 ) -> list[Change]:
     """Deletions of slurm-pool's own objects the plan no longer has; nothing else is ever deleted.
 
     A QOS of slurm-pool's that a site's association or QOS still names is kept
     (deleting it would edit theirs: slurmdbd drops a deleted QOS from every list).
+    A user's association with their default account is kept, and so is an
+    account that is someone's default: the default account is the site's to move.
     """
     out: list[Change] = []
     ours = pool_accounts(accts_have, assoc_have)
     wanted_users = {(u.account, u.name) for u in plan.users}
+    default_of = {u: r.get("DefaultAccount", "") for u, r in users_have.items()}
+    kept_accounts: set[str] = set()
     for acct, user in sorted(assoc_have):
         if user and acct in ours and (acct, user) not in wanted_users:
+            if default_of.get(user) == acct:
+                kept_accounts.add(acct)
+                notes.append(
+                    f"= user {user} in {acct}: no longer in the spec, but kept: it is the user's default account "
+                    f"(move it with `sacctmgr modify user {user} set DefaultAccount=...`, then prune again)"
+                )
+                continue
             out.append(
                 Change(
                     f"- user {user} from {acct}",
@@ -393,14 +392,19 @@ def _prune(
                 )
             )
     for name in sorted(ours - {a.name for a in plan.accounts}):
+        if name in kept_accounts or name in default_of.values():
+            notes.append(f"= account {name}: slurm-pool's and no longer in the spec, but kept: a user's default")
+            continue
         out.append(Change(f"- account {name}", ("delete", "account", "where", f"name={name}")))
-    planned = {(a, "") for a in managed} | {(u.account, u.name) for u in plan.users if u.account in managed}
+    # an adopted account's own QOS lists stay the site's unless both are handed over
+    own = {a.name for a in plan.accounts if a.adopted is None or {"QOS", "DefaultQOS"} <= a.adopted}
+    planned = {(a, "") for a in managed if a in own} | {(u.account, u.name) for u in plan.users if u.account in managed}
     users: dict[str, set[str]] = {}
     for (acct, user), r in assoc_have.items():
         if acct not in ours and (acct, user) not in planned:
             for q in _listed(r.get("QOS", "")) | _listed(r.get("DefaultQOS", "")):
                 users.setdefault(q, set()).add(f"account {acct}" + (f" user {user}" if user else ""))
-    adopted = {q.name for q in plan.qos if q.adopted}
+    adopted = {q.name for q in plan.qos if q.adopted is not None and "Preempt" in q.adopted}
     for name, r in qos_have.items():
         if not qos_ours(r) and name not in adopted:
             for q in _listed(r.get("Preempt", "")):
@@ -425,10 +429,13 @@ def apply_accounting(
     dry_run: bool = False,
     echo: Callable[[str], None] = print,
 ) -> list[Change]:
-    """Print and (unless ``dry_run``) apply the accounting diff; return it."""
-    plan = build_plan(spec)
+    """Print and (unless ``dry_run``) apply the accounting diff; return it.
+
+    Raises :class:`NameCollision` before any change when the spec names a site's object it does not adopt.
+    """
+    plan = cluster_plan(spec, slurm)
     deferred: list[str] = []
-    notes: list[str] = []
+    notes: list[str] = list(plan.notes)
     changes = diff(plan, slurm, prune=prune, deferred=deferred, notes=notes)
     for n in notes:
         echo(n)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slurm_pool.accounting.priority import fit_priorities
 from slurm_pool.spec.guarantees import floating_projects, guarantee_qos
 from slurm_pool.spec.model import PoolSpec, Project, Tier
 from slurm_pool.spec.ranges import USAGE_FACTOR_DECIMALS
@@ -17,14 +18,15 @@ from slurm_pool.spec.ranges import USAGE_FACTOR_DECIMALS
 OWNER_TAG = "slurm-pool"
 
 
-def untagged(fields: dict[str, str]) -> dict[str, str]:
-    """The fields of an adopted object the site created: slurm-pool's tag is never written into it.
+def untagged(fields: dict[str, str], allowed: frozenset[str]) -> dict[str, str]:
+    """The fields of an adopted object the site created that the spec's ``adopt`` entry hands over.
 
-    Its description becomes the spec's own text where the spec has one, else stays the site's.
+    slurm-pool's tag is never written into it: a named Description becomes the
+    spec's own text where the spec has one, else stays the site's.
     """
-    out = {k: v for k, v in fields.items() if k not in ("Description", "Organization")}
+    out = {k: v for k, v in fields.items() if k in allowed and k not in ("Description", "Organization")}
     desc = fields.get("Description", "")
-    if desc.startswith(f"{OWNER_TAG}: "):
+    if "Description" in allowed and desc.startswith(f"{OWNER_TAG}: "):
         out["Description"] = desc[len(OWNER_TAG) + 2 :]
     return out
 
@@ -37,16 +39,18 @@ def _tres(d: dict[str, int]) -> str:
 class QosPlan:
     name: str
     fields: dict[str, str]
-    #: Listed in the spec's ``adopt.qos``: managed even where the site created it.
-    adopted: bool = False
+    #: Listed in the spec's ``adopt.qos``: the fields the pool may set where the site created it (None: not adopted).
+    adopted: frozenset[str] | None = None
+    #: A tier's QOS (which the spec may adopt), not a guarantee's.
+    tier: bool = True
 
 
 @dataclass(frozen=True)
 class AccountPlan:
     name: str
     fields: dict[str, str]
-    #: Listed in the spec's ``adopt.accounts``: managed even where the site created it.
-    adopted: bool = False
+    #: Listed in the spec's ``adopt.accounts``: the fields the pool may set where the site created it.
+    adopted: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,23 +66,26 @@ class AccountingPlan:
     qos: list[QosPlan] = field(default_factory=list)
     accounts: list[AccountPlan] = field(default_factory=list)
     users: list[UserPlan] = field(default_factory=list)
+    #: What the plan changed of the spec to keep the site's jobs as they were (one line each).
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
+        def adopted(fields: frozenset[str] | None) -> dict[str, object]:
+            return {} if fields is None else {"adopted": sorted(fields)}
+
         return {
             "cluster": self.cluster,
-            "qos": [{"name": q.name, **q.fields, **({"adopted": True} if q.adopted else {})} for q in self.qos],
-            "accounts": [
-                {"name": a.name, **a.fields, **({"adopted": True} if a.adopted else {})} for a in self.accounts
-            ],
+            "qos": [{"name": q.name, **q.fields, **adopted(q.adopted)} for q in self.qos],
+            "accounts": [{"name": a.name, **a.fields, **adopted(a.adopted)} for a in self.accounts],
             "users": [{"name": u.name, "account": u.account, **u.fields} for u in self.users],
         }
 
 
-def _qos_fields(tier: Tier) -> dict[str, str]:
+def _qos_fields(tier: Tier, priority: int | None = None) -> dict[str, str]:
     desc = f"{OWNER_TAG}: {tier.description}" if tier.description else OWNER_TAG
     return {
         "Description": desc,
-        "Priority": str(tier.priority),
+        "Priority": str(tier.priority if priority is None else priority),
         "Preempt": ",".join(sorted(tier.preempt)),
         "PreemptMode": tier.preempt_mode.upper() if tier.preempt_mode != "off" else "OFF",
         "GraceTime": str(tier.grace_time),
@@ -90,7 +97,7 @@ def _qos_fields(tier: Tier) -> dict[str, str]:
     }
 
 
-def guarantee_qos_plans(spec: PoolSpec) -> list[QosPlan]:
+def guarantee_qos_plans(spec: PoolSpec, priorities: dict[str, int] | None = None) -> list[QosPlan]:
     """One QOS per project with a guarantee: the guarantees' tier's fields, ``GrpTRES`` = the guarantee.
 
     The guarantee wins over the tier's own ``grp_tres`` on the same TRES; no
@@ -102,10 +109,10 @@ def guarantee_qos_plans(spec: PoolSpec) -> list[QosPlan]:
     tier = spec.tier(g.tier)
     out = []
     for p in floating_projects(spec):
-        fields = _qos_fields(tier)
+        fields = _qos_fields(tier, (priorities or {}).get(tier.name))
         fields["Description"] = f"{OWNER_TAG}: guarantee of {p.name}"
         fields["GrpTRES"] = _tres(guarantee_grp_tres(spec, p))
-        out.append(QosPlan(guarantee_qos(tier.name, p.name), fields))
+        out.append(QosPlan(guarantee_qos(tier.name, p.name), fields, tier=False))
     return out
 
 
@@ -145,10 +152,23 @@ def association_qos(spec: PoolSpec, project: Project) -> tuple[list[str], str]:
     return sorted(names), default
 
 
-def build_plan(spec: PoolSpec) -> AccountingPlan:
-    """The accounting objects a spec asks for, in a stable order: the tiers' QOS, then the guarantees'."""
-    qos = [QosPlan(t.name, _qos_fields(t), t.name in spec.adopt.qos) for t in spec.tiers]
-    qos.extend(guarantee_qos_plans(spec))
+def build_plan(spec: PoolSpec, site_priority: int | None = None, raw_qos_priority: bool = False) -> AccountingPlan:
+    """The accounting objects a spec asks for, in a stable order: the tiers' QOS, then the guarantees'.
+
+    ``site_priority`` is the highest Priority among the site's own QOS (None:
+    not known, or the pool owns the cluster); in coexist mode the tiers'
+    priorities are then fitted at or below it (:func:`fit_priorities`), so
+    that no site job's QOS factor changes.
+    """
+    notes: list[str] = []
+    priorities = None
+    if spec.coexist is not None and site_priority is not None:
+        priorities = fit_priorities({t.name: t.priority for t in spec.tiers}, site_priority, raw_qos_priority, notes)
+    qos = [
+        QosPlan(t.name, _qos_fields(t, (priorities or {}).get(t.name)), spec.adopt.qos_fields(t.name))
+        for t in spec.tiers
+    ]
+    qos.extend(guarantee_qos_plans(spec, priorities))
     accounts = [
         AccountPlan(
             p.name,
@@ -159,7 +179,7 @@ def build_plan(spec: PoolSpec) -> AccountingPlan:
                 "QOS": ",".join(association_qos(spec, p)[0]),
                 "DefaultQOS": association_qos(spec, p)[1],
             },
-            p.name in spec.adopt.accounts,
+            spec.adopt.account_fields(p.name),
         )
         for p in spec.projects
     ]
@@ -175,4 +195,4 @@ def build_plan(spec: PoolSpec) -> AccountingPlan:
             users.append(
                 UserPlan(u, p.name, {"DefaultAccount": first_account[u], "QOS": qos_list, "DefaultQOS": default_qos})
             )
-    return AccountingPlan(spec.cluster.name, qos, accounts, users)
+    return AccountingPlan(spec.cluster.name, qos, accounts, users, notes)

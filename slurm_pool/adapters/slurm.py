@@ -21,6 +21,7 @@ from slurm_pool.adapters.records import (
     NodeRecord,
     RecordError,
     node_command,
+    parse_config_text,
     parse_jobs,
     parse_nodes,
     skipped,
@@ -148,6 +149,18 @@ class SlurmClient:
     def sacctmgr(self, *args: str) -> None:
         """One non-interactive sacctmgr change."""
         self.runner.run(["sacctmgr", "-i", *args])
+
+    def qos_priority_raw(self) -> bool:
+        """Whether slurmctld takes a QOS's Priority as its factor unnormalised (``PriorityFlags=NO_NORMAL_QOS``).
+
+        False also where ``scontrol show config`` cannot be read: the normalised
+        case is the one in which a QOS's Priority moves other jobs' factors.
+        """
+        res = self.runner.run(["scontrol", "show", "config"], check=False)
+        if not res.ok:
+            return False
+        flags = parse_config_text(res.stdout).get("PriorityFlags", "")
+        return "NO_NORMAL_QOS" in {f.strip().upper() for f in flags.split(",")}
 
 
 #: sacctmgr fields that hold free text, where a "|" of -P's separator may sit.

@@ -83,7 +83,10 @@ def base_document() -> dict[str, Any]:
         "epilog_dir": "/etc/slurm/epilog.d",
         "health_check": "/usr/sbin/nhc",
     }
-    doc["adopt"] = {"accounts": ["proja"], "qos": ["guaranteed"]}
+    doc["adopt"] = {
+        "accounts": [{"name": "proja", "fields": ["Fairshare"]}],
+        "qos": [{"name": "guaranteed", "fields": ["GraceTime", "PreemptMode"]}],
+    }
     # A floating guarantee (issue 28) on an unowned group, appended last so the indexes above stay.
     doc["node_groups"].append(
         {"name": "f", "hosts": "f-gpu1", "cpus": 4, "memory_mb": 8000, "gpus": {"model": "H100-80GB", "count": 2}}

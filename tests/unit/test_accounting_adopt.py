@@ -1,4 +1,4 @@
-"""Adopt, never seize: apply accounting changes and prunes only slurm-pool's own or adopted objects."""
+"""Names are owned: a site's QOS or account under a spec's name is an error unless adopted, field by field."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any, Callable
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from slurm_pool.accounting.apply import apply_accounting, diff
+from slurm_pool.accounting.owned import NameCollision
 from slurm_pool.accounting.plan import build_plan
 from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.adapters.slurm import SlurmClient
@@ -20,16 +22,11 @@ from slurm_pool.spec.adopt import check_adopt
 from tests.unit.test_accounting import FakeSacctmgr
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool.yaml"
-NOT_OURS_QOS = (
-    "= qos shared: exists and is not slurm-pool's; left as it is (adopt it in the spec's adopt.qos to manage it)"
-)
-NOT_OURS_ACCOUNT = (
-    "= account proja: exists and is not slurm-pool's; left as it is, and no pool user is added to it "
-    "(adopt it in the spec's adopt.accounts to manage it)"
-)
+QOS_WAY = "rename the tier 'shared' in the spec, or adopt the site's QOS in the spec: adopt: {qos: [{name: shared, "
+ACCOUNT_WAY = "rename the project 'proja' in the spec, or adopt the site's account in the spec: adopt: {accounts: "
 
 
-def _spec(adopt: dict[str, list[str]] | None = None):
+def _spec(adopt: dict[str, Any] | None = None):
     data = yaml.safe_load(EXAMPLE.read_text())
     if adopt is not None:
         data["adopt"] = adopt
@@ -56,6 +53,10 @@ def _changes(runner) -> list[tuple[str, ...]]:
     return [c for c in runner.commands("sacctmgr") if c[1] == "-i"]
 
 
+def _state(fake: FakeSacctmgr) -> dict[str, Any]:
+    return copy.deepcopy({k: getattr(fake, k) for k in ("clusters", "qos", "accounts", "assoc", "users")})
+
+
 def _site_qos(fake: FakeSacctmgr) -> None:
     fake.qos["shared"] = {"Description": "the site's shared qos", "Priority": "7", "GraceTime": "00:01:00"}
 
@@ -67,6 +68,11 @@ def _site_account(fake: FakeSacctmgr) -> None:
     fake.users["erin"] = "proja"
 
 
+def _tagged_under_site(fake: FakeSacctmgr) -> None:
+    fake.accounts["proja"] = {"Descr": "slurm-pool", "Org": "slurm-pool"}
+    fake.assoc[("proja", "")] = {"ParentName": "physics", "Fairshare": "1"}
+
+
 def _site_user(fake: FakeSacctmgr) -> None:
     fake.accounts["physics"] = {"Descr": "physics", "Org": "physics"}
     fake.assoc[("physics", "")] = {"Fairshare": "1", "QOS": "normal"}
@@ -74,121 +80,233 @@ def _site_user(fake: FakeSacctmgr) -> None:
     fake.users["alice"] = "physics"
 
 
-# (case, the site's objects, the spec's adopt section, what the site keeps exactly, lines printed,
-#  words no sacctmgr change may hold)
-FOREIGN = [
-    ("foreign qos with a tier's name", _site_qos, None, [("qos", "shared")], [NOT_OURS_QOS], ["name=shared"]),
+def _both(fake: FakeSacctmgr) -> None:
+    _site_qos(fake)
+    _site_account(fake)
+
+
+# (case, the site's objects, the spec's adopt section, the collisions' first words, a way out each names)
+COLLISIONS = [
     (
-        "foreign account with a project's name",
-        _site_account,
+        "a site's qos with a tier's name",
+        _site_qos,
         None,
-        [("accounts", "proja"), ("assoc", ("proja", "")), ("assoc", ("proja", "erin")), ("users", "erin")],
-        [NOT_OURS_ACCOUNT, "= user alice in proja: not added, the account is not slurm-pool's"],
-        ["name=proja", "account=proja", "Account=proja", "name=erin"],
+        ["qos shared: exists in slurmdbd and slurm-pool did not create it; "],
+        [QOS_WAY],
     ),
     (
-        "a pool user whose default account is the site's",
-        _site_user,
+        "a site's account with a project's name",
+        _site_account,
         None,
-        [("accounts", "physics"), ("assoc", ("physics", "")), ("assoc", ("physics", "alice")), ("users", "alice")],
-        ["= user alice: keeps DefaultAccount physics, which is not slurm-pool's"],
-        ["DefaultAccount=proja", "name=physics", "account=physics", "Account=physics"],
+        ["account proja: exists in slurmdbd and slurm-pool did not create it; "],
+        [ACCOUNT_WAY],
+    ),
+    (
+        "a tagged account under a site's parent",
+        _tagged_under_site,
+        None,
+        ["account proja: carries slurm-pool's tag under the site's account physics; "],
+        [ACCOUNT_WAY],
     ),
     # adopting one kind of object does not adopt the other
     (
-        "foreign qos, an account adopted",
-        _site_qos,
-        {"accounts": ["proja"]},
-        [("qos", "shared")],
-        [NOT_OURS_QOS],
-        ["name=shared"],
+        "a site's qos, an account adopted",
+        _both,
+        {"accounts": [{"name": "proja", "fields": []}]},
+        ["qos shared: "],
+        [QOS_WAY],
     ),
+    ("both, none adopted: one line each", _both, None, ["qos shared: ", "account proja: "], [QOS_WAY, ACCOUNT_WAY]),
 ]
 
 
-@pytest.mark.parametrize("case,site,adopt,kept,notes,never", FOREIGN, ids=[c[0] for c in FOREIGN])
-def test_a_site_object_is_reported_and_left_exactly_as_it_is(case, site, adopt, kept, notes, never):
+@pytest.mark.parametrize("case,site,adopt,said,ways", COLLISIONS, ids=[c[0] for c in COLLISIONS])
+@pytest.mark.parametrize("prune", [False, True])
+def test_a_name_the_site_owns_is_an_error_and_nothing_changes(case, site, adopt, said, ways, prune):
     fake, runner, slurm = _world(site)
-    before = {(kind, key): copy.deepcopy(getattr(fake, kind)[key]) for kind, key in kept}
-    spec = _spec(adopt)
-    for prune in (False, True, False):  # and again: nothing converges onto the site's objects
-        _summaries, lines = _apply(spec, slurm, prune=prune)
-        assert [line for line in lines if line.startswith("= ")] == notes, case
-        assert {(kind, key): getattr(fake, kind).get(key) for kind, key in kept} == before, case
-    # no sacctmgr change ever named the site's object
-    touched = [c for c in _changes(runner) if any(w in arg for arg in c for w in never)]
-    assert not touched, touched
+    before = _state(fake)
+    with pytest.raises(NameCollision) as err:
+        _apply(_spec(adopt), slurm, prune=prune)
+    lines = err.value.lines()
+    assert len(lines) == len(said), lines
+    for line, start, way in zip(lines, said, ways, strict=True):
+        assert line.startswith(start) and way in line, line
+    assert err.value.exit_code == 2
+    assert _changes(runner) == [], "assert, then apply: not one sacctmgr change"
+    assert _state(fake) == before, case
+
+
+def test_the_cli_exits_2_naming_the_collision(tmp_path, monkeypatch):
+    from slurm_pool.adapters import slurm as slurm_mod
+    from slurm_pool.cli import cli
+
+    fake, runner, _slurm = _world(_site_qos)
+    monkeypatch.setattr(slurm_mod, "SlurmClient", lambda *a, **k: SlurmClient(runner))
+    result = CliRunner().invoke(cli, ["apply", "accounting", str(EXAMPLE)])
+    assert result.exit_code == 2, result.output
+    assert "error: qos shared: exists in slurmdbd and slurm-pool did not create it; rename" in result.output
+    assert _changes(runner) == []
 
 
 def test_a_pool_user_with_a_site_default_gets_the_pool_association_only():
     fake, runner, slurm = _world(_site_user)
-    _apply(_spec(), slurm)
+    _summaries, lines = _apply(_spec(), slurm)
     assert ("sacctmgr", "-i", "add", "user", "alice", "Account=proja", "Cluster=pool") in runner.calls
     assert ("proja", "alice") in fake.assoc and fake.users["alice"] == "physics"
+    assert any(line.startswith("= user alice: keeps DefaultAccount physics") for line in lines), lines
+    assert not [c for c in _changes(runner) if any("physics" in a for a in c)]
     summaries, _lines = _apply(_spec(), slurm)
     assert summaries == []
 
 
-def test_a_pool_users_default_in_a_retired_pool_account_still_moves():
-    def site(fake: FakeSacctmgr) -> None:
-        fake.accounts["old-proj"] = {"Descr": "slurm-pool", "Org": "slurm-pool"}
-        fake.assoc[("old-proj", "")] = {}
-        fake.assoc[("old-proj", "alice")] = {}
-        fake.users["alice"] = "old-proj"
-
-    fake, _runner, slurm = _world(site)
-    _apply(_spec(), slurm)
-    summaries, _lines = _apply(_spec(), slurm)
-    assert summaries == ["~ user alice: DefaultAccount: old-proj -> proja"]
+def test_a_default_account_the_site_moved_to_another_pool_account_stays():
+    fake, _runner, slurm = _world(lambda f: None)
+    spec = _spec()
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["projects"][1]["users"].append("alice")  # alice in proja (her first: the pool's default) and projb
+    spec = parse_spec(data)
+    _apply(spec, slurm)
     assert fake.users["alice"] == "proja"
+    fake.users["alice"] = "projb"  # the site's choice
+    summaries, lines = _apply(spec, slurm, prune=True)
+    assert summaries == [] and fake.users["alice"] == "projb"
+    assert "= user alice: keeps DefaultAccount projb" in " ".join(lines)
 
 
-# (case, the site's objects, adopt, (kind, key, field, value the spec gives), fields that must stay the site's)
-ADOPTED = [
+def _apply_and_prune(spec, slurm) -> tuple[list[str], list[str]]:
+    _apply(spec, slurm)
+    return _apply(spec, slurm, prune=True)
+
+
+# (case, the site's objects, the adopt section, the site's objects that stay byte-identical after --prune)
+PRUNE_KEEPS = [
     (
-        "adopted qos",
-        _site_qos,
-        {"qos": ["shared"]},
-        ("qos", "shared", "Priority", "500"),
-        {"Description": "Pool-wide borrowing within a fair share; preemptible."},
+        "a user's default in a retired pool account",
+        lambda f: (
+            f.accounts.update({"old-proj": {"Descr": "slurm-pool", "Org": "slurm-pool"}}),
+            f.assoc.update({("old-proj", ""): {}, ("old-proj", "alice"): {}}),
+            f.users.update({"alice": "old-proj"}),
+        ),
+        None,
+        [("users", "alice"), ("accounts", "old-proj"), ("assoc", ("old-proj", "alice"))],
     ),
     (
-        "adopted account",
+        "a user pruned from the pool account the site made their default",
+        lambda f: (
+            f.accounts.update({"projb": {"Descr": "slurm-pool", "Org": "slurm-pool"}}),
+            f.assoc.update({("projb", ""): {}, ("projb", "dave"): {"QOS": "normal"}}),
+            f.users.update({"dave": "projb"}),
+        ),
+        None,
+        [("users", "dave"), ("assoc", ("projb", "dave"))],
+    ),
+    (
+        "an adopted account's own fairshare and QOS",
         _site_account,
-        {"accounts": ["proja"]},
-        ("assoc", ("proja", ""), "DefaultQOS", "guaranteed"),
-        {},
+        {"accounts": [{"name": "proja", "fields": []}]},
+        [("accounts", "proja"), ("assoc", ("proja", "")), ("assoc", ("proja", "erin")), ("users", "erin")],
     ),
 ]
 
 
-@pytest.mark.parametrize("case,site,adopt,managed,want", ADOPTED, ids=[c[0] for c in ADOPTED])
-def test_an_adopted_object_follows_the_spec_but_is_never_tagged(case, site, adopt, managed, want):
+@pytest.mark.parametrize("case,site,adopt,kept", PRUNE_KEEPS, ids=[c[0] for c in PRUNE_KEEPS])
+def test_prune_never_removes_what_the_site_set(case, site, adopt, kept):
+    fake, runner, slurm = _world(site)
+    before = {(kind, key): copy.deepcopy(getattr(fake, kind)[key]) for kind, key in kept}
+    summaries, _lines = _apply_and_prune(_spec(adopt), slurm)
+    assert {(kind, key): getattr(fake, kind).get(key) for kind, key in kept} == before, (case, summaries)
+    assert _apply(_spec(adopt), slurm, prune=True)[0] == []
+
+
+def test_a_kept_default_is_said_with_the_way_to_move_it():
+    fake, _runner, slurm = _world(PRUNE_KEEPS[0][1])
+    _summaries, lines = _apply_and_prune(_spec(), slurm)
+    assert "= user alice in old-proj: no longer in the spec, but kept: it is the user's default account" in "\n".join(
+        lines
+    )
+    assert "= account old-proj: slurm-pool's and no longer in the spec, but kept: a user's default" in lines
+
+
+# (case, the site's objects, adopt, {(kind, key): {field: value after}}: every field of the object, site's included)
+ADOPTED = [
+    (
+        "qos, GraceTime only",
+        _site_qos,
+        {"qos": [{"name": "shared", "fields": ["GraceTime"]}]},
+        {("qos", "shared"): {"Description": "the site's shared qos", "Priority": "7", "GraceTime": "20"}},
+    ),
+    (
+        "qos, no field",
+        _site_qos,
+        {"qos": [{"name": "shared", "fields": []}]},
+        {("qos", "shared"): {"Description": "the site's shared qos", "Priority": "7", "GraceTime": "00:01:00"}},
+    ),
+    (
+        "qos, Description and Preempt",
+        _site_qos,
+        {"qos": [{"name": "shared", "fields": ["Description", "Preempt"]}]},
+        {
+            ("qos", "shared"): {
+                "Description": "Pool-wide borrowing within a fair share; preemptible.",
+                "Priority": "7",
+                "GraceTime": "00:01:00",
+                "Preempt": "k8s-lend,scavenger",
+            }
+        },
+    ),
+    (
+        "account, no field: the pool's users only",
+        _site_account,
+        {"accounts": [{"name": "proja", "fields": []}]},
+        {
+            ("accounts", "proja"): {"Descr": "physics group a", "Org": "physics"},
+            ("assoc", ("proja", "")): {"Fairshare": "5", "QOS": "normal", "DefaultQOS": "normal"},
+            ("assoc", ("proja", "erin")): {"QOS": "normal"},
+            ("assoc", ("proja", "alice")): {"QOS": "guaranteed,scavenger,shared", "DefaultQOS": "guaranteed"},
+        },
+    ),
+    (
+        "account, Fairshare only",
+        _site_account,
+        {"accounts": [{"name": "proja", "fields": ["Fairshare"]}]},
+        {
+            ("accounts", "proja"): {"Descr": "physics group a", "Org": "physics"},
+            ("assoc", ("proja", "")): {"Fairshare": "1", "QOS": "normal", "DefaultQOS": "normal"},
+        },
+    ),
+    (
+        "account, QOS lists",
+        _site_account,
+        {"accounts": [{"name": "proja", "fields": ["QOS", "DefaultQOS"]}]},
+        {
+            ("assoc", ("proja", "")): {
+                "Fairshare": "5",
+                "QOS": "guaranteed,scavenger,shared",
+                "DefaultQOS": "guaranteed",
+            }
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("case,site,adopt,after", ADOPTED, ids=[c[0] for c in ADOPTED])
+def test_an_adopted_object_gets_only_the_fields_it_names(case, site, adopt, after):
     fake, runner, slurm = _world(site)
     spec = _spec(adopt)
     summaries, lines = _apply(spec, slurm)
-    kind, key, field, value = managed
-    assert getattr(fake, kind)[key][field] == value, (case, summaries)
-    assert not [line for line in lines if line.startswith("= ")], lines
-    for k, v in want.items():
-        assert fake.qos["shared"][k] == v
-    # never tagged: the site's description and organisation stay, so --prune can never delete it
-    assert fake.accounts.get("proja", {}).get("Org") in (None, "physics", "slurm-pool")
-    if "accounts" in adopt:
-        assert fake.accounts["proja"] == {"Descr": "physics group a", "Org": "physics"}
-        assert ("proja", "alice") in fake.assoc
-    if "qos" in adopt:
-        assert not fake.qos["shared"]["Description"].lower().startswith("slurm-pool")
-    if "accounts" in adopt:
+    got = {(kind, key): getattr(fake, kind).get(key) for kind, key in after}
+    assert got == after, (case, summaries)
+    if "accounts" in adopt:  # never tagged: --prune can never delete it
         assert not [c for c in _changes(runner) if any(a.startswith("Organization=") for a in c) and "proja" in c]
     assert _apply(spec, slurm) == ([], ["accounting: no changes"])
     # dropped from the spec later (its adopt entry with it): --prune still leaves it, it is the site's
+    names = {e["name"] for e in adopt.get("qos", []) + adopt.get("accounts", [])}
     plan = build_plan(spec)
     plan = replace(
         plan,
-        qos=[q for q in plan.qos if q.name not in adopt.get("qos", [])],
-        accounts=[a for a in plan.accounts if a.name not in adopt.get("accounts", [])],
-        users=[u for u in plan.users if u.account not in adopt.get("accounts", [])],
+        qos=[q for q in plan.qos if q.name not in names],
+        accounts=[a for a in plan.accounts if a.name not in names],
+        users=[u for u in plan.users if u.account not in names],
     )
     assert [c.summary for c in diff(plan, slurm, prune=True) if c.summary.startswith("-")] == []
 
@@ -208,13 +326,13 @@ def test_prune_with_site_and_adopted_objects_present_deletes_only_slurm_pools_ow
         fake.accounts["slurm-pool-ish"] = {"Descr": "slurm-pool lookalike", "Org": "slurm-pool-lab"}
 
     fake, _runner, slurm = _world(site)
-    spec = _spec({"qos": ["shared"], "accounts": ["proja"]})
+    spec = _spec({"qos": [{"name": "shared", "fields": ["Priority"]}], "accounts": [{"name": "proja", "fields": []}]})
     _apply(spec, slurm)
     fake.assoc[("proja", "frank")] = {}  # a site user added by hand to the adopted account
     site_before = copy.deepcopy(
         {
             "qos": {n: fake.qos[n] for n in ("site-normal", "normal")},
-            "accounts": {n: fake.accounts[n] for n in ("physics", "slurm-pool-ish")},
+            "accounts": {n: fake.accounts[n] for n in ("physics", "slurm-pool-ish", "proja")},
             "assoc": {k: v for k, v in fake.assoc.items() if k[0] in ("physics", "proja") and k[1] != "alice"},
             "users": dict(fake.users),
         }
@@ -228,20 +346,28 @@ def test_prune_with_site_and_adopted_objects_present_deletes_only_slurm_pools_ow
     ]
     assert {
         "qos": {n: fake.qos[n] for n in ("site-normal", "normal")},
-        "accounts": {n: fake.accounts[n] for n in ("physics", "slurm-pool-ish")},
+        "accounts": {n: fake.accounts[n] for n in ("physics", "slurm-pool-ish", "proja")},
         "assoc": {k: v for k, v in fake.assoc.items() if k[0] in ("physics", "proja") and k[1] != "alice"},
         "users": dict(fake.users),
     } == site_before
     assert "shared" in fake.qos and "proja" in fake.accounts
 
 
+def _q(name: str, *fields: str) -> dict[str, Any]:
+    return {"name": name, "fields": list(fields)}
+
+
 # (adopt section, expected issues as "path: message" prefixes)
 RULES: list[tuple[dict[str, Any], list[str]]] = [
-    ({"accounts": ["proja"], "qos": ["shared"]}, []),
-    ({"accounts": ["physics"]}, ["adopt.accounts[0]: 'physics' is not a project of this spec"]),
-    ({"qos": ["normal"]}, ["adopt.qos[0]: 'normal' is not a tier of this spec"]),
-    ({"qos": ["shared", "shared"]}, ["adopt.qos[1]: 'shared' is listed twice"]),
-    ({"accounts": ["shared"], "qos": ["proja"]}, ["adopt.accounts[0]: 'shared'", "adopt.qos[0]: 'proja'"]),
+    ({"accounts": [_q("proja", "Fairshare")], "qos": [_q("shared", "GraceTime", "PreemptMode")]}, []),
+    ({"accounts": [_q("physics")]}, ["adopt.accounts[0].name: 'physics' is not a project of this spec"]),
+    ({"qos": [_q("normal")]}, ["adopt.qos[0].name: 'normal' is not a tier of this spec"]),
+    ({"qos": [_q("shared"), _q("shared")]}, ["adopt.qos[1].name: 'shared' is listed twice"]),
+    ({"qos": [_q("shared", "Priority", "Priority")]}, ["adopt.qos[0].fields[1]: 'Priority' is listed twice"]),
+    (
+        {"accounts": [_q("shared")], "qos": [_q("proja")]},
+        ["adopt.accounts[0].name: 'shared'", "adopt.qos[0].name: 'proja'"],
+    ),
 ]
 
 
@@ -255,14 +381,20 @@ def test_only_a_projects_or_tiers_own_name_can_be_adopted(adopt, want):
 
 
 @pytest.mark.parametrize(
-    "adopt,path",
+    "adopt,path,words",
     [
-        ({"qos": ["bad name"]}, "adopt.qos"),
-        ({"accounts": "proja"}, "adopt.accounts"),
-        ({"accounts": ["proja"], "users": ["alice"]}, "adopt.users"),
+        ({"qos": ["shared"]}, "adopt.qos", "write {name: shared, fields: [...]}"),  # the old form says the new one
+        ({"accounts": ["proja"]}, "adopt.accounts", "write {name: proja, fields: [...]}"),
+        ({"qos": [_q("bad name")]}, "adopt.qos[0].name", ""),
+        ({"qos": [_q("shared", "MaxWall")]}, "adopt.qos[0].fields[0]", "'GraceTime'"),
+        ({"accounts": [_q("proja", "Organization")]}, "adopt.accounts[0].fields[0]", "'Fairshare'"),
+        ({"accounts": [{"name": "proja"}]}, "adopt.accounts[0].fields", ""),
+        ({"accounts": "proja"}, "adopt.accounts", ""),
+        ({"accounts": [_q("proja")], "users": ["alice"]}, "adopt.users", ""),
     ],
 )
-def test_a_bad_adopt_section_names_its_field(adopt, path):
+def test_a_bad_adopt_section_names_its_field(adopt, path, words):
     with pytest.raises(SpecError) as err:
         _spec(adopt)
-    assert any(str(i).startswith(path) for i in err.value.issues), str(err.value)
+    hits = [str(i) for i in err.value.issues if str(i).startswith(path)]
+    assert hits and words in hits[0], str(err.value)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from slurm_pool.accounting.apply import apply_accounting
+from slurm_pool.accounting.owned import NameCollision
 from slurm_pool.accounting.plan import association_qos, build_plan, guarantee_qos_plans
 from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.adapters.slurm import SlurmClient
@@ -148,7 +149,7 @@ def test_each_guarantee_is_a_qos_of_the_tier_s_fields_and_its_grptres() -> None:
     )
     # nobody preempts a guarantee
     assert all("guaranteed-" not in q.fields["Preempt"] for q in plan.qos)
-    assert [q.adopted for q in guarantee_qos_plans(parse_spec(doc))] == [False, False]
+    assert [(q.adopted, q.tier) for q in guarantee_qos_plans(parse_spec(doc))] == [(None, False), (None, False)]
 
 
 @pytest.mark.parametrize(
@@ -202,9 +203,13 @@ def test_a_site_qos_under_a_guarantee_s_name_is_left_alone() -> None:
     fake.qos["guaranteed-projd"] = {"Description": "the site's own", "Priority": "3"}
     runner, slurm = _world(fake)
     lines: list[str] = []
-    apply_accounting(parse_spec(BASE), slurm, prune=True, echo=lines.append)
+    with pytest.raises(NameCollision) as err:  # a collision: named, nothing applied; a guarantee's QOS is renamed
+        apply_accounting(parse_spec(BASE), slurm, prune=True, echo=lines.append)
+    assert err.value.lines() == [
+        "qos guaranteed-projd: exists in slurmdbd and slurm-pool did not create it; "
+        "rename the tier or the project whose guarantee it is"
+    ]
     assert fake.qos["guaranteed-projd"] == {"Description": "the site's own", "Priority": "3"}
-    assert any(line.startswith("= qos guaranteed-projd: exists and is not slurm-pool's") for line in lines)
     changes = [c for c in runner.commands("sacctmgr") if c[1] == "-i"]
     assert not any("name=guaranteed-projd" in c for c in changes)
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from slurm_pool.accounting.apply import foreign_parent
+from slurm_pool.accounting.owned import NameCollision
 from slurm_pool.adapters.records import NodeRecord, node_state
 from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.adapters.slurm import SlurmClient
@@ -103,11 +104,12 @@ def _tagged_under(parent: str):
 @pytest.mark.parametrize("parent", ["physics", "Physics", "root2"])
 def test_a_tagged_account_under_a_sites_parent_is_left_as_it_is(parent):
     fake, runner, slurm = _world(_tagged_under(parent))
-    for prune in (False, True):
-        _summaries, lines = _apply(_spec(), slurm, prune=prune)
-        said = [line for line in lines if line.startswith("= account proja")]
+    for prune in (False, True):  # a collision now: named, and nothing is applied
+        with pytest.raises(NameCollision) as err:
+            _apply(_spec(), slurm, prune=prune)
+        said = [line for line in err.value.lines() if line.startswith("account proja")]
         assert said and f"carries slurm-pool's tag under the site's account {parent}" in said[0]
-        assert "no pool user is added to it" in said[0]
+        assert "adopt: {accounts: [{name: proja, fields: [...]}]}" in said[0]
     touched = [c for c in _changes(runner) if any("proja" in a for a in c)]
     assert touched == []  # no association, no limit, no deletion: the site's account is the site's
     assert ("proja", "alice") not in fake.assoc and ("proja", "mallory") in fake.assoc
@@ -123,7 +125,7 @@ def test_a_tagged_account_under_root_is_the_pools(parent):
 
 def test_an_adopted_account_under_a_sites_parent_is_managed():
     fake, runner, slurm = _world(_tagged_under("physics"))
-    _apply(_spec({"accounts": ["proja"]}), slurm)
+    _apply(_spec({"accounts": [{"name": "proja", "fields": []}]}), slurm)
     assert ("proja", "alice") in fake.assoc
 
 
@@ -167,7 +169,8 @@ def test_an_account_name_holding_a_bar_never_changes_whose_account_is_whose(orde
             fake.accounts = dict(reversed(list(fake.accounts.items())))
 
     fake, runner, slurm = _world(site)
-    _summaries, lines = _apply(_spec(), slurm)
-    assert any(line.startswith("= account proja: exists and is not slurm-pool's") for line in lines), lines
+    with pytest.raises(NameCollision) as err:
+        _apply(_spec(), slurm)
+    assert err.value.lines()[0].startswith("account proja: exists in slurmdbd and slurm-pool did not create it")
     assert not [c for c in _changes(runner) if any("proja" in a for a in c)]
     assert "'proja' is listed twice" in caplog.text
