@@ -287,3 +287,21 @@ def test_node_fields(line, record, want):
     conf = {"slurm.conf": f"NodeName=n1 {line}\n"}
     rec = NodeRecord(name="n1", state=None, **record)  # type: ignore[arg-type]
     assert [d.line() for d in compare(conf, "", [rec], {})] == want
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_name_the_site_owns_makes_diff_exit_2_naming_it(monkeypatch, version):
+    from slurm_pool.cli import cli
+    from tests.unit.test_accounting import FakeSacctmgr
+
+    fake = FakeSacctmgr()
+    fake.qos["scavenger"] = {"Description": "the site's spot QOS", "PreemptMode": "CANCEL"}
+    r = _cluster_runner(version)
+    r.respond(["sacctmgr"], fake)
+    monkeypatch.setattr("slurm_pool.adapters.runner.SubprocessRunner", lambda: r)
+    res = CliRunner().invoke(cli, ["diff", "--spec", str(EXAMPLE)])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(
+        "error: qos scavenger: exists in slurmdbd and slurm-pool did not create it; rename the tier 'scavenger'"
+    ), res.stderr
+    assert not [c for c in r.calls if c[:2] == ("sacctmgr", "-i")]
