@@ -232,6 +232,7 @@ def diff(
     changes.extend(preempt_later)
 
     managed: list[str] = []  # the plan's accounts slurm-pool keeps: its own (made now or before) and adopted ones
+    site_accounts: dict[str, frozenset[str]] = {}  # adopted accounts the site made: the fields handed over
     for a in plan.accounts:
         acct = accts_have.get(a.name)
         want = a.fields
@@ -251,6 +252,7 @@ def diff(
             )
         elif a.adopted is not None and (not account_ours(acct) or foreign_parent(assoc_have, a.name)):
             want = untagged(want, a.adopted)
+            site_accounts[a.name] = a.adopted
         managed.append(a.name)
         if (
             acct is not None
@@ -269,7 +271,7 @@ def diff(
             changes.append(_modify(f"account {a.name}", "account", [f"name={a.name}", f"cluster={cluster}"], fc))
 
     users_have = {r["User"]: r for r in slurm.sacctmgr_show("user", ["User", "DefaultAccount"])}
-    changes.extend(_user_changes(plan, managed, users_have, assoc_have, notes))
+    changes.extend(_user_changes(plan, managed, site_accounts, users_have, assoc_have, notes))
     if prune:
         changes.extend(_prune(plan, qos_have, accts_have, assoc_have, managed, users_have, notes))
     return changes
@@ -278,6 +280,7 @@ def diff(
 def _user_changes(
     plan: AccountingPlan,
     managed: list[str],
+    site_accounts: dict[str, frozenset[str]],
     users_have: dict[str, dict[str, str]],
     assoc_have: dict[tuple[str, str], dict[str, str]],
     notes: list[str],
@@ -285,7 +288,9 @@ def _user_changes(
     """Users' associations in the accounts slurm-pool keeps; default accounts of the users it creates.
 
     A user's default is their first such account in the spec's order, set when
-    slurm-pool creates the user; a user who already exists keeps theirs.
+    slurm-pool creates the user; a user who already exists keeps theirs.  In an
+    adopted account of the site's (``site_accounts``), an association that
+    exists keeps its QOS lists unless the account hands ``QOS``/``DefaultQOS`` over.
     """
     changes: list[Change] = []
     cluster = plan.cluster
@@ -306,7 +311,8 @@ def _user_changes(
             changes.append(Change(f"+ user {u.name} in {u.account}", tuple(argv)))
             users_have.setdefault(u.name, {"User": u.name, "DefaultAccount": wanted_default})
         have = assoc_have.get(key, {})
-        fc = _field_changes({k: u.fields[k] for k in ("QOS", "DefaultQOS")}, have)
+        allowed = site_accounts.get(u.account, frozenset(("QOS", "DefaultQOS"))) if key in assoc_have else None
+        fc = _field_changes({k: u.fields[k] for k in ("QOS", "DefaultQOS") if allowed is None or k in allowed}, have)
         if fc:
             changes.append(
                 _modify(

@@ -68,6 +68,12 @@ def _site_account(fake: FakeSacctmgr) -> None:
     fake.users["erin"] = "proja"
 
 
+def _site_account_with_alice(fake: FakeSacctmgr) -> None:
+    _site_account(fake)
+    fake.assoc[("proja", "alice")] = {"QOS": "normal"}  # the site had her there already
+    fake.users["alice"] = "proja"
+
+
 def _tagged_under_site(fake: FakeSacctmgr) -> None:
     fake.accounts["proja"] = {"Descr": "slurm-pool", "Org": "slurm-pool"}
     fake.assoc[("proja", "")] = {"ParentName": "physics", "Fairshare": "1"}
@@ -272,6 +278,21 @@ ADOPTED = [
         {
             ("accounts", "proja"): {"Descr": "physics group a", "Org": "physics"},
             ("assoc", ("proja", "")): {"Fairshare": "1", "QOS": "normal", "DefaultQOS": "normal"},
+        },
+    ),
+    (
+        "account, no field: a pool user's association the site made keeps its QOS",
+        _site_account_with_alice,
+        {"accounts": [{"name": "proja", "fields": []}]},
+        {("assoc", ("proja", "alice")): {"QOS": "normal"}, ("users", "alice"): "proja"},
+    ),
+    (
+        "account, QOS handed over: the pool user's association follows",
+        _site_account_with_alice,
+        {"accounts": [{"name": "proja", "fields": ["QOS"]}]},
+        {
+            ("assoc", ("proja", "alice")): {"QOS": "guaranteed,scavenger,shared"},
+            ("assoc", ("proja", "erin")): {"QOS": "normal"},
         },
     ),
     (
