@@ -143,7 +143,13 @@ def _accounting_diff(
     except NameCollision as exc:
         return [], exc.collisions
     except PriorityFitError as exc:
-        return [], [(str(exc), "see docs/adoption.md, 'Priorities'")]
+        return [], [
+            (
+                str(exc),
+                "fewer distinct tier priorities, a higher site QOS Priority, or PriorityFlags=NO_NORMAL_QOS "
+                "(docs/adoption.md, 'The tiers' QOS priorities')",
+            )
+        ]
 
 
 def _qos_limits(slurm: SlurmClient) -> dict[str, str]:

@@ -198,3 +198,14 @@ def test_doctor_names_each_collision_with_both_ways_out():
         "rename the tier 'shared'" in found[0].fix and "adopt: {qos: [{name: shared, fields: [...]}]}" in found[0].fix
     )
     assert "rename the project 'proja'" in found[1].fix
+
+
+def test_doctor_reports_a_site_range_too_small_for_the_tiers():
+    fake = FakeSacctmgr()
+    fake.qos["normal"] = {"Priority": "3"}
+    r = replay("22.05", nodes_json("22.05"))
+    r.respond(["sacctmgr"], lambda argv, inp: fake(argv, inp) if argv[2] == "-P" else Result(argv, 0, "", ""))
+    s = load_spec(COEXIST)
+    found = [f for f in doctor.diagnose(s, doctor.gather(s, r)) if f.check == "accounting"]
+    assert len(found) == 1 and "do not fit at or below 3" in found[0].problem, found
+    assert "PriorityFlags=NO_NORMAL_QOS" in found[0].fix
