@@ -25,6 +25,7 @@ the next run after slurmctld has started -- the bootstrap is
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -166,7 +167,7 @@ def site_priority(spec: PoolSpec, slurm: SlurmClient) -> int | None:
     for r in slurm.sacctmgr_show("qos", ["Name", "Description", "Priority"]):
         if qos_ours(r) or r["Name"] in ours:
             continue
-        if not r["Priority"].isdigit():
+        if not re.fullmatch(r"[0-9]{1,10}", r["Priority"]):
             skipped(f"sacctmgr show qos: {r['Name']!r} has Priority {r['Priority'][:40]!r}, not a number")
             continue
         top = max(top, int(r["Priority"]))

@@ -146,6 +146,13 @@ READS = [
         "10",
     ),
     (
+        "a digit that is not 0-9 is no number",
+        {"normal": {"Priority": "10"}, "odd": {"Priority": "\u00b2"}},
+        "",
+        None,
+        "10",
+    ),
+    (
         "an adopted tier whose Priority the pool sets is not the site's",
         {"normal": {"Priority": "20"}, "shared": {"Description": "site", "Priority": "500000"}},
         "",
