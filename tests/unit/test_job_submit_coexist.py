@@ -42,14 +42,11 @@ return slurm.SUCCESS
 def _spec(site: Path | None, order: str = "before", job_submit: bool = True) -> str:
     text = EXAMPLE
     if site is None:
-        text = text.replace("  job_submit:\n    script: /etc/slurm/site_job_submit.lua\n    order: before\n", "  {}\n")
-        text = text.replace("coexist:\n  {}\n", "coexist: {}\n")
+        text = text.replace("  job_submit:\n    script: /etc/slurm/site_job_submit.lua\n    order: before\n", "")
     else:
         text = text.replace("/etc/slurm/site_job_submit.lua", str(site)).replace("order: before", f"order: {order}")
     if not job_submit:
-        text = text.replace(
-            "policy:\n  default_tier: spot\n", "policy:\n  default_tier: spot\n  job_submit: false\n"
-        )
+        text = text.replace("policy:\n  default_tier: spot\n", "policy:\n  default_tier: spot\n  job_submit: false\n")
     return text
 
 
@@ -75,9 +72,31 @@ SHARED = [
         {"partition": "batch", "account": "proja"},
         E_PARTITION,
         None,
-        ["account 'proja' is a project of the pool", "partitions (a-owner, shared, scavenger)", "with a site account"],
+        ["account 'proja' is a project of the pool", "partitions (a-owner, shared, spot)", "with a site account"],
     ),
     ("site QOS on a site partition", {"partition": "site-gpu", "qos": "site-normal", "user_name": "dave"}, OK, {}, []),
+    # The site's own scavenger QOS (the pool's spot tier once had its name): the site's, wherever it is asked.
+    (
+        "the site's scavenger on a site partition",
+        {"partition": "site-gpu", "qos": "scavenger", "default_account": "physics", "user_name": "dave"},
+        OK,
+        {},
+        [],
+    ),
+    (
+        "the site's scavenger, no partition",
+        {"qos": "scavenger", "default_account": "physics", "user_name": "dave"},
+        OK,
+        {},
+        [],
+    ),
+    (
+        "the site's scavenger, a pool user on the default partition",
+        {"qos": "scavenger", "default_account": "physics", "user_name": "alice"},
+        OK,
+        {},
+        [],
+    ),
     ("site QOS, no partition", {"qos": "site-normal", "default_account": "physics", "user_name": "dave"}, OK, {}, []),
     (
         "pool QOS on a site partition, site account",
