@@ -28,6 +28,9 @@
                 (``render.required.cluster_settings``) is in force, as
                 ``scontrol show config`` shows it; each missing one with the
                 line to put in the site's slurm.conf;
+* site_script, site_partitions -- (a spec with ``coexist`` only) the site's
+                job_submit script loads, and the site's partitions that hold
+                pool nodes deny the pool's QOS (:mod:`slurm_pool.doctor_coexist`);
 * guarantees -- (a spec with ``guarantees`` only) the floating guarantees fit
                 ``overcommit`` x the GPUs the partition's usable nodes have
                 now, and each guarantee's QOS is in Slurm with its GrpTRES
@@ -48,13 +51,28 @@ from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import NodeRecord, parse_config_text
 from slurm_pool.adapters.runner import CommandError, Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.doctor_coexist import CHECKS as COEXIST_CHECKS
+from slurm_pool.doctor_coexist import CoexistFacts
+from slurm_pool.doctor_coexist import findings as coexist_findings
+from slurm_pool.doctor_coexist import gather as gather_coexist
 from slurm_pool.findings import Finding
 from slurm_pool.render.required import Setting, cluster_settings, config_values, missing
 from slurm_pool.spec.hosts import expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion, VersionError
 
-CHECKS = ("version", "spank", "job_submit", "gres", "accounting", "hooks", "plugins", "settings", "guarantees")
+CHECKS = (
+    "version",
+    "spank",
+    "job_submit",
+    "gres",
+    "accounting",
+    "hooks",
+    "plugins",
+    "settings",
+    *COEXIST_CHECKS,
+    "guarantees",
+)
 _INCOMPATIBLE = re.compile(r"Incompatible Slurm plugin (\S+) version \(([^)]*)\)")
 
 
@@ -84,6 +102,8 @@ class Facts:
     guarantees: bool = False
     #: (problem, fix) per name the spec shares with a site's object it does not adopt, or that cannot be planned.
     owned: list[tuple[str, str]] = field(default_factory=list)
+    #: The site's script and partitions (None: the spec has no ``coexist``; those checks are left out).
+    coexist: CoexistFacts | None = None
 
 
 def gather(spec: PoolSpec, runner: Runner) -> Facts:
@@ -127,6 +147,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         _qos_limits(slurm) if spec.guarantees is not None else None,
         spec.guarantees is not None,
         owned,
+        coexist=gather_coexist(spec, runner),
     )
 
 
@@ -169,6 +190,7 @@ def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
         *_hooks(spec, facts),
         *_plugins(spec, facts),
         *_settings(facts),
+        *coexist_findings(spec, facts.coexist),
         *_guarantees(spec, facts),
     ]
 
@@ -476,7 +498,8 @@ def report(findings: list[Finding], facts: Facts) -> list[str]:
     """Human-readable lines: one per check, then each finding with its fix."""
     head = f"slurm-pool doctor: Slurm {facts.controller or facts.commands}, {len(facts.nodes)} node(s)"
     shown_all = facts.guarantees or any(x.check == "guarantees" for x in findings)
-    checks = tuple(c for c in CHECKS if shown_all or c != "guarantees")
+    shown_coexist = facts.coexist is not None or any(x.check in COEXIST_CHECKS for x in findings)
+    checks = tuple(c for c in CHECKS if (shown_all or c != "guarantees") and (shown_coexist or c not in COEXIST_CHECKS))
     return _report_lines(head, findings, checks)
 
 

@@ -40,6 +40,8 @@ RULES: dict[str, Pattern[str]] = {
     "node": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"),
     # A host name or address slurm.conf takes (SlurmctldHost, NodeAddr): letters, digits, '.', '-', ':' (IPv6).
     "host": re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.:-]{0,252}[A-Za-z0-9])?"),
+    # A site's Slurm partition name (slurm.conf PartitionName=; ',' splits Slurm's lists, '=' its lines).
+    "partition": re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}"),
     # A node feature (slurm.conf Features=, --constraint words).
     "feature": re.compile(r"[A-Za-z0-9_.+-]{1,64}"),
     # Slurm's time: [days-]hours:minutes:seconds, minutes, or UNLIMITED.
@@ -66,6 +68,7 @@ SHAPES = {
     "job-id": "a job id: 1 to 20 ASCII digits",
     "node": "a node name: a letter or digit, then up to 127 letters, digits, '.', '_' or '-'",
     "host": "a host name or address: letters, digits, '.', '-' or ':'",
+    "partition": "a partition name: a letter, digit or '_', then up to 63 letters, digits, '_', '.', '+' or '-'",
     "feature": "1 to 64 letters, digits, '_', '.', '+' or '-'",
     "time": "a Slurm time: [days-]hours:minutes:seconds, minutes, or UNLIMITED",
     "tres": "a TRES name: cpu, mem, node, billing or gres/gpu[:type]",

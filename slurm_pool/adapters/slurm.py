@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Protocol, Sequence
 
 from slurm_pool.adapters import narrow
+from slurm_pool.adapters.partitions import PartitionRecord, parse_partition_text
 from slurm_pool.adapters.records import (
     JobRecord,
     NodeRecord,
@@ -118,6 +119,10 @@ class SlurmClient:
         return self._read(["sacct", "--json", *args], parse_jobs)
 
     # -- node control ----------------------------------------------------
+    def partitions(self) -> tuple[list[PartitionRecord], list[str]]:
+        """Every partition (``scontrol show partition -o``), and the lines skipped, each said why."""
+        return parse_partition_text(self.runner.run(["scontrol", "show", "partition", "-o"]).stdout)
+
     def drain(self, node: str, reason: str) -> None:
         self.runner.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
 

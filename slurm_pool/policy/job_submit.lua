@@ -3,7 +3,7 @@
 -- This is the code only.  `slurm-pool render` writes job_submit.lua as the
 -- pool's data (one table literal, SLURM_POOL, built from the pool spec for the
 -- target Slurm release) followed by this file, unchanged.  It uses no modules
--- and does no I/O beyond slurm.log_*.
+-- and does no I/O beyond slurm.log_* and reading the site's script (shared clusters).
 --
 -- Policies, all driven by the data:
 --   routing       a job lands in its account's partition for the tier (QOS) it
@@ -38,12 +38,34 @@
 -- passes unchanged.
 --
 -- In a shared cluster (scope.shared: the site runs its own partitions and
--- accounts beside the pool) a job is the pool's only when it names a pool
--- partition or tier, or names no partition and its account (given, or the
--- user's default) is a pool project; every other job passes untouched.  The
--- site's own script (scope.site_script) is loaded into its own environment and
--- its slurm_job_submit / slurm_job_modify run before the pool's rules
--- (site_order "before": its rejection stands) or after them (on the routed job).
+-- accounts beside the pool) a job is the pool's by what it names that the
+-- pool owns: a pool partition, a pool QOS (a tier or a guarantee QOS), or a
+-- pool project as --account (an adopted account, scope.adopted_accounts, only
+-- off the site's partitions); a job that names no partition is also the
+-- pool's when the user's default account is a pool project (it is routed).
+-- Every other job passes untouched, whatever its names look like.  A pool job
+-- that names a site partition is refused, with the pool partitions to use: a
+-- pool QOS (or a pool project's association, which offers only the pool's
+-- QOS) on the site's partitions would skip the pool's rules and preempt the
+-- pool's jobs there.  A refusal names the way to an accepted job: the
+-- user's own projects (scope.user_projects) where the account is the issue.
+--
+-- The site's own script (scope.site_script) is loaded into its own
+-- environment and its slurm_job_submit / slurm_job_modify run before the
+-- pool's rules (site_order "before": its rejection stands) or after them (on
+-- the routed job).  It is kept as Slurm's job_submit/lua keeps its own
+-- script (src/lua/slurm_lua.c, slurm_lua_loadscript): read again at every
+-- call and loaded anew when its text changed (Lua has no stat(), so the text
+-- stands in for Slurm's mtime); a version that fails to load (syntax error,
+-- error or a return code other than SUCCESS while loading, slurm_job_submit
+-- or slurm_job_modify missing, the file gone) is logged with slurm.log_error,
+-- naming the file, at every call, and the functions that loaded last stay in
+-- use.  When the site's script has never loaded in this Lua state, the
+-- pool's script fails to load with the site's error, which is what Slurm
+-- does with the site's broken script alone: at slurmctld's start it stops
+-- ("failed to initialize job_submit plugin", src/slurmctld/controller.c);
+-- on a reload of job_submit.lua it keeps the previous state ("using
+-- previous script"), here the pool's previous rules with their site functions.
 
 ---------------------------------------------------------------------------
 -- Data (rendered from the spec in front of this file)
@@ -75,6 +97,10 @@ local SCOPE = SLURM_POOL.scope or {}
 -- floating guarantees: the floating partition, and guarantee QOS -> its project
 -- (each floating project's own rule is PROJECTS[name].guarantee)
 local GUARANTEES = SLURM_POOL.guarantees or { qos = {} }
+-- user -> every project listing the user (shared clusters; else the first one)
+local USER_PROJECTS = SCOPE.user_projects or {}
+-- accounts the spec adopted from the site: their jobs on the site's partitions stay the site's
+local ADOPTED = SCOPE.adopted_accounts or {}
 
 ---------------------------------------------------------------------------
 -- Slurm constants.  22.05 exposes only some ESLURM_* names to Lua; the
@@ -914,13 +940,32 @@ local function any_in(list_str, rules)
 	return false
 end
 
+local function is_pool_qos(q)
+	return TIERS[q] ~= nil or GUARANTEES.qos[q] ~= nil
+end
+
+-- The names of a comma list that the pool owns (is_pool(name)), and the others.
+local function owned(list_str, is_pool)
+	local mine, other = {}, {}
+	if list_str then
+		for _, n in ipairs(split(list_str)) do
+			if is_pool(n) then mine[#mine + 1] = n else other[#other + 1] = n end
+		end
+	end
+	return mine, other
+end
+
 -- In a shared cluster: is this submission the pool's?  (Always, in a cluster the pool owns.)
 local function pool_job(job_desc)
 	if not SCOPE.shared then return true end
 	local part = str(job_desc.partition)
-	if part then return any_in(part, PARTITIONS) end
-	if any_in(str(job_desc.qos), TIERS) or any_in(str(job_desc.qos), GUARANTEES.qos) then return true end
-	local account = str(job_desc.account) or str(job_desc.default_account)
+	if any_in(part, PARTITIONS) or any_in(str(job_desc.qos), TIERS) or any_in(str(job_desc.qos), GUARANTEES.qos) then
+		return true
+	end
+	local account = str(job_desc.account)
+	if account and PROJECTS[account] then return not (part and ADOPTED[account]) end
+	if part or account then return false end
+	account = str(job_desc.default_account)
 	return account ~= nil and PROJECTS[account] ~= nil
 end
 
@@ -929,28 +974,91 @@ local function pool_record(job_desc, job_rec)
 	if not SCOPE.shared then return true end
 	if any_in(str(job_desc.partition), PARTITIONS) or any_in(str(job_desc.qos), TIERS) then return true end
 	if any_in(str(job_desc.qos), GUARANTEES.qos) then return true end
+	local account = str(job_desc.account)
+	if account and PROJECTS[account] and not ADOPTED[account] then return true end
 	if type(job_rec) ~= "table" then return false end
 	return any_in(str(job_rec.partition), PARTITIONS)
+end
+
+-- The way to an accepted job for a user whose account is not (or cannot be
+-- told to be) a pool project: the user's own projects, else whom to ask.
+local function account_way(user)
+	local projs = user and USER_PROJECTS[user]
+	if not projs and user and USER_PROJECT[user] then projs = { USER_PROJECT[user] } end
+	if projs and #projs > 0 then
+		local opts = {}
+		for _, p in ipairs(projs) do opts[#opts + 1] = "-A " .. p end
+		return "Submit with " .. table.concat(opts, " or ") .. " (user '" .. user .. "' is in the pool's project" ..
+			(#projs > 1 and "s " or " ") .. join(projs) .. ")."
+	end
+	return "User " .. clip(user or "?") .. " is in none of the pool's projects (" .. join(PROJECT_ORDER) .. "): ask " ..
+		POOL.admin_contact .. " to be added to one, or leave the pool's partitions and QOS out to run on the site's."
+end
+
+-- The pool partitions a tier or guarantee QOS runs in, sorted.
+local function partitions_of(q)
+	local out = {}
+	if GUARANTEES.qos[q] then
+		out[1] = GUARANTEES.partition
+		return out
+	end
+	for name, rule in pairs(PARTITIONS) do
+		if rule.tier == q then out[#out + 1] = name end
+	end
+	table.sort(out)
+	return out
+end
+
+-- A pool job that names a site partition (shared clusters): the message that
+-- refuses it, with the way to an accepted job; nil when it names none.
+local function site_partition_refusal(part_str, qos_str, account)
+	if not SCOPE.shared then return nil end
+	local mine, site = owned(part_str, function(p) return PARTITIONS[p] ~= nil end)
+	if #site == 0 then return nil end
+	local where = "partition" .. (#site > 1 and "s " or " ") .. join(site) .. " " .. (#site > 1 and "are" or "is") ..
+		" the site's, not the pool's"
+	if #mine > 0 then
+		return "partition " .. clip(site[1]) .. " is not one of the pool's; a job may not mix the pool's partitions " ..
+			"with the site's. Submit to " .. join(mine) .. " alone, or to the site's partitions without the pool's."
+	end
+	local pool_qos = owned(qos_str, is_pool_qos)
+	if #pool_qos > 0 then
+		local q = pool_qos[1]
+		return "QOS '" .. q .. "' is the pool's and runs only in its partitions (" .. join(partitions_of(q)) .. "); " ..
+			where .. ". Submit with -p " .. join(partitions_of(q)) .. " (or without -p), or keep -p " ..
+			site[1] .. " with one of the site's QOS."
+	end
+	local routes = {}
+	for _, t in ipairs(PROJECTS[account].tiers) do routes[#routes + 1] = PROJECTS[account].route[t] end
+	return "account '" .. account .. "' is a project of the pool: its jobs run only in the pool's partitions (" ..
+		join(routes) .. "); " .. where .. ". Submit to one of those (or without -p), or to " .. site[1] ..
+		" with a site account."
 end
 
 local function decide_submit(job_desc)
 	local d = new_decision()
 	if not pool_job(job_desc) then
-		log("log_debug", PREFIX .. "job outside the pool's partitions and projects: passed untouched")
+		log("log_debug", PREFIX .. "job outside the pool's partitions, QOS and projects: passed untouched")
 		return d
 	end
 	local account, filled = job_account(job_desc)
+	local refusal = site_partition_refusal(str(job_desc.partition), str(job_desc.qos), account)
+	if refusal then
+		reject(d, E_PARTITION, refusal)
+		return d
+	end
 	if not account or not PROJECTS[account] then
 		if num(job_desc.user_id) == 0 then
 			log("log_info", PREFIX .. "job of root outside the pool's projects: not policed")
 			return d
 		end
+		local way = SCOPE.shared and (" " .. account_way(str(job_desc.user_name))) or ""
 		if account then
 			reject(d, E_ACCOUNT, "account " .. clip(account) .. " is not a project of this pool. Projects: " ..
-				join(PROJECT_ORDER) .. ".")
+				join(PROJECT_ORDER) .. "." .. way)
 		else
 			reject(d, E_ACCOUNT, "cannot tell which project this job belongs to: submit with --account=PROJECT " ..
-				"(projects: " .. join(PROJECT_ORDER) .. ").")
+				"(projects: " .. join(PROJECT_ORDER) .. ")." .. way)
 		end
 		return d
 	end
@@ -1039,10 +1147,16 @@ local function decide_modify(job_desc, job_rec)
 	if not account or not PROJECTS[account] then
 		-- In a shared cluster, pool_record said the update moves the job into the pool.
 		if new_account or (SCOPE.shared and account) then
+			local way = SCOPE.shared and (" " .. account_way(str(job_rec.user_name))) or ""
 			reject(d, E_ACCOUNT, "account " .. clip(account) .. " is not a project of this pool. Projects: " ..
-				join(PROJECT_ORDER) .. ".")
+				join(PROJECT_ORDER) .. "." .. way)
 		end
 		return d	-- a job outside the pool's projects is not policed
+	end
+	local refusal = site_partition_refusal(new_part or str(job_rec.partition), new_qos or str(job_rec.qos), account)
+	if refusal then
+		reject(d, E_PARTITION, refusal)
+		return d
 	end
 	local old_tier, old_qos = record_tier(job_rec), str(job_rec.qos)
 	local qos, part_str = new_qos, new_part
@@ -1146,41 +1260,110 @@ end
 -- The site's own job_submit.lua (shared clusters)
 ---------------------------------------------------------------------------
 
--- Its functions and globals live in a table of their own (reading ours through
--- _G), so neither script can replace the other's entry points.
-local function load_site(path)
+-- The functions the site's script must define, as job_submit/lua requires
+-- them (req_fxns in src/plugins/job_submit/lua/job_submit_lua.c).
+local SITE_FUNCTIONS = { submit = "slurm_job_submit", modify = "slurm_job_modify" }
+
+local function read_text(path)
+	local f, err = io.open(path, "rb")
+	if not f then return nil, tostring(err) end
+	local text = f:read("*a")
+	f:close()
+	if type(text) ~= "string" then return nil, "cannot read " .. path end
+	return text
+end
+
+-- Load the site's script from its text, as slurm_lua_loadscript does: compile
+-- it, run it, take its return code, check its functions.  Its functions and
+-- globals live in a table of their own (reading ours through _G), so neither
+-- script can replace the other's entry points.  Returns the functions, or
+-- nil and the error (naming the file).
+local function load_site(path, text)
 	local env = setmetatable({}, { __index = _G })
 	local chunk, err
 	if setfenv then	-- Lua 5.1
-		chunk, err = loadfile(path)
+		chunk, err = loadstring(text, "@" .. path)
 		if chunk then setfenv(chunk, env) end
 	else
-		chunk, err = loadfile(path, "t", env)
+		chunk, err = load(text, "@" .. path, "t", env)
 	end
-	if not chunk then error("cannot load " .. path .. ": " .. tostring(err)) end
-	chunk()
-	return { submit = env.slurm_job_submit, modify = env.slurm_job_modify }
+	if not chunk then return nil, tostring(err) end
+	local ok, rc = pcall(chunk)
+	if not ok then
+		local shown, msg = pcall(tostring, rc)
+		return nil, path .. ": " .. (shown and msg or "unprintable error")
+	end
+	-- lua_tonumber: nothing, or no number, reads as 0 (SUCCESS).
+	rc = tonumber(rc) or 0
+	if rc ~= SUCCESS then return nil, path .. ": returned " .. int_text(rc) .. " on load" end
+	local fns, missing = {}, {}
+	for key, name in pairs(SITE_FUNCTIONS) do
+		if type(rawget(env, name)) == "function" then fns[key] = rawget(env, name) else missing[#missing + 1] = name end
+	end
+	if #missing > 0 then
+		table.sort(missing)
+		return nil, path .. ": missing required function " .. join(missing)
+	end
+	return fns
 end
 
-local SITE, SITE_ERROR = nil, nil
+-- The site's script as it last loaded (fns, the text they came from), and
+-- the text and error of the last version that failed.
+local SITE = { fns = nil, text = nil, bad_text = nil, bad_error = nil }
+
+-- The site's functions now: loaded anew when the file's text changed, else
+-- those that loaded last (nil, error when none ever did).
+local function site_functions()
+	local path = SCOPE.site_script
+	local text, err = read_text(path)
+	if text and text == SITE.text then return SITE.fns end
+	if text and text == SITE.bad_text then
+		err = SITE.bad_error
+	elseif text then
+		local fns
+		fns, err = load_site(path, text)
+		if fns then
+			if SITE.fns then log("log_info", PREFIX .. "loaded the site's job_submit script " .. path .. " anew") end
+			SITE.fns, SITE.text, SITE.bad_text, SITE.bad_error = fns, text, nil, nil
+			return fns
+		end
+		SITE.bad_text, SITE.bad_error = text, err
+	else
+		err = "cannot read it: " .. err
+		SITE.bad_text, SITE.bad_error = nil, nil
+	end
+	if SITE.fns then
+		log("log_error", PREFIX .. "the site's job_submit script " .. path .. " failed to load (" .. err ..
+			"), using the one that loaded before")
+	end
+	return SITE.fns, err
+end
+
 if SCOPE.site_script then
-	local ok, site = pcall(load_site, SCOPE.site_script)
-	if ok then SITE = site else SITE_ERROR = tostring(site) end
-	if SITE_ERROR then log("log_error", PREFIX .. "the site's job_submit script failed to load: " .. SITE_ERROR) end
+	local _, err = site_functions()
+	if err then
+		-- Slurm with the site's broken script alone would not load it either (see the head of this file).
+		log("log_error", PREFIX .. "the site's job_submit script " .. SCOPE.site_script .. " failed to load (" ..
+			err .. "); it never loaded, so the pool's job_submit.lua does not load either")
+		error(PREFIX .. "the site's job_submit script " .. SCOPE.site_script .. " failed to load: " .. err, 0)
+	end
 end
 
--- The site's function's return code; a Lua error in it rejects, as Slurm would with the script alone.
+-- The site's function's return code, as job_submit/lua takes it: a Lua error
+-- in it rejects with the error; a return that is not a number passes.
 local function run_site(what, fn, a, b, c, e)
-	if SITE_ERROR then
-		log("log_error", PREFIX .. "the site's job_submit script failed to load: " .. SITE_ERROR)
-		log("log_user", PREFIX .. "the site's job policy could not be loaded, so the request was rejected. " ..
-			"Please contact " .. POOL.admin_contact .. ".")
-		return ERROR
+	if not SCOPE.site_script then return SUCCESS end
+	local fns = site_functions()
+	local ok, rc = pcall(fns[fn], a, b, c, e)
+	if ok then
+		if tonumber(rc) then return tonumber(rc) end
+		log("log_info", PREFIX .. "the site's " .. what .. " in " .. SCOPE.site_script .. ": non-numeric return code")
+		return SUCCESS
 	end
-	if not SITE or type(SITE[fn]) ~= "function" then return SUCCESS end
-	local ok, rc = pcall(SITE[fn], a, b, c, e)
-	if ok and type(rc) == "number" then return rc end
-	log("log_error", PREFIX .. "the site's " .. what .. " failed: " .. tostring(rc))
+	local shown, msg = pcall(tostring, rc)
+	msg = shown and msg or "unprintable error"
+	log("log_error", PREFIX .. "the site's " .. what .. " in " .. SCOPE.site_script .. " failed: " .. msg)
+	log("log_user", msg)
 	return ERROR
 end
 

@@ -95,7 +95,8 @@ def _project_data(p: ProjectRule) -> dict[str, Any]:
 def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) -> dict[str, Any]:
     """The ``SLURM_POOL`` table as plain data, in a fixed order (what job_submit.lua reads).
 
-    ``scope`` is there only for a pool that shares its cluster (the spec's ``coexist``);
+    ``scope`` is there only for a pool that shares its cluster (the spec's ``coexist``): the site's
+    script, each user's projects and the adopted accounts;
     ``guarantees`` (the floating partition, guarantee QOS -> project) and a
     project's ``guarantee`` only where the spec has floating guarantees.
     """
@@ -144,7 +145,13 @@ def policy_data(t: PolicyTables, version: SlurmVersion, enabled: bool = True) ->
             "qos": {p.guarantee.qos: p.name for p in t.projects if p.guarantee is not None},
         }
     if t.shared:
-        data["scope"] = {"shared": True, "site_script": t.site_script, "site_order": t.site_order}
+        data["scope"] = {
+            "shared": True,
+            "site_script": t.site_script,
+            "site_order": t.site_order,
+            "user_projects": {u: list(ps) for u, ps in t.user_projects},
+            "adopted_accounts": {a: True for a in t.adopted_accounts},
+        }
     return data
 
 

@@ -102,6 +102,10 @@ class PolicyTables:
     #: The site's own job_submit.lua, chained ``before`` or ``after`` the pool's rules.
     site_script: str | None = None
     site_order: str = "before"
+    #: (user, every project listing the user, in spec order), for the way out of a refusal (shared clusters).
+    user_projects: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Accounts the spec adopted from the site: their jobs on the site's partitions stay the site's.
+    adopted_accounts: tuple[str, ...] = ()
     #: The floating partition (the spec's ``guarantees.partition``); None without guarantees.
     guarantee_partition: str | None = None
 
@@ -226,9 +230,11 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
         projects.append(ProjectRule(proj.name, usable, default, tuple(routes), rule))
 
     users: dict[str, str] = {}
+    memberships: dict[str, list[str]] = {}
     for proj in spec.projects:
         for user in proj.users:
             users.setdefault(user, proj.name)
+            memberships.setdefault(user, []).append(proj.name)
 
     tiers = tuple(
         TierRule(
@@ -256,5 +262,7 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
         shared=spec.coexist is not None,
         site_script=site.script if site else None,
         site_order=site.order if site else "before",
+        user_projects=tuple((u, tuple(ps)) for u, ps in memberships.items()),
+        adopted_accounts=tuple(spec.adopt.accounts),
         guarantee_partition=spec.guarantees.partition if spec.guarantees is not None else None,
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal, Mapping
 
 from slurm_pool.render.context import accounting_tres, gres_string, preempt_parameters
+from slurm_pool.spec.guarantees import floating_projects, guarantee_qos
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
 
@@ -55,6 +56,28 @@ def _gres_tres(spec: PoolSpec, version: SlurmVersion) -> tuple[list[str], bool]:
                 types.append(item.split(":")[1])
             shards = shards or item.startswith("shard:")
     return types, shards
+
+
+def pool_qos(spec: PoolSpec) -> list[str]:
+    """Every QOS the pool's jobs run in: its tiers, then each floating project's guarantee QOS
+    (those ``apply accounting`` makes)."""
+    names = [t.name for t in spec.tiers]
+    g = spec.guarantees
+    if g is not None and g.tier in names:
+        names += [guarantee_qos(g.tier, p.name) for p in floating_projects(spec)]
+    return names
+
+
+def deny_pool_qos(spec: PoolSpec, partition: str) -> Setting:
+    """The ``DenyQos=`` a site partition that holds pool nodes needs (a ``manual`` setting)."""
+    return Setting(
+        f"PartitionName={partition}",
+        f"add DenyQos={','.join(pool_qos(spec))} to the site's partition line "
+        "(or keep an AllowQos= of yours free of these)",
+        "it holds pool nodes: a pool QOS there would skip the pool's job rules (checkpoint, limits) "
+        "and preempt the pool's jobs on them",
+        "manual",
+    )
 
 
 def cluster_settings(spec: PoolSpec, version: SlurmVersion) -> list[Setting]:
@@ -172,6 +195,7 @@ def cluster_settings(spec: PoolSpec, version: SlurmVersion) -> list[Setting]:
                 "manual",
             )
         )
+        out.extend(deny_pool_qos(spec, name) for name in coexist.site_partitions)
     if spec.console is not None:
         out.append(Setting("AuthAltTypes", "auth/jwt", "the console acts as each user with a Slurm JWT", "contains"))
     return out

@@ -17,19 +17,26 @@ node groups, partitions and projects:
 * prolog and epilog run from a glob (``Prolog=.../prolog.d/*``), Slurm's own
   form for several scripts since before 22.05 (slurm.conf(5), "Prolog");
   ``HealthCheckProgram`` names one program, so the pool's runs the site's
-  (``health_check``) after its own checks.
+  (``health_check``) after its own checks;
+* the site's partitions that hold pool nodes (``site_partitions``) get a
+  ``DenyQos=`` line in ``site-settings.conf``; ``doctor`` checks every
+  partition of the running cluster that holds a pool node.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Iterator, Literal, Optional
 
 from slurm_pool.errors import Issue
-from slurm_pool.spec.base import PlainPath, Strict
+from slurm_pool.spec.base import PlainPath, Strict, word
 
 if TYPE_CHECKING:
     from slurm_pool.spec.model import PoolSpec
+
+
+#: A site partition's name as Slurm takes it (wider than the pool's own names: upper case, '.').
+SitePartition = Annotated[str, word("partition")]
 
 
 class SiteJobSubmit(Strict):
@@ -51,6 +58,9 @@ class Coexist(Strict):
     #: The site's own HealthCheckProgram (LBNL NHC, say).  Slurm runs one: the pool's health check runs this
     #: one after its GPU checks (node.conf ``site_health_check``), and either failing fails the check.
     health_check: Optional[PlainPath] = None
+    #: The site's own partitions that hold pool nodes: each gets a ``DenyQos=`` of every pool QOS in
+    #: ``site-settings.conf`` (a pool QOS there would skip the pool's rules and preempt its jobs).
+    site_partitions: list[SitePartition] = []
 
 
 #: The file Slurm's job_submit/lua loads from slurm.conf's directory: the pool's script takes that name, so the
@@ -91,12 +101,29 @@ def _named(given: str, path: str) -> str:
     return repr(given) if given == path else f"{given!r} ({path})"
 
 
+def check_site_partitions(spec: PoolSpec) -> Iterator[Issue]:
+    """``coexist.site_partitions``: each a site partition, listed once, never one of the pool's own."""
+    c = spec.coexist
+    if c is None:
+        return
+    pool = {p.name for p in spec.partitions}
+    seen: set[str] = set()
+    for i, name in enumerate(c.site_partitions):
+        field = f"coexist.site_partitions[{i}]"
+        if name in pool:
+            yield Issue(field, f"{name!r} is one of the pool's partitions; list only the site's own partitions here")
+        elif name in seen:
+            yield Issue(field, f"{name!r} is listed twice")
+        seen.add(name)
+
+
 def check_coexist(spec: PoolSpec) -> Iterator[Issue]:
     """The coexist paths, normalised: the glob directories hold scripts only, apart from each other and from the
     site's script and health check; no site path is one of the pool's own files."""
     c = spec.coexist
     if c is None:
         return
+    yield from check_site_partitions(spec)
     given: dict[str, str] = {}
     if spec.health.prolog:
         given["coexist.prolog_dir"] = c.prolog_dir

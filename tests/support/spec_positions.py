@@ -82,6 +82,7 @@ def base_document() -> dict[str, Any]:
         "prolog_dir": "/etc/slurm/prolog.d",
         "epilog_dir": "/etc/slurm/epilog.d",
         "health_check": "/usr/sbin/nhc",
+        "site_partitions": ["site-gpu"],
     }
     doc["adopt"] = {
         "accounts": [{"name": "proja", "fields": ["Fairshare"]}],

@@ -115,3 +115,53 @@ def test_site_script_and_hook_dirs_are_plain_paths() -> None:
                 )
             )
         assert "coexist.job_submit.script" in str(exc.value)
+
+
+def test_each_site_partition_gets_its_deny_qos_line(version: SlurmVersion) -> None:
+    text = settings_text(COEXIST, version)
+    line = [x for x in text.splitlines() if x.startswith("# PartitionName=site-gpu:")]
+    assert line == [
+        "# PartitionName=site-gpu: add DenyQos=guaranteed,shared,spot,k8s-lend to the site's partition line "
+        "(or keep an AllowQos= of yours free of these) -- it holds pool nodes: a pool QOS there would skip the "
+        "pool's job rules (checkpoint, limits) and preempt the pool's jobs on them"
+    ]
+    none = load_spec_text(
+        (ROOT / "examples" / "pool-coexist.yaml").read_text().replace("  site_partitions: [site-gpu]\n", "")
+    )
+    assert "DenyQos" not in settings_text(none, version)
+
+
+def test_the_pool_qos_include_the_guarantees() -> None:
+    from slurm_pool.render.required import pool_qos
+
+    floating = load_spec(ROOT / "examples" / "pool-floating.yaml")
+    names = pool_qos(floating)
+    assert names[: len(floating.tiers)] == [t.name for t in floating.tiers]
+    assert {f"guaranteed-{p.name}" for p in floating.projects if p.guarantee} == set(names[len(floating.tiers) :])
+    assert pool_qos(COEXIST) == ["guaranteed", "shared", "spot", "k8s-lend"]
+
+
+# (site_partitions, the field refused (None: accepted), message fragment)
+SITE_PARTITIONS = [
+    ("[site-gpu, GPU.big, gpu_2]", None, ""),
+    ("[shared]", "coexist.site_partitions[0]", "one of the pool's partitions"),
+    ("[site-gpu, site-gpu]", "coexist.site_partitions[1]", "listed twice"),
+    ('["a,b"]', "coexist.site_partitions[0]", "a partition name"),
+    ('["a=b"]', "coexist.site_partitions[0]", "a partition name"),
+    ('[""]', "coexist.site_partitions[0]", "a partition name"),
+]
+
+
+@pytest.mark.parametrize("value,field,fragment", SITE_PARTITIONS)
+def test_site_partitions_are_validated(value: str, field: str | None, fragment: str) -> None:
+    from slurm_pool.errors import SpecError
+
+    text = (ROOT / "examples" / "pool-coexist.yaml").read_text()
+    assert "  site_partitions: [site-gpu]\n" in text
+    text = text.replace("  site_partitions: [site-gpu]\n", f"  site_partitions: {value}\n")
+    if field is None:
+        assert load_spec_text(text).coexist.site_partitions == ["site-gpu", "GPU.big", "gpu_2"]
+        return
+    with pytest.raises(SpecError) as exc:
+        load_spec_text(text)
+    assert field in str(exc.value) and fragment in str(exc.value)
