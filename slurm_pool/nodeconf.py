@@ -52,6 +52,11 @@ Keys (defaults in brackets)::
                          group or others; its exit status counts
     site_health_timeout  [60]     seconds it may run
     log                  [syslog]  syslog | stderr | none
+    coexist              [no]     yes: the pool shares the cluster with a site; the
+                         hook wrappers (:mod:`slurm_pool.hookwrap`) never fail a
+                         job outside the pool's partitions and accounts
+    pool_partitions      []       the pool's partitions (coexist; comma-separated)
+    pool_accounts        []       the pool's accounts (coexist; comma-separated)
 """
 
 from __future__ import annotations
@@ -97,6 +102,9 @@ DEFAULTS: dict[str, str] = {
     "log": "syslog",
     "site_health_check": "",
     "site_health_timeout": "60",
+    "coexist": "no",
+    "pool_partitions": "",
+    "pool_accounts": "",
 }
 
 
@@ -130,6 +138,16 @@ class NodeConfig:
             return tuple(int(x) for x in raw.split(",") if x)
         except ValueError:
             raise ConfigError(f"{self.path or 'node.conf'}: {key} = {raw!r} is not a list of integers") from None
+
+    def names(self, key: str) -> tuple[str, ...]:
+        """A comma-separated list of pool names (partitions, accounts), each checked."""
+        from slurm_pool.text import SHAPES, matches
+
+        out = tuple(x.strip() for x in self.values[key].split(",") if x.strip())
+        for name in out:
+            if not matches("name", name):
+                raise ConfigError(f"{self.path or 'node.conf'}: {key}: {name!r} is not {SHAPES['name']}")
+        return out
 
     def ignored_xids(self) -> frozenset[int]:
         return frozenset(self.ints("ignore_xids") + self.ints("extra_ignore_xids"))
@@ -235,12 +253,17 @@ def render(
         values["gpus"] = gpus
     if scontrol:
         values["scontrol"] = scontrol
-    if spec.coexist is not None and spec.coexist.health_check:
-        values["site_health_check"] = spec.coexist.health_check
+    if spec.coexist is not None:
+        if spec.coexist.health_check:
+            values["site_health_check"] = spec.coexist.health_check
+        values["coexist"] = "yes"
+        values["pool_partitions"] = ",".join(p.name for p in spec.partitions)
+        values["pool_accounts"] = ",".join(p.name for p in spec.projects)
     values.update(extra or {})
     lines = ["# slurm-pool node settings -- generated from the pool spec; keep root-owned, mode 0644."]
     lines += [f"{k} = {v}" for k, v in values.items()]
-    parse("\n".join(lines))  # never render something the hooks would refuse
+    cfg = NodeConfig(parse("\n".join(lines)))  # never render something the hooks would refuse
+    cfg.names("pool_partitions"), cfg.names("pool_accounts")
     return "\n".join(lines) + "\n"
 
 
@@ -258,7 +281,13 @@ def hook_paths() -> list[str]:
     return paths
 
 
-def render_hook(kind: str, python: str, config_path: str = DEFAULT_PATH, paths: list[str] | None = None) -> str:
+def render_hook(
+    kind: str,
+    python: str,
+    config_path: str = DEFAULT_PATH,
+    paths: list[str] | None = None,
+    cfg: NodeConfig | None = None,
+) -> str:
     """The tiny executable that slurm.conf's Prolog=/Epilog=/HealthCheckProgram= names.
 
     slurm.conf cannot pass arguments, so the script does.  ``-I`` keeps the
@@ -266,14 +295,35 @@ def render_hook(kind: str, python: str, config_path: str = DEFAULT_PATH, paths: 
     skips the click CLI.  With ``paths`` (see :func:`hook_paths`) the script
     also runs Python with ``-S`` and puts exactly those directories on
     ``sys.path``: no site-packages ``.pth`` processing, which is most of the
-    interpreter's start-up time.
+    interpreter's start-up time.  With ``cfg`` (the node.conf the hook reads)
+    saying ``coexist = yes``, the script is :mod:`slurm_pool.hookwrap`'s: it
+    decides whose job it is before Python runs, and fails only the pool's.
     """
     import shlex
 
     if kind not in ("prolog", "epilog", "healthcheck"):
         raise ValueError(f"unknown hook {kind!r}")
+    if cfg is not None and cfg.flag("coexist"):
+        return _coexist_hook(kind, python, config_path, paths, cfg)
     conf = shlex.quote(config_path)
     if not paths:
         return f"#!/bin/sh\nexec {shlex.quote(python)} -I -m slurm_pool.node {kind} --config {conf}\n"
     code = f"import sys; sys.path[:0] = {list(paths)!r}; from slurm_pool.node.__main__ import main; sys.exit(main())"
     return f"#!/bin/sh\nexec {shlex.quote(python)} -I -S -c {shlex.quote(code)} {kind} --config {conf}\n"
+
+
+def _coexist_hook(kind: str, python: str, config_path: str, paths: list[str] | None, cfg: NodeConfig) -> str:
+    from slurm_pool import hookwrap
+
+    where = {"state_dir": cfg.get("state_dir"), "log": cfg.get("log")}
+    try:
+        if kind == "healthcheck":
+            site = cfg.get("site_health_check").strip()
+            dirs = hookwrap.ancestors(site) if site else []
+            return hookwrap.health_hook(python, config_path, paths, site_check=site, trusted_dirs=dirs, **where)
+        parts, accounts = cfg.names("pool_partitions"), cfg.names("pool_accounts")
+        return hookwrap.job_hook(kind, python, config_path, paths, partitions=parts, accounts=accounts, **where)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"{cfg.path or 'node.conf'}: {exc}") from None

@@ -107,13 +107,15 @@ def _write_node_programs(spec: PoolSpec, root: Path, etc: Path, scontrol: str | 
     # Emulated GPUs have no NVML: "auto" skips the device checks where the
     # library is absent; tests replay snapshots through this same file.
     # The hooks run with slurmd's minimal PATH: name this Slurm's own scontrol.
-    replace_file(conf, nodeconf.render(spec, state_dir=str(state), gpus="auto", scontrol=scontrol), 0o644)
-    for prog in ("prolog", "epilog", "healthcheck"):
-        replace_file(
-            bindir / f"slurm-pool-{prog}",
-            nodeconf.render_hook(prog, sys.executable, str(conf), paths=nodeconf.hook_paths()),
-            0o755,
-        )
+    text = nodeconf.render(spec, state_dir=str(state), gpus="auto", scontrol=scontrol)
+    cfg = nodeconf.NodeConfig(nodeconf.parse(text), str(conf))
+    hooks = {
+        prog: nodeconf.render_hook(prog, sys.executable, str(conf), paths=nodeconf.hook_paths(), cfg=cfg)
+        for prog in ("prolog", "epilog", "healthcheck")
+    }  # all rendered before any is written
+    replace_file(conf, text, 0o644)
+    for prog, hook in hooks.items():
+        replace_file(bindir / f"slurm-pool-{prog}", hook, 0o755)
 
 
 def _make_devices(root: Path, ctx: dict) -> None:

@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from slurm_pool.hookwrap import BROKEN
 from slurm_pool.node import health
 from slurm_pool.nodeconf import NodeConfig
 from slurm_pool.text import matches, shown
@@ -475,7 +476,11 @@ def main(
     node: str | None = None,
     ack_xids: bool = False,
 ) -> int:
-    """Run one hook as slurmd would; errors in node.conf are fatal only to the health check."""
+    """Run one hook as slurmd would; errors in node.conf are fatal only to the health check.
+
+    A health check that cannot do its work (node.conf unusable, an internal error) exits :data:`BROKEN`, not 1:
+    that is no verdict on the node, and on a shared cluster the wrapper runs the site's own check instead.
+    """
     from slurm_pool import nodeconf
 
     env = dict(os.environ if env is None else env)
@@ -490,7 +495,7 @@ def main(
             syslog.syslog(syslog.LOG_ERR, shown(f"{hook}: {exc}"))
         except OSError:
             pass
-        return 1 if hook == "healthcheck" else 0
+        return BROKEN if hook == "healthcheck" else 0
     try:
         hooks = Hooks(cfg, env, node=node, log=Log(cfg.get("log"), hook))
         if hook == "prolog":
@@ -501,5 +506,5 @@ def main(
             return hooks.healthcheck(ack_xids=ack_xids)
     except Exception as exc:  # never let a bug in a hook drain the whole pool
         print(shown(f"slurm-pool {hook}: internal error: {type(exc).__name__}: {exc}"), file=sys.stderr)
-        return 0 if hook != "healthcheck" else 1
+        return 0 if hook != "healthcheck" else BROKEN
     raise ValueError(f"unknown hook {hook!r}")

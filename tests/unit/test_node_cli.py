@@ -89,8 +89,17 @@ def setup_node(tmp: Path, snapshot: str, **values: str) -> tuple[Path, dict[str,
     return conf, env
 
 
+#: ``python -I -m slurm_pool.node`` of this checkout: ``-I`` leaves the working directory off sys.path, so a plain
+#: ``-m`` would run whichever slurm_pool is installed, not the code under test.
+NODE_MAIN = [
+    "-I",
+    "-c",
+    f"import runpy, sys; sys.path.insert(0, {str(ROOT)!r}); runpy.run_module('slurm_pool.node', run_name='__main__')",
+]
+
+
 def hook(name: str, conf: Path, env: dict[str, str], *extra: str, click: bool = False) -> subprocess.CompletedProcess:
-    mod = ["-m", "slurm_pool", name] if click else ["-I", "-m", "slurm_pool.node", name]
+    mod = ["-m", "slurm_pool", name] if click else [*NODE_MAIN, name]
     return subprocess.run(
         [sys.executable, *mod, "--config", str(conf), *extra], env=env, capture_output=True, text=True, timeout=120
     )
@@ -155,9 +164,9 @@ def test_healthcheck_ack_flag(tmp_path):
     "damage,hook_name,rc",
     [
         (lambda p: p.chmod(0o666), "prolog", 0),
-        (lambda p: p.chmod(0o666), "healthcheck", 1),
+        (lambda p: p.chmod(0o666), "healthcheck", 70),  # no verdict on the node (hookwrap.BROKEN)
         (lambda p: os.chown(p, 65534, 65534), "prolog", 0),
-        (lambda p: p.write_text("gpus = replay:/x\nbogus_key = 1\n"), "healthcheck", 1),
+        (lambda p: p.write_text("gpus = replay:/x\nbogus_key = 1\n"), "healthcheck", 70),
     ],
 )
 def test_unsafe_or_broken_node_conf(tmp_path, damage, hook_name, rc):
@@ -241,7 +250,7 @@ def test_hook_import_graph_is_small(tmp_path, name):
     conf, env = setup_node(tmp_path, "h100x8_healthy.json")
     env["SLURM_JOB_GPUS"] = "0"
     res = subprocess.run(
-        [sys.executable, "-X", "importtime", "-I", "-m", "slurm_pool.node", name, "--config", str(conf)],
+        [sys.executable, "-X", "importtime", *NODE_MAIN, name, "--config", str(conf)],
         env=env,
         capture_output=True,
         text=True,
