@@ -26,6 +26,10 @@
                 (``render.required.cluster_settings``) is in force, as
                 ``scontrol show config`` shows it; each missing one with the
                 line to put in the site's slurm.conf;
+* includes   -- slurm.conf, gres.conf and plugstack.conf with their Includes
+                followed as Slurm follows them: none missing, none in a cycle,
+                and a pool in a site's cluster reaches its fragments
+                (:mod:`slurm_pool.doctor_includes`);
 * guarantees -- (a spec with ``guarantees`` only) the floating guarantees fit
                 ``overcommit`` x the GPUs the partition's usable nodes have
                 now, and each guarantee's QOS is in Slurm with its GrpTRES
@@ -46,13 +50,26 @@ from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.records import NodeRecord, parse_config_text
 from slurm_pool.adapters.runner import CommandError, Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.doctor_includes import IncludeFacts, gather_includes
 from slurm_pool.findings import Finding
+from slurm_pool.includes import follow, read_text
 from slurm_pool.render.required import Setting, cluster_settings, config_values, missing
 from slurm_pool.spec.hosts import expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion, VersionError
 
-CHECKS = ("version", "spank", "job_submit", "gres", "accounting", "hooks", "plugins", "settings", "guarantees")
+CHECKS = (
+    "version",
+    "spank",
+    "job_submit",
+    "gres",
+    "accounting",
+    "hooks",
+    "plugins",
+    "settings",
+    "includes",
+    "guarantees",
+)
 _INCOMPATIBLE = re.compile(r"Incompatible Slurm plugin (\S+) version \(([^)]*)\)")
 
 
@@ -80,6 +97,8 @@ class Facts:
     qos: dict[str, str] | None = None
     #: The spec has floating guarantees: the ``guarantees`` check runs and is reported.
     guarantees: bool = False
+    #: slurm.conf, gres.conf and plugstack.conf with their Includes followed (empty: none read).
+    includes: IncludeFacts = field(default_factory=IncludeFacts)
 
 
 def gather(spec: PoolSpec, runner: Runner) -> Facts:
@@ -109,7 +128,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
     sinfo = shutil.which("sinfo")
     include = str(Path(sinfo).resolve().parent.parent / "include") if sinfo else None
     plugin_dir = config.get("PluginDir", "")
-    return Facts(
+    facts = Facts(
         commands,
         controller,
         config,
@@ -126,6 +145,8 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         _qos_limits(slurm) if spec.guarantees is not None else None,
         spec.guarantees is not None,
     )
+    facts.includes = gather_includes(conf, config)
+    return facts
 
 
 def _qos_limits(slurm: SlurmClient) -> dict[str, str]:
@@ -145,6 +166,7 @@ def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
         *_hooks(spec, facts),
         *_plugins(spec, facts),
         *_settings(facts),
+        *_includes(spec, facts),
         *_guarantees(spec, facts),
     ]
 
@@ -358,12 +380,18 @@ def asks_nvml(gres_conf: str) -> bool:
 
 
 def _asks_nvml(slurm_conf: str) -> bool | None:
-    if not slurm_conf:
+    """gres.conf beside ``slurm_conf``, with the files it includes: asks for NVML (None: not read)."""
+    if not slurm_conf.startswith("/"):
         return None
-    try:
-        return asks_nvml((Path(slurm_conf).parent / "gres.conf").read_text())
-    except (OSError, UnicodeDecodeError):
-        return None
+    conf_dir = str(Path(slurm_conf).parent)
+    gres = follow(str(Path(conf_dir) / "gres.conf"), "slurm", conf_dir, read_text)
+    return asks_nvml(gres.text()) if gres.files else None
+
+
+def _includes(spec: PoolSpec, f: Facts) -> list[Finding]:
+    from slurm_pool.doctor_includes import findings
+
+    return findings(spec, f.includes)
 
 
 def _plugins(spec: PoolSpec, f: Facts) -> list[Finding]:
