@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.support.ckptjob",
     "tests.support.browser",
     "tests.support.narrow_text",
+    "tests.support.brownfield",
 ]
 
 # HYPOTHESIS_PROFILE=ci (set by .ci/run): the same examples every run, so that a

@@ -8,65 +8,35 @@ site's job rule and prolog still apply, to the pool's jobs too; borrow,
 preempt, checkpoint, requeue and resume work on the GPU nodes; and the site's
 accounting objects are byte-identical after ``apply accounting --prune``.
 
-One site cluster per module (it is a different cluster from the session's).
+One site cluster per session (``brownfield_site``; a different cluster from the session's), shared by
+every ``test_brownfield*`` module.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from slurm_pool.adapters.records import parse_config_text
-from slurm_pool.render.required import cluster_settings, missing
 from tests.support.brownfield import SiteCluster
 from tests.support.ckptjob import TRAIN_SCRIPT, job_python, workdir
 from tests.support.patience import wait_for
-from tests.support.slurm_cluster import daemon_logs
 
 pytestmark = pytest.mark.slurm
 
-TEST_SLURM = os.environ.get("SLURM_POOL_TEST_SLURM") or None
 STEPS, EVERY, STEP_TIME = 300, 50, 0.1
 
 
-def _missing(site: SiteCluster) -> list[str]:
-    config = parse_config_text(site.handle.run(["scontrol", "show", "config"], check=True).stdout)
-    return [s.key for s in missing(cluster_settings(site.pool.spec, site.handle.version), config)]
-
-
-@pytest.fixture(scope="module")
-def site():
-    state = Path(tempfile.mkdtemp(prefix="slurm-pool-site-", dir="/var/tmp"))
-    state.chmod(0o755)
-    sc = SiteCluster(state, TEST_SLURM)
-    try:
-        sc.boot_site()
-        sc.before = sc.snapshot()
-        sc.missing_before = _missing(sc)
-        # The site works before the pool exists.
-        job = sc.handle.sbatch("-o", "/dev/null", user="dave", script="#!/bin/sh\ntrue\n")
-        sc.handle.wait_state(job, ["COMPLETED"], timeout=60)
-        sc.adoption = sc.adopt()
-    except BaseException:
-        logs = daemon_logs(state)
-        sc.down()
-        raise RuntimeError(f"the site cluster failed to start or adopt the pool; logs:\n{logs}") from None
-    yield sc
-    sc.down()
-    if not os.environ.get("SLURM_POOL_KEEP_STATE"):
-        shutil.rmtree(state, ignore_errors=True)
+@pytest.fixture
+def site(brownfield_site):
+    return brownfield_site
 
 
 @pytest.fixture
 def handle(site):
-    site.handle.cancel_all()
+    site.cancel_all()
     yield site.handle
-    site.handle.cancel_all()
+    site.cancel_all()
 
 
 def _job(handle, job: int, fmt: str) -> str:
@@ -81,7 +51,7 @@ def _mark(site: SiteCluster, job: int) -> bool:
 
 def test_the_site_needed_settings_before_and_has_them_after(site):
     assert "PreemptType" in site.missing_before and "AccountingStorageTRES" in site.missing_before
-    assert _missing(site) == []
+    assert site.missing_settings() == []
 
 
 def test_site_job_in_site_partition_runs_untouched(site, handle):

@@ -20,18 +20,22 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pytest
+
+from slurm_pool.adapters.records import parse_config_text
 from slurm_pool.localcluster.cluster import LocalCluster
 from slurm_pool.localcluster.console import ensure_jwt_key
 from slurm_pool.render.context import build_context
 from slurm_pool.render.render import render_all
-from slurm_pool.render.required import cluster_settings
+from slurm_pool.render.required import cluster_settings, missing
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
-from tests.support.patience import patience
-from tests.support.slurm_cluster import ClusterHandle, free_port_base
+from tests.support.patience import patience, wait_for
+from tests.support.slurm_cluster import ClusterHandle, daemon_logs, free_port_base
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pool-coexist.yaml"
@@ -39,7 +43,12 @@ SITE_NODES = ("cpu1", "cpu2")
 #: The site's own accounting objects: (sacctmgr arguments), created before the pool exists.
 SITE_ACCOUNTING = (
     ("add", "qos", "site-normal", "Description=the site's own QOS", "Priority=5"),
+    # Slurm's own default QOS, and the site's scavenger, each with its own preemption: a pool tier of either
+    # name would be bound to the site's object (issue: names are owned).
+    ("modify", "qos", "where", "name=normal", "set", "Priority=10", "GraceTime=120"),
+    ("add", "qos", "scavenger", "Description=the site's own scavenger", "Priority=0", "PreemptMode=cancel"),
     ("add", "account", "physics", "Description=Physics department", "Organization=science", "Fairshare=3"),
+    ("modify", "account", "where", "name=physics", "set", "QOS=normal,site-normal,scavenger"),
     ("add", "user", "dave", "Account=physics", "DefaultAccount=physics"),
     # A pool user who already had an account here: the pool must not take her default away.
     ("add", "user", "alice", "Account=physics", "DefaultAccount=physics"),
@@ -49,13 +58,29 @@ SNAPSHOT = (
     (
         "qos",
         "where",
-        "name=site-normal,normal",
+        "name=site-normal,normal,scavenger",
         "format=Name,Description,Priority,Preempt,PreemptMode,GraceTime,UsageFactor,GrpTRES,MaxTRESPU",
     ),
     ("account", "where", "name=physics,root", "format=Account,Descr,Org"),
     ("assoc", "where", "account=physics,root", "format=Cluster,Account,User,Fairshare,QOS,DefaultQOS,GrpTRES,MaxTRES"),
     ("user", "where", "name=dave,alice,root", "format=User,DefaultAccount,Admin"),
 )
+
+#: The site's GPU partition, added at installation over two of the pool's nodes (and one of its own): the
+#: pool's QOS are kept off it (``DenyQos``), as site-settings.conf says.
+SITE_GPU_PARTITION = "site-gpu"
+SITE_GPU_NODES = ("cpu2", "a-gpu2", "b-gpu1")
+#: Five site jobs that wait in the site's partition, each as (user, sbatch arguments): their priorities as
+#: ``sprio`` shows them must be the same before and after the pool is installed.
+PENDING_SITE_JOBS = (
+    ("dave", ()),
+    ("dave", ("--qos=site-normal",)),
+    ("dave", ("--qos=scavenger",)),
+    ("alice", ()),
+    ("alice", ("--qos=normal",)),
+)
+#: sprio's columns compared: user, partition, priority, and the age, fairshare, job size, partition and QOS factors.
+SPRIO_FORMAT = "%i %u %r %Y %A %F %J %P %Q"
 
 SITE_JOB_SUBMIT = """-- The site's own job policy (it was here before slurm-pool).
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -144,6 +169,7 @@ class SiteCluster:
                 "SelectTypeParameters=CR_Core_Memory",
                 "PriorityType=priority/multifactor",
                 "PriorityWeightFairshare=1000",
+                "PriorityWeightQOS=10000",
                 "AccountingStorageType=accounting_storage/slurmdbd",
                 "AccountingStorageHost=localhost",
                 f"AccountingStoragePort={site.slurmdbd_port}",
@@ -197,9 +223,12 @@ class SiteCluster:
 
     def snapshot(self) -> dict[str, str]:
         """The site's accounting objects as `sacctmgr -P -n show` prints them."""
-        return {
+        shown = {
             what[0]: self.handle.run(["sacctmgr", "-P", "-n", "show", *what], check=True).stdout for what in SNAPSHOT
         }
+        return {
+            what: "".join(sorted(text.splitlines(keepends=True))) for what, text in shown.items()
+        }  # row order varies
 
     # -- installing slurm-pool, as docs/adoption.md says ----------------------------
     def adopt(self) -> list[str]:
@@ -222,7 +251,13 @@ class SiteCluster:
             shutil.copy(L.root / "bin" / f"slurm-pool-{kind}", hook)
             hook.chmod(0o755)
         # 4. The site's slurm.conf, gres.conf and plugstack.conf take the pool in.
-        L.slurm_conf.write_text(merge_settings(L.slurm_conf.read_text(), lc.spec, version, L.etc))
+        conf = merge_settings(L.slurm_conf.read_text(), lc.spec, version, L.etc)
+        deny = ",".join(t.name for t in lc.spec.tiers)
+        conf += (
+            f"PartitionName={SITE_GPU_PARTITION} Nodes={','.join(SITE_GPU_NODES)} MaxTime=UNLIMITED State=UP"
+            f" DenyQos={deny}\n"
+        )
+        L.slurm_conf.write_text(conf)
         gres = [f"Include {L.etc / name}" for name in files if name.startswith("gres-")]
         with (L.etc / "gres.conf").open("a") as f:
             f.write("\n".join(gres) + "\n")
@@ -252,6 +287,44 @@ class SiteCluster:
             raise AssertionError(f"apply accounting failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
         return res.stdout
 
+    def missing_settings(self) -> list[str]:
+        """The cluster-wide settings the pool needs that the running slurmctld lacks."""
+        config = parse_config_text(self.handle.run(["scontrol", "show", "config"], check=True).stdout)
+        return [s.key for s in missing(cluster_settings(self.pool.spec, self.handle.version), config)]
+
+    def cancel_all(self) -> None:
+        """Cancel every job (the site's users' too) and wait for an empty queue and idle nodes."""
+        self.handle.cancel_all()
+
+    def pending_priorities(self) -> list[str]:
+        """``sprio``'s line for each of :data:`PENDING_SITE_JOBS`, without the job id, submitted while one job
+        holds every node of the site's partition (so that they wait); every job is cancelled afterwards."""
+        h = self.handle
+        script = "#!/bin/sh\nsleep 3600\n"
+        jobs: list[int] = []
+        try:
+            whole = ("-p", "batch", "-N", str(len(SITE_NODES)), "--exclusive", "-o", "/dev/null")
+            blocker = h.sbatch(*whole, user="dave", script=script)
+            jobs.append(blocker)
+            h.wait_state(blocker, ["RUNNING"], timeout=60)
+            waiting = [
+                h.sbatch("-p", "batch", "-o", "/dev/null", *args, user=user, script=script)
+                for user, args in PENDING_SITE_JOBS
+            ]
+            jobs += waiting
+            ids = ",".join(map(str, waiting))
+
+            def listed() -> list[str] | None:
+                out = h.run(["sprio", "-h", "-j", ids, "-o", SPRIO_FORMAT], check=True).stdout
+                lines = [line.split(None, 1)[1] for line in out.splitlines() if line.strip()]
+                return lines if len(lines) == len(waiting) else None
+
+            return list(wait_for(listed, 60, "sprio to list the waiting site jobs"))
+        finally:
+            if jobs:
+                h.run(["scancel", *map(str, jobs)])
+            h.cancel_all()
+
     def down(self) -> None:
         self.pool.down()
         subprocess.run(["pkill", "-f", f"{self.state}/"], check=False)
@@ -275,3 +348,29 @@ def merge_settings(conf: str, spec: PoolSpec, version: SlurmVersion, etc: Path) 
             lines.append(s.line)
     lines.append(f"Include {etc / 'slurm-pool.conf'}")
     return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def brownfield_site():
+    """The site's cluster with slurm-pool installed, shared by every ``test_brownfield*`` module (one worker
+    runs them all); ``sprio_before`` holds :meth:`SiteCluster.pending_priorities` from before the install."""
+    state = Path(tempfile.mkdtemp(prefix="slurm-pool-site-", dir="/var/tmp"))
+    state.chmod(0o755)
+    sc = SiteCluster(state, os.environ.get("SLURM_POOL_TEST_SLURM") or None)
+    try:
+        sc.boot_site()
+        sc.before = sc.snapshot()
+        sc.missing_before = sc.missing_settings()
+        # The site works before the pool exists.
+        job = sc.handle.sbatch("-o", "/dev/null", user="dave", script="#!/bin/sh\ntrue\n")
+        sc.handle.wait_state(job, ["COMPLETED"], timeout=60)
+        sc.sprio_before = sc.pending_priorities()
+        sc.adoption = sc.adopt()
+    except BaseException:
+        logs = daemon_logs(state)
+        sc.down()
+        raise RuntimeError(f"the site cluster failed to start or adopt the pool; logs:\n{logs}") from None
+    yield sc
+    sc.down()
+    if not os.environ.get("SLURM_POOL_KEEP_STATE"):
+        shutil.rmtree(state, ignore_errors=True)

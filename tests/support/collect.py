@@ -19,7 +19,10 @@ from __future__ import annotations
 import pytest
 
 #: A test using one of these (or a fixture that uses one) needs the named daemons.
-DAEMON_FIXTURES = {"slurm_cluster": "slurm", "k8s_control_plane": "k8s"}
+DAEMON_FIXTURES = {"slurm_cluster": "slurm", "brownfield_site": "slurm", "k8s_control_plane": "k8s"}
+#: Modules that share one session fixture of their own run on one worker: the site's cluster with the
+#: pool installed (``brownfield_site``) boots once per stream.
+SHARED_GROUPS = {"tests/integration/test_brownfield": "brownfield"}
 #: Fixtures that wait for a cached build: the control plane (Kubernetes, KServe, Volcano), the notebook
 #: environment (``hub_cluster``), torch (``torchrun``), the newer Slurm's headers beside Debian's
 #: (``other_include``) and Slurm without Lua (``nolua``).
@@ -36,7 +39,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 item.add_marker(mark)
     if getattr(config.option, "dist", "no") == "loadgroup":
         for item in items:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            module = item.nodeid.split("::")[0]
+            group = next((g for prefix, g in SHARED_GROUPS.items() if module.startswith(prefix)), module)
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(tryfirst=True)
