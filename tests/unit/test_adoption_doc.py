@@ -88,7 +88,12 @@ def _site(tmp_path: Path) -> dict[str, str]:
     spec = tmp_path / "spec" / "pool.yaml"
     spec.parent.mkdir()
     shutil.copy(REPO / "examples" / "pool-coexist.yaml", spec)
-    return {"/etc/slurm": str(etc), "/usr/local/bin": str(bindir), "stage/": f"{tmp_path}/stage/", "pool.yaml": str(spec)}
+    return {
+        "/etc/slurm": str(etc),
+        "/usr/local/bin": str(bindir),
+        "stage/": f"{tmp_path}/stage/",
+        "pool.yaml": str(spec),
+    }
 
 
 def test_the_commands_that_need_no_daemons_run_in_order(tmp_path):
@@ -158,7 +163,9 @@ def test_the_table_lists_exactly_the_settings_the_render_can_write():
 
 
 def test_each_row_marked_e2e_has_its_live_check():
-    marked = {key if not item else f"{key} {item}" for key, item, checked in table_rows(DOC.read_text()) if checked == "e2e"}
+    marked = {
+        key if not item else f"{key} {item}" for key, item, checked in table_rows(DOC.read_text()) if checked == "e2e"
+    }
     tree = ast.parse(E2E.read_text())
     checks = next(
         node.value
