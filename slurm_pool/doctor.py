@@ -325,8 +325,8 @@ def _hooks(spec: PoolSpec, f: Facts) -> list[Finding]:
     ]
     out = []
     for key, program, on in wanted:
-        value = f.config.get(key, "")
-        if on and program not in value:
+        value = ",".join(config_values(f.config, key))
+        if on and not hook_in_place(spec, key, program, config_values(f.config, key)):
             out.append(
                 Finding(
                     "hooks",
@@ -343,6 +343,17 @@ def _hooks(spec: PoolSpec, f: Facts) -> list[Finding]:
             )
         )
     return out
+
+
+def hook_in_place(spec: PoolSpec, key: str, program: str, values: list[str]) -> bool:
+    """``key`` (Prolog, Epilog, HealthCheckProgram) runs ``program``: named, or (a pool in a site's
+    cluster) the glob of the spec's ``coexist`` directory the hook is installed in, as docs/adoption.md says."""
+    if any(program in v for v in values):
+        return True
+    if spec.coexist is None:
+        return False
+    directory = {"Prolog": spec.coexist.prolog_dir, "Epilog": spec.coexist.epilog_dir}.get(key)
+    return directory is not None and any(v.strip() == f"{directory}/*" for v in values)
 
 
 #: What each plugin is built from, and how to get a Slurm that has it.

@@ -36,8 +36,11 @@ def handle(site):
     site.handle.cancel_all()
 
 
-def _spec_with(site: SiteCluster, tmp_path: Path, change: Callable[[dict], None]) -> Path:
+def _spec_with(site: SiteCluster, tmp_path: Path, change: Callable[[dict], None] = lambda d: None) -> Path:
+    """The site's spec as installed, changed by ``change``: the local cluster keeps checkpoints in its state
+    directory (LocalCluster sets ``checkpoint.base_dir``), so the spec that renders its files names that."""
     data = yaml.safe_load(site.spec_path.read_text())
+    data.setdefault("checkpoint", {})["base_dir"] = str(site.pool.spec.checkpoint.base_dir)
     change(data)
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -55,8 +58,8 @@ def _config(handle) -> dict[str, str]:
 # -- diff ---------------------------------------------------------------------------------------------
 
 
-def test_diff_of_the_installed_spec_shows_nothing(site):
-    res = site.handle.cli("diff", "--spec", str(site.spec_path))
+def test_diff_of_the_installed_spec_shows_nothing(site, tmp_path):
+    res = site.handle.cli("diff", "--spec", str(_spec_with(site, tmp_path)))
     assert (res.returncode, res.stdout) == (0, ""), res.stdout + res.stderr
 
 
@@ -125,17 +128,28 @@ def test_doctor_follows_gres_conf_includes(site, extra, says):
 # -- every command of docs/adoption.md that needs the daemons ----------------------------------------------
 
 
+#: doctor's findings on this site that are the site's own doing: it keeps its HealthCheckProgram unset
+#: (tests/support/brownfield.py installs no health check), which doctor rightly reports.
+KNOWN_DOCTOR_PROBLEMS = ("problem: HealthCheckProgram is not set",)
+
+
 def test_the_documented_commands_run_on_the_site(site, tmp_path):
     bindir = tmp_path / "bin"
     cli_shim(bindir)
-    paths = {"/etc/slurm": str(site.pool.layout.etc), "pool.yaml": str(site.spec_path)}
+    spec = _spec_with(site, tmp_path)
+    paths = {"/etc/slurm": str(site.pool.layout.etc), "pool.yaml": str(spec)}
     env = shell_env(bindir, site.pool.layout.env())
     for command in (c for c in doc_commands() if COVERED[c] == "site"):
         line = substitute(command, paths)
         res = subprocess.run(
             ["/bin/sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
         )
-        assert res.returncode == 0, f"{command!r} ({line}) exited {res.returncode}:\n{res.stdout}{res.stderr}"
+        said = f"{command!r} ({line}) exited {res.returncode}:\n{res.stdout}{res.stderr}"
+        if command.startswith("slurm-pool doctor") and res.returncode == 1:
+            problems = [x.strip() for x in res.stdout.splitlines() if x.strip().startswith("problem:")]
+            assert problems and all(p.startswith(KNOWN_DOCTOR_PROBLEMS) for p in problems), said
+            continue
+        assert res.returncode == 0, said
 
 
 # -- what the pool's global settings change for a site job (docs/adoption.md's table) -----------------------
@@ -150,13 +164,9 @@ def _show_job(handle, job: int) -> str:
 
 
 def _priority_type(site, handle):
-    # The site ran multifactor before; the pool needs the same: sprio answers for a waiting site job.
+    # The site ran multifactor before; the pool needs the same: sprio answers for waiting site jobs.
     assert _config(handle)["PriorityType"] == "priority/multifactor"
-    job = _site_job(handle, "--begin=now+3600")
-    lines = wait_for(
-        lambda: handle.run(["sprio", "-h", "-j", str(job)], check=True).stdout.strip() or None, 30, "sprio"
-    )
-    assert str(job) in lines
+    assert len(site.pending_priorities()) == len(site.sprio_before)
 
 
 def _priority_weight_qos(site, handle):

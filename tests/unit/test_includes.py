@@ -170,3 +170,23 @@ def test_nothing_to_follow_where_the_files_are_not():
     assert gather_includes("/nowhere/slurm.conf", {}) == IncludeFacts()
     assert gather_includes("slurm.conf", {}) == IncludeFacts()
     assert read_text("/nowhere") is None
+
+
+@pytest.mark.parametrize(
+    "spec, key, values, ok",
+    [
+        (OWNED, "Prolog", ["/usr/local/bin/slurm-pool-prolog"], True),
+        (OWNED, "Prolog", ["/etc/slurm/prolog.d/*"], False),
+        (OWNED, "Prolog", [], False),
+        (COEXIST, "Prolog", ["/etc/slurm/prolog.d/*"], True),  # the glob the hook is installed in
+        (COEXIST, "Prolog", ["/etc/slurm/other.d/*"], False),
+        (COEXIST, "Epilog", ["/etc/slurm/epilog.d/*"], True),
+        (COEXIST, "HealthCheckProgram", ["/etc/slurm/prolog.d/*"], False),
+        (COEXIST, "Prolog", ["/site/prolog", "/usr/local/bin/slurm-pool-prolog"], True),  # 26.05: Prolog[0], [1]
+    ],
+)
+def test_doctor_finds_the_hooks_in_a_coexist_glob(spec, key, values, ok):
+    from slurm_pool.doctor import hook_in_place
+
+    program = {"Prolog": "slurm-pool-prolog", "Epilog": "slurm-pool-epilog"}.get(key, "slurm-pool-healthcheck")
+    assert hook_in_place(spec, key, program, values) is ok
