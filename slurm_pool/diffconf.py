@@ -34,10 +34,16 @@ from slurm_pool.adapters.records import NodeRecord
 from slurm_pool.adapters.slurmjson import parse_duration
 from slurm_pool.text import shown
 
+#: Fields that are the whole difference (no values): ``partition x: added``, ``file gres-a.conf: not installed``.
+SINGLE_WORD_FIELDS = frozenset(
+    {"added", "removed", "not installed", "not slurm-pool's", "policy added", "policy removed"}
+)
+
 
 @dataclass(frozen=True)
 class Difference:
-    """One value the new render would change: ``kind`` (partition, node, config, accounting) and ``name``."""
+    """One value the new render would change: ``kind`` (partition, node, config, accounting, file, node.conf,
+    or a policy table's tier, partition, project, user, policy) and ``name``."""
 
     kind: str
     name: str
@@ -50,7 +56,7 @@ class Difference:
         if self.kind == "accounting":
             return f"accounting: {shown(self.field)}"
         where = f"{self.kind} {shown(self.name)}" if self.name else self.kind
-        if self.field in ("added", "removed"):
+        if self.field in SINGLE_WORD_FIELDS:
             return f"{where}: {self.field}"
         return f"{where}: {shown(self.field)} {shown(self.cluster or '-')} -> {shown(self.rendered or '-')}"
 

@@ -31,6 +31,10 @@
 * site_script, site_partitions -- (a spec with ``coexist`` only) the site's
                 job_submit script loads, and the site's partitions that hold
                 pool nodes deny the pool's QOS (:mod:`slurm_pool.doctor_coexist`);
+* includes   -- slurm.conf, gres.conf and plugstack.conf with their Includes
+                followed as Slurm follows them: none missing, none in a cycle,
+                and a pool in a site's cluster reaches its fragments
+                (:mod:`slurm_pool.doctor_includes`);
 * guarantees -- (a spec with ``guarantees`` only) the floating guarantees fit
                 ``overcommit`` x the GPUs the partition's usable nodes have
                 now, and each guarantee's QOS is in Slurm with its GrpTRES
@@ -55,7 +59,9 @@ from slurm_pool.doctor_coexist import CHECKS as COEXIST_CHECKS
 from slurm_pool.doctor_coexist import CoexistFacts
 from slurm_pool.doctor_coexist import findings as coexist_findings
 from slurm_pool.doctor_coexist import gather as gather_coexist
+from slurm_pool.doctor_includes import IncludeFacts, gather_includes
 from slurm_pool.findings import Finding
+from slurm_pool.includes import follow, read_text
 from slurm_pool.render.required import Setting, cluster_settings, config_values, missing
 from slurm_pool.spec.hosts import expand
 from slurm_pool.spec.model import PoolSpec
@@ -71,6 +77,7 @@ CHECKS = (
     "plugins",
     "settings",
     *COEXIST_CHECKS,
+    "includes",
     "guarantees",
 )
 _INCOMPATIBLE = re.compile(r"Incompatible Slurm plugin (\S+) version \(([^)]*)\)")
@@ -104,6 +111,8 @@ class Facts:
     owned: list[tuple[str, str]] = field(default_factory=list)
     #: The site's script and partitions (None: the spec has no ``coexist``; those checks are left out).
     coexist: CoexistFacts | None = None
+    #: slurm.conf, gres.conf and plugstack.conf with their Includes followed (empty: none read).
+    includes: IncludeFacts = field(default_factory=IncludeFacts)
 
 
 def gather(spec: PoolSpec, runner: Runner) -> Facts:
@@ -130,7 +139,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
     sinfo = shutil.which("sinfo")
     include = str(Path(sinfo).resolve().parent.parent / "include") if sinfo else None
     plugin_dir = config.get("PluginDir", "")
-    return Facts(
+    facts = Facts(
         commands,
         controller,
         config,
@@ -149,6 +158,8 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         owned,
         coexist=gather_coexist(spec, runner),
     )
+    facts.includes = gather_includes(conf, config)
+    return facts
 
 
 def _accounting_diff(
@@ -191,6 +202,7 @@ def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
         *_plugins(spec, facts),
         *_settings(facts),
         *coexist_findings(spec, facts.coexist),
+        *_includes(spec, facts),
         *_guarantees(spec, facts),
     ]
 
@@ -349,8 +361,8 @@ def _hooks(spec: PoolSpec, f: Facts) -> list[Finding]:
     ]
     out = []
     for key, program, on in wanted:
-        value = f.config.get(key, "")
-        if on and program not in value:
+        value = ",".join(config_values(f.config, key))
+        if on and not hook_in_place(spec, key, program, config_values(f.config, key)):
             out.append(
                 Finding(
                     "hooks",
@@ -367,6 +379,17 @@ def _hooks(spec: PoolSpec, f: Facts) -> list[Finding]:
             )
         )
     return out
+
+
+def hook_in_place(spec: PoolSpec, key: str, program: str, values: list[str]) -> bool:
+    """``key`` (Prolog, Epilog, HealthCheckProgram) runs ``program``: named, or (a pool in a site's
+    cluster) the glob of the spec's ``coexist`` directory the hook is installed in, as docs/adoption.md says."""
+    if any(program in v for v in values):
+        return True
+    if spec.coexist is None:
+        return False
+    directory = {"Prolog": spec.coexist.prolog_dir, "Epilog": spec.coexist.epilog_dir}.get(key)
+    return directory is not None and any(v.strip() == f"{directory}/*" for v in values)
 
 
 #: What each plugin is built from, and how to get a Slurm that has it.
@@ -404,12 +427,18 @@ def asks_nvml(gres_conf: str) -> bool:
 
 
 def _asks_nvml(slurm_conf: str) -> bool | None:
-    if not slurm_conf:
+    """gres.conf beside ``slurm_conf``, with the files it includes: asks for NVML (None: not read)."""
+    if not slurm_conf.startswith("/"):
         return None
-    try:
-        return asks_nvml((Path(slurm_conf).parent / "gres.conf").read_text())
-    except (OSError, UnicodeDecodeError):
-        return None
+    conf_dir = str(Path(slurm_conf).parent)
+    gres = follow(str(Path(conf_dir) / "gres.conf"), "slurm", conf_dir, read_text)
+    return asks_nvml(gres.text()) if gres.files else None
+
+
+def _includes(spec: PoolSpec, f: Facts) -> list[Finding]:
+    from slurm_pool.doctor_includes import findings
+
+    return findings(spec, f.includes)
 
 
 def _plugins(spec: PoolSpec, f: Facts) -> list[Finding]:

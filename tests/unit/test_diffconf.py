@@ -258,7 +258,9 @@ def test_exit_status_like_diff(monkeypatch, tmp_path, setup, args, code):
         r.fail(["scontrol", "show", "config"], stderr="slurm_load_ctl_conf error")
     monkeypatch.setattr("slurm_pool.adapters.runner.SubprocessRunner", lambda: r)
     real = diff_cli.differences
-    monkeypatch.setattr(diff_cli, "differences", lambda s, run: [d for d in real(s, run) if d.kind != "accounting"])
+    monkeypatch.setattr(
+        diff_cli, "differences", lambda s, run, *a: [d for d in real(s, run, *a) if d.kind != "accounting"]
+    )
     res = CliRunner().invoke(cli, ["diff", "--spec", str(spec), *args])
     assert res.exit_code == code, res.output
     if setup == "grace":
