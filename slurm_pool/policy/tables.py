@@ -263,6 +263,6 @@ def build_tables(spec: PoolSpec, version: SlurmVersion) -> PolicyTables:
         site_script=site.script if site else None,
         site_order=site.order if site else "before",
         user_projects=tuple((u, tuple(ps)) for u, ps in memberships.items()),
-        adopted_accounts=tuple(spec.adopt.accounts),
+        adopted_accounts=tuple(a.name for a in spec.adopt.accounts),
         guarantee_partition=spec.guarantees.partition if spec.guarantees is not None else None,
     )
