@@ -139,13 +139,16 @@ def gather(spec: PoolSpec, runner: Runner) -> CoexistFacts | None:
     return facts
 
 
-def _nodes(hostlist: str, every: set[str]) -> set[str]:
+def _nodes(hostlist: str, every: set[str]) -> set[str] | None:
+    """The nodes of a partition's ``Nodes=`` (None: not a hostlist this check can read)."""
     if hostlist == "ALL":
         return set(every)
+    if not hostlist:
+        return set()
     try:
         return set(expand(hostlist))
     except HostlistError:
-        return set()
+        return None
 
 
 def findings(spec: PoolSpec, facts: CoexistFacts | None) -> list[Finding]:
@@ -173,7 +176,18 @@ def findings(spec: PoolSpec, facts: CoexistFacts | None) -> list[Finding]:
     for part in facts.partitions:
         if part.name in mine:
             continue
-        held = sorted(_nodes(part.nodes, every) & pool_nodes)
+        nodes = _nodes(part.nodes, every)
+        if nodes is None:
+            out.append(
+                Finding(
+                    "site_partitions",
+                    f"the partition {part.name}'s node list {shown(part.nodes[:120])!r} cannot be read, so whether "
+                    "it holds pool nodes is not known",
+                    f"check scontrol show partition {part.name}",
+                )
+            )
+            continue
+        held = sorted(nodes & pool_nodes)
         if not held:
             continue
         open_to = (

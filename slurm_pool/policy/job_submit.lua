@@ -1028,6 +1028,9 @@ local function site_partition_refusal(part_str, qos_str, account)
 			where .. ". Submit with -p " .. join(partitions_of(q)) .. " (or without -p), or keep -p " ..
 			site[1] .. " with one of the site's QOS."
 	end
+	if not (account and PROJECTS[account]) then
+		return where .. "; a job there may not name the pool's partitions, QOS or projects."
+	end
 	local routes = {}
 	for _, t in ipairs(PROJECTS[account].tiers) do routes[#routes + 1] = PROJECTS[account].route[t] end
 	return "account '" .. account .. "' is a project of the pool: its jobs run only in the pool's partitions (" ..

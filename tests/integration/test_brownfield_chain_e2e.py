@@ -110,3 +110,26 @@ def test_a_broken_site_script_keeps_the_last_that_loaded(site):
     assert "site_script" not in "\n".join(
         line for line in site.handle.cli("doctor", "--spec", str(site.spec_path)).stdout.splitlines() if "FAIL" in line
     )
+
+
+def _partition_line(site: SiteCluster) -> str:
+    return site.handle.run(["scontrol", "show", "partition", "-o", SITE_GPU_PARTITION], check=True).stdout.strip()
+
+
+def test_doctor_checks_that_the_sites_partition_denies_the_pool_qos(site):
+    """As installed (DenyQos of every tier) it passes; with a pool QOS let in, doctor names it and the line."""
+    deny = ",".join(t.name for t in site.pool.spec.tiers)
+    before = _partition_line(site)
+    assert f"DenyQos={deny}" in before, before
+    res = site.handle.cli("doctor", "--spec", str(site.spec_path))
+    assert "ok    site_partitions" in res.stdout, res.stdout
+    try:
+        site.handle.run(["scontrol", "update", f"PartitionName={SITE_GPU_PARTITION}", "DenyQos=guaranteed"], check=True)
+        res = site.handle.cli("doctor", "--spec", str(site.spec_path))
+        assert res.returncode != 0 and "FAIL  site_partitions" in res.stdout, res.stdout
+        assert f"the site's partition {SITE_GPU_PARTITION} holds pool node(s) a-gpu2, b-gpu1" in res.stdout
+        assert "takes the pool's QOS shared, spot, k8s-lend:" in res.stdout, res.stdout
+        assert f"add DenyQos={deny} to the line PartitionName={SITE_GPU_PARTITION}" in res.stdout, res.stdout
+    finally:
+        site.handle.run(["scontrol", "update", f"PartitionName={SITE_GPU_PARTITION}", f"DenyQos={deny}"], check=True)
+    assert _partition_line(site) == before

@@ -114,6 +114,12 @@ def test_a_partition_the_spec_does_not_list_is_checked_too() -> None:
     assert "c-gpu1" in f.problem and f.fix.endswith("; list it in coexist.site_partitions, then scontrol reconfigure")
 
 
+def test_a_node_list_that_cannot_be_read_is_reported_not_passed() -> None:
+    parts, _ = parse_partition_text("PartitionName=odd AllowQos=ALL Nodes=a-gpu[1-\n")
+    (f,) = findings(COEXIST, CoexistFacts(partitions=parts))
+    assert f.check == "site_partitions" and "odd's node list 'a-gpu[1-' cannot be read" in f.problem
+
+
 def _spec_with_script(path: Path) -> object:
     text = (ROOT / "examples" / "pool-coexist.yaml").read_text()
     return load_spec_text(text.replace("/etc/slurm/site_job_submit.lua", str(path)))
