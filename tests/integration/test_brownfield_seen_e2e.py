@@ -187,7 +187,8 @@ def _accounting_storage_enforce(site, handle):
 def _accounting_storage_tres(site, handle):
     job = _site_job(handle)
     handle.wait_state(job, ["COMPLETED"], timeout=60)
-    tres = next(w for w in _show_job(handle, job).split() if w.startswith("TRES="))
+    # 22.05 prints TRES=, 26.05 AllocTRES= (and ReqTRES=).
+    tres = next(w for w in _show_job(handle, job).split() if w.split("=", 1)[0] in ("TRES", "AllocTRES"))
     assert "gres/" not in tres and "cpu=" in tres
 
 
