@@ -10,7 +10,8 @@ spec does not adopt: one ``error:`` line per collision, with both ways out).  Re
 Beside what Slurm reports, the installed files (the directory of the cluster's
 ``SLURM_CONF``, or ``--installed DIR``) are compared with the new render
 (:mod:`slurm_pool.difffiles`): job_submit.lua's policy rule by rule, node.conf
-setting by setting, the others line by line.
+setting by setting, the others line by line; a slurm.conf line whose change
+the running cluster already shows is not repeated.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import click
 
 from slurm_pool.adapters.runner import CommandError, Runner
 from slurm_pool.diffconf import Difference, compare, site_dependent
+from slurm_pool.difffiles import not_seen
 from slurm_pool.render.site import Site
 from slurm_pool.render.templates import default_templates_dir
 from slurm_pool.spec import load_spec
@@ -137,7 +139,7 @@ def differences(
         if notes is not None:
             notes.append("the installed files were not compared: slurm.conf's directory is not on this machine")
         return found
-    return [*found, *file_differences(spec, version, directory)]
+    return [*found, *not_seen(file_differences(spec, version, directory), found)]
 
 
 @click.command("diff")

@@ -29,7 +29,9 @@ import hashlib
 import json
 from typing import Any, Collection, Iterable, Iterator, Mapping
 
-from slurm_pool.diffconf import Difference
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from slurm_pool.diffconf import CONF_FILES, Difference
 from slurm_pool.policy.luaread import read_policy
 
 #: Files not compared: digests of the others, and the accounting plan (compared with slurmdbd).
@@ -40,6 +42,8 @@ OPTIONAL = frozenset({"site-settings.conf", "jupyterhub_config.py", "k8s-bridge-
 NODE_LOCAL_KEYS = frozenset({"state_dir", "gpus", "scontrol"})
 #: Line keys that name an object: the whole first word is the key.
 IDENTITY_KEYS = frozenset({"NodeName", "PartitionName", "NodeSet", "Name"})
+#: Files Slurm reads as slurm.conf: their settings, nodes and partitions are also compared with the cluster.
+SLURM_CONF_FILES = frozenset(CONF_FILES)
 NOT_INSTALLED = "not installed"
 NOT_POOLS = "not slurm-pool's"
 #: The policy tables whose entries are named objects: table -> the kind a line names.
@@ -227,6 +231,37 @@ def compare_files(
             out.extend(_text_differences(name, text, probe.get(name, text), have, keys))
     if node_rendered is not None:
         out.extend(node_differences(node_installed, node_rendered))
+    return out
+
+
+def _nodes(text: str) -> NodeSet:
+    try:
+        return NodeSet(text)
+    except NodeSetException:
+        return NodeSet()
+
+
+def not_seen(files: Iterable[Difference], cluster: Iterable[Difference]) -> list[Difference]:
+    """``files`` without the slurm.conf lines whose change the running cluster already shows (each change once).
+
+    A setting the cluster reports differently, a partition it reports a field of, a node line
+    whose nodes it reports: the cluster's line says it; the file's would repeat it.
+    """
+    seen = list(cluster)
+    keys = {d.field for d in seen if d.kind == "config"}
+    parts = {d.name for d in seen if d.kind == "partition"}
+    nodes = NodeSet.fromlist([d.name for d in seen if d.kind == "node"]) if seen else NodeSet()
+    out = []
+    for d in files:
+        if d.kind == "file" and d.name in SLURM_CONF_FILES:
+            name, _, value = d.field.partition("=")
+            if (
+                d.field in keys
+                or (name == "PartitionName" and value in parts)
+                or (name == "NodeName" and len(_nodes(value) & nodes) > 0)
+            ):
+                continue
+        out.append(d)
     return out
 
 

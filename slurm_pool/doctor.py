@@ -151,7 +151,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         include,
         plugin_dir,
         list_plugins(runner, plugin_dir),
-        _asks_nvml(conf),
+        asks_nvml_beside(conf),
         missing(cluster_settings(spec, controller or commands), config),
         _qos_limits(slurm) if spec.guarantees is not None else None,
         spec.guarantees is not None,
@@ -426,7 +426,7 @@ def asks_nvml(gres_conf: str) -> bool:
     )
 
 
-def _asks_nvml(slurm_conf: str) -> bool | None:
+def asks_nvml_beside(slurm_conf: str) -> bool | None:
     """gres.conf beside ``slurm_conf``, with the files it includes: asks for NVML (None: not read)."""
     if not slurm_conf.startswith("/"):
         return None
@@ -553,7 +553,7 @@ def run(spec: PoolSpec, runner: Runner) -> tuple[list[Finding], list[str]]:
     except CommandError as exc:
         conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
         plugin_dir = offline_plugin_dir(conf, shutil.which("scontrol"))
-        findings = plugin_findings(spec, plugin_dir, list_plugins(runner, plugin_dir), _asks_nvml(conf))
+        findings = plugin_findings(spec, plugin_dir, list_plugins(runner, plugin_dir), asks_nvml_beside(conf))
         if not findings:
             raise
         head = f"slurm-pool doctor: Slurm cannot be asked ({str(exc).strip()[:200]}); checked the plugins only"

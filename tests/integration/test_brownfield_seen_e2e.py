@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from slurm_pool.adapters.records import parse_config_text
+from slurm_pool.render.required import config_values
 from tests.support.brownfield import SiteCluster
 from tests.support.doccommands import COVERED, cli_shim, doc_commands, shell_env, substitute
 from tests.support.patience import wait_for
@@ -187,7 +188,8 @@ def _accounting_storage_enforce(site, handle):
 def _accounting_storage_tres(site, handle):
     job = _site_job(handle)
     handle.wait_state(job, ["COMPLETED"], timeout=60)
-    tres = next(w for w in _show_job(handle, job).split() if w.startswith("TRES="))
+    # 22.05 prints TRES=, 26.05 AllocTRES= (and ReqTRES=).
+    tres = next(w for w in _show_job(handle, job).split() if w.split("=", 1)[0] in ("TRES", "AllocTRES"))
     assert "gres/" not in tres and "cpu=" in tres
 
 
@@ -236,7 +238,7 @@ def _prolog(site, handle):
     job = _site_job(handle)
     handle.wait_state(job, ["COMPLETED"], timeout=60)
     assert (site.marks / str(job)).exists()
-    assert _config(handle)["Prolog"].endswith("prolog.d/*") or any(k.startswith("Prolog[") for k in _config(handle))
+    assert [v.strip() for v in config_values(_config(handle), "Prolog")] == [f"{site.pool.layout.etc}/prolog.d/*"]
 
 
 #: docs/adoption.md's rows marked e2e, each with its check (tests/unit/test_adoption_doc.py keeps them in step).

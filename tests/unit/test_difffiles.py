@@ -291,3 +291,30 @@ def _runner(etc: Path):
     r.on(["scontrol", "show", "partition", "-o"], (data / "scontrol-partitions.txt").read_text())
     r.on(node_command(V22), (data / "nodes-idle.json").read_text())
     return r
+
+
+def test_slurm_conf_lines_the_cluster_already_shows_are_not_repeated():
+    from slurm_pool.diffconf import Difference as D
+    from slurm_pool.difffiles import not_seen
+
+    cluster = [
+        D("config", "", "PreemptMode", "CANCEL", "REQUEUE"),
+        D("partition", "shared", "GraceTime", "20", "30"),
+        D("node", "a-gpu1", "CPUs", "2", "4"),
+    ]
+    files = [
+        D("file", "slurm.conf", "PreemptMode", "CANCEL", "REQUEUE"),
+        D("file", "slurm-pool.conf", "PartitionName=shared", "GraceTime=20", "GraceTime=30"),
+        D("file", "slurm-pool.conf", "PartitionName=other", "", "State=UP"),
+        D("file", "slurm-pool.conf", "NodeName=a-gpu[1-2]", "CPUs=2", "CPUs=4"),
+        D("file", "slurm-pool.conf", "NodeName=b-gpu1", "Weight=1", "Weight=2"),
+        D("file", "site-settings.conf", "Prolog", "/p/*", ""),
+        D("file", "plugstack.conf", "PreemptMode", "x", "y"),  # not a slurm.conf file: kept
+    ]
+    assert [d.field for d in not_seen(files, cluster)] == [
+        "PartitionName=other",
+        "NodeName=b-gpu1",
+        "Prolog",
+        "PreemptMode",
+    ]
+    assert not_seen(files, []) == files

@@ -162,8 +162,8 @@ def test_doctor_runs_the_check_and_reads_gres_through_includes(tmp_path):
     help_res = Result(("sbatch", "--help"), 0, "--checkpoint")
     facts = Facts(SlurmVersion.parse("22.05"), None, {}, [], help_res, includes=gather_includes(str(conf), {}))
     assert [f.check for f in diagnose(OWNED, facts) if f.check == "includes"] == ["includes"]
-    assert doctor._asks_nvml(str(conf)) is True  # AutoDetect=nvml is in an included file
-    assert doctor._asks_nvml(str(tmp_path / "nowhere" / "slurm.conf")) is None
+    assert doctor.asks_nvml_beside(str(conf)) is True  # AutoDetect=nvml is in an included file
+    assert doctor.asks_nvml_beside(str(tmp_path / "nowhere" / "slurm.conf")) is None
 
 
 def test_nothing_to_follow_where_the_files_are_not():
