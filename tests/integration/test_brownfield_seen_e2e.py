@@ -16,7 +16,7 @@ import yaml
 
 from slurm_pool.adapters.records import parse_config_text
 from slurm_pool.render.required import config_values
-from tests.support.brownfield import SiteCluster
+from tests.support.brownfield import SITE_GPU_PARTITION, SiteCluster
 from tests.support.doccommands import COVERED, cli_shim, doc_commands, shell_env, substitute
 from tests.support.patience import wait_for
 
@@ -172,6 +172,21 @@ def _priority_type(site, handle):
 
 def _priority_weight_qos(site, handle):
     assert _config(handle)["PriorityWeightQOS"] == "10000"  # the site's own value, kept
+    # The tiers' priorities fitted at or below the site's highest QOS Priority (normal's 10): the factors of
+    # the site's QOS, each divided by the highest of all, stay as they were.
+    rows = handle.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Priority"], check=True).stdout.splitlines()
+    tiers = {t.name for t in site.pool.spec.tiers}
+    assert max(int(p) for n, p in (r.split("|", 1) for r in rows) if n in tiers) <= 10
+
+
+def _partition_name(site, handle):
+    line = handle.run(["scontrol", "show", "partition", "-o", SITE_GPU_PARTITION], check=True).stdout
+    deny = next(w for w in line.split() if w.startswith("DenyQos="))
+    assert {t.name for t in site.pool.spec.tiers} <= set(deny.split("=", 1)[1].split(","))
+    res = handle.run(["sbatch", "--uid=dave", "-p", SITE_GPU_PARTITION, "--qos=spot", "-o", "/dev/null", "--wrap=true"])
+    assert res.returncode != 0, res.stdout
+    job = handle.sbatch("-p", SITE_GPU_PARTITION, "-o", "/dev/null", user="dave", script="#!/bin/sh\ntrue\n")
+    handle.wait_state(job, ["COMPLETED"], timeout=60)
 
 
 def _accounting_storage_enforce(site, handle):
@@ -253,6 +268,7 @@ SITE_JOB_EFFECTS: dict[str, Callable[..., None]] = {
     "RequeueExit": _requeue_exit,
     "JobSubmitPlugins": _job_submit_plugins,
     "Prolog": _prolog,
+    "PartitionName": _partition_name,
 }
 
 

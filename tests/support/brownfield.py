@@ -30,7 +30,7 @@ from slurm_pool.localcluster.cluster import LocalCluster
 from slurm_pool.localcluster.console import ensure_jwt_key
 from slurm_pool.render.context import build_context
 from slurm_pool.render.render import render_all
-from slurm_pool.render.required import cluster_settings, missing
+from slurm_pool.render.required import cluster_settings, missing, pool_qos
 from slurm_pool.render.templates import default_templates_dir, jinja_environment, render_template
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
@@ -252,7 +252,7 @@ class SiteCluster:
             hook.chmod(0o755)
         # 4. The site's slurm.conf, gres.conf and plugstack.conf take the pool in.
         conf = merge_settings(L.slurm_conf.read_text(), lc.spec, version, L.etc)
-        deny = ",".join(t.name for t in lc.spec.tiers)
+        deny = ",".join(pool_qos(lc.spec))  # as site-settings.conf says (coexist.site_partitions)
         conf += (
             f"PartitionName={SITE_GPU_PARTITION} Nodes={','.join(SITE_GPU_NODES)} MaxTime=UNLIMITED State=UP"
             f" DenyQos={deny}\n"

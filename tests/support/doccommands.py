@@ -25,7 +25,6 @@ PROGRAMS = frozenset(
 
 #: Every documented command, and where a test runs it.
 COVERED: dict[str, str] = {
-    "touch /etc/slurm/job_submit.lua": "unit",
     "install -d /etc/slurm/prolog.d /etc/slurm/epilog.d": "unit",
     "mv /etc/slurm/prolog.sh /etc/slurm/prolog.d/10-site": "unit",
     "install -m 755 /usr/local/bin/slurm-pool-prolog /etc/slurm/prolog.d/50-slurm-pool": "unit",

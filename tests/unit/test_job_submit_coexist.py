@@ -46,9 +46,7 @@ def _spec(site: Path | None, order: str = "before", job_submit: bool = True) -> 
     else:
         text = text.replace("/etc/slurm/site_job_submit.lua", str(site)).replace("order: before", f"order: {order}")
     if not job_submit:
-        text = text.replace(
-            "policy:\n  default_tier: spot\n", "policy:\n  default_tier: spot\n  job_submit: false\n"
-        )
+        text = text.replace("policy:\n  default_tier: spot\n", "policy:\n  default_tier: spot\n  job_submit: false\n")
     return text
 
 
