@@ -42,20 +42,11 @@ from slurm_pool.adapters.records import skipped
 from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.adapters.slurmjson import parse_duration
+from slurm_pool.spec.adopt import QOS_FIELDS as ADOPTABLE_QOS_FIELDS
 from slurm_pool.spec.model import PoolSpec
 
-QOS_FIELDS = [
-    "Name",
-    "Description",
-    "Priority",
-    "Preempt",
-    "PreemptMode",
-    "GraceTime",
-    "UsageFactor",
-    "GrpTRES",
-    "MaxTRESPU",
-    "MaxTRES",
-]
+#: What ``sacctmgr show qos`` is asked for: the name and every field the plan sets.
+QOS_FIELDS = ["Name", *ADOPTABLE_QOS_FIELDS]
 ASSOC_FIELDS = ["Account", "User", "Fairshare", "QOS", "DefaultQOS", "ParentName"]
 TRES_LIMITS = ("GrpTRES", "MaxTRESPU", "MaxTRES")
 
