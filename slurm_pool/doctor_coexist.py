@@ -14,7 +14,9 @@
 * site_partitions -- every partition of the running cluster that is not the
                      pool's and holds a pool node denies every pool QOS
                      (``DenyQos`` naming them all, or an ``AllowQos`` naming
-                     none of them).
+                     none of them); and a partition under a name the spec
+                     gives a pool partition holds no site node (else the name
+                     is the site's).
 """
 
 from __future__ import annotations
@@ -174,9 +176,19 @@ def findings(spec: PoolSpec, facts: CoexistFacts | None) -> list[Finding]:
     qos = pool_qos(spec)
     every = set(pool_nodes)
     for part in facts.partitions:
-        if part.name in mine:
-            continue
         nodes = _nodes(part.nodes, every)
+        if part.name in mine:
+            foreign = sorted(nodes - pool_nodes) if nodes is not None else []
+            if foreign:
+                out.append(
+                    Finding(
+                        "site_partitions",
+                        f"the partition {part.name}, a name the spec gives one of the pool's partitions, holds the "
+                        f"site's node(s) {', '.join(foreign[:8])}: it is the site's partition, not the pool's",
+                        f"rename the spec's partition {part.name} to a name the site's slurm.conf does not use",
+                    )
+                )
+            continue
         if nodes is None:
             out.append(
                 Finding(

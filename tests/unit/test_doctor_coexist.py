@@ -114,6 +114,25 @@ def test_a_partition_the_spec_does_not_list_is_checked_too() -> None:
     assert "c-gpu1" in f.problem and f.fix.endswith("; list it in coexist.site_partitions, then scontrol reconfigure")
 
 
+@pytest.mark.parametrize(
+    "nodes, site_nodes",
+    [
+        ("a-gpu[1-2]", None),  # the pool's own partition, as installed
+        ("a-gpu1,cpu1", "cpu1"),  # the site's partition under a pool partition's name
+        ("cpu[1-2]", "cpu1, cpu2"),
+    ],
+)
+def test_a_pool_partition_name_the_site_uses_is_named(nodes: str, site_nodes: str | None) -> None:
+    parts, _ = parse_partition_text(f"PartitionName=a-owner AllowQos=ALL Nodes={nodes}\n")
+    found = findings(COEXIST, CoexistFacts(partitions=parts))
+    if site_nodes is None:
+        assert found == []
+    else:
+        (f,) = found
+        assert f"holds the site's node(s) {site_nodes}: it is the site's partition" in f.problem
+        assert f.fix == "rename the spec's partition a-owner to a name the site's slurm.conf does not use"
+
+
 def test_a_node_list_that_cannot_be_read_is_reported_not_passed() -> None:
     parts, _ = parse_partition_text("PartitionName=odd AllowQos=ALL Nodes=a-gpu[1-\n")
     (f,) = findings(COEXIST, CoexistFacts(partitions=parts))
