@@ -14,6 +14,8 @@ instance counts (``None``: a plain GPU).  Sources, by tag:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from slurm_pool.errors import SpecError
@@ -198,3 +200,19 @@ def test_an_unknown_model_is_refused_listing_the_catalogue(given):
     assert "node_groups[0].gpus.model" in text and repr(given) in text
     for model in ("H100-PCIE-80GB", "H200-NVL", "GH200-144GB", "NVIDIA A100 80GB PCIe"):
         assert model in text
+
+
+def test_the_docs_table_lists_every_mig_model_as_the_catalogue_has_it():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "mig.md").read_text()
+    section = doc.split("\n## The GPU catalogue\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in section.splitlines() if line.startswith("| ")]
+    table = {r[0]: (r[2], r[3], r[4].strip("`"), tuple(r[6].split(", "))) for r in rows[1:]}
+    assert table == {
+        m: (
+            GPU_MODELS[m].nvml_name,
+            f"{GPU_MODELS[m].memory_gib} GB",
+            GPU_MODELS[m].slurm_type,
+            tuple(GEOMETRIES[m].profiles),
+        )
+        for m in MIG_MODELS
+    }
