@@ -131,6 +131,15 @@ GPU_MODELS: dict[str, GpuModel] = {
         ),
         _gpu("H200-141GB", 141, "NVIDIA H200", {"1g.18gb": 16, "1g.35gb": 33, "2g.35gb": 33, "7g.141gb": 140}),
         _gpu("B200", 180, "NVIDIA B200"),
+        # PCIe, NVL and Grace Hopper forms: an NVML name of their own, so a GRES Type of their
+        # own (names as nvidia-smi prints them; memory from the MIG User Guide's "Supported
+        # GPUs").  No published -lgip memory figures: 22.05 Types fall back to the profile name.
+        _gpu("A100-PCIE-40GB", 40, "NVIDIA A100-PCIE-40GB"),
+        _gpu("A100-PCIE-80GB", 80, "NVIDIA A100 80GB PCIe"),
+        _gpu("H100-PCIE-80GB", 80, "NVIDIA H100 PCIe"),
+        _gpu("H200-NVL", 141, "NVIDIA H200 NVL"),
+        _gpu("GH200-96GB", 96, "NVIDIA GH200 480GB"),
+        _gpu("GH200-144GB", 144, "NVIDIA GH200 144G HBM3e"),
     )
 }
 # GPUs without MIG (slurm_pool.mig.plain_gpus): whole GPUs only, Type from the NVML name on every release.
@@ -150,6 +159,8 @@ MODEL_ALIASES: dict[str, str] = {
     "H200": "H200-141GB",
     "H200-SXM-141GB": "H200-141GB",
     "B200-180GB": "B200",
+    "H200-NVL-141GB": "H200-NVL",
+    "GH200": "GH200-96GB",
     **{alias: g.name for g in PLAIN_GPUS for alias in g.aliases},
 }
 

@@ -2,16 +2,21 @@
 
 Each GPU instance profile occupies ``memory`` consecutive *memory slots* of the
 GPU starting at one of ``starts`` and uses ``compute`` compute slices.  The
-7-compute-slice GPUs (A100, H100, H200, B200) have 8 memory slots; the A30 has
+7-compute-slice GPUs (A100, H100, H200, GH200, B200) have 8 memory slots; the A30 has
 4 compute slices and 4 memory slots.  ``+me`` profiles additionally own the
 GPU's media engines (decoders, JPEG, OFA), so at most one ``+me`` instance can
 exist per GPU.
 
-Source: NVIDIA Multi-Instance GPU User Guide, sections "Supported MIG
-Profiles" (profile tables per GPU: fraction of memory/SMs, instance count,
-profile ID) and "A100 MIG placements" / ``nvidia-smi mig -lgipp`` output
-(placement ``{starts}:size`` per profile).  Profile IDs are the GPU instance
-profile IDs that ``nvidia-smi mig -lgip`` lists.
+Source: NVIDIA Multi-Instance GPU User Guide (v590), sections "Supported
+GPUs", "Supported MIG Profiles" (profile tables per GPU: fraction of
+memory/SMs, instance count, profile ID) and "A100 MIG placements" /
+``nvidia-smi mig -lgipp`` output (placement ``{starts}:size`` per profile).
+Profile IDs are the GPU instance profile IDs that ``nvidia-smi mig -lgip``
+lists.  The PCIe forms of A100 and H100 and the H200 NVL have the profiles of
+the SXM part with the same memory.  The GH200 profile names (96 GB: as the
+H100 96GB; 144G HBM3e: ``1g.18gb`` to ``7g.144gb``) come from NVIDIA
+mig-parted's ``deployments/systemd/config-default.yaml``, whose configs name
+each; the guide's "Supported GPUs" lists "H100 on GH200" with 96 GB.
 """
 
 from __future__ import annotations
@@ -93,6 +98,12 @@ GEOMETRIES: dict[str, MigGeometry] = {
         _seven_slice("H100-94GB", (12, 24, 47, 94, 24)),
         _seven_slice("H200-141GB", (18, 35, 71, 141, 35)),
         _seven_slice("B200", (23, 45, 90, 180, 45)),
+        _seven_slice("A100-PCIE-40GB", (5, 10, 20, 40, 10)),
+        _seven_slice("A100-PCIE-80GB", (10, 20, 40, 80, 20)),
+        _seven_slice("H100-PCIE-80GB", (10, 20, 40, 80, 20)),
+        _seven_slice("H200-NVL", (18, 35, 71, 141, 35)),
+        _seven_slice("GH200-96GB", (12, 24, 48, 96, 24)),
+        _seven_slice("GH200-144GB", (18, 36, 72, 144, 36)),
     )
 }
 

@@ -52,6 +52,45 @@ PROFILES = {
         "7g.141gb": 1,
     },
     "B200": {"1g.23gb": 7, "1g.23gb+me": 1, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "4g.90gb": 1, "7g.180gb": 1},
+    # PCIe, NVL and Grace Hopper forms (issue 45): the profile sets of their memory size
+    "A100-PCIE-40GB": {
+        "1g.5gb": 7,
+        "1g.5gb+me": 1,
+        "1g.10gb": 4,
+        "2g.10gb": 3,
+        "3g.20gb": 2,
+        "4g.20gb": 1,
+        "7g.40gb": 1,
+    },
+    "A100-PCIE-80GB": {
+        "1g.10gb": 7,
+        "1g.10gb+me": 1,
+        "1g.20gb": 4,
+        "2g.20gb": 3,
+        "3g.40gb": 2,
+        "4g.40gb": 1,
+        "7g.80gb": 1,
+    },
+    "H100-PCIE-80GB": {
+        "1g.10gb": 7,
+        "1g.10gb+me": 1,
+        "1g.20gb": 4,
+        "2g.20gb": 3,
+        "3g.40gb": 2,
+        "4g.40gb": 1,
+        "7g.80gb": 1,
+    },
+    "H200-NVL": {"1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1},
+    "GH200-96GB": {"1g.12gb": 7, "1g.12gb+me": 1, "1g.24gb": 4, "2g.24gb": 3, "3g.48gb": 2, "4g.48gb": 1, "7g.96gb": 1},
+    "GH200-144GB": {
+        "1g.18gb": 7,
+        "1g.18gb+me": 1,
+        "1g.36gb": 4,
+        "2g.36gb": 3,
+        "3g.72gb": 2,
+        "4g.72gb": 1,
+        "7g.144gb": 1,
+    },
 }
 
 
