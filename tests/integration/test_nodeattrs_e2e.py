@@ -73,7 +73,7 @@ def test_doctor_finds_no_difference_and_names_one(attrs: ClusterHandle) -> None:
 def test_the_lowest_weight_that_fits_is_allocated_first(attrs: ClusterHandle) -> None:
     script = "#!/bin/bash\nsleep 60\n"
     job = attrs.sbatch(
-        "-p", "main", "-A", "lab", "--qos=normal", "-n", "1", "-o", "/dev/null", user="alice", script=script
+        "-p", "main", "-A", "lab", "--qos=standard", "-n", "1", "-o", "/dev/null", user="alice", script=script
     )
     try:
         attrs.wait_state(job, ["RUNNING"], timeout=60)

@@ -19,13 +19,13 @@ local SLURM_POOL = {
 		warn_seconds = 120,
 	},
 	tiers = {
-		normal = { max_gpus = nil, require_time = false, checkpoint = "none", gpu_shards = nil },
+		standard = { max_gpus = nil, require_time = false, checkpoint = "none", gpu_shards = nil },
 	},
 	partitions = {
-		main = { tier = "normal", accounts = nil, max_time = "UNLIMITED", gpu_types = { "nvidia_h100_80gb_hbm3" } },
+		main = { tier = "standard", accounts = nil, max_time = "UNLIMITED", gpu_types = { "nvidia_h100_80gb_hbm3" } },
 	},
 	projects = {
-		lab = { tiers = { "normal" }, default_tier = nil, route = { normal = "main" } },
+		lab = { tiers = { "standard" }, default_tier = nil, route = { standard = "main" } },
 	},
 	project_order = {
 		"lab",
