@@ -31,6 +31,9 @@
 * site_script, site_partitions -- (a spec with ``coexist`` only) the site's
                 job_submit script loads, and the site's partitions that hold
                 pool nodes deny the pool's QOS (:mod:`slurm_pool.doctor_coexist`);
+* node_attrs -- (a spec with ``coexist`` only) every pool node's attributes
+                as slurmctld reports them are the rendered ones
+                (:mod:`slurm_pool.doctor_nodes`);
 * includes   -- slurm.conf, gres.conf and plugstack.conf with their Includes
                 followed as Slurm follows them: none missing, none in a cycle,
                 and a pool in a site's cluster reaches its fragments
@@ -60,6 +63,10 @@ from slurm_pool.doctor_coexist import CoexistFacts
 from slurm_pool.doctor_coexist import findings as coexist_findings
 from slurm_pool.doctor_coexist import gather as gather_coexist
 from slurm_pool.doctor_includes import IncludeFacts, gather_includes
+from slurm_pool.doctor_nodes import CHECKS as NODE_CHECKS
+from slurm_pool.doctor_nodes import NodeAttrFacts
+from slurm_pool.doctor_nodes import findings as node_findings
+from slurm_pool.doctor_nodes import gather as gather_nodes
 from slurm_pool.findings import Finding
 from slurm_pool.includes import follow, read_text
 from slurm_pool.render.required import Setting, cluster_settings, config_values, missing
@@ -77,6 +84,7 @@ CHECKS = (
     "plugins",
     "settings",
     *COEXIST_CHECKS,
+    *NODE_CHECKS,
     "includes",
     "guarantees",
 )
@@ -113,6 +121,8 @@ class Facts:
     coexist: CoexistFacts | None = None
     #: slurm.conf, gres.conf and plugstack.conf with their Includes followed (empty: none read).
     includes: IncludeFacts = field(default_factory=IncludeFacts)
+    #: What slurmctld reports of each node's attributes (None: the spec has no ``coexist``; not checked).
+    node_attrs: NodeAttrFacts | None = None
 
 
 def gather(spec: PoolSpec, runner: Runner) -> Facts:
@@ -159,6 +169,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         coexist=gather_coexist(spec, runner),
     )
     facts.includes = gather_includes(conf, config)
+    facts.node_attrs = gather_nodes(spec, runner)
     return facts
 
 
@@ -202,6 +213,7 @@ def diagnose(spec: PoolSpec, facts: Facts) -> list[Finding]:
         *_plugins(spec, facts),
         *_settings(facts),
         *coexist_findings(spec, facts.coexist),
+        *node_findings(spec, facts.node_attrs),
         *_includes(spec, facts),
         *_guarantees(spec, facts),
     ]
@@ -527,8 +539,9 @@ def report(findings: list[Finding], facts: Facts) -> list[str]:
     """Human-readable lines: one per check, then each finding with its fix."""
     head = f"slurm-pool doctor: Slurm {facts.controller or facts.commands}, {len(facts.nodes)} node(s)"
     shown_all = facts.guarantees or any(x.check == "guarantees" for x in findings)
-    shown_coexist = facts.coexist is not None or any(x.check in COEXIST_CHECKS for x in findings)
-    checks = tuple(c for c in CHECKS if (shown_all or c != "guarantees") and (shown_coexist or c not in COEXIST_CHECKS))
+    shared = (*COEXIST_CHECKS, *NODE_CHECKS)
+    shown_coexist = facts.coexist is not None or any(x.check in shared for x in findings)
+    checks = tuple(c for c in CHECKS if (shown_all or c != "guarantees") and (shown_coexist or c not in shared))
     return _report_lines(head, findings, checks)
 
 

@@ -16,6 +16,7 @@ from slurm_pool.render.site import Site
 from slurm_pool.spec.guarantees import floating_projects, guarantee_qos, guarantee_type
 from slurm_pool.spec.hosts import expand, fold
 from slurm_pool.spec.model import NodeGroup, PoolSpec
+from slurm_pool.spec.nodeattrs import MEMORY_KEYS, TOPOLOGY_KEYS, attribute_words, gpu_cores
 from slurm_pool.text import check_path
 from slurm_pool.versions import SlurmVersion
 
@@ -26,6 +27,8 @@ class GresDevice:
 
     type: str
     file: str
+    #: gres.conf ``Cores=`` of the device's GPU ("" when the spec gives none).
+    cores: str = ""
 
 
 Layouts = Sequence[Optional[Sequence[str]]]
@@ -76,16 +79,35 @@ def gres_string(group: NodeGroup, version: SlurmVersion, layouts: Layouts | None
     return ",".join(items)
 
 
+def _cores_word(group: NodeGroup, idx: int) -> str:
+    """`` Cores=...`` of GPU ``idx`` in gres.conf (empty when the spec gives no affinity)."""
+    cores = gpu_cores(group)
+    return f" Cores={cores[idx]}" if cores else ""
+
+
 def shard_lines(group: NodeGroup, hostlist: str, dev_dir: str, layouts: Layouts | None = None) -> list[str]:
     """gres.conf lines of a group's shards: one per GPU, naming its device, so a count is per GPU.
 
     Slurm's gres.shtml: with ``Name=shard File=... Count=N`` lines, each GPU
     gets its own count; without File the count is spread evenly.
     """
-    assert group.gpus is not None
+    if group.gpus is None:
+        return []
     return [
-        f"NodeName={hostlist} Name=shard Count={group.gpus.shards} File={dev_dir}/nvidia{idx}"
+        f"NodeName={hostlist} Name=shard Count={group.gpus.shards} File={dev_dir}/nvidia{idx}" + _cores_word(group, idx)
         for idx in shard_gpus(group, layouts)
+    ]
+
+
+def gpu_lines(group: NodeGroup, hostlist: str, dev_dir: str, version: SlurmVersion) -> list[str]:
+    """gres.conf lines of a group's whole GPUs, one per GPU with its ``Cores=``; [] when the spec gives no cores."""
+    cores = gpu_cores(group)
+    if not cores:
+        return []
+    gtype = unit_type(group, None, version)
+    return [
+        f"NodeName={hostlist} AutoDetect=off Name=gpu Type={gtype} File={dev_dir}/nvidia{idx} Cores={c}"
+        for idx, c in enumerate(cores)
     ]
 
 
@@ -98,7 +120,8 @@ def emulated_devices(
     seen: Counter[int] = Counter()
     for idx, prof in gpu_units(group, layouts):
         if prof is None:
-            out.append(GresDevice(unit_type(group, None, version), f"{dev}/nvidia{idx}"))
+            cores = gpu_cores(group)
+            out.append(GresDevice(unit_type(group, None, version), f"{dev}/nvidia{idx}", cores[idx] if cores else ""))
         else:
             out.append(GresDevice(unit_type(group, prof, version), f"{dev}/nvidia{idx}-mig{seen[idx]}"))
             seen[idx] += 1
@@ -165,6 +188,9 @@ def build_context(
                 ],
                 "cpus": group.cpus,
                 "memory_mb": group.memory_mb,
+                "topology": attribute_words(group, TOPOLOGY_KEYS),
+                "memory_attrs": attribute_words(group, MEMORY_KEYS),
+                "gpu_lines": gpu_lines(group, fold(nodes), site.dev_dir, version),
                 "gres": gres,
                 "features": ",".join([*group.features, *(group.gpus.layouts or {} if group.gpus else {})]),
                 "gpu_count": group.gpus.count if group.gpus else 0,

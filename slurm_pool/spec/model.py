@@ -7,6 +7,7 @@ has no cycle, MIG layouts fit their GPU) live in :mod:`slurm_pool.spec.rules`.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, Field, field_validator
@@ -49,6 +50,29 @@ MAX_SHARDS_PER_GPU = 1024
 CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "URG", "ALRM", "QUIT", "XCPU")
 
 
+#: gres.conf(5) Cores: core indexes as a comma-separated list of indexes and ranges ("0-7", "0,2,4-6").
+CORE_LIST_RE = re.compile(r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*")
+
+
+def core_indexes(value: str) -> list[int]:
+    """The core indexes of a gres.conf ``Cores=`` list (already of :data:`CORE_LIST_RE`'s shape)."""
+    out: list[int] = []
+    for part in value.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _core_list(v: str) -> str:
+    if not text.matches(CORE_LIST_RE, v):
+        raise ValueError(f"{v!r} is not a list of core indexes and ranges (e.g. '0-7' or '0,2,4-6')")
+    for part in v.split(","):
+        lo, _, hi = part.partition("-")
+        if hi and int(hi) < int(lo):
+            raise ValueError(f"{v!r}: the range {part!r} runs backwards")
+    return v
+
+
 class Gpus(Strict):
     """The GPUs of every node in a group.
 
@@ -66,6 +90,8 @@ class Gpus(Strict):
     mig: Optional[list[Optional[list[str]]]] = None
     layouts: Optional[dict[str, list[Optional[list[str]]]]] = None
     shards: Optional[int] = Field(default=None, ge=1, le=MAX_SHARDS_PER_GPU)
+    #: gres.conf's ``Cores=`` (gres.conf(5)): the core indexes near each GPU, one entry per GPU, or one for all.
+    cores: Optional[list[Annotated[str, AfterValidator(_core_list)]]] = None
 
     @field_validator("layouts")
     @classmethod
@@ -90,6 +116,13 @@ class Gpus(Strict):
 
 
 class NodeGroup(Strict):
+    """A group of alike nodes: one ``NodeName=`` line (slurm.conf(5)) and its gres.conf lines.
+
+    ``memory_mb`` is the nodes' ``RealMemory``.  The optional attributes pass
+    through under slurm.conf's names; left out, the line leaves them out and
+    Slurm's defaults hold.  Rules across them: :mod:`slurm_pool.spec.rules`.
+    """
+
     name: Name
     hosts: str = Field(min_length=1)
     cpus: Annotated[int, ranged("node.cpus")]
@@ -97,6 +130,21 @@ class NodeGroup(Strict):
     gpus: Optional[Gpus] = None
     # Written into slurm.conf's Features=: a word, never a separator or a newline.
     features: list[Feature] = []
+    sockets: Annotated[Optional[int], ranged("node.sockets")] = None
+    cores_per_socket: Annotated[Optional[int], ranged("node.cores_per_socket")] = None
+    threads_per_core: Annotated[Optional[int], ranged("node.threads_per_core")] = None
+    #: MB of ``memory_mb`` kept for the system (MemSpecLimit), below it.
+    mem_spec_limit: Annotated[Optional[int], ranged("node.mem_spec_limit")] = None
+    #: MB of the nodes' TmpFS (TmpDisk).
+    tmp_disk: Annotated[Optional[int], ranged("node.tmp_disk")] = None
+    #: Scheduling weight: the lowest weight that fits is allocated first (Weight).
+    weight: Annotated[Optional[int], ranged("node.weight")] = None
+
+    def core_count(self) -> int:
+        """Cores of a node: Sockets x CoresPerSocket when given, else its CPUs over its threads per core."""
+        if self.sockets is not None and self.cores_per_socket is not None:
+            return self.sockets * self.cores_per_socket
+        return max(1, self.cpus // (self.threads_per_core or 1))
 
 
 class TierPolicy(Strict):

@@ -73,6 +73,21 @@ RANGES: dict[str, Range] = {
     "node.real_memory": Range(
         "node RealMemory", 1, 2**40, "S_P_UINT64 in MB, src/common/read_config.c; bounded here at a petabyte", "MB"
     ),
+    "node.sockets": Range("node Sockets", 1, NO_VAL16 - 1, "S_P_UINT16, src/common/read_config.c; slurm.conf(5)"),
+    "node.cores_per_socket": Range(
+        "node CoresPerSocket", 1, NO_VAL16 - 1, "S_P_UINT16 (0 is reset to 1), src/common/read_config.c"
+    ),
+    "node.threads_per_core": Range(
+        "node ThreadsPerCore", 1, NO_VAL16 - 1, "S_P_UINT16 (0 is reset to 1), src/common/read_config.c"
+    ),
+    "node.mem_spec_limit": Range(
+        "node MemSpecLimit", 1, 2**40, "S_P_UINT64 in MB, src/common/read_config.c; below RealMemory, slurm.conf(5)",
+        "MB",
+    ),
+    "node.tmp_disk": Range("node TmpDisk", 0, NO_VAL - 1, "S_P_UINT32 in MB, src/common/read_config.c", "MB"),
+    "node.weight": Range(
+        "node Weight", 0, NO_VAL - 1, "S_P_UINT32, src/common/read_config.c (INFINITE is read as INFINITE - 1)"
+    ),
     "def_mem_per_cpu": Range(
         "DefMemPerCPU", 1, 2**40, "S_P_UINT64 in MB whose top bit is a flag, src/common/read_config.c", "MB"
     ),

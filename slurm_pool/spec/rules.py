@@ -11,6 +11,7 @@ from slurm_pool.spec.coexist import check_coexist
 from slurm_pool.spec.guarantees import check_guarantees
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import NodeGroup, PoolSpec
+from slurm_pool.spec.nodeattrs import check_node_attrs
 
 
 def _dupes(names: list[str]) -> set[str]:
@@ -61,6 +62,7 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
             node_owner.setdefault(node, group.name)
         if group.gpus is not None:
             yield from _check_gpus(spec, gi)
+        yield from check_node_attrs(group, gi)
 
     tiers = {t.name for t in spec.tiers}
     for ti, tier in enumerate(spec.tiers):

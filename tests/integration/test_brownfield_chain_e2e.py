@@ -123,6 +123,8 @@ def test_doctor_checks_that_the_sites_partition_denies_the_pool_qos(site):
     assert f"DenyQos={deny}" in before, before
     res = site.handle.cli("doctor", "--spec", str(site.spec_path))
     assert "ok    site_partitions" in res.stdout, res.stdout
+    # The pool's nodes as slurmctld holds them are the rendered ones (issue 45, node attributes).
+    assert "ok    node_attrs" in res.stdout, res.stdout
     try:
         site.handle.run(["scontrol", "update", f"PartitionName={SITE_GPU_PARTITION}", "DenyQos=guaranteed"], check=True)
         res = site.handle.cli("doctor", "--spec", str(site.spec_path))

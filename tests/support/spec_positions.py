@@ -90,7 +90,14 @@ def base_document() -> dict[str, Any]:
     }
     # A floating guarantee (issue 28) on an unowned group, appended last so the indexes above stay.
     doc["node_groups"].append(
-        {"name": "f", "hosts": "f-gpu1", "cpus": 4, "memory_mb": 8000, "gpus": {"model": "H100-80GB", "count": 2}}
+        {
+            "name": "f",
+            "hosts": "f-gpu1",
+            "cpus": 4,
+            "memory_mb": 8000,
+            # gres.conf Cores= (issue 45): each GPU's nearest cores.
+            "gpus": {"model": "H100-80GB", "count": 2, "cores": ["0-1", "2-3"]},
+        }
     )
     doc["partitions"].append({"name": "floating", "nodes": ["f"], "tier": "guaranteed", "priority_tier": 100})
     doc["projects"].append(

@@ -1,0 +1,82 @@
+"""Issue 45, check 1 (node attributes): ``examples/pool-nodeattrs.yaml`` boots as a cluster of its own, and
+slurmctld reports each node's rendered sockets, cores, threads, memory, MemSpecLimit, TmpDisk, weight and
+features; ``doctor``'s comparison of the same reads finds no difference; a job on the lower-weight nodes is
+placed there first.
+
+The local cluster's slurmd registers what slurm.conf says (``SlurmdParameters=config_overrides``), so the
+attributes reach slurmctld as a real node's would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from slurm_pool.adapters.nodeattrs import COMMAND, parse_node_attributes
+from slurm_pool.doctor_nodes import NodeAttrFacts, findings
+from slurm_pool.spec import load_spec
+from tests.conftest import TEST_SLURM
+from tests.support.slurm_cluster import ClusterHandle, start_session_cluster, stop_session_cluster
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "pool-nodeattrs.yaml"
+
+#: What scontrol show node shows for each node (its keys as scontrol prints them).
+EXPECTED = {
+    "n-gpu1": {"CPUTot": "16", "Sockets": "2", "CoresPerSocket": "4", "ThreadsPerCore": "2", "RealMemory": "8000",
+               "MemSpecLimit": "1000", "TmpDisk": "4000", "Weight": "10", "AvailableFeatures": "hopper,ib"},
+    "n-cpu1": {"CPUTot": "4", "Sockets": "1", "CoresPerSocket": "4", "ThreadsPerCore": "1", "RealMemory": "4000",
+               "TmpDisk": "0", "Weight": "100", "AvailableFeatures": "cpuonly"},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def attrs() -> Iterator[ClusterHandle]:
+    handle, state = start_session_cluster(EXAMPLE, slurm=TEST_SLURM)
+    try:
+        yield handle
+    finally:
+        stop_session_cluster(handle, state)
+
+
+def _fields(cluster: ClusterHandle, node: str) -> dict[str, str]:
+    out = cluster.run([cluster.scontrol, "show", "node", node, "-o"], check=True).stdout
+    return dict(w.partition("=")[::2] for w in out.split(" Reason=")[0].split() if "=" in w)
+
+
+@pytest.mark.parametrize("node", sorted(EXPECTED))
+def test_slurmctld_reports_the_rendered_attributes(attrs: ClusterHandle, node: str) -> None:
+    fields = _fields(attrs, node)
+    got = {k: fields.get(k) for k in EXPECTED[node]}
+    assert got == EXPECTED[node]
+
+
+def test_doctor_finds_no_difference_and_names_one(attrs: ClusterHandle) -> None:
+    spec = load_spec(EXAMPLE)
+    out = attrs.run([attrs.scontrol, *COMMAND[1:]], check=True).stdout
+    nodes, skipped = parse_node_attributes(out)
+    assert skipped == [] and sorted(nodes) == ["n-cpu1", "n-gpu1", "n-gpu2"]
+    assert findings(spec, NodeAttrFacts(nodes)) == []
+    attrs.run([attrs.scontrol, "update", "NodeName=n-cpu1", "Weight=7"], check=True)
+    try:
+        nodes, _ = parse_node_attributes(attrs.run([attrs.scontrol, *COMMAND[1:]], check=True).stdout)
+        (f,) = findings(spec, NodeAttrFacts(nodes))
+        assert "node group cpu, n-cpu1: Weight: slurmctld has 7, the render 100" in f.problem
+    finally:
+        attrs.run([attrs.scontrol, "update", "NodeName=n-cpu1", "Weight=100"], check=True)
+
+
+def test_the_lowest_weight_that_fits_is_allocated_first(attrs: ClusterHandle) -> None:
+    script = "#!/bin/bash\nsleep 60\n"
+    job = attrs.sbatch(
+        "-p", "main", "-A", "lab", "--qos=standard", "-n", "1", "-o", "/dev/null", user="alice", script=script
+    )
+    try:
+        attrs.wait_state(job, ["RUNNING"], timeout=60)
+        assert attrs.job_field(job, "%N") == "n-gpu1"
+    finally:
+        attrs.cancel_all()
