@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLE_SPEC, TEST_SLURM
+from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -56,6 +57,12 @@ def features_cluster(tmp_path_factory):
 def _node(h) -> dict[str, str]:
     text = h.run([h.scontrol, "show", "node", "c-gpu1"]).stdout
     return dict(f.split("=", 1) for f in text.split() if "=" in f)
+
+
+def _registered(h) -> dict[str, str] | None:
+    """c-gpu1 as slurmctld has it once slurmd registered its active layout (None before)."""
+    n = _node(h)
+    return n if "mig_mixed" in n.get("ActiveFeatures", "").split(",") else None
 
 
 def _submit(h, feature: str, gres: str = "gpu:nvidia_a100_1g.5gb:1") -> tuple[int, float]:
@@ -101,10 +108,11 @@ def test_layout_feature_applied_by_slurmd(features_cluster, tmp_path):
         assert "Traceback" not in res.stderr and not (tmp_path / "out").exists(), res.stderr
         return
     assert h.version.has("rebootless_node_features")
-    n = _node(h)
-    # A set: slurmctld lists the helpers' features before or after slurm.conf's, as the node registered.
+    # slurmctld has the node's features from slurm.conf first and the Helper's once slurmd has registered with
+    # them (and lists them before or after slurm.conf's as it registered): wait for that, not a first read.
+    n = wait_for(lambda: _registered(h), 60, "slurmd to register c-gpu1's active layout feature")
     assert sorted(n["AvailableFeatures"].split(",")) == ["mig_7x1g", "mig_mixed", "projc"], n
-    assert "mig_mixed" in n["ActiveFeatures"] and "mig_7x1g" not in n["ActiveFeatures"], n
+    assert "mig_7x1g" not in n["ActiveFeatures"].split(","), n
     old_gres = n["Gres"]
 
     # A job needing no change.
