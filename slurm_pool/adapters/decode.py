@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import IO
+from typing import IO, Iterable
 
 
 def decode_output(data: bytes) -> str:
@@ -63,3 +63,14 @@ class EscapedJSON:
             self.held, text = text[cut:], text[:cut]
             if text or not data:
                 return json_text(text).encode("utf-8")
+
+
+def key_values(words: Iterable[str]) -> dict[str, str]:
+    """The ``KEY=value`` words of a line of Slurm's plain output (``scontrol show ... -o``), by key; a repeated
+    key keeps its first value (a later one may be text a user chose)."""
+    out: dict[str, str] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if sep:
+            out.setdefault(key, value)
+    return out

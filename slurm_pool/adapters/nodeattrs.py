@@ -10,6 +10,7 @@ attribute.  ``MemSpecLimit=`` is printed only when the node has one.
 from __future__ import annotations
 
 from slurm_pool import text
+from slurm_pool.adapters.decode import key_values
 
 #: The command: every node, one a line.
 COMMAND = ("scontrol", "show", "node", "-o")
@@ -44,11 +45,7 @@ def parse_node_attributes(output: str) -> tuple[dict[str, dict[str, str]], list[
     for line in output.splitlines():
         if not line.strip():
             continue
-        pairs: dict[str, str] = {}
-        for word in _words(line.strip()).split():
-            key, sep, value = word.partition("=")
-            if sep:
-                pairs.setdefault(key, value)
+        pairs = key_values(_words(line.strip()).split())
         name = pairs.get("NodeName", "")
         if not text.matches("node", name):
             skipped.append(f"a node line without a usable NodeName: {text.shown(line[:80])}")

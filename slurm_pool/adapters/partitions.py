@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_pool import text
+from slurm_pool.adapters.decode import key_values
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,7 @@ def parse_partition_text(output: str) -> tuple[list[PartitionRecord], list[str]]
     for line in output.splitlines():
         if not line.strip():
             continue
-        pairs: dict[str, str] = {}
-        for word in line.split():
-            key, sep, value = word.partition("=")
-            if sep:
-                pairs.setdefault(key, value)
+        pairs = key_values(line.split())
         name = pairs.get("PartitionName", "")
         if not text.matches("partition", name):
             skipped.append(f"a partition line without a usable PartitionName: {text.shown(line[:80])}")

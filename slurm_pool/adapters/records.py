@@ -35,7 +35,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from slurm_pool.adapters.decode import json_text
+from slurm_pool.adapters.decode import json_text, key_values
 from slurm_pool.adapters.gres import check_gres, tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
 from slurm_pool.adapters.slurmjson import INFINITE, REASON_PREFIX, Unusable, number, parse_duration, states, whole
 from slurm_pool.errors import InputError
@@ -327,10 +327,8 @@ def parse_node_text(text: str, name: str) -> NodeRecord | None:
         if line.startswith("Reason="):  # the rest of the line, spaces included
             fields["Reason"] = _REASON_SUFFIX.sub("", line[len("Reason=") :])
             continue
-        for tok in line.split():
-            k, sep, v = tok.partition("=")
-            if sep and k not in fields:
-                fields[k] = v
+        for k, v in key_values(line.split()).items():
+            fields.setdefault(k, v)
     if fields.get("NodeName") != name:
         return None
     return NodeRecord(
@@ -584,10 +582,8 @@ def parse_job_text(text: str, job_id: int | str) -> JobRecord | None:
         tokens = line.split()
         if not tokens or tokens[0].partition("=")[0] in _USER_TEXT_KEYS:
             continue
-        for tok in tokens[:1] if i == 0 else tokens:
-            k, sep, v = tok.partition("=")
-            if sep and k not in fields:
-                fields[k] = v
+        for k, v in key_values(tokens[:1] if i == 0 else tokens).items():
+            fields.setdefault(k, v)
     if fields.get("JobId") != str(job_id):
         return None
     restarts = fields.get("Restarts", "")
