@@ -22,6 +22,7 @@ The API server's messages are kept terminal-safe (:func:`slurm_pool.text.shown`)
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
@@ -211,14 +212,28 @@ def release_patch(node: Mapping[str, Any]) -> dict[str, Any]:
     return patch
 
 
-def update_node(api: K8sAPI, name: str, make: Callable[[dict[str, Any]], dict[str, Any]], tries: int = 3) -> None:
-    """Read ``name``, patch it with ``make(node)``; retry on 409 (changed meanwhile)."""
-    for attempt in range(tries):
+#: Pauses before each retry of a Node patch that lost a race (409).  A kubelet's status update and
+#: the node lifecycle controller's taints change a Node several times in a second while it settles,
+#: so retries right after each other can all lose; these spread them over about three seconds.
+UPDATE_BACKOFF = (0.0, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+def update_node(
+    api: K8sAPI,
+    name: str,
+    make: Callable[[dict[str, Any]], dict[str, Any]],
+    backoff: tuple[float, ...] = UPDATE_BACKOFF,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Read ``name``, patch it with ``make(node)``; on a 409 (changed meanwhile) read and try again."""
+    for attempt, pause in enumerate(backoff):
+        if pause:
+            sleep(pause)
         try:
             api.patch_node(name, make(api.read_node(name)))
             return
         except K8sError as exc:
-            if exc.status != 409 or attempt == tries - 1:
+            if exc.status != 409 or attempt == len(backoff) - 1:
                 raise
 
 

@@ -23,6 +23,7 @@ from slurm_pool.bridge.slurm_side import SlurmSide
 from slurm_pool.spec.bridge import Bridge, NodeNames
 from tests.support.k8s import NodeSpec
 from tests.support.k8s_fake import NODES, isvc
+from tests.support.k8s_wait import nodes_settled, wait_state
 from tests.unit.test_bridge_plan import NIGHT, NOON, FakeSlurm
 
 pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("narrow_from_json")]
@@ -64,6 +65,7 @@ def renamed_nodes(k8s_api):
     for slurm, name in names.items():
         core.create_node(NodeSpec(name, labels={SLURM_NODE: slurm, mark: "1"}).manifest())
     try:
+        wait_state(lambda: nodes_settled(core, set(names.values())), "the renamed Nodes Ready", k8s_api)
         yield names, f"{mark}=1"
     finally:
         for name in names.values():

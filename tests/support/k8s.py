@@ -45,7 +45,7 @@ from tests.support.k8s_build import (
     volcano_toolset,
 )
 from tests.support.k8s_certs import SERVICE_CIDR, PkiPaths, generate_pki, write_kubeconfig
-from tests.support.k8s_wait import described, node_state
+from tests.support.k8s_wait import described, node_state, nodes_settled
 
 #: The example pool's nodes (examples/pool.yaml): 2 GPUs, 4 CPUs, 8000 MB each.
 DEFAULT_NODE_NAMES: tuple[str, ...] = ("a-gpu1", "a-gpu2", "b-gpu1", "c-gpu1")
@@ -508,14 +508,7 @@ class ControlPlane:
             return resp.status == 200
 
     def _nodes_ready(self, core) -> bool:
-        wanted = {n.name for n in self.nodes}
-        ready = set()
-        for node in core.list_node(label_selector=f"{NODE_LABEL}=true").items:
-            conds = {c.type: c.status for c in (node.status.conditions or [])}
-            taints = [t.key for t in (node.spec.taints or []) if t.key.startswith("node.kubernetes.io/")]
-            if conds.get("Ready") == "True" and not taints:
-                ready.add(node.metadata.name)
-        return wanted <= ready
+        return nodes_settled(core, {n.name for n in self.nodes})
 
     @staticmethod
     def _default_sa(core) -> bool:

@@ -62,6 +62,21 @@ def cluster_state(api_client, namespace: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def nodes_settled(core, names: set[str]) -> bool:
+    """Each of ``names`` is Ready and carries none of the node lifecycle controller's taints.
+
+    A Node just created is changed several times as kwok and the controllers take it up;
+    a test that patches it waits for this first, so its patch does not race their updates.
+    """
+    settled = set()
+    for node in core.list_node().items:
+        conds = {c.type: c.status for c in (node.status.conditions or [])}
+        taints = [t.key for t in (node.spec.taints or []) if t.key.startswith("node.kubernetes.io/")]
+        if conds.get("Ready") == "True" and not taints:
+            settled.add(node.metadata.name)
+    return names <= settled
+
+
 def wait_state(
     check: Callable[[], object],
     what: str,
