@@ -19,7 +19,7 @@ import pytest
 from slurm_pool.spec.console import Console
 from slurm_pool.web.hosts import AllowedHosts
 from slurm_pool.web.server import Limits, NoQuery, build_server
-from tests.support.patience import patience, wait_for
+from tests.support.patience import wait_for
 
 RELEASE = threading.Event()
 
@@ -81,12 +81,16 @@ def open_files(need: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
 
 
+#: How long the server lets the idle connections below stay.  A new client must be served before then:
+#: a server that let them take its slots would keep it waiting until their deadline freed one.
+IDLE_SECONDS = 30.0
+
 # (what, limits, idle connections: [(source address, count, bytes sent)], the new client's address)
+IDLE_LIMITS = Limits(per_address=64, request_seconds=IDLE_SECONDS)
 IDLE = [
-    ("1,100 silent, one address; a client from it", Limits(per_address=64), [("127.0.0.1", 1100, b"")], "127.0.0.1"),
-    ("1,100 silent, one address; a client from another", Limits(per_address=64), [("127.0.0.2", 1100, b"")],
-     "127.0.0.1"),
-    ("half requests, many addresses, total cap", Limits(per_address=64, connections=200),
+    ("1,100 silent, one address; a client from it", IDLE_LIMITS, [("127.0.0.1", 1100, b"")], "127.0.0.1"),
+    ("1,100 silent, one address; a client from another", IDLE_LIMITS, [("127.0.0.2", 1100, b"")], "127.0.0.1"),
+    ("half requests, many addresses, total cap", Limits(per_address=64, connections=200, request_seconds=IDLE_SECONDS),
      [(f"127.0.1.{i}", 60, b"GET / HTTP/1.1\r\nHost: x\r\n") for i in range(1, 6)], "127.0.0.1"),
 ]  # fmt: skip
 
@@ -106,7 +110,8 @@ def test_idle_connections_never_shut_a_new_client_out(what: str, limits: Limits,
                         s.sendall(data)
                     socks.append(s)
             status, took = get(host, port, source=source)
-            assert status == 200 and took < patience(1.0), (what, status, took)
+            # Served while every idle connection could still be held (not a speed test: a loaded machine is slow).
+            assert status == 200 and took < limits.request_seconds, (what, status, took)
             held = sum(not closed(s) for s in socks)
             assert held <= min(limits.connections, limits.per_address * len(idle)), (what, held)
         finally:
