@@ -6,18 +6,23 @@
                 what ``scontrol show node`` reports for each of its nodes;
                 each difference is named, nodes with the same differences
                 together.  An attribute the spec leaves out is not compared.
+                A group that names its GPUs' type as the site does
+                (``gpus.type``) is also checked for ``Gres=gpu:<type>:<count>``,
+                and a difference says which model the name stands for.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from slurm_pool.adapters.nodeattrs import COMMAND, parse_node_attributes
 from slurm_pool.adapters.records import skipped
 from slurm_pool.adapters.runner import Runner
 from slurm_pool.findings import Finding
+from slurm_pool.mig.catalogue import GPU_MODELS
 from slurm_pool.spec.hosts import HostlistError, expand, fold
-from slurm_pool.spec.model import PoolSpec
+from slurm_pool.spec.model import NodeGroup, PoolSpec
 from slurm_pool.spec.nodeattrs import node_attributes
 from slurm_pool.text import shown
 
@@ -65,6 +70,26 @@ def differences(want: dict[str, str], have: dict[str, str]) -> list[str]:
     return out
 
 
+#: The socket affinity scontrol adds to a Gres item (``gpu:h100:2(S:0-1)``).
+SOCKETS_RE = re.compile(r"\([^)]*\)")
+
+
+def gres_difference(group: NodeGroup, have: dict[str, str]) -> list[str]:
+    """For a group with its own GPU type name: ``Gres`` named unless the node has ``gpu:<type>:<count>``."""
+    gpus = group.gpus
+    if gpus is None or gpus.type is None or gpus.model not in GPU_MODELS:
+        return []
+    want = f"gpu:{gpus.type}:{gpus.count}"
+    got = have.get("Gres")
+    if want in SOCKETS_RE.sub("", got or "").split(","):
+        return []
+    model = GPU_MODELS[gpus.model]
+    return [
+        f"Gres: slurmctld has {shown(got) if got is not None else 'none'}, the render {want} ({gpus.type} is the "
+        f"site's name for {model.name}, which NVML's autodetection names {model.slurm_type})"
+    ]
+
+
 def findings(spec: PoolSpec, facts: NodeAttrFacts | None) -> list[Finding]:
     """One finding per group and set of differences, naming its nodes (empty: every node as rendered)."""
     if facts is None:
@@ -81,7 +106,11 @@ def findings(spec: PoolSpec, facts: NodeAttrFacts | None) -> list[Finding]:
         by_diff: dict[tuple[str, ...], list[str]] = {}
         for node in names:
             have = facts.nodes.get(node)
-            diff = ("slurmctld does not know the node",) if have is None else tuple(differences(want, have))
+            diff = (
+                ("slurmctld does not know the node",)
+                if have is None
+                else tuple(differences(want, have) + gres_difference(group, have))
+            )
             if diff:
                 by_diff.setdefault(diff, []).append(node)
         for diff, nodes in by_diff.items():

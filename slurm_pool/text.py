@@ -48,6 +48,8 @@ RULES: dict[str, Pattern[str]] = {
     "time": re.compile(r"UNLIMITED|INFINITE|(?:[0-9]+-)?[0-9]+(?::[0-9]{2}){0,2}"),
     # A TRES name the spec's limits may use.
     "tres": re.compile(r"cpu|mem|node|billing|gres/gpu(?::[a-z0-9._-]+)?"),
+    # A site's own GRES Type for a GPU model (--gres=gpu:a100): one lower-case word of a TRES name.
+    "gres-type": re.compile(r"[a-z0-9][a-z0-9._-]{0,63}"),
     # A MIG profile name (3g.20gb, 1g.10gb+me).
     "mig-profile": re.compile(r"[1-7]g\.[0-9]+gb(?:\+me)?"),
     # A Kubernetes DNS-1123 label (namespaces) and subdomain (object names): dot-separated labels, 253 in all, as
@@ -72,6 +74,7 @@ SHAPES = {
     "feature": "1 to 64 letters, digits, '_', '.', '+' or '-'",
     "time": "a Slurm time: [days-]hours:minutes:seconds, minutes, or UNLIMITED",
     "tres": "a TRES name: cpu, mem, node, billing or gres/gpu[:type]",
+    "gres-type": "a GRES type: a lower-case letter or digit, then up to 63 lower-case letters, digits, '.', '_' or '-'",
     "mig-profile": "a MIG profile such as 3g.20gb",
     "k8s-label": "a Kubernetes DNS label: lower-case letters, digits and '-', at most 63",
     "k8s-name": "a Kubernetes object name: DNS labels (lower-case letters, digits, inner '-') joined by '.', at most 253",

@@ -38,6 +38,14 @@ class Fact:
     source: str
 
 
+#: How Slurm matches a GRES Type name, the same from 22.05 to 26.05 (read in 26.05.3's source, run on 22.05
+#: and 26.05.3 by tests/integration/test_nodeattrs_e2e.py): slurm.conf's and gres.conf's Types are compared
+#: case-insensitively (src/interfaces/gres.c ``_match_type``, ``xstrcasecmp``), and with AutoDetect a gres.conf
+#: Type must equal or be a substring of the detected name (gres.conf(5), Type).  A site's own name for a model
+#: (``gpus.type``) is therefore checked against the catalogue's Types in lower case (slurm_pool.spec.gputypes).
+GRES_TYPE_MATCH = "case-insensitive; with AutoDetect, equal to or a substring of the detected name"
+
+
 FACTS: tuple[Fact, ...] = (
     Fact(
         "preempt_params_line",

@@ -25,6 +25,7 @@ SHOWN_AS = {
     "TmpDisk": "TmpDisk",
     "Weight": "Weight",
     "AvailableFeatures": "Features",
+    "Gres": "Gres",
 }
 
 

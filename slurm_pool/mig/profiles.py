@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurm_pool.mig.catalogue import GPU_MODELS
+from slurm_pool.mig.catalogue import GPU_MODELS, mig_gres_types
 
 
 @dataclass(frozen=True)
@@ -116,3 +116,19 @@ def geometry(model: str) -> MigGeometry:
         return GEOMETRIES[model]
     except KeyError:
         raise KeyError(f"unknown MIG-capable GPU model {model!r} (known: {', '.join(GEOMETRIES)})") from None
+
+
+def known_gres_types() -> dict[str, str]:
+    """Every GRES Type the catalogue's GPUs take on any supported release (lower case) -> its model.
+
+    Slurm compares a Type case-insensitively (``_match_type`` in src/interfaces/gres.c uses
+    ``xstrcasecmp``), so a site's own name for a model must differ from all of these in more than case.
+    """
+    out: dict[str, str] = {}
+    for name, model in GPU_MODELS.items():
+        out.setdefault(model.slurm_type.lower(), name)
+        geo = GEOMETRIES.get(name)
+        for profile in geo.profiles if geo is not None else ():
+            for gtype in mig_gres_types(name, profile):
+                out.setdefault(gtype.lower(), name)
+    return out

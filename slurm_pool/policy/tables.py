@@ -125,7 +125,8 @@ def _group_gpu_types(spec: PoolSpec, version: SlurmVersion) -> dict[str, list[Gp
         gpus = group.gpus
         model = catalogue.GPU_MODELS.get(gpus.model) if gpus else None
         if gpus is not None and model is not None and gpus.count > 0:
-            whole = GpuType(model.slurm_type, model.memory_gib * 1024, False, (model.slurm_type,))
+            name = gpus.gres_type()
+            whole = GpuType(name, model.memory_gib * 1024, False, (name,))
             layouts = gpus.mig or [None] * gpus.count
             for idx in range(gpus.count):
                 layout = layouts[idx] if idx < len(layouts) else None
@@ -138,7 +139,7 @@ def _group_gpu_types(spec: PoolSpec, version: SlurmVersion) -> dict[str, list[Gp
                         catalogue.mig_gres_type(model.name, prof, version),
                         mig_memory_mb(model.name, prof),
                         True,
-                        (model.slurm_type,),
+                        (name,),
                     )
                     if t not in types:
                         types.append(t)

@@ -55,10 +55,20 @@ def gpu_units(group: NodeGroup, layouts: Layouts | None = None) -> list[tuple[in
 def unit_type(group: NodeGroup, profile: str | None, version: SlurmVersion) -> str:
     """GRES Type of a whole GPU (``profile`` None) or a MIG instance of ``group``'s model."""
     assert group.gpus is not None
-    model = group.gpus.model
     if profile is None:
-        return catalogue.GPU_MODELS[model].slurm_type
-    return catalogue.mig_gres_type(model, profile, version)
+        return group.gpus.gres_type()
+    return catalogue.mig_gres_type(group.gpus.model, profile, version)
+
+
+def type_note(group: NodeGroup) -> str:
+    """What a group's own GPU type name stands for, for a gres.conf comment ("" without one)."""
+    if group.gpus is None or group.gpus.type is None:
+        return ""
+    model = catalogue.GPU_MODELS[group.gpus.model]
+    return (
+        f"{group.name}: Type {group.gpus.type} is the site's name for {model.name} "
+        f"({model.nvml_name or model.name}; NVML's autodetection names it {model.slurm_type})"
+    )
 
 
 def shard_gpus(group: NodeGroup, layouts: Layouts | None = None) -> list[int]:
@@ -195,6 +205,7 @@ def build_context(
                 "features": ",".join([*group.features, *(group.gpus.layouts or {} if group.gpus else {})]),
                 "gpu_count": group.gpus.count if group.gpus else 0,
                 "gpu_type": unit_type(group, None, version) if group.gpus else None,
+                "type_note": type_note(group),
                 "has_mig": has_mig,
                 "shard_lines": shard_lines(group, fold(nodes), site.dev_dir) if shards else [],
             }

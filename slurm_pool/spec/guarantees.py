@@ -137,7 +137,7 @@ def _unit_names(group: NodeGroup) -> list[frozenset[str]]:
     for idx in range(gpus.count):
         layout = layouts[idx] if idx < len(layouts) else None
         if layout is None:
-            out.append(frozenset({GPU_MODELS[gpus.model].slurm_type}))
+            out.append(frozenset({gpus.gres_type()}))
         else:
             out.extend(names for prof in layout if (names := _mig_types(gpus.model, prof)))
     return out
@@ -229,7 +229,7 @@ def partition_types(spec: PoolSpec, nodes: Iterable[str]) -> set[str]:
             continue
         per_gpu: list[list[list[str] | None]] = [gpus.mig or [None] * gpus.count, *(gpus.layouts or {}).values()]
         if any(layout is None for layouts in per_gpu for layout in layouts):
-            out.add(GPU_MODELS[gpus.model].slurm_type)
+            out.add(gpus.gres_type())
         out.update(
             t for layouts in per_gpu for layout in layouts for p in layout or [] for t in _mig_types(gpus.model, p)
         )

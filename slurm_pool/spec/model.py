@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, Field, field_validator
 
 from slurm_pool import text
-from slurm_pool.mig.catalogue import canonical_model
+from slurm_pool.mig.catalogue import GPU_MODELS, canonical_model
 from slurm_pool.spec.adopt import Adopt
 from slurm_pool.spec.base import Feature, Host, Name, PlainPath, SlurmTime, Strict, User
 from slurm_pool.spec.bridge import Bridge
@@ -73,6 +73,16 @@ def _core_list(v: str) -> str:
     return v
 
 
+def _gres_type(v: str) -> str:
+    if not text.matches("gres-type", v):
+        raise ValueError(f"{v!r} is not {text.SHAPES['gres-type']}")
+    return v
+
+
+#: A site's own GRES Type for a GPU model, as its users type it (``--gres=gpu:a100``).
+GresType = Annotated[str, AfterValidator(_gres_type)]
+
+
 class Gpus(Strict):
     """The GPUs of every node in a group.
 
@@ -92,6 +102,16 @@ class Gpus(Strict):
     shards: Optional[int] = Field(default=None, ge=1, le=MAX_SHARDS_PER_GPU)
     #: gres.conf's ``Cores=`` (gres.conf(5)): the core indexes near each GPU, one entry per GPU, or one for all.
     cores: Optional[list[Annotated[str, AfterValidator(_core_list)]]] = None
+    #: The site's own GRES Type for these whole GPUs (``a100`` for ``--gres=gpu:a100``) instead of the name
+    #: NVML's autodetection gives the model; MIG instances keep theirs.  Read it through :meth:`gres_type`.
+    type: Optional[GresType] = None
+
+    def gres_type(self) -> str:
+        """GRES Type of one whole GPU of the group: the site's ``type``, else the catalogue's for the model."""
+        if self.type is not None:
+            return self.type
+        model = GPU_MODELS.get(self.model)
+        return model.slurm_type if model is not None else self.model
 
     @field_validator("layouts")
     @classmethod

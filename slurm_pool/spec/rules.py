@@ -8,6 +8,7 @@ from slurm_pool.errors import Issue
 from slurm_pool.mig.catalogue import GPU_MODELS, known_models
 from slurm_pool.spec.adopt import check_adopt
 from slurm_pool.spec.coexist import check_coexist
+from slurm_pool.spec.gputypes import check_gpu_types
 from slurm_pool.spec.guarantees import check_guarantees
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import NodeGroup, PoolSpec
@@ -63,6 +64,7 @@ def _check(spec: PoolSpec) -> Iterator[Issue]:
         if group.gpus is not None:
             yield from _check_gpus(spec, gi)
         yield from check_node_attrs(group, gi)
+    yield from check_gpu_types(spec)
 
     tiers = {t.name for t in spec.tiers}
     for ti, tier in enumerate(spec.tiers):
@@ -196,7 +198,7 @@ def _no_mig(model: str) -> str:
     """Why a model without MIG takes no ``mig`` or ``layouts`` (the catalogue's MIG models named)."""
     mig_models = ", ".join(m.name for m in GPU_MODELS.values() if m.mig_capable)
     return (
-        f"{model} has no MIG; remove it (its GPUs are whole GPUs of Type {GPU_MODELS[model].slurm_type}; "
+        f"{model} has no MIG; remove it (its GPUs are whole GPUs of Type {GPU_MODELS[model].slurm_type} or the group's type; "
         f"shards can share them). MIG models: {mig_models}"
     )
 

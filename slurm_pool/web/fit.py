@@ -76,7 +76,7 @@ def shapes(spec: PoolSpec, partition: str) -> list[NodeShape]:
             units = plain + sum(len(x) for x in layouts[: g.gpus.count] if x is not None)
             model = GPU_MODELS.get(g.gpus.model)
             if model is not None and plain:
-                whole[model.slurm_type] = plain
+                whole[g.gpus.gres_type()] = plain
         out.append(NodeShape(g.name, hosts, units, whole))
     return out
 

@@ -1,7 +1,8 @@
 """Issue 45, check 1 (node attributes): ``examples/pool-nodeattrs.yaml`` boots as a cluster of its own, and
 slurmctld reports each node's rendered sockets, cores, threads, memory, MemSpecLimit, TmpDisk, weight and
 features; ``doctor``'s comparison of the same reads finds no difference; a job on the lower-weight nodes is
-placed there first.
+placed there first.  The GPUs go by the site's own type name (``gpus.type: h100``): slurmctld holds them as
+``gpu:h100``, a job asking ``--gres=gpu:h100:1`` runs on them, and the model's NVML name is no type here.
 
 The local cluster's slurmd registers what slurm.conf says (``SlurmdParameters=config_overrides``), so the
 attributes reach slurmctld as a real node's would.
@@ -15,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from slurm_pool.adapters.nodeattrs import COMMAND, parse_node_attributes
-from slurm_pool.doctor_nodes import NodeAttrFacts, findings
+from slurm_pool.doctor_nodes import SOCKETS_RE, NodeAttrFacts, findings
 from slurm_pool.spec import load_spec
 from tests.conftest import TEST_SLURM
 from tests.support.slurm_cluster import ClusterHandle, start_session_cluster, stop_session_cluster
@@ -80,3 +81,23 @@ def test_the_lowest_weight_that_fits_is_allocated_first(attrs: ClusterHandle) ->
         assert attrs.job_field(job, "%N") == "n-gpu1"
     finally:
         attrs.cancel_all()
+
+
+def test_the_site_type_name_is_the_gres_slurm_holds(attrs: ClusterHandle) -> None:
+    nodes, _ = parse_node_attributes(attrs.run([attrs.scontrol, *COMMAND[1:]], check=True).stdout)
+    for node in ("n-gpu1", "n-gpu2"):
+        assert SOCKETS_RE.sub("", nodes[node]["Gres"]) == "gpu:h100:2", nodes[node]
+    script = "#!/bin/bash\nsleep 60\n"
+    job = attrs.sbatch(
+        "-p", "main", "-A", "lab", "--qos=standard", "--gres=gpu:h100:1", "-o", "/dev/null", user="alice", script=script
+    )
+    try:
+        attrs.wait_state(job, ["RUNNING"], timeout=60)
+        assert attrs.job_field(job, "%N") in ("n-gpu1", "n-gpu2")
+        assert "gpu:h100" in attrs.job_field(job, "%b")  # the GRES it asked for, by the site's name
+    finally:
+        attrs.cancel_all()
+    refused = attrs.run(
+        ["sbatch", "--uid=alice", "-p", "main", "-A", "lab", "--gres=gpu:nvidia_h100_80gb_hbm3:1", "--wrap", "true"]
+    )
+    assert refused.returncode != 0 and "does not exist in this pool" in refused.stderr, refused

@@ -95,8 +95,8 @@ def base_document() -> dict[str, Any]:
             "hosts": "f-gpu1",
             "cpus": 4,
             "memory_mb": 8000,
-            # gres.conf Cores= (issue 45): each GPU's nearest cores.
-            "gpus": {"model": "H100-80GB", "count": 2, "cores": ["0-1", "2-3"]},
+            # gres.conf Cores= (issue 45): each GPU's nearest cores; and the site's own GRES type name.
+            "gpus": {"model": "H100-PCIE-80GB", "count": 2, "cores": ["0-1", "2-3"], "type": "h100pcie"},
         }
     )
     doc["partitions"].append({"name": "floating", "nodes": ["f"], "tier": "guaranteed", "priority_tier": 100})
@@ -104,7 +104,7 @@ def base_document() -> dict[str, Any]:
         {
             "name": "projd",
             "users": ["dave"],
-            "guarantee": {"gres/gpu:nvidia_h100_80gb_hbm3": 1},
+            "guarantee": {"gres/gpu:h100pcie": 1},
             "tiers": ["guaranteed", "shared", "scavenger"],
         }
     )

@@ -22,7 +22,7 @@ local SLURM_POOL = {
 		standard = { max_gpus = nil, require_time = false, checkpoint = "none", gpu_shards = nil },
 	},
 	partitions = {
-		main = { tier = "standard", accounts = nil, max_time = "UNLIMITED", gpu_types = { "nvidia_h100_80gb_hbm3" } },
+		main = { tier = "standard", accounts = nil, max_time = "UNLIMITED", gpu_types = { "h100" } },
 	},
 	projects = {
 		lab = { tiers = { "standard" }, default_tier = nil, route = { standard = "main" } },
@@ -34,10 +34,10 @@ local SLURM_POOL = {
 		alice = "lab",
 	},
 	gpu_types = {
-		nvidia_h100_80gb_hbm3 = { mem_mb = 81920, mig = false, parents = { nvidia_h100_80gb_hbm3 = true } },
+		h100 = { mem_mb = 81920, mig = false, parents = { h100 = true } },
 	},
 	gpu_type_order = {
-		"nvidia_h100_80gb_hbm3",
+		"h100",
 	},
 	mig_by_size = {},
 }
