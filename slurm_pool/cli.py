@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "epilog": "slurm_pool.node.cli:epilog",
     "healthcheck": "slurm_pool.node.cli:healthcheck",
     "checkpoints": "slurm_pool.node.cli:checkpoints",
+    "gpu-cores": "slurm_pool.node.cli:gpu_cores",
     "exporter": "slurm_pool.metrics.cli:exporter",
     "status": "slurm_pool.metrics.status_cli:status",
     "dashboard-png": "slurm_pool.metrics.panels:dashboard_png",

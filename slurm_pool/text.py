@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Pattern
+from typing import Any, Iterable, Pattern
 
 #: Characters that split a line, drive a terminal or reorder what it shows.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
@@ -196,3 +196,24 @@ def strict_float(value: Any, what: str = "value") -> float:
     if not math.isfinite(out):
         raise ValueError(f"{_at(what)}{value!r} is not a finite number")
     return out
+
+
+#: A list of indexes and ranges (``0-3``, ``0,2,4-6``): gres.conf(5) Cores= and Linux's cpulists.
+INDEX_LIST_RE = re.compile(r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*")
+
+
+def index_ranges(indexes: Iterable[int]) -> str:
+    """``0-3,8`` for [0, 1, 2, 3, 8]: a list of indexes and ranges as gres.conf and Linux's cpulists write it."""
+    out: list[str] = []
+    values = sorted(set(indexes))
+    if not values:
+        return ""
+    start = prev = values[0]
+    for v in [*values[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if v is not None:
+            start = prev = v
+    return ",".join(out)

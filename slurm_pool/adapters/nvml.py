@@ -25,6 +25,9 @@ Snapshot schema (``schema: "slurm-pool/gpu-snapshot"``, ``version: 1``)::
       pci_bus_id          NVML form, "00000000:18:00.0"
       memory_mib          total memory (int or null)
       architecture        "ampere", "hopper", ... or null
+      cpu_affinity        the machine CPUs nearest the GPU (nvmlDeviceGetCpuAffinity) as
+                          a cpulist ("0-55,112-167"), or null when NVML cannot say
+                          (absent in older snapshots)
       ecc                 {enabled, volatile_uncorrected, volatile_corrected,
                            aggregate_uncorrected}; each null when unsupported
       remapped_rows       {correctable, uncorrectable, pending, failure} or null
@@ -63,12 +66,16 @@ import json
 import os
 import re
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from slurm_pool.errors import InputError
+from slurm_pool.text import INDEX_LIST_RE, index_ranges, matches
 
 SCHEMA = "slurm-pool/gpu-snapshot"
 VERSION = 1
+
+#: Words of NVML's CPU affinity mask asked for: Slurm asks for as many (gpu_nvml.c CPU_SET_SIZE, 32768 CPUs).
+CPU_SET_WORDS = 512
 
 KMSG = "/dev/kmsg"
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
@@ -117,6 +124,14 @@ def empty_snapshot(error: str | None = None, *, host: str = "", boot_id: str = "
         "xid_source": "none",
         "xid_events": [],
     }
+
+
+def affinity_cpus(words: Sequence[int] | None, bits: int = 64) -> str | None:
+    """The CPUs set in NVML's affinity mask (word ``j`` bit ``b`` is CPU ``j * bits + b``) as a cpulist
+    (``0-55,112-167``); None when NVML cannot say or names none."""
+    if words is None:
+        return None
+    return index_ranges(j * bits + b for j, word in enumerate(words) for b in range(bits) if int(word) >> b & 1) or None
 
 
 def pci_key(bus_id: str) -> str:
@@ -225,6 +240,9 @@ def validate_snapshot(snap: Any) -> list[str]:
                     problems.append(f"gpus[{i}].{key} must be an object")
             if not isinstance(g.get("mig_devices") or [], list):
                 problems.append(f"gpus[{i}].mig_devices must be a list")
+            aff = g.get("cpu_affinity")
+            if aff is not None and not matches(INDEX_LIST_RE, aff):
+                problems.append(f"gpus[{i}].cpu_affinity must be a cpulist such as 0-55,112-167")
     events = snap.get("xid_events", [])
     if not isinstance(events, list):
         problems.append("xid_events must be a list")
@@ -425,6 +443,7 @@ class PynvmlLib:
                 "failure": bool(rows[3]),
             },
             "retired_pages": retired,
+            "cpu_affinity": affinity_cpus(t(nv.nvmlDeviceGetCpuAffinity, h, CPU_SET_WORDS)),
         }
 
     def processes(self, h: Any) -> list[int] | None:

@@ -119,3 +119,36 @@ def prune(config_path: str | None, base: str | None, keep_days: float, dry_run: 
         click.echo(f"{removed} removed, {len(entries) - removed - failed} kept, {failed} failed")
     if failed:
         fail(f"checkpoints prune: {failed} director{'y' if failed == 1 else 'ies'} could not be removed")
+
+
+@click.command("gpu-cores")
+@click.option(
+    "--snapshot",
+    default=None,
+    metavar="PATH",
+    help="A recorded GPU snapshot (python3 -m slurm_pool.adapters.nvml) instead of asking NVML on this node.",
+)
+@click.option("--sysfs", default=None, metavar="DIR", help="The CPU topology's directory [/sys/devices/system/cpu].")
+def gpu_cores(snapshot: str | None, sysfs: str | None) -> None:
+    """Print gres.conf Cores= for this node's GPUs, as a node group's `gpus.cores` (read-only)."""
+    from slurm_pool.adapters.cputopo import SYSFS_CPU, read_cpu_topology
+    from slurm_pool.adapters.nvml import NvmlSource, ReplaySource, validate_snapshot
+    from slurm_pool.errors import InputError
+    from slurm_pool.node.gpucores import gpu_cores as cores_of
+    from slurm_pool.text import shown
+
+    source = ReplaySource(snapshot, trusted=False) if snapshot else NvmlSource(with_mig=False)
+    snap = source.snapshot()
+    problems = validate_snapshot(snap)
+    if snap.get("error") or problems or not snap.get("gpus"):
+        why = snap.get("error") or "; ".join(problems) or "no GPUs"
+        raise InputError(f"{snapshot or 'NVML'}: {shown(str(why))}")
+    rows = cores_of(snap["gpus"], read_cpu_topology(sysfs or SYSFS_CPU))
+    by_index = {g["index"]: g for g in snap["gpus"]}
+    for index, sockets, _ in rows:
+        gpu = by_index[index]
+        where = "socket " + ",".join(map(str, sockets))
+        click.echo(f"# GPU {index} ({shown(str(gpu.get('name')))}, {shown(str(gpu.get('pci_bus_id')))}): {where}")
+    lists = [cores for _, _, cores in rows]
+    same = all(c == lists[0] for c in lists)
+    click.echo("cores: [" + ", ".join(f'"{c}"' for c in (lists[:1] if same else lists)) + "]")

@@ -7,7 +7,6 @@ has no cycle, MIG layouts fit their GPU) live in :mod:`slurm_pool.spec.rules`.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, Field, field_validator
@@ -51,7 +50,7 @@ CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "URG", "ALRM
 
 
 #: gres.conf(5) Cores: core indexes as a comma-separated list of indexes and ranges ("0-7", "0,2,4-6").
-CORE_LIST_RE = re.compile(r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*")
+CORE_LIST_RE = text.INDEX_LIST_RE
 
 
 def core_indexes(value: str) -> list[int]:
