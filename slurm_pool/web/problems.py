@@ -1,7 +1,7 @@
 """Every error of the service as a :class:`~slurm_pool.web.models.Problem`: a status, a message, the field.
 
 The service's own refusals (:class:`ApiError`), Slurm's refusals of an action and the refusals of who
-calls are all :class:`~slurm_pool.errors.ServiceError`\\ s: one handler answers them.  A bad request names
+calls are all a :class:`~slurm_pool.errors.ServiceError`: one handler answers them.  A bad request names
 its first bad field; anything unexpected is a logged 500, never a traceback.
 """
 
