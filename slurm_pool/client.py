@@ -11,7 +11,8 @@ Needs only httpx and pydantic -- nothing from the server side::
 
 Requests are built as the server's strict request models, so bad input fails
 here with pydantic's message; every error the service answers (and every
-failure to reach it) is an :class:`ApiError` carrying the service's message.
+failure to reach it) is an :class:`ApiError` carrying the service's message: the subclass of its
+kind (:class:`NotFound`, :class:`Forbidden`, ... mapped once in :data:`slurm_pool.errors.KINDS`).
 What the service sends is untrusted: ``str(ApiError)`` shows control characters
 escaped, and answers are read through the models (unknown fields ignored).
 """
@@ -29,10 +30,27 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from slurm_pool import text
+from slurm_pool.errors import ServiceError, kind_of
 from slurm_pool.jobid import JobId
 from slurm_pool.web import models as m
 
-__all__ = ["ApiError", "PoolClient"]
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "NotFound",
+    "PoolClient",
+    "ServerError",
+    "SlurmFailed",
+    "Throttled",
+    "TimedOut",
+    "TooLarge",
+    "Unauthenticated",
+    "Unavailable",
+    "Unreachable",
+]
 
 API = f"/api/{m.API_VERSION}"
 #: A JWT as ``scontrol token`` prints it: three base64url parts (the signature may be empty for alg none,
@@ -45,19 +63,87 @@ CSRF_HEADER = "X-CSRF-Token"
 T = TypeVar("T", bound=BaseModel)
 
 
-class ApiError(Exception):
-    """The service refused or failed a request: its HTTP status (0: it could not be reached), message and field."""
+class ApiError(ServiceError):
+    """The service refused or failed a request: its HTTP status (0: it could not be reached), message and field.
+
+    Each kind of failure (:data:`slurm_pool.errors.KINDS`) raises its own subclass (:class:`NotFound`,
+    :class:`Forbidden`, ...); catching ``ApiError`` catches them all.
+    """
 
     def __init__(self, status: int, message: str, field: Optional[str] = None):
-        super().__init__(status, message, field)
-        self.status = status
-        self.message = message[:MAX_MESSAGE]
-        self.field = field[:200] if field else None
+        super().__init__(status, message[:MAX_MESSAGE], field[:200] if field else None)
+        self.args = (status, message, field)
 
     def __str__(self) -> str:
         where = f" (field {self.field})" if self.field else ""
         head = f"HTTP {self.status}: " if self.status else ""
         return text.shown(f"{head}{self.message}{where}")
+
+
+class BadRequest(ApiError):
+    """400: the request cannot be used (the submit policy refuses the job, Slurm refuses an option)."""
+
+
+class Unauthenticated(ApiError):
+    """401: no valid token or session."""
+
+
+class Forbidden(ApiError):
+    """403: the caller may not see or do this (the service's check, or Slurm's)."""
+
+
+class NotFound(ApiError):
+    """404: no such job (or route)."""
+
+
+class Conflict(ApiError):
+    """409: the job is not in a state for this (not waiting, already held...)."""
+
+
+class TooLarge(ApiError):
+    """413: the request is larger than the service takes."""
+
+
+class Invalid(ApiError):
+    """422: a field of the request is not valid (:attr:`field` names it)."""
+
+
+class Throttled(ApiError):
+    """429: too many requests or logins; wait and try again."""
+
+
+class ServerError(ApiError):
+    """500: the service failed (it logged why)."""
+
+
+class SlurmFailed(ApiError):
+    """502: Slurm failed to answer the service."""
+
+
+class Unavailable(ApiError):
+    """503: the service (or the Slurm command it runs) cannot serve now."""
+
+
+class TimedOut(ApiError):
+    """504: Slurm's command took too long."""
+
+
+class Unreachable(ApiError):
+    """Status 0: the service could not be reached, or did not answer in time."""
+
+
+#: The SDK's exception of each kind (named by :data:`slurm_pool.errors.KINDS`).
+EXCEPTIONS: dict[str, type[ApiError]] = {
+    c.__name__: c
+    for c in (BadRequest, Unauthenticated, Forbidden, NotFound, Conflict, TooLarge, Invalid, Throttled,
+              ServerError, SlurmFailed, Unavailable, TimedOut, Unreachable)
+}  # fmt: skip
+
+
+def error(status: int, message: str, field: Optional[str] = None) -> ApiError:
+    """The exception of ``status``'s kind (a plain :class:`ApiError` for a status of no kind)."""
+    kind = kind_of(status)
+    return (EXCEPTIONS[kind.sdk] if kind else ApiError)(status, message, field)
 
 
 def clean_token(token: str) -> str:
@@ -135,22 +221,22 @@ def _problem(resp: httpx.Response) -> ApiError:
         body: Any = resp.json()
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
         snippet = resp.text[:200].strip() if resp.content else ""
-        return ApiError(resp.status_code, snippet or resp.reason_phrase or "no message")
+        return error(resp.status_code, snippet or resp.reason_phrase or "no message")
     if isinstance(body, dict):
         try:
             p = m.Problem.model_validate(body)
-            return ApiError(resp.status_code, p.message, p.field)
+            return error(resp.status_code, p.message, p.field)
         except ValidationError:
             pass
         detail = body.get("detail")
         if isinstance(detail, str):
-            return ApiError(resp.status_code, detail)
+            return error(resp.status_code, detail)
         if isinstance(detail, list) and detail and isinstance(detail[0], dict):
             first = detail[0]
             loc = first.get("loc")
             field = ".".join(str(x) for x in loc[1:] or loc) if isinstance(loc, list) and loc else None
-            return ApiError(resp.status_code, str(first.get("msg", "invalid request")), field)
-    return ApiError(resp.status_code, resp.reason_phrase or "error")
+            return error(resp.status_code, str(first.get("msg", "invalid request")), field)
+    return error(resp.status_code, resp.reason_phrase or "error")
 
 
 class PoolClient:
@@ -209,19 +295,19 @@ class PoolClient:
         try:
             resp = self._http.request(method, self.url + API + path, headers=headers, content=content, params=params)
         except httpx.TimeoutException as exc:
-            raise ApiError(0, f"{self.url}: no answer in time ({type(exc).__name__})") from None
+            raise error(0, f"{self.url}: no answer in time ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:
-            raise ApiError(0, f"{self.url}: cannot reach the service: {exc}") from None
+            raise error(0, f"{self.url}: cannot reach the service: {exc}") from None
         if resp.status_code >= 400:
             raise _problem(resp)
         if not 200 <= resp.status_code < 300:
-            raise ApiError(resp.status_code, f"unexpected answer {resp.status_code} {resp.reason_phrase}")
+            raise error(resp.status_code, f"unexpected answer {resp.status_code} {resp.reason_phrase}")
         if resp.status_code == 204 or not resp.content:
             return resp.status_code, None
         try:
             return resp.status_code, resp.json()
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-            raise ApiError(resp.status_code, "the service answered something that is not JSON") from None
+            raise error(resp.status_code, "the service answered something that is not JSON") from None
 
     def _get(self, model: type[T], path: str, params: Optional[dict[str, str]] = None) -> T:
         return _read(model, *self._request("GET", path, params=params))
@@ -343,14 +429,14 @@ def _read(model: type[T], status: int, body: Any) -> T:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise ApiError(status, f"the service's answer is not a {model.__name__}: {_first(exc)}") from None
+        raise error(status, f"the service's answer is not a {model.__name__}: {_first(exc)}") from None
 
 
 def _read_list(model: type[T], status: int, body: Any) -> list[T]:
     try:
         return TypeAdapter(list[model]).validate_python(body)  # type: ignore[valid-type]
     except ValidationError as exc:
-        raise ApiError(status, f"the service's answer is not a list of {model.__name__}: {_first(exc)}") from None
+        raise error(status, f"the service's answer is not a list of {model.__name__}: {_first(exc)}") from None
 
 
 def _first(exc: ValidationError) -> str:

@@ -12,8 +12,9 @@ tests use the recording fake and integration tests the real daemons.
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from slurm_pool.adapters import narrow
 from slurm_pool.adapters.partitions import PartitionRecord, parse_partition_text
@@ -166,6 +167,76 @@ class SlurmClient:
             return False
         flags = parse_config_text(res.stdout).get("PriorityFlags", "")
         return "NO_NORMAL_QOS" in {f.strip().upper() for f in flags.split(",")}
+
+    # -- the console's calls (slurm_pool.web) -------------------------------------------------
+    # Its users' actions run through a runner of the user who asked (their uid, their token), so
+    # Slurm decides what they may do; these return the command's Result and never raise for it.
+
+    #: The console's job actions: Slurm's command for each, after which comes the job id.
+    CONSOLE_ACTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "cancel": ("scancel",),
+        "hold": ("scontrol", "hold"),
+        "release": ("scontrol", "release"),
+        "requeue": ("scontrol", "requeue"),
+    }
+    #: Actions whose command takes a range of array tasks (``scancel 4_[1-3]``).
+    RANGED_ACTIONS: ClassVar[frozenset[str]] = frozenset({"cancel"})
+    #: What sacct --json's errors say of a job (or a window) the accounting does not have (22.05).
+    ACCOUNTING_NOTHING: ClassVar[str] = "Nothing found"
+
+    def console_action(self, action: str, job: str, timeout: float | None = None) -> Result:
+        """``action`` (a key of :data:`CONSOLE_ACTIONS`) on ``job`` in Slurm's notation (``4_2``: task 2 of
+        array 4).  scancel may print "error:" and still exit 0 on some releases: that result says exit 1."""
+        res = self.runner.run([*self.CONSOLE_ACTIONS[action], job], check=False, timeout=timeout)
+        if res.ok and res.argv[:1] == ("scancel",) and "error:" in res.stderr:
+            return Result(res.argv, 1, res.stdout, res.stderr)
+        return res
+
+    def move_job(self, job: str, qos: str, partition: str | None = None, timeout: float | None = None) -> Result:
+        """``job`` (Slurm's notation) to QOS ``qos`` and, when given, ``partition`` (``scontrol update``)."""
+        argv = ["scontrol", "update", f"JobId={job}", f"QOS={qos}", *([f"Partition={partition}"] if partition else [])]
+        return self.runner.run(argv, check=False, timeout=timeout)
+
+    def submit_batch(self, options: Sequence[str], script: str, timeout: float | None = None) -> Result:
+        """``sbatch --parsable OPTIONS`` with ``script`` on stdin (see :meth:`submitted_id`)."""
+        opts = list(options) if "--parsable" in options else ["--parsable", *options]
+        return self.runner.run(["sbatch", *opts], check=False, input=script, timeout=timeout)
+
+    @staticmethod
+    def submitted_id(stdout: str) -> int | None:
+        """The job id ``sbatch --parsable`` printed (its last line: the id, then ``;cluster`` on a federation)."""
+        lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
+        m = re.fullmatch(r"([0-9]{1,20})(?:;[A-Za-z0-9_.-]+)?", lines[-1].strip()) if lines else None
+        return int(m.group(1)) if m else None
+
+    @staticmethod
+    def submit_option(options: Sequence[str], name: str) -> str | None:
+        """The value of sbatch option ``--NAME=VALUE`` among ``options`` (the first), None if absent."""
+        return next((o.split("=", 1)[1] for o in options if o.startswith(f"--{name}=")), None)
+
+    def _console_accounting(self, *args: str) -> list[JobRecord]:
+        try:
+            return self.accounting_jobs(*args)
+        except RecordError as exc:
+            if not str(exc).endswith(self.ACCOUNTING_NOTHING):  # 22.05's answer for no job at all
+                raise
+            return []
+
+    def runs_of(self, job: str) -> list[JobRecord]:
+        """Every run of ``job`` (Slurm's notation; requeued runs each: ``sacct -D -j``); none when the
+        accounting has none (yet)."""
+        return self._console_accounting("-D", "-j", job)
+
+    def runs_since(self, since: float) -> list[JobRecord]:
+        """Every user's allocations from ``since`` (seconds since the epoch) until now, requeued runs each."""
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
+        return self._console_accounting("-a", "-X", "-D", "-S", start, "-E", "now")
+
+    def account_coordinators(self) -> list[tuple[str, str]]:
+        """``(account, coordinators)`` of every account (``sacctmgr show account withcoord``), as Slurm
+        prints them (coordinators comma-separated)."""
+        rows = self.sacctmgr_show("account", ["Coordinators", "Account"], ["withcoord"])
+        return [(row.get("Account", ""), row.get("Coordinators", "")) for row in rows]
 
 
 #: sacctmgr fields that hold free text, where a "|" of -P's separator may sit.

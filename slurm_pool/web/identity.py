@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import jwt
 
 from slurm_pool import text
-from slurm_pool.errors import InputError
+from slurm_pool.errors import InputError, ServiceError
 from slurm_pool.spec.console import Console
 from slurm_pool.web.hosts import AllowedHosts, split_host
 from slurm_pool.web.throttle import Busy, LoginThrottle, Ticket
@@ -78,13 +78,11 @@ _SAME_SITE = frozenset({"same-origin", "none"})
 _BAD_LOGIN = "the user name or password is not correct"
 
 
-class AuthError(Exception):
+class AuthError(ServiceError):
     """A request refused for who is (not) calling: 401, 403 or 429, with a message for the client."""
 
     def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
+        super().__init__(status, message)
 
 
 class KeyFileError(InputError):

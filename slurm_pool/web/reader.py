@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from slurm_pool import text
 from slurm_pool.adapters import jobnames, prometheus
-from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError
+from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.runner import Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.jobid import JobId
@@ -58,8 +58,6 @@ DETAIL_SECONDS = 5.0
 SLOW_SECONDS = 60.0
 #: Jobs whose details are kept.
 DETAIL_CACHE = 512
-#: What sacct --json's errors say of a job the accounting does not have.
-NOTHING_FOUND = "Nothing found"
 #: Seconds the first request waits for the first read.
 FIRST_READ_WAIT = 30.0
 #: Seconds of utilisation the chart shows when it reads Prometheus.
@@ -342,7 +340,7 @@ class PoolReader:
         return jobnames.named(ref, records)
 
     def detail(self, job: JobId | int) -> tuple[list[JobRecord], list[dict[str, Any]]]:
-        """``sacct -D -j ID``'s records (one per run) and the epilog's records of the job; cached briefly.
+        """The accounting's records of the job (one per run) and the epilog's records of the job; cached briefly.
 
         ``job`` in Slurm's notation: a plain id is that job's runs, ``4_2`` / ``5+1`` the task's / component's.
         Raises what the Slurm client raises when sacct fails.
@@ -359,12 +357,7 @@ class PoolReader:
                 self._details.move_to_end(key)
 
         def read() -> tuple[list[JobRecord], list[dict[str, Any]]]:
-            try:
-                found = self.slurm.accounting_jobs("-D", "-j", key)
-            except RecordError as exc:
-                if not str(exc).endswith(NOTHING_FOUND):  # 22.05 says so of a job slurmdbd has not (yet)
-                    raise
-                found = []
+            found = self.slurm.runs_of(key)
             runs = [r for r in found if r.job_id == ref.job] if ref.plain else jobnames.named(ref, found)
             if not runs:
                 return [], []
@@ -388,40 +381,34 @@ class PoolReader:
         return out
 
     def coordinators(self) -> dict[str, set[str]]:
-        """Account -> its coordinators (``sacctmgr show account withcoord``); empty when it cannot be read."""
+        """Account -> its coordinators (Slurm's accounts); empty when they cannot be read."""
         slot = self._slow.setdefault("coord", _Timed(float("-inf"), None))
 
         def read() -> dict[str, set[str]]:
             try:
-                rows = self.slurm.sacctmgr_show("account", ["Coordinators", "Account"], ["withcoord"])
+                rows = self.slurm.account_coordinators()
             except Exception as exc:  # noqa: BLE001 -- nobody coordinates then
                 log.warning("reading the coordinators failed: %s", text.shown(str(exc))[:300])
                 return {}
             out: dict[str, set[str]] = {}
-            for row in rows:
-                users = {u for u in row.get("Coordinators", "").split(",") if text.matches("login", u)}
-                if users and text.matches("name", row.get("Account", "")):
-                    out[row["Account"]] = users
+            for account, coordinators in rows:
+                users = {u for u in coordinators.split(",") if text.matches("login", u)}
+                if users and text.matches("name", account):
+                    out[account] = users
             return out
 
         value: dict[str, set[str]] = self._cached(slot, self.slow_seconds, read)
         return value
 
     def accounting(self, hours: int) -> tuple[list[JobRecord], float, float]:
-        """Every run of the last ``hours`` (``sacct -a -X -D``), and the window; cached for a minute."""
+        """Every user's runs of the last ``hours`` (the accounting's allocations), and the window; cached for a
+        minute."""
         slot = self._slow.setdefault(f"acct-{hours}", _Timed(float("-inf"), None))
 
         def read() -> tuple[list[JobRecord], float, float]:
             end = self.clock()
             start = end - hours * 3600
-            since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
-            try:
-                runs = self.slurm.accounting_jobs("-a", "-X", "-D", "-S", since, "-E", "now")
-            except RecordError as exc:
-                if not str(exc).endswith(NOTHING_FOUND):  # 22.05's answer for a window without jobs
-                    raise
-                runs = []
-            return runs, start, end
+            return self.slurm.runs_since(start), start, end
 
         value: tuple[list[JobRecord], float, float] = self._cached(slot, self.slow_seconds, read)
         return value
@@ -430,7 +417,7 @@ class PoolReader:
     def runtime_history(self, days: int = HISTORY_DAYS) -> list[JobRecord]:
         """The jobs that ended in the last ``days`` (every user's runtimes); cached for ``slow_seconds``.
 
-        An empty window is no history (22.05's sacct answers :data:`NOTHING_FOUND`); other failures raise.
+        An empty window is no history (22.05's sacct says "Nothing found"); other failures raise.
         """
         slot = self._slow.setdefault(f"history-{days}", _Timed(float("-inf"), None))
         value: list[JobRecord] = self._cached(slot, self.slow_seconds, lambda: read_history(self.slurm, days))

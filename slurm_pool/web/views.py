@@ -550,13 +550,18 @@ def _other_tiers(tables: PolicyTables, project: str) -> str:
     return f"; tiers without this rule you may use: {', '.join(others)}" if others else ""
 
 
-def tier_change(
-    tables: PolicyTables, who: Viewer, job: JobRecord, tier: str, *, check_access: bool = True
-) -> list[str]:
-    """``scontrol update`` arguments moving ``job`` to ``tier`` (its project's partition for it); ValueError if not."""
+def tier_route(tables: PolicyTables, job: JobRecord, tier: str) -> str:
+    """The partition ``job``'s project routes ``tier`` to; ValueError if the project may not use ``tier``."""
     routes = _routes(tables, job.account)
     if tier not in routes:
         raise ValueError(f"project {job.account!r} may not use tier {tier!r}; its tiers: {', '.join(routes) or 'none'}")
-    if check_access and job.account not in who.projects and not who.operator and job.account not in who.coordinates:
+    return routes[tier]
+
+
+def tier_change(tables: PolicyTables, who: Viewer, job: JobRecord, tier: str) -> tuple[str, str]:
+    """The QOS and partition moving ``job`` to ``tier`` (its project's partition for it); ValueError if the
+    project may not use ``tier``, PermissionError if ``who`` may not move the job."""
+    partition = tier_route(tables, job, tier)
+    if job.account not in who.projects and not who.operator and job.account not in who.coordinates:
         raise PermissionError(f"{who.user} is not a member of project {job.account!r}")
-    return ["scontrol", "update", f"JobId={job.job_id}", f"QOS={tier}", f"Partition={routes[tier]}"]
+    return tier, partition

@@ -24,6 +24,7 @@ from slurm_pool.web.identity import Authenticator, load_key, pam_checker, user_e
 from slurm_pool.web.server import build_server
 from tests.support.patience import wait_for
 from tests.support.slurm_cluster import ClusterHandle
+from tests.support.web import slurm_decides
 
 #: Where the console tests keep the users' passwords: the users are the machine's, shared by every test
 #: cluster (``make test`` runs two side by side), so their passwords are kept in one place, not per cluster.
@@ -75,9 +76,9 @@ def running_console(
         auth=auth,
         commands=UserCommands(key, env=handle.env),
         state_dir=state_dir,
-        check_access=check_access,
         hosts=hosts,
     )
+    slurm_decides(app, check_access)
     port = _free_port()
     server = build_server(app, "127.0.0.1", port, console, hosts=hosts, log_level="warning", lifespan="off")
     thread = threading.Thread(target=server.run, name="console", daemon=True)

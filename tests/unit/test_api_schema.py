@@ -46,6 +46,7 @@ def build_app(runner: Any = None, check_access: bool = True) -> Any:
     from slurm_pool.web.actions import UserCommands
     from slurm_pool.web.app import create_app
     from slurm_pool.web.identity import Authenticator
+    from tests.support.web import slurm_decides
 
     spec = load_spec(EXAMPLE)
     if runner is None:
@@ -59,7 +60,7 @@ def build_app(runner: Any = None, check_access: bool = True) -> Any:
         KEY, spec.console or Console(), check_password=lambda u, p: False, user_exists=lambda u: u in {"alice", "bob"}
     )
     commands = UserCommands(KEY, runner_for=lambda user, env: runner)
-    return create_app(spec, slurm=SlurmClient(runner), auth=auth, commands=commands, check_access=check_access)
+    return slurm_decides(create_app(spec, slurm=SlurmClient(runner), auth=auth, commands=commands), check_access)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.web import identity
 from slurm_pool.web.actions import UserCommands
 from slurm_pool.web.app import create_app
+from tests.support.web import slurm_decides
 from tests.unit.test_web_views import KEY, Clock, example_spec, pool_reads, replay
 
 pytestmark = pytest.mark.usefixtures("narrow_from_json")
@@ -69,9 +70,9 @@ def make(check_access: bool = True, version: str = "26.05") -> tuple[TestClient,
         slurm=SlurmClient(runner),
         auth=auth,
         commands=UserCommands(KEY, runner_for=slurm.runner_for),
-        check_access=check_access,
         clock=clock,
     )
+    slurm_decides(app, check_access)
     return TestClient(app, raise_server_exceptions=False), runner, slurm, clock
 
 

@@ -17,6 +17,7 @@ from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.web import identity
 from slurm_pool.web.actions import UserCommands
 from slurm_pool.web.app import create_app
+from tests.support.web import slurm_decides
 from tests.unit.test_web_views import COORDINATORS, KEY, NODE_COMMAND, Clock, example_spec, recorded
 
 pytestmark = pytest.mark.usefixtures("narrow_from_json")
@@ -59,9 +60,9 @@ def make(check_access: bool = True) -> tuple[TestClient, Ran]:
         slurm=SlurmClient(r),
         auth=auth,
         commands=UserCommands(KEY, runner_for=ran.runner_for),
-        check_access=check_access,
         clock=Clock(time.time()),
     )
+    slurm_decides(app, check_access)
     return TestClient(app, raise_server_exceptions=False), ran
 
 

@@ -15,11 +15,13 @@ from fastapi.testclient import TestClient
 from slurm_pool.adapters.records import RecordError
 from slurm_pool.adapters.runner import CommandError, RecordingRunner
 from slurm_pool.adapters.slurm import SlurmClient
-from slurm_pool.web import app as web_app
 from slurm_pool.web import identity
 from slurm_pool.web.actions import UserCommands
-from slurm_pool.web.app import create_app, why_answer
+from slurm_pool.web.app import create_app
 from slurm_pool.web.reader import PoolReader
+from slurm_pool.web.routes import jobs as web_app
+from slurm_pool.web.routes.jobs import why_answer
+from tests.support.web import slurm_decides
 from tests.unit.test_web_app import USERS, FakeSlurm, bearer
 from tests.unit.test_web_views import KEY, Clock, example_spec, recorded, replay
 
@@ -47,9 +49,9 @@ def make(version: str = "26.05", check_access: bool = True) -> tuple[TestClient,
         slurm=SlurmClient(runner),
         auth=auth,
         commands=UserCommands(KEY, runner_for=FakeSlurm().runner_for),
-        check_access=check_access,
         clock=clock,
     )
+    slurm_decides(app, check_access)
     return TestClient(app, raise_server_exceptions=False), runner, clock
 
 

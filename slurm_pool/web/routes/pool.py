@@ -1,0 +1,49 @@
+"""The pool as a whole: its GPUs and nodes, the projects' use, the service's own counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+
+from slurm_pool.web import models, views
+from slurm_pool.web.bodies import Utf8JsonRoute
+from slurm_pool.web.problems import ERRORS, ApiError, json_answer
+from slurm_pool.web.service import API, Svc, Who
+
+#: Hours of accounting the projects page covers.
+PROJECT_HOURS = 24
+
+router = APIRouter(route_class=Utf8JsonRoute)
+
+
+@router.get(f"{API}/pool", response_model=models.Pool, responses=ERRORS, tags=["pool"])
+def get_pool(who: Who, svc: Svc) -> Response:
+    me = svc.viewer(who)
+    reader = svc.reader
+    snap = reader.snapshot()
+
+    def build() -> bytes:
+        view = views.pool(
+            svc.spec, me, snap.nodes, snap.jobs, now=snap.time, history=list(reader.history), fresh=snap.fresh,
+            lend_partition=svc.lend_partition, reclaims=reader.last_reclaims(),
+        )  # fmt: skip
+        return view.model_dump_json().encode()
+
+    return json_answer(svc.cache.pool(me.operator, snap, build))
+
+
+@router.get(f"{API}/projects", response_model=list[models.ProjectView], responses=ERRORS, tags=["pool"])
+def get_projects(who: Who, svc: Svc) -> list[models.ProjectView]:
+    try:
+        runs, start, end = svc.reader.accounting(PROJECT_HOURS)
+    except Exception as exc:  # noqa: BLE001 -- sacct failing is Slurm's problem, said as such
+        raise ApiError(502, f"reading the accounting (sacct) failed: {exc}") from None
+    return views.projects(svc.spec, svc.viewer(who), runs, start=start, end=end, hours=PROJECT_HOURS)
+
+
+@router.get(f"{API}/stats", include_in_schema=False)
+def get_stats(_who: Who, svc: Svc) -> dict[str, Any]:
+    """How many Slurm commands the service ran (the load benchmark reads it)."""
+    reader = svc.reader
+    return {"slurm_calls": reader.calls, "refresh_seconds": svc.refresh, "samples": len(reader.history)}
