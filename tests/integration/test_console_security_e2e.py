@@ -232,7 +232,8 @@ def test_idle_connections_and_the_access_log(cluster):
                 r = c.get("/api/v1/me", headers={"Authorization": f"Bearer {token}"})
                 took = time.monotonic() - t0
                 assert r.status_code == 200, r.text
-                assert took < patience(1.0), took
+                # Served before the idle connections' deadline could have freed a slot for it.
+                assert took < (cluster.spec.console or Console()).request_seconds, took
                 # a token in the query string: refused, and never written to the log
                 r = c.get("/api/v1/pool", params={"token": "SECRETQUERYTOKEN"})
                 assert r.status_code == 401
