@@ -21,6 +21,7 @@ import httpx
 import jwt
 import pytest
 
+from slurm_pool.spec.console import Console
 from tests.support.console import Service, running_console
 from tests.support.patience import patience, wait_for
 
