@@ -100,7 +100,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def hook_scripts(tmp: Path, conf: Path, coexist: bool = False) -> dict[str, list[str]]:
     """The rendered hook scripts, as slurm.conf would name them; ``coexist``: a cluster shared with a site, whose
-    wrappers decide whose job it is before Python runs (:mod:`slurm_pool.hookwrap`)."""
+    wrappers decide whose job it is before Python runs (:mod:`slurm_pool.nodeconf.wrappers`)."""
     from slurm_pool.nodeconf import NodeConfig, hook_paths, parse, render_hook
 
     values = parse(conf.read_text())

@@ -287,7 +287,7 @@ def path_doctor(runner: DocRunner, spec: Path) -> Callable[[], dict[str, Any]]:
     import slurm_pool.accounting.apply  # noqa: F401
     import slurm_pool.accounting.plan  # noqa: F401
     import slurm_pool.render.context  # noqa: F401
-    from slurm_pool import doctor
+    from slurm_pool.doctor import diagnose as doctor
     from slurm_pool.spec import load_spec
 
     loaded = load_spec(spec)

@@ -29,8 +29,9 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
 from tests.support.imports import CORE, component, imports_of, modules  # noqa: E402
 
-#: Modules started by slurmctld/slurmd/cron or a user: the command line and its glue.
-ENTRY = {"__main__", "cli", "conf_cli", "mig_cli", "doctor"}
+#: Modules started by slurmctld/slurmd/cron or a user: the root command line (each package's own
+#: command line, ``pkg/cli.py``, is an entry too: :func:`tests.support.imports.is_cli`).
+ENTRY = {"__main__", "cli"}
 #: Not drawn: the package face and ``python -m slurm_pool``.
 SKIP = {"slurm_pool", "__main__"}
 #: The boxes that talk to outside systems, and to which (drawn with a red frame).
@@ -72,7 +73,7 @@ def box_of(module: str) -> str:
 
 
 def role(box: str) -> str:
-    if box in ENTRY:
+    if box in ENTRY or box.split(" ")[0].endswith("cli"):
         return "entry"
     return "core" if all(_in_core(m) for m in modules() if box_of(m) == box) else "edge"
 

@@ -16,13 +16,13 @@ from slurm_pool.text import shown
 
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
-    "validate": "slurm_pool.conf_cli:validate",
-    "render": "slurm_pool.conf_cli:render",
-    "apply": "slurm_pool.conf_cli:apply",
-    "doctor": "slurm_pool.conf_cli:doctor",
-    "diff": "slurm_pool.diff_cli:diff_cmd",
+    "validate": "slurm_pool.spec.cli:validate",
+    "render": "slurm_pool.render.cli:render",
+    "apply": "slurm_pool.accounting.cli:apply",
+    "doctor": "slurm_pool.doctor.cli:doctor",
+    "diff": "slurm_pool.diff.cli:diff_cmd",
     "cluster": "slurm_pool.localcluster.cli:cluster",
-    "mig": "slurm_pool.mig_cli:mig",
+    "mig": "slurm_pool.mig.cli:mig",
     "run": "slurm_pool.checkpoint.cli:run",
     "prolog": "slurm_pool.node.cli:prolog",
     "epilog": "slurm_pool.node.cli:epilog",
@@ -35,11 +35,11 @@ COMMANDS: dict[str, str] = {
     "rebalance": "slurm_pool.bridge.cli:rebalance",
     "fence-node": "slurm_pool.bridge.cli:fence_node",
     "simulate": "slurm_pool.sim.cli:simulate",
-    "guarantees": "slurm_pool.guarantees_cli:guarantees",
+    "guarantees": "slurm_pool.guarantees.cli:guarantees",
     "elastic": "slurm_pool.elastic.cli:elastic",
     "serve": "slurm_pool.web.cli:serve",
     "why": "slurm_pool.predict.cli:why",
-    "spank": "slurm_pool.spank_cli:spank",
+    "spank": "slurm_pool.spank.cli:spank",
 }
 
 
@@ -73,9 +73,9 @@ class LazyGroup(click.Group):
 
 
 #: Subcommands that talk to a remote ``slurm-pool serve`` under ``--remote``: name -> "module:attribute".
-REMOTE_COMMANDS: dict[str, str] = {"status": "slurm_pool.remote_cli:status"}
+REMOTE_COMMANDS: dict[str, str] = {"status": "slurm_pool.remote.cli:status"}
 #: Where the group leaves ``(url, token)`` of ``--remote`` for the subcommand (``ctx.meta`` is shared);
-#: the same string as ``slurm_pool.remote_cli.REMOTE_KEY`` (not imported: it would load httpx on every command).
+#: the same string as ``slurm_pool.remote.cli.REMOTE_KEY`` (not imported: it would load httpx on every command).
 REMOTE_KEY = "slurm_pool.remote"
 
 

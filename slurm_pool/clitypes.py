@@ -1,14 +1,17 @@
-"""Option types shared by the subcommands."""
+"""Option types shared by the subcommands, and the target Slurm release (``--slurm-version``) of ``render`` and ``mig``."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from slurm_pool.jobid import JobId, JobIdError
 from slurm_pool.text import strict_float, strict_int
+
+if TYPE_CHECKING:
+    from slurm_pool.versions import SlurmVersion
 
 
 class Finite(click.FloatRange):
@@ -78,3 +81,22 @@ class JobIdParam(click.ParamType):
         if self.plain and not out.plain:
             self.fail(f"{str(out)!r}: a job's own id is needed here (digits only), not an array task or component")
         return out
+
+
+def target_version(explicit: str | None) -> SlurmVersion:
+    """``--slurm-version``, else the installed Slurm's, else 22.05 with a warning."""
+    from slurm_pool.adapters.slurm import installed_version
+    from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion
+
+    if explicit:
+        return SlurmVersion.parse(explicit)
+    found = installed_version()
+    if found is not None:
+        return found
+    click.echo(f"warning: Slurm not found; using {DEFAULT_VERSION}'s names (use --slurm-version)", err=True)
+    return DEFAULT_VERSION
+
+
+slurm_version_option = click.option(
+    "--slurm-version", help="Target Slurm release, e.g. 22.05 or 24.11.5 (default: the installed one)."
+)

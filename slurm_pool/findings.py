@@ -1,4 +1,8 @@
-"""What ``doctor``'s checks report: one problem and what to do about it."""
+"""What ``doctor``'s checks report: one problem and what to do about it.
+
+Top-level, not in ``doctor/``: the ``guarantees`` check (:mod:`slurm_pool.guarantees.check`)
+reports it too, and ``doctor`` runs that check, so the type sits below both packages.
+"""
 
 from __future__ import annotations
 

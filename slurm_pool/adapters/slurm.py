@@ -238,6 +238,33 @@ class SlurmClient:
         rows = self.sacctmgr_show("account", ["Coordinators", "Account"], ["withcoord"])
         return [(row.get("Account", ""), row.get("Coordinators", "")) for row in rows]
 
+    # -- doctor, diff, guarantees and spank build --------------------------
+    def config(self) -> dict[str, str]:
+        """slurmctld's settings (``scontrol show config``); CommandError when it cannot be asked."""
+        return parse_config_text(self.runner.run(["scontrol", "show", "config"]).stdout)
+
+    def partitions_text(self) -> str:
+        """Every partition as ``scontrol show partition -o`` prints it, one line each (:meth:`partitions` parses it)."""
+        return self.runner.run(["scontrol", "show", "partition", "-o"]).stdout
+
+    def submit_help(self) -> Result:
+        """``sbatch --help``: its options show which SPANK plugins loaded; a failure is in the Result."""
+        return self.runner.run(["sbatch", "--help"], check=False)
+
+    def route_job(self, job_id: int | str, partition: str, qos: str) -> Result:
+        """A pending job into ``partition`` and ``qos``, its admin comment cleared; Slurm's refusal is in the Result."""
+        argv = ["scontrol", "update", f"JobId={job_id}", f"Partition={partition}", f"QOS={qos}", "AdminComment="]
+        return self.runner.run(argv, check=False)
+
+    @staticmethod
+    def install_prefix() -> str | None:
+        """The prefix the Slurm commands on PATH are installed under (``PREFIX/bin/scontrol``); None off PATH."""
+        import shutil
+        from pathlib import Path
+
+        found = shutil.which("scontrol")
+        return str(Path(found).resolve().parent.parent) if found else None
+
 
 #: sacctmgr fields that hold free text, where a "|" of -P's separator may sit.
 FREE_TEXT_FIELDS = ("Description", "Descr", "Org", "Organization")

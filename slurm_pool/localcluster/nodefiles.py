@@ -43,7 +43,7 @@ def install_spank_plugin(root: Path, include_dir: Path) -> None:
     can load it (srun inside a job runs as the user; the checkout may not be readable).  A plugin built
     for another Slurm does not load."""
     from slurm_pool.adapters.runner import SubprocessRunner
-    from slurm_pool.spank_cli import build, source_dir
+    from slurm_pool.spank.cli import build, source_dir
 
     try:
         source = source_dir()

@@ -29,9 +29,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from slurm_pool.hookwrap import BROKEN
 from slurm_pool.node import health
 from slurm_pool.nodeconf import NodeConfig
+from slurm_pool.nodeconf.wrappers import BROKEN
 from slurm_pool.text import matches, shown
 
 

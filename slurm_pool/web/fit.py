@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from slurm_pool.adapters.sbatchopts import Directive, HeaderError, header, last
 from slurm_pool.mig.catalogue import GPU_MODELS
-from slurm_pool.sbatchopts import Directive, HeaderError, header, last
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.spec.rules import partition_groups

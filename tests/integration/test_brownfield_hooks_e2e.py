@@ -23,7 +23,8 @@ from typing import Iterator
 
 import pytest
 
-from slurm_pool import hookwrap, nodeconf
+from slurm_pool import nodeconf
+from slurm_pool.nodeconf import wrappers as hookwrap
 from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm

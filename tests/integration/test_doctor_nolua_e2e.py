@@ -23,7 +23,7 @@ import pytest
 
 from slurm_pool.adapters.records import parse_config_text
 from slurm_pool.adapters.runner import SubprocessRunner
-from slurm_pool.doctor import list_plugins
+from slurm_pool.doctor.diagnose import list_plugins
 from tests.support.patience import patience, wait_for
 from tests.support.slurm_cluster import built_slurm
 

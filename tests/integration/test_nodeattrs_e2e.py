@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from slurm_pool.adapters.nodeattrs import COMMAND, parse_node_attributes
-from slurm_pool.doctor_nodes import SOCKETS_RE, NodeAttrFacts, findings
+from slurm_pool.doctor.nodes import SOCKETS_RE, NodeAttrFacts, findings
 from slurm_pool.spec import load_spec
 from tests.conftest import TEST_SLURM
 from tests.support.slurm_cluster import ClusterHandle, start_session_cluster, stop_session_cluster

@@ -99,9 +99,21 @@ def closure(module: str) -> frozenset[str]:
     return frozenset(seen)
 
 
-def component(module: str) -> str:
-    """The subpackage (or top-level module) a module belongs to: ``slurm_pool.mig.planner`` -> ``mig``."""
+def is_cli(module: str) -> bool:
+    """A package's command line: ``slurm_pool.mig.cli``, ``slurm_pool.metrics.status_cli``."""
     parts = module.split(".")
+    return len(parts) > 2 and (parts[-1] == "cli" or parts[-1].endswith("_cli"))
+
+
+def component(module: str) -> str:
+    """The subpackage (or top-level module) a module belongs to: ``slurm_pool.mig.planner`` -> ``mig``.
+
+    A package's command line is a layer of its own above the package (``slurm_pool.mig.cli`` -> ``mig.cli``):
+    it may read the spec that the package's rules sit below; an import back into it is still a cycle.
+    """
+    parts = module.split(".")
+    if is_cli(module):
+        return f"{parts[1]}.{parts[-1]}"
     return parts[1] if len(parts) > 1 else parts[0]
 
 

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from slurm_pool import doctor
 from slurm_pool.accounting.apply import apply_accounting, cluster_plan
 from slurm_pool.accounting.plan import build_plan
 from slurm_pool.accounting.priority import PriorityFitError, fit_priorities
 from slurm_pool.adapters.runner import RecordingRunner, Result
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.doctor import diagnose as doctor
 from slurm_pool.spec import load_spec, parse_spec
 from tests.unit.test_accounting import FakeSacctmgr
 from tests.unit.test_doctor_guarantees import nodes_json, replay

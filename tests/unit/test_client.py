@@ -444,7 +444,7 @@ def test_remote_switches_only_the_remote_commands() -> None:
     import click
 
     from slurm_pool import cli as cli_mod
-    from slurm_pool import remote_cli
+    from slurm_pool.remote import cli as remote_cli
 
     assert cli_mod.REMOTE_KEY == remote_cli.REMOTE_KEY
     group = cli_mod.cli

@@ -16,8 +16,8 @@ import pytest
 from slurm_pool import text
 from slurm_pool.adapters.records import JobRecord, State
 from slurm_pool.adapters.runner import Result
+from slurm_pool.adapters.sbatchopts import Directive, HeaderError, header
 from slurm_pool.policy.tables import build_tables
-from slurm_pool.sbatchopts import Directive, HeaderError, header
 from slurm_pool.versions import SlurmVersion
 from slurm_pool.web import actions, fit, models, views
 from tests.unit.test_web_views import example_spec

@@ -151,7 +151,7 @@ def _planner_bug(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*a: Any, **kw: Any) -> Any:
         raise KeyError("partition\nsecond line\x1b[2J")
 
-    monkeypatch.setattr("slurm_pool.guarantees_cli.plan_moves", boom)
+    monkeypatch.setattr("slurm_pool.guarantees.cli.plan_moves", boom)
 
 
 OTHERS: list[tuple[str, list[str], Any, int, str]] = [

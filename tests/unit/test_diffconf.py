@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from slurm_pool.adapters.records import NodeRecord, node_command, parse_config_text, parse_nodes
 from slurm_pool.adapters.runner import RecordingRunner
-from slurm_pool.diff_cli import differences, probe_site
-from slurm_pool.diffconf import Difference, compare, norm, parse_conf, site_dependent
+from slurm_pool.diff.cli import differences, probe_site
+from slurm_pool.diff.conf import Difference, compare, norm, parse_conf, site_dependent
 from slurm_pool.render import render_all
 from slurm_pool.render.site import Site
 from slurm_pool.spec import load_spec
@@ -246,8 +246,8 @@ def test_differences_reads_only_and_includes_accounting(version):
     ],
 )
 def test_exit_status_like_diff(monkeypatch, tmp_path, setup, args, code):
-    from slurm_pool import diff_cli
     from slurm_pool.cli import cli
+    from slurm_pool.diff import cli as diff_cli
 
     spec = spec_with(tmp_path, _grace) if setup == "grace" else EXAMPLE
     if setup == "badspec":

@@ -10,8 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from slurm_pool import nodeconf
-from slurm_pool.diff_cli import file_differences
-from slurm_pool.difffiles import compare_files, policy_differences, shown_value
+from slurm_pool.diff.cli import file_differences
+from slurm_pool.diff.files import compare_files, policy_differences, shown_value
 from slurm_pool.policy.lua import lua_value, policy_code, policy_data, render_job_submit
 from slurm_pool.policy.luaread import read_policy
 from slurm_pool.policy.tables import build_tables
@@ -256,8 +256,8 @@ def test_compare_files_skips_digests_and_the_accounting_plan():
 
 
 def test_diff_cli_compares_the_installed_directory(monkeypatch, tmp_path):
-    from slurm_pool import diff_cli
     from slurm_pool.cli import cli
+    from slurm_pool.diff import cli as diff_cli
 
     etc = install(EXAMPLES / "pool-coexist.yaml", tmp_path)
     spec = edited(tmp_path, "pool-coexist.yaml", set_policy("shared", "checkpoint", "reject"))
@@ -294,8 +294,8 @@ def _runner(etc: Path):
 
 
 def test_slurm_conf_lines_the_cluster_already_shows_are_not_repeated():
-    from slurm_pool.diffconf import Difference as D
-    from slurm_pool.difffiles import not_seen
+    from slurm_pool.diff.conf import Difference as D
+    from slurm_pool.diff.files import not_seen
 
     cluster = [
         D("config", "", "PreemptMode", "CANCEL", "REQUEUE"),

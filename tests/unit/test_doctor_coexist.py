@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool import doctor_coexist
 from slurm_pool.adapters.partitions import PartitionRecord, parse_partition_text
 from slurm_pool.adapters.records import parse_config_text
 from slurm_pool.adapters.runner import RecordingRunner, Result
-from slurm_pool.doctor import Facts, diagnose, report
-from slurm_pool.doctor_coexist import CoexistFacts, findings, gather, lua_load_error, luac_error
+from slurm_pool.doctor import coexist as doctor_coexist
+from slurm_pool.doctor.coexist import CoexistFacts, findings, gather, lua_load_error, luac_error
+from slurm_pool.doctor.diagnose import Facts, diagnose, report
 from slurm_pool.spec import load_spec, load_spec_text
 from slurm_pool.versions import SlurmVersion
 

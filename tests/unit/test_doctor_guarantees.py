@@ -19,13 +19,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slurm_pool import doctor
 from slurm_pool.accounting.plan import guarantee_grp_tres
 from slurm_pool.adapters.records import parse_config_text, parse_nodes
 from slurm_pool.adapters.runner import RecordingRunner, Result
 from slurm_pool.cli import cli
-from slurm_pool.doctor import Facts, diagnose, gather, report
-from slurm_pool.doctor_guarantees import OUT_STATES, out_why, qos_findings
+from slurm_pool.doctor import diagnose as doctor
+from slurm_pool.doctor.diagnose import Facts, diagnose, gather, report
+from slurm_pool.guarantees.check import OUT_STATES, out_why, qos_findings
 from slurm_pool.spec import load_spec
 from slurm_pool.spec.load import parse_spec
 from slurm_pool.spec.model import PoolSpec

@@ -10,8 +10,8 @@ import pytest
 from slurm_pool.adapters.nodeattrs import parse_node_attributes
 from slurm_pool.adapters.records import parse_config_text
 from slurm_pool.adapters.runner import RecordingRunner, Result
-from slurm_pool.doctor import Facts, diagnose, report
-from slurm_pool.doctor_nodes import NodeAttrFacts, findings, gather
+from slurm_pool.doctor.diagnose import Facts, diagnose, report
+from slurm_pool.doctor.nodes import NodeAttrFacts, findings, gather
 from slurm_pool.spec import load_spec, load_spec_text
 from slurm_pool.versions import SlurmVersion
 

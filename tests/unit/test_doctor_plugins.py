@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool import doctor
 from slurm_pool.adapters.runner import CommandError, RecordingRunner
-from slurm_pool.doctor import asks_nvml, list_plugins, offline_plugin_dir, plugin_findings
+from slurm_pool.doctor import diagnose as doctor
+from slurm_pool.doctor.diagnose import asks_nvml, list_plugins, offline_plugin_dir, plugin_findings
 from slurm_pool.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,12 +88,11 @@ def test_offline_plugin_dir(tmp_path):
     prefix = tmp_path / "usr"
     (prefix / "bin").mkdir(parents=True)
     (prefix / "lib" / "x86_64-linux-gnu" / "slurm-wlm").mkdir(parents=True)
-    scontrol = prefix / "bin" / "scontrol"
-    assert offline_plugin_dir(str(tmp_path / "none.conf"), str(scontrol)) == str(
+    assert offline_plugin_dir(str(tmp_path / "none.conf"), str(prefix)) == str(
         prefix / "lib" / "x86_64-linux-gnu" / "slurm-wlm"
     )
     (prefix / "lib64" / "slurm").mkdir(parents=True)
-    assert offline_plugin_dir(None, str(scontrol)) == str(prefix / "lib64" / "slurm")
+    assert offline_plugin_dir(None, str(prefix)) == str(prefix / "lib64" / "slurm")
     assert offline_plugin_dir(None, None) == ""
 
 

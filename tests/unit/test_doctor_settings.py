@@ -8,7 +8,7 @@ import pytest
 
 from slurm_pool.adapters.records import parse_config_text
 from slurm_pool.adapters.runner import Result
-from slurm_pool.doctor import Facts, diagnose, report
+from slurm_pool.doctor.diagnose import Facts, diagnose, report
 from slurm_pool.render.required import cluster_settings, missing
 from slurm_pool.spec import load_spec
 from slurm_pool.versions import SlurmVersion

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slurm_pool.doctor_nodes import gres_difference
+from slurm_pool.doctor.nodes import gres_difference
 from slurm_pool.errors import SpecError
 from slurm_pool.policy import build_tables, render_job_submit
 from slurm_pool.render import SlurmVersion, render_all

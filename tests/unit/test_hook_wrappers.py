@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool import hookwrap
 from slurm_pool import nodeconf as config
+from slurm_pool.nodeconf import wrappers as hookwrap
 from slurm_pool.spec import load_spec_text
 from tests.unit.test_node_cli import setup_node
 

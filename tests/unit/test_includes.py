@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool.doctor import CHECKS, Facts, diagnose
-from slurm_pool.doctor_includes import IncludeFacts, findings, gather_includes
-from slurm_pool.includes import follow, include_targets, logical_lines, read_text
+from slurm_pool.doctor.diagnose import CHECKS, Facts, diagnose
+from slurm_pool.doctor.includes import follow, include_targets, logical_lines, read_text
+from slurm_pool.doctor.installed import IncludeFacts, findings, gather_includes
 from slurm_pool.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,8 +153,8 @@ def test_a_site_without_the_pools_plugstack_include_and_an_owned_pool(tmp_path):
 
 
 def test_doctor_runs_the_check_and_reads_gres_through_includes(tmp_path):
-    from slurm_pool import doctor
     from slurm_pool.adapters.runner import Result
+    from slurm_pool.doctor import diagnose as doctor
     from slurm_pool.versions import SlurmVersion
 
     conf = _site(tmp_path / "etc", "Include gres-gone.conf\nInclude gres-c.conf\n")
@@ -186,7 +186,7 @@ def test_nothing_to_follow_where_the_files_are_not():
     ],
 )
 def test_doctor_finds_the_hooks_in_a_coexist_glob(spec, key, values, ok):
-    from slurm_pool.doctor import hook_in_place
+    from slurm_pool.doctor.diagnose import hook_in_place
 
     program = {"Prolog": "slurm-pool-prolog", "Epilog": "slurm-pool-epilog"}.get(key, "slurm-pool-healthcheck")
     assert hook_in_place(spec, key, program, values) is ok

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_pool.diffconf import parse_conf
+from slurm_pool.diff.conf import parse_conf
 from slurm_pool.render.render import render_all
 from slurm_pool.render.required import Setting, cluster_settings, missing, satisfied, settings_text
 from slurm_pool.render.site import Site

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_pool import spank_cli
 from slurm_pool.adapters.runner import RecordingRunner, Result
 from slurm_pool.cli import cli
 from slurm_pool.errors import InputError, PoolError
-from slurm_pool.spank_cli import PLUGIN, build, include_dir, slurm_version, source_dir
+from slurm_pool.spank import cli as spank_cli
+from slurm_pool.spank.cli import PLUGIN, build, include_dir, slurm_version, source_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 

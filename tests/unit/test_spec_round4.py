@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from slurm_pool.cli import cli
 from slurm_pool.errors import SpecError
+from slurm_pool.mig.cli import MAX_GPUS
 from slurm_pool.mig.planner import MAX_GPU_INDEX
-from slurm_pool.mig_cli import MAX_GPUS
 from slurm_pool.render import Site, SlurmVersion, render_all
 from slurm_pool.spec import parse_spec
 from slurm_pool.spec.coexist import normal_path, within

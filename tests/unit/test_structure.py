@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.support.imports import CORE, PKG, closure, component_graph, cycles, imports_of, modules
+from tests.support.imports import CORE, PKG, closure, component_graph, cycles, imports_of, is_cli, modules
 
 EDGE = (
     "slurm_pool.adapters",
@@ -23,7 +23,8 @@ EDGE = (
     "slurm_pool.metrics",
     "slurm_pool.checkpoint",
     "slurm_pool.cli",
-    "slurm_pool.conf_cli",
+    "slurm_pool.doctor",
+    "slurm_pool.diff",
     "subprocess",
     "kubernetes",
     "pynvml",
@@ -49,7 +50,7 @@ def test_the_walk_sees_lazy_imports() -> None:
     assert "slurm_pool.policy.lua" in imports_of("slurm_pool.render.render")
     assert "slurm_pool.checkpoint.slurmjob" in imports_of("slurm_pool.node.hooks")  # inside a function
     # The closure follows imports through modules: the CLI reaches the Runner and subprocess.
-    assert {"slurm_pool.adapters.runner", "subprocess"} <= closure("slurm_pool.conf_cli")
+    assert {"slurm_pool.adapters.runner", "subprocess"} <= closure("slurm_pool.doctor.cli")
     assert "slurm_pool.policy.tables" in closure("slurm_pool.render")
 
 
@@ -59,9 +60,13 @@ def test_no_import_cycle_between_subpackages() -> None:
     assert cycles(graph) == [], "subpackages import each other in a cycle"
 
 
-@pytest.mark.parametrize("module", [m for m in sorted(modules()) if any(m == c or m.startswith(c + ".") for c in CORE)])
+@pytest.mark.parametrize(
+    "module", [m for m in sorted(modules()) if any(m == c or m.startswith(c + ".") for c in CORE) and not is_cli(m)]
+)
 def test_core_module_is_pure(module: str) -> None:
-    bad = sorted(n for n in closure(module) if any(n == e or n.startswith(e + ".") for e in EDGE))
+    # A core package's command line (render.cli asks for the installed Slurm) is its edge, and nothing in the core
+    # reaches any command line.
+    bad = sorted(n for n in closure(module) if any(n == e or n.startswith(e + ".") for e in EDGE) or is_cli(n))
     assert bad == [], f"{module} (pure core) reaches {bad}"
 
 
@@ -143,3 +148,60 @@ def test_no_pattern_anchors_with_dollar() -> None:
         if _DOLLAR_ANCHOR.search(pattern)
     ]
     assert bad == []
+
+
+#: The only modules at the top of ``slurm_pool``, each with why it has no package: entry points, and leaf
+#: utilities that every layer uses (a package for one of them would sit below all the others anyway).
+TOP_LEVEL = {
+    "__init__": "the package",
+    "__main__": "python -m slurm_pool",
+    "cli": "the root command group: its lazy table of subcommands, which live in their packages",
+    "client": "the SDK's public import path (slurm_pool.client), a re-export of slurm_pool.client",
+    "errors": "the one error hierarchy every layer raises",
+    "text": "the one text rule for everything written out",
+    "textio": "reading the files users hand to any command",
+    "jobid": "the job id type every entry point takes",
+    "versions": "Slurm's releases as data, read by adapters, spec and renderers",
+    "outfiles": "writing a set of output files all or none, for every command that writes files",
+    "clitypes": "option types and --slurm-version, shared by every package's command line",
+    "cronexit": "how the commands meant for cron end, shared by every package's command line",
+    "findings": "what a doctor check reports, shared by doctor/ and guarantees/ (below both)",
+}
+
+
+def test_the_top_level_allow_list_is_short_and_says_why() -> None:
+    assert len(TOP_LEVEL) <= 13
+    assert all(len(why) > 10 for why in TOP_LEVEL.values())
+
+
+@pytest.mark.parametrize(
+    "names,bad",
+    [
+        ({"cli", "errors"}, []),
+        ({"cli", "mig_cli"}, ["mig_cli"]),
+        ({"cli", "doctor", "clitypes"}, ["doctor"]),
+    ],
+)
+def test_the_top_level_finder(names: set[str], bad: list[str]) -> None:
+    assert _misplaced(names) == bad
+
+
+def _misplaced(names: set[str]) -> list[str]:
+    """Top-level modules that belong in a package: every ``*_cli`` module, and any module not allowed by name."""
+    return sorted(n for n in names if n.endswith("_cli") or n not in TOP_LEVEL)
+
+
+def test_every_module_has_a_package_home() -> None:
+    # Issue 46: a command line lives in its package (mig/cli.py, not mig_cli.py); a concept in one package.
+    top = {p.stem for p in PKG.glob("*.py")}
+    assert _misplaced(top) == [], "move these into the package of what they drive (and update cli.COMMANDS)"
+    assert set(TOP_LEVEL) <= top, "an allowed top-level module no longer exists: drop it from TOP_LEVEL"
+
+
+def test_every_subcommand_lives_in_a_package() -> None:
+    from slurm_pool.cli import COMMANDS, REMOTE_COMMANDS
+
+    for name, target in {**COMMANDS, **REMOTE_COMMANDS}.items():
+        module = target.split(":")[0]
+        assert module in modules(), f"{name}: {module} does not exist"
+        assert module.count(".") >= 2, f"{name}: {module} is not in a package"

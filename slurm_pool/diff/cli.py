@@ -1,6 +1,6 @@
 """``slurm-pool diff``: what a new render would change on the running cluster.
 
-The thin side of :mod:`slurm_pool.diffconf`: it asks Slurm (through a
+The thin side of :mod:`slurm_pool.diff.conf`: it asks Slurm (through a
 :class:`~slurm_pool.adapters.runner.Runner`), renders the spec for the
 release slurmctld runs, and prints one line per difference.  Exit status as
 diff(1): 0 no difference, 1 differences, 2 trouble (a bad spec, Slurm not
@@ -9,7 +9,7 @@ spec does not adopt: one ``error:`` line per collision, with both ways out).  Re
 
 Beside what Slurm reports, the installed files (the directory of the cluster's
 ``SLURM_CONF``, or ``--installed DIR``) are compared with the new render
-(:mod:`slurm_pool.difffiles`): job_submit.lua's policy rule by rule, node.conf
+(:mod:`slurm_pool.diff.files`): job_submit.lua's policy rule by rule, node.conf
 setting by setting, the others line by line; a slurm.conf line whose change
 the running cluster already shows is not repeated.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 import click
 
 from slurm_pool.adapters.runner import CommandError, Runner
-from slurm_pool.diffconf import Difference, compare, site_dependent
-from slurm_pool.difffiles import not_seen
+from slurm_pool.diff.conf import Difference, compare, site_dependent
+from slurm_pool.diff.files import not_seen
 from slurm_pool.render.site import Site
 from slurm_pool.render.templates import default_templates_dir
 from slurm_pool.spec import load_spec
@@ -89,7 +89,7 @@ def installed_node_conf(directory: Path) -> dict[str, str] | None:
 def file_differences(spec: PoolSpec, version, directory: Path) -> list[Difference]:
     """The new render against the files installed in ``directory`` (and node.conf)."""
     from slurm_pool import nodeconf
-    from slurm_pool.difffiles import compare_files, compared_names
+    from slurm_pool.diff.files import compare_files, compared_names
     from slurm_pool.render import render_all
 
     rendered = render_all(spec, Site(), version)
@@ -116,18 +116,17 @@ def differences(
     slurm.conf, when this machine has that directory; else a line in ``notes``).
     """
     from slurm_pool.accounting.apply import cluster_plan, diff
-    from slurm_pool.adapters.records import parse_config_text
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.render import render_all
     from slurm_pool.versions import SlurmVersion, VersionError
 
-    config = parse_config_text(runner.run(["scontrol", "show", "config"]).stdout)
+    config = SlurmClient(runner).config()
     try:
         slurm = SlurmClient(runner, SlurmVersion.parse(config.get("SLURM_VERSION", ""), what="slurmctld", output=True))
     except VersionError:  # the commands' release, then
         slurm = SlurmClient(runner)
     version = slurm.version()
-    partitions = runner.run(["scontrol", "show", "partition", "-o"]).stdout
+    partitions = slurm.partitions_text()
     nodes = slurm.nodes_json()
     # a tier or project named like a site's object the spec does not adopt: NameCollision, exit 2
     accounting = [c.summary for c in diff(cluster_plan(spec, slurm), slurm, deferred=[])]

@@ -4,7 +4,7 @@
 default :class:`~slurm_pool.render.site.Site` and for a probe site with every
 value changed, so that what depends on the site is known), the installed
 texts (None: not there) and the node settings (node.conf) both ways, and
-returns one :class:`~slurm_pool.diffconf.Difference` per change:
+returns one :class:`~slurm_pool.diff.conf.Difference` per change:
 
 * job_submit.lua -- its policy data (``SLURM_POOL``) is read back, never run,
   and each changed rule is named in words: ``tier shared: policy.checkpoint
@@ -31,7 +31,7 @@ from typing import Any, Collection, Iterable, Iterator, Mapping
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
-from slurm_pool.diffconf import CONF_FILES, Difference
+from slurm_pool.diff.conf import CONF_FILES, Difference
 from slurm_pool.policy.luaread import read_policy
 
 #: Files not compared: digests of the others, and the accounting plan (compared with slurmdbd).

@@ -1,10 +1,12 @@
 """Node settings (node.conf): read by the node hooks and by jobs, rendered from the spec.
 
-A module of its own, below both readers: the node hooks
+A package of its own, below every reader: the node hooks
 (:mod:`slurm_pool.node`), the job side (:mod:`slurm_pool.checkpoint`), the
 exporter and the local cluster all read or write this file, and none of them
-should import another's package to do so.  Standard library only: the hooks
-import it on their fast path.
+should import another's package to do so (in ``node/`` it would close a circle:
+the hooks read the job side's records, and jobs read this file).  With it, the
+``/bin/sh`` wrappers rendered into it (:mod:`slurm_pool.nodeconf.wrappers`).
+Standard library only: the hooks import it on their fast path.
 
 Where: ``--config PATH``; else ``slurm-pool-node.conf`` in the directory of
 ``$SLURM_CONF`` (slurmd sets it for Prolog and Epilog, Slurm for jobs); else
@@ -53,7 +55,7 @@ Keys (defaults in brackets)::
     site_health_timeout  [60]     seconds it may run
     log                  [syslog]  syslog | stderr | none
     coexist              [no]     yes: the pool shares the cluster with a site; the
-                         hook wrappers (:mod:`slurm_pool.hookwrap`) never fail a
+                         hook wrappers (:mod:`slurm_pool.nodeconf.wrappers`) never fail a
                          job outside the pool's partitions and accounts
     pool_partitions      []       the pool's partitions (coexist; comma-separated)
     pool_accounts        []       the pool's accounts (coexist; comma-separated)
@@ -296,7 +298,7 @@ def render_hook(
     also runs Python with ``-S`` and puts exactly those directories on
     ``sys.path``: no site-packages ``.pth`` processing, which is most of the
     interpreter's start-up time.  With ``cfg`` (the node.conf the hook reads)
-    saying ``coexist = yes``, the script is :mod:`slurm_pool.hookwrap`'s: it
+    saying ``coexist = yes``, the script is :mod:`slurm_pool.nodeconf.wrappers`'s: it
     decides whose job it is before Python runs, and fails only the pool's.
     """
     import shlex
@@ -313,7 +315,7 @@ def render_hook(
 
 
 def _coexist_hook(kind: str, python: str, config_path: str, paths: list[str] | None, cfg: NodeConfig) -> str:
-    from slurm_pool import hookwrap
+    from slurm_pool.nodeconf import wrappers as hookwrap
 
     where = {"state_dir": cfg.get("state_dir"), "log": cfg.get("log")}
     try:

@@ -30,18 +30,18 @@
                 line to put in the site's slurm.conf;
 * site_script, site_partitions -- (a spec with ``coexist`` only) the site's
                 job_submit script loads, and the site's partitions that hold
-                pool nodes deny the pool's QOS (:mod:`slurm_pool.doctor_coexist`);
+                pool nodes deny the pool's QOS (:mod:`slurm_pool.doctor.coexist`);
 * node_attrs -- (a spec with ``coexist`` only) every pool node's attributes
                 as slurmctld reports them are the rendered ones
-                (:mod:`slurm_pool.doctor_nodes`);
+                (:mod:`slurm_pool.doctor.nodes`);
 * includes   -- slurm.conf, gres.conf and plugstack.conf with their Includes
                 followed as Slurm follows them: none missing, none in a cycle,
                 and a pool in a site's cluster reaches its fragments
-                (:mod:`slurm_pool.doctor_includes`);
+                (:mod:`slurm_pool.doctor.installed`);
 * guarantees -- (a spec with ``guarantees`` only) the floating guarantees fit
                 ``overcommit`` x the GPUs the partition's usable nodes have
                 now, and each guarantee's QOS is in Slurm with its GrpTRES
-                (:mod:`slurm_pool.doctor_guarantees`).
+                (:mod:`slurm_pool.guarantees.check`).
 """
 
 from __future__ import annotations
@@ -49,26 +49,25 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_pool.adapters.gres import gpu_counts
-from slurm_pool.adapters.records import NodeRecord, parse_config_text
+from slurm_pool.adapters.records import NodeRecord
 from slurm_pool.adapters.runner import CommandError, Result, Runner
 from slurm_pool.adapters.slurm import SlurmClient
-from slurm_pool.doctor_coexist import CHECKS as COEXIST_CHECKS
-from slurm_pool.doctor_coexist import CoexistFacts
-from slurm_pool.doctor_coexist import findings as coexist_findings
-from slurm_pool.doctor_coexist import gather as gather_coexist
-from slurm_pool.doctor_includes import IncludeFacts, gather_includes
-from slurm_pool.doctor_nodes import CHECKS as NODE_CHECKS
-from slurm_pool.doctor_nodes import NodeAttrFacts
-from slurm_pool.doctor_nodes import findings as node_findings
-from slurm_pool.doctor_nodes import gather as gather_nodes
+from slurm_pool.doctor.coexist import CHECKS as COEXIST_CHECKS
+from slurm_pool.doctor.coexist import CoexistFacts
+from slurm_pool.doctor.coexist import findings as coexist_findings
+from slurm_pool.doctor.coexist import gather as gather_coexist
+from slurm_pool.doctor.includes import follow, read_text
+from slurm_pool.doctor.installed import IncludeFacts, gather_includes
+from slurm_pool.doctor.nodes import CHECKS as NODE_CHECKS
+from slurm_pool.doctor.nodes import NodeAttrFacts
+from slurm_pool.doctor.nodes import findings as node_findings
+from slurm_pool.doctor.nodes import gather as gather_nodes
 from slurm_pool.findings import Finding
-from slurm_pool.includes import follow, read_text
 from slurm_pool.render.required import Setting, cluster_settings, config_values, missing
 from slurm_pool.spec.hosts import expand
 from slurm_pool.spec.model import PoolSpec
@@ -129,7 +128,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
     """Ask the running cluster; raises CommandError when slurmctld cannot be reached."""
     slurm = SlurmClient(runner)
     commands = slurm.version()
-    config = parse_config_text(runner.run(["scontrol", "show", "config"]).stdout)
+    config = slurm.config()
     try:
         controller: SlurmVersion | None = SlurmVersion.parse(
             config.get("SLURM_VERSION", ""), what="slurmctld", output=True
@@ -138,7 +137,7 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
         controller = None
     deferred: list[str] = []
     changes, owned = _accounting_diff(spec, slurm, deferred)
-    help_res = runner.run(["sbatch", "--help"], check=False)
+    help_res = slurm.submit_help()
     conf = os.environ.get("SLURM_CONF") or config.get("SLURM_CONF", "")
     rendered_for = None
     if conf:
@@ -146,8 +145,8 @@ def gather(spec: PoolSpec, runner: Runner) -> Facts:
             rendered_for = json.loads((Path(conf).parent / "manifest.json").read_text()).get("slurm_version")
         except (OSError, ValueError, AttributeError):
             rendered_for = None
-    sinfo = shutil.which("sinfo")
-    include = str(Path(sinfo).resolve().parent.parent / "include") if sinfo else None
+    prefix = SlurmClient.install_prefix()
+    include = str(Path(prefix) / "include") if prefix else None
     plugin_dir = config.get("PluginDir", "")
     facts = Facts(
         commands,
@@ -448,7 +447,7 @@ def asks_nvml_beside(slurm_conf: str) -> bool | None:
 
 
 def _includes(spec: PoolSpec, f: Facts) -> list[Finding]:
-    from slurm_pool.doctor_includes import findings
+    from slurm_pool.doctor.installed import findings
 
     return findings(spec, f.includes)
 
@@ -506,7 +505,7 @@ def _settings(f: Facts) -> list[Finding]:
 def _guarantees(spec: PoolSpec, f: Facts) -> list[Finding]:
     if spec.guarantees is None:
         return []
-    from slurm_pool.doctor_guarantees import findings
+    from slurm_pool.guarantees.check import findings
 
     return findings(spec, f.nodes, f.qos)
 
@@ -515,9 +514,9 @@ def _shown_setting(config: dict[str, str], key: str) -> str:
     return ",".join(v for v in config_values(config, key) if v) or "not set"
 
 
-def offline_plugin_dir(slurm_conf: str | None, scontrol: str | None) -> str:
-    """PluginDir without slurmctld: slurm.conf's ``PluginDir=``, else where Slurm's
-    default (``<libdir>/slurm``; Debian: ``<libdir>/<triplet>/slurm-wlm``) is beside ``scontrol``."""
+def offline_plugin_dir(slurm_conf: str | None, prefix: str | None) -> str:
+    """PluginDir without slurmctld: slurm.conf's ``PluginDir=``, else where Slurm's default
+    (``<libdir>/slurm``; Debian: ``<libdir>/<triplet>/slurm-wlm``) is under the commands' install ``prefix``."""
     if slurm_conf:
         try:
             for line in Path(slurm_conf).read_text().splitlines():
@@ -526,10 +525,10 @@ def offline_plugin_dir(slurm_conf: str | None, scontrol: str | None) -> str:
                     return m.group(1)
         except (OSError, UnicodeDecodeError):
             pass
-    if not scontrol:
+    if not prefix:
         return ""
-    prefix = Path(scontrol).resolve().parent.parent
-    for cand in [prefix / "lib64" / "slurm", prefix / "lib" / "slurm", *sorted(prefix.glob("lib/*/slurm-wlm"))]:
+    root = Path(prefix)
+    for cand in [root / "lib64" / "slurm", root / "lib" / "slurm", *sorted(root.glob("lib/*/slurm-wlm"))]:
         if cand.is_dir():
             return str(cand)
     return ""
@@ -565,7 +564,7 @@ def run(spec: PoolSpec, runner: Runner) -> tuple[list[Finding], list[str]]:
         facts = gather(spec, runner)
     except CommandError as exc:
         conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
-        plugin_dir = offline_plugin_dir(conf, shutil.which("scontrol"))
+        plugin_dir = offline_plugin_dir(conf, SlurmClient.install_prefix())
         findings = plugin_findings(spec, plugin_dir, list_plugins(runner, plugin_dir), asks_nvml_beside(conf))
         if not findings:
             raise

@@ -1,7 +1,7 @@
 """``doctor``'s ``includes`` check: the installed slurm.conf, gres.conf and plugstack.conf, Includes followed.
 
 :func:`gather_includes` reads the three files and every file they include,
-as Slurm does (:mod:`slurm_pool.includes`); :func:`findings` is pure: each
+as Slurm does (:mod:`slurm_pool.doctor.includes`); :func:`findings` is pure: each
 Include that Slurm cannot follow (a missing file, a cycle, a glob where Slurm
 takes none), and, for a pool that shares a site's cluster, each of the pool's
 fragments that no Include reaches (``slurm-pool.conf`` from slurm.conf,
@@ -15,8 +15,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from slurm_pool.doctor.includes import Followed, IncludeProblem, follow, read_text
 from slurm_pool.findings import Finding
-from slurm_pool.includes import Followed, IncludeProblem, follow, read_text
 from slurm_pool.spec.model import PoolSpec
 
 

@@ -8,10 +8,7 @@ with its control characters escaped and never read as Rich markup.
 
 from __future__ import annotations
 
-import importlib
 import json
-import re
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -20,29 +17,23 @@ from typing import Any
 import click
 import yaml
 
-from slurm_pool.clitypes import PositiveSeconds, StrictInt
-from slurm_pool.conf_cli import slurm_version_option, target_version
+from slurm_pool.clitypes import PositiveSeconds, StrictInt, slurm_version_option, target_version
 from slurm_pool.cronexit import fail, for_cron
 from slurm_pool.errors import InputError, PoolError
 from slurm_pool.mig.catalogue import canonical_model, known_models
+from slurm_pool.mig.cliparts import (
+    MigFailed,
+    MigInputError,
+    check_options,
+    controls_over_ssh,
+    load_controls,
+    print_report,
+    progress,
+)
 from slurm_pool.mig.profiles import GEOMETRIES
-from slurm_pool.text import check as check_rule
-from slurm_pool.text import check_free_text, check_path, markup_safe, matches, shown
+from slurm_pool.text import matches, shown
 from slurm_pool.textio import read_json, read_text
 from slurm_pool.versions import SlurmVersion
-
-
-class MigInputError(InputError):
-    """Bad user input: exit status 2."""
-
-
-class MigFailed(PoolError):
-    """``mig apply`` could not start (a file it must edit, a node it must read): exit status 1."""
-
-
-#: ``--nvidia-smi``: a program name on the nodes' PATH (a path is checked as a path).
-_PROGRAM_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-
 
 #: ``--gpus`` at most: the GPUs of one node (``gpu:0`` to ``gpu:63``), as many as a plan file may name there and
 #: the spec's ``gpus.count`` allows (planner.MAX_GPU_INDEX; the planner loads numpy, so it is not imported here);
@@ -299,44 +290,6 @@ def _print_plan(result: Any, elapsed: float) -> None:
         click.echo(f"note: {shown(note)}", err=True)
 
 
-def _load_controls(spec: str, result: Any) -> tuple[Any, Any]:
-    module, _, attr = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module), attr or "controls")
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise MigInputError(f"cannot load --controls {spec!r}: {shown(exc)}") from None
-    try:
-        return factory(result)
-    except Exception as exc:  # noqa: BLE001 - a site's factory: its failure is reported, nothing changed
-        raise MigFailed(f"--controls {spec!r}: {shown(exc)}") from None
-
-
-def _check_options(ssh: dict[str, Any]) -> None:
-    """Exit 2 naming the option when one that reaches a file or a command cannot be used."""
-    paths = [("--dev-dir", ssh["dev_dir"].replace("{node}", "node")), ("--gres-conf", ssh["gres_conf"])]
-    paths += [("--slurm-conf", p) for p in ssh["slurm_conf"]]
-    for option, value in paths:
-        try:
-            check_path(value, option)
-        except ValueError as exc:
-            raise MigInputError(shown(exc)) from None
-    program = ssh["nvidia_smi"].replace("{node}", "node")
-    if not (matches(_PROGRAM_RE, program) or matches("path", program)):
-        raise MigInputError(f"--nvidia-smi: {ssh['nvidia_smi']!r} is not a program name or an absolute path")
-    if ssh["controller"] is not None:
-        try:
-            check_rule("host", ssh["controller"], "--controller")
-        except ValueError as exc:
-            raise MigInputError(shown(exc)) from None
-    for option in ("ssh_options", "restart_slurmctld", "restart_slurmd"):
-        flag = "--" + option.replace("_", "-")
-        try:
-            check_free_text(ssh[option], flag)
-            shlex.split(ssh[option])
-        except ValueError as exc:
-            raise MigInputError(f"{flag}: {ssh[option]!r} cannot be used ({shown(exc)})") from None
-
-
 @mig.command()
 @click.option("--plan", "plan_path", required=True, help="Plan file from `mig plan --json`.")
 @click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
@@ -416,7 +369,7 @@ def apply(
     from slurm_pool.mig.apply import apply_plan
     from slurm_pool.mig.emit import nvidia_smi_commands
 
-    _check_options(ssh)
+    check_options(ssh)
     result = _load_plan(plan_path)
     if controls is None:
         if config_managed:
@@ -433,9 +386,9 @@ def apply(
         return
     version = target_version(slurm_version)
     if controls == "ssh":
-        nodes, backend = _ssh_controls(result.model, version, ssh)
+        nodes, backend = controls_over_ssh(result.model, version, ssh)
     else:
-        nodes, backend = _load_controls(controls, result)
+        nodes, backend = load_controls(controls, result)
     if config_managed:
         _apply_managed(
             result, nodes, backend, dry_run, timeout, gres_mode, version, max_drained, max_gpus, as_json, ssh
@@ -451,7 +404,7 @@ def apply(
             version=version,
             max_drained=max_drained,
             max_gpus=max_gpus,
-            on_step=None if as_json else _progress(),
+            on_step=None if as_json else progress(),
             dev_dir=ssh["dev_dir"],
         )
     except InputError as exc:  # a file it must edit, checked before anything changed
@@ -461,7 +414,7 @@ def apply(
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        _print_report(report)
+        print_report(report)
     if not report.ok:
         fail(f"mig apply: {report.failure()}")
 
@@ -494,7 +447,7 @@ def _apply_managed(
             timeout=timeout,
             max_drained=max_drained,
             max_gpus=max_gpus,
-            on_step=None if as_json else _progress(),
+            on_step=None if as_json else progress(),
         )
     except InputError as exc:
         raise MigInputError(shown(exc)) from None
@@ -506,62 +459,10 @@ def _apply_managed(
         for line in done.lines():
             click.echo(line, err=done.code == 2)
         if done.report is not None:
-            _print_report(done.report)
+            print_report(done.report)
     if done.code:
         fail(f"mig apply: {done.failure()}", done.code)
     sys.exit(0)
-
-
-def _ssh_controls(model: str, version: SlurmVersion, opts: dict[str, Any]) -> tuple[Any, Any]:
-    from slurm_pool.mig.remote import RemoteSettings, ssh_controls
-
-    try:
-        settings = RemoteSettings(
-            gres_conf=opts["gres_conf"],
-            slurm_confs=tuple(opts["slurm_conf"]),
-            controller=opts["controller"],
-            restart_slurmctld=opts["restart_slurmctld"],
-            restart_slurmd=opts["restart_slurmd"],
-            reconfigure=opts["reconfigure"],
-        )
-    except ValueError as exc:
-        raise MigInputError(shown(exc)) from None
-    return ssh_controls(model, version, settings, ssh_options=opts["ssh_options"], nvidia_smi=opts["nvidia_smi"])
-
-
-def _progress() -> Any:
-    """Each finished step, as it happens, on standard error."""
-    from rich.console import Console
-
-    console = Console(stderr=True, highlight=False)
-    return lambda node, label: console.print(f"[bold]{markup_safe(node)}[/bold]: {markup_safe(label)}")
-
-
-def _print_report(report: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    for r in report.results:
-        click.echo(shown(f"{r.node}: {r.status}" + (f" ({r.error})" if r.error else "")))
-        for a in r.actions:
-            click.echo(f"  {shown(a)}")
-    if not report.results:
-        click.echo("nothing to change")
-        return
-    table = Table("node", "status", "GPUs", "detail", title="mig apply")
-    for r in report.results:
-        table.add_row(*(Text(shown(v)) for v in (r.node, r.status, r.gpus, r.error)))
-    Console(stderr=True, highlight=False).print(table)
-    changed = [r for r in report.results if r.status == "applied"]
-    click.echo(
-        f"changed {sum(r.gpus for r in changed)} GPU(s) on {len(changed)} node(s)"
-        + "".join(
-            f"; {s}: {sum(r.status == s for r in report.results)}"
-            for s in ("deferred", "skipped", "failed")
-            if any(r.status == s for r in report.results)
-        )
-    )
 
 
 @mig.command("emit")

@@ -13,7 +13,6 @@ source has it under ``PREFIX/include``.  The source is the checkout's
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import click
 
 from slurm_pool.adapters.runner import Runner
+from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.errors import InputError, PoolError
 
 PLUGIN = "slurm_pool_spank.so"
@@ -37,7 +37,7 @@ class SpankBuildFailed(PoolError):
 
 def source_dir() -> Path:
     """The checkout's ``spank/``, else the copy the wheel installed as data files."""
-    here = Path(__file__).resolve().parent.parent / "spank"
+    here = Path(__file__).resolve().parents[2] / "spank"
     if all((here / n).is_file() for n in SOURCES):
         return here
     try:
@@ -62,9 +62,9 @@ def include_dir(slurm_include: str | None, slurm_prefix: str | None) -> Path:
     elif slurm_prefix:
         option, inc = "--slurm-prefix", Path(slurm_prefix) / "include"
     else:
-        scontrol = shutil.which("scontrol")
+        prefix = SlurmClient.install_prefix()
         option = "--slurm-include"
-        inc = Path(scontrol).resolve().parent.parent / "include" if scontrol else Path("/usr/include")
+        inc = Path(prefix) / "include" if prefix else Path("/usr/include")
         if not (inc / "slurm" / "spank.h").is_file():
             inc = Path("/usr/include")
     if not (inc / "slurm" / "spank.h").is_file() or not (inc / "slurm" / "slurm_version.h").is_file():
