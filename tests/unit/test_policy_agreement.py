@@ -256,10 +256,15 @@ def test_explain_and_job_submit_lua_agree(pools: dict[str, Pool], luas: dict[str
 def test_every_rule_is_seen_on_both_sides(pools: dict[str, Pool], luas: dict[str, LuaPolicy]) -> None:
     # The descriptions reach every rule: an agreement where no rule ever fires would prove nothing.
     seen: set[str] = set()
+    by_lua: set[str | None] = set()
     for name, user, f in descriptions(pools):
-        exp = views.explain(pools[name].spec, pools[name].tables, views.viewer(pools[name].spec, user), _request(f))
+        pool, req = pools[name], _request(f)
+        exp = views.explain(pool.spec, pool.tables, views.viewer(pool.spec, user), req)
         seen.update(_explain_rules(exp)[0])
-    assert seen == {r.name for r in RULES} - {"guarantee"}  # no example's floating project lacks an overflow tier
+        luas[name].set_jobs([])
+        by_lua.update(_lua_rules(luas[name].submit(job_desc(pool, user, req, exp.options, False))))
+    want = {r.name for r in RULES} - {"guarantee"}  # no example's floating project lacks an overflow tier
+    assert (seen, by_lua) == (want, want)
 
 
 def test_guarantee_overflow_and_refusal(pools: dict[str, Pool], luas: dict[str, LuaPolicy]) -> None:
@@ -313,3 +318,14 @@ def test_site_jobs_pass_untouched_and_explain_does_not_submit_them(
                     _request({"tier": qos, "project": "physics"}),
                 )
                 assert [rule_of(r, "explain") for r in exp.refusals] == ["tier"]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+def test_every_rule_word_is_in_both_policies(rule: Any) -> None:
+    # A message reworded on one side only would leave its refusals unrecognised: the words must be there.
+    lua = (ROOT / "slurm_pool" / "policy" / "job_submit.lua").read_text()
+    rules = (ROOT / "slurm_pool" / "policy" / "rules.py").read_text()
+    rules = rules[: rules.index("RULES: tuple")] + rules[rules.index("FINAL = ") :]  # the table itself aside
+    python = (ROOT / "slurm_pool" / "web" / "views.py").read_text() + rules
+    assert [w for w in rule.lua if w not in lua] == []
+    assert [w for w in rule.explain if w.replace("'", "") not in python.replace("'", "")] == []
