@@ -2,8 +2,9 @@
 
 Every run-time import of every module -- imports inside functions included,
 ``if TYPE_CHECKING:`` blocks left out -- by module and by subpackage.  Used by
-``tests/unit/test_structure.py`` (no cycles, a pure core) and by
-``docs/architecture_graph.py`` (the picture of the same graph).
+``tests/unit/test_structure.py`` (no cycles between packages or modules, a pure
+core, no private name imported across modules) and by ``docs/architecture_graph.py``
+(docs/architecture.md and the picture of the same graph).
 """
 
 from __future__ import annotations
