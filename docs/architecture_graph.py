@@ -1,6 +1,13 @@
-"""Draw docs/architecture.png: the import graph of slurm_pool, pure core beside the adapters.
+"""Write docs/architecture.md, and draw docs/architecture.png, from the code of slurm_pool.
 
-    .venv/bin/python docs/architecture_graph.py [OUT.png]
+    .venv/bin/python docs/architecture_graph.py            # writes docs/architecture.md
+    .venv/bin/python docs/architecture_graph.py --png [OUT.png]
+
+docs/architecture.md is docs/architecture.template.md (the hand-written prose) with its
+``{{packages}}`` and ``{{where}}`` filled in from the code: every package with its purpose (the first
+line of its docstring), what it imports and whether it is pure core, and where a new Slurm call, CLI
+command, page or spec section goes (found by what the modules define, so a moved module moves here
+too).  ``tests/unit/test_architecture_doc.py`` fails when the committed file is stale.
 
 The graph is the one ``tests/unit/test_structure.py`` checks, read by
 ``tests/support/imports.py``: every run-time import of every module (lazy
@@ -13,21 +20,22 @@ not imports: they show which box talks to which outside system.
 
 from __future__ import annotations
 
+import ast
 import sys
 import textwrap
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-import matplotlib  # noqa: E402
+from tests.support.imports import CORE, closure, component, component_graph, imports_of, modules  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.colors import to_rgba  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
-
-from tests.support.imports import CORE, component, imports_of, modules  # noqa: E402
+TEMPLATE = ROOT / "docs" / "architecture.template.md"
+DOC = ROOT / "docs" / "architecture.md"
+COMMAND = ".venv/bin/python docs/architecture_graph.py"
 
 #: Modules started by slurmctld/slurmd/cron or a user: the root command line (each package's own
 #: command line, ``pkg/cli.py``, is an entry too: :func:`tests.support.imports.is_cli`).
@@ -45,8 +53,20 @@ COLOURS = {"core": "#cfe3f7", "edge": "#fbe0c3", "entry": "#e4e4e4"}
 OUTSIDE_EDGE = "#b22222"
 
 
-def is_core(module: str) -> bool:
+def _listed(module: str) -> bool:
     return any(module == c or module.startswith(c + ".") for c in CORE)
+
+
+@cache
+def _core_modules() -> frozenset[str]:
+    """The modules of ``CORE`` and every module they import (pure too: the structure test checks it)."""
+    listed = [m for m in modules() if _listed(m)]
+    reached = {n for m in listed for n in closure(m) if n in modules() and n != "slurm_pool"}
+    return frozenset(listed) | frozenset(reached)
+
+
+def is_core(module: str) -> bool:
+    return module in _core_modules()
 
 
 def _mixed(comp: str) -> bool:
@@ -157,11 +177,16 @@ def layout(g: dict[str, set[str]], floor: dict[str, int]) -> dict[str, tuple[flo
     return pos
 
 
-def arrow(ax: plt.Axes, a: tuple[float, float], b: tuple[float, float], **style: object) -> None:
+def arrow(ax: Any, a: tuple[float, float], b: tuple[float, float], **style: object) -> None:
+    from matplotlib.patches import FancyArrowPatch
+
     ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=12, shrinkA=2, shrinkB=2, **style))
 
 
-def box(ax: plt.Axes, x: float, y: float, text: str, fc: str, ec: str = "#333333") -> None:
+def box(ax: Any, x: float, y: float, text: str, fc: str, ec: str = "#333333") -> None:
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import FancyBboxPatch
+
     lw = 2.2 if ec == OUTSIDE_EDGE else 1.0
     # See-through, so that an arrow passing behind a box is seen to pass, not to end there.
     face = to_rgba(fc, 0.7)
@@ -172,6 +197,11 @@ def box(ax: plt.Axes, x: float, y: float, text: str, fc: str, ec: str = "#333333
 
 
 def draw(out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     from slurm_pool.cli import COMMANDS
 
     full = graph()
@@ -217,5 +247,123 @@ def draw(out: Path) -> None:
     print(out)
 
 
+# -- docs/architecture.md -----------------------------------------------------------------
+def _path(module: str) -> str:
+    """``slurm_pool/x/y.py`` of a module (a package's ``__init__.py`` as the package's folder)."""
+    rel = modules()[module].relative_to(ROOT).as_posix()
+    return rel.removesuffix("__init__.py")
+
+
+@cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(modules()[module].read_text())
+
+
+def purpose(module: str) -> str:
+    """The first line of a module's docstring ("" without one)."""
+    doc = ast.get_docstring(_tree(module)) or ""
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+def _defines(module: str, kind: type, name: str) -> bool:
+    """Whether ``module`` defines ``name`` at its top: a class or function (``kind``), or a variable (ast.Assign)."""
+    tree = _tree(module)
+    for n in tree.body:
+        if kind is ast.Assign and isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        elif isinstance(n, kind) and getattr(n, "name", None) == name:
+            return True
+    return False
+
+
+def _defining(kind: type, name: str) -> list[str]:
+    return sorted(m for m in modules() if _defines(m, kind, name))
+
+
+def _calls(module: str, name: str) -> bool:
+    tree = _tree(module)
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, (ast.Name, ast.Attribute))
+        and (n.func.id if isinstance(n.func, ast.Name) else n.func.attr) == name
+        for n in ast.walk(tree)
+    )
+
+
+def packages_section() -> str:
+    """Every package (and top-level module) of slurm_pool: purpose, imports, pure core or not."""
+    graph = component_graph()
+    rows = []
+    for comp in sorted(c for c in graph if c not in SKIP):
+        name = f"slurm_pool.{comp}"
+        members = [m for m in modules() if component(m) == comp]
+        core = sum(is_core(m) for m in members)
+        kind = "core" if core == len(members) else ("part core" if core else "")
+        what = purpose(name) if name in modules() else ""
+        uses = ", ".join(f"`{d}`" for d in sorted(graph[comp] - SKIP)) or "-"
+        shown = f"`{comp}/`" if modules()[name].name == "__init__.py" else f"`{comp}.py`"
+        rows.append(f"| {shown} | {what.replace('|', '/')} | {kind} | {uses} |")
+    return "\n".join(
+        [
+            "## Packages",
+            "",
+            "Each package of `slurm_pool/` (and each module at its top) with the first line of its",
+            "docstring, whether it is pure core (`tests/support/imports.py`'s `CORE` and what that imports) and the packages it",
+            "imports (lazy imports included). Generated from the code; the test fails when this is stale.",
+            "",
+            "| package | purpose | core | imports |",
+            "|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+def where_section() -> str:
+    """Where a new thing goes, from what the modules define now."""
+    slurm = _defining(ast.ClassDef, "SlurmClient")
+    versions = _defining(ast.ClassDef, "SlurmVersion")
+    clis = sorted(m for m in modules() if m.endswith(".cli") and m.count(".") == 2)
+    root = [m for m in _defining(ast.Assign, "COMMANDS") if m.rsplit(".", 1)[-1] == "cli"]
+    routers = sorted(m for m in modules() if m.startswith("slurm_pool.web.") and _calls(m, "APIRouter"))
+    app = routers or _defining(ast.FunctionDef, "create_app")
+    spec = _defining(ast.ClassDef, "PoolSpec")
+    rules = [m for m in modules() if m.startswith("slurm_pool.spec.") and _defines(m, ast.FunctionDef, "check")]
+
+    def files(ms: list[str]) -> str:
+        return ", ".join(f"`{_path(m)}`" for m in ms) or "(none yet)"
+
+    return "\n".join(
+        [
+            "## Where do I put ...",
+            "",
+            f"* **a new Slurm call**: a typed method of `SlurmClient` in {files(slurm)}, the only code that",
+            "  knows Slurm's commands, flags and output; what differs between releases is data in",
+            f"  {files(versions)}. Everything else asks `SlurmClient` in the pool's words.",
+            f"* **a new CLI command**: the `cli.py` of the package it drives ({files(clis)}), registered",
+            f"  by name in `COMMANDS` of {files(root)} (subcommands are imported on first use).",
+            f"* **a new page or API resource**: the console's routes, in {files(app)}; what a page",
+            "  shows is built by pure functions (`web/views.py`), and its request and response models",
+            "  live in `web/models.py`.",
+            "* **a new spec section**: a module of its own in `slurm_pool/spec/` (a `Strict` model, as",
+            f"  the sections there are), a field of `PoolSpec` in {files(spec)}, and its cross-field",
+            f"  checks in {files(rules)}.",
+        ]
+    )
+
+
+def markdown() -> str:
+    """docs/architecture.md as the code makes it now."""
+    head = f"<!-- Written by `{COMMAND}` from docs/architecture.template.md and the code; do not edit. -->\n\n"
+    text = TEMPLATE.read_text()
+    return head + text.replace("{{packages}}", packages_section()).replace("{{where}}", where_section())
+
+
 if __name__ == "__main__":
-    draw(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "architecture.png")
+    args = sys.argv[1:]
+    if args[:1] == ["--png"]:
+        draw(Path(args[1]) if len(args) > 1 else ROOT / "docs" / "architecture.png")
+    else:
+        DOC.write_text(markdown())
+        print(DOC)

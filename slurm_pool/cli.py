@@ -13,6 +13,7 @@ import click
 
 from slurm_pool.errors import PoolError
 from slurm_pool.text import shown
+from slurm_pool.wellknown import REMOTE_KEY
 
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
@@ -74,9 +75,6 @@ class LazyGroup(click.Group):
 
 #: Subcommands that talk to a remote ``slurm-pool serve`` under ``--remote``: name -> "module:attribute".
 REMOTE_COMMANDS: dict[str, str] = {"status": "slurm_pool.remote.cli:status"}
-#: Where the group leaves ``(url, token)`` of ``--remote`` for the subcommand (``ctx.meta`` is shared);
-#: the same string as ``slurm_pool.remote.cli.REMOTE_KEY`` (not imported: it would load httpx on every command).
-REMOTE_KEY = "slurm_pool.remote"
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -33,6 +33,7 @@ from slurm_pool import text
 from slurm_pool.errors import ServiceError, kind_of
 from slurm_pool.jobid import JobId
 from slurm_pool.web import models as m
+from slurm_pool.wellknown import CSRF_HEADER
 
 __all__ = [
     "ApiError",
@@ -58,7 +59,6 @@ API = f"/api/{m.API_VERSION}"
 _JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 #: Characters of an error message kept (a hostile server may send megabytes).
 MAX_MESSAGE = 2000
-CSRF_HEADER = "X-CSRF-Token"
 
 T = TypeVar("T", bound=BaseModel)
 

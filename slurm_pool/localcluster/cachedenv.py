@@ -24,10 +24,10 @@ from typing import IO
 
 from slurm_pool.errors import PoolError
 from slurm_pool.localcluster.slurmbuild import cache_root
+from slurm_pool.wellknown import BUILD_STAMP
 
 #: Debian's interpreter: world-executable, unlike a venv's python under /root.
 SYSTEM_PYTHON = "/usr/bin/python3"
-_STAMP = "build.json"
 
 
 class EnvError(PoolError, RuntimeError):
@@ -63,7 +63,7 @@ class CachedEnv:
         return self.root / "npm" / "node_modules" / ".bin" / program
 
     def is_built(self) -> bool:
-        return (self.root / _STAMP).is_file()
+        return (self.root / BUILD_STAMP).is_file()
 
     def build(self, log: IO[str] = sys.stderr) -> "CachedEnv":
         """Install it unless it is there (one install at a time; waiters reuse it)."""
@@ -96,7 +96,7 @@ class CachedEnv:
                 raise EnvError(f"the install did not make {self.root / rel}")
         _world_readable(self.root)
         stamp = {"pypi": list(self.pypi), "npm": list(self.npm), "pip_args": list(self.pip_args)}
-        (self.root / _STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+        (self.root / BUILD_STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
 
 
 def _world_readable(root: Path) -> None:

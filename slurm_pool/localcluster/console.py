@@ -17,16 +17,15 @@ import secrets
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable, Protocol
 
 from slurm_pool.adapters.runner import Runner, SubprocessRunner
 from slurm_pool.errors import PoolError
-from slurm_pool.localcluster.procs import wait_for
+from slurm_pool.localcluster.layout import Layout
+from slurm_pool.localcluster.procs import ProcTable, wait_for
 from slurm_pool.outfiles import replace_file
+from slurm_pool.spec.model import PoolSpec
 from slurm_pool.text import check
-
-if TYPE_CHECKING:
-    from slurm_pool.localcluster.cluster import LocalCluster
 
 #: Name of the tracked process (``procs.ProcTable``) and of the port offset.
 PROC = "console"
@@ -37,6 +36,22 @@ PASSWORDS = Path("console") / "passwords.json"
 
 class ConsoleError(PoolError, RuntimeError):
     pass
+
+
+class ConsoleHost(Protocol):
+    """What the console needs of a local cluster (``LocalCluster`` is one)."""
+
+    @property
+    def spec(self) -> PoolSpec: ...
+
+    @property
+    def layout(self) -> Layout: ...
+
+    @property
+    def jwt_key_path(self) -> Path: ...
+
+    @property
+    def procs(self) -> ProcTable: ...
 
 
 def ensure_jwt_key(path: Path, owner: str) -> Path:
@@ -103,16 +118,16 @@ def set_passwords(users: Iterable[str], state_dir: str | Path, runner: Runner | 
     return out
 
 
-def console_users(cluster: "LocalCluster") -> list[str]:
+def console_users(cluster: ConsoleHost) -> list[str]:
     """Every user of the spec's projects, sorted."""
     return sorted({u for p in cluster.spec.projects for u in p.users})
 
 
-def console_url(cluster: "LocalCluster") -> str:
+def console_url(cluster: ConsoleHost) -> str:
     return f"http://127.0.0.1:{cluster.layout.port(PROC)}/"
 
 
-def service_spec(cluster: "LocalCluster") -> dict:
+def service_spec(cluster: ConsoleHost) -> dict:
     """The spec the service reads: the cluster's own (checkpoints in the state directory), with a console
     section naming the cluster's JWT key when the spec has none."""
     data = cluster.spec.model_dump(mode="json", exclude_unset=True)
@@ -121,7 +136,7 @@ def service_spec(cluster: "LocalCluster") -> dict:
     return data
 
 
-def serve_argv(cluster: "LocalCluster", spec_file: Path) -> list[str]:
+def serve_argv(cluster: ConsoleHost, spec_file: Path) -> list[str]:
     """``slurm-pool serve`` for this cluster: ``spec_file``, loopback on the console port, its JWT key."""
     root = cluster.layout.root
     return [
@@ -146,7 +161,7 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start_console(cluster: "LocalCluster", timeout: float = 60.0) -> str:
+def start_console(cluster: ConsoleHost, timeout: float = 60.0) -> str:
     """Start ``slurm-pool serve`` as a tracked daemon (unless it runs already); its URL."""
     L = cluster.layout
     port = L.port(PROC)
@@ -165,6 +180,6 @@ def start_console(cluster: "LocalCluster", timeout: float = 60.0) -> str:
     return console_url(cluster)
 
 
-def stop_console(cluster: "LocalCluster") -> bool:
+def stop_console(cluster: ConsoleHost) -> bool:
     """Stop the service; True if it was running."""
     return cluster.procs.stop(PROC)

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO
 
 from slurm_pool.errors import PoolError
+from slurm_pool.wellknown import BUILD_STAMP
 
 #: ``--enable-multiple-slurmd`` lets one host run several ``slurmd -N NODE``.
 CONFIGURE_FLAGS: tuple[str, ...] = ("--enable-multiple-slurmd", "--disable-debug")
@@ -78,7 +79,6 @@ PROGRAMS: tuple[str, ...] = (
     "bin/sacctmgr",
     "bin/srun",
 )
-_STAMP = "build.json"
 _TARBALL_RE = re.compile(r"slurm-([0-9]+\.[0-9]+\.[0-9]+(?:-[0-9]+)?)\.tar\.(?:gz|bz2|xz)")
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _WANTED_RE = re.compile(r"([0-9]+\.[0-9]+(?:\.[0-9]+)?)(?:-([a-z]+))?")
@@ -169,7 +169,7 @@ class SlurmBuild:
         return cls(tarball, sha, version, tuple(flags), cache_root() / f"slurm-{version}-{key}")
 
     def is_built(self) -> bool:
-        return (self.prefix / _STAMP).is_file() and all(os.access(self.prefix / p, os.X_OK) for p in PROGRAMS)
+        return (self.prefix / BUILD_STAMP).is_file() and all(os.access(self.prefix / p, os.X_OK) for p in PROGRAMS)
 
     def build_info(self) -> dict:
         return read_stamp(self.prefix)
@@ -223,7 +223,7 @@ class SlurmBuild:
             "build_seconds": round(time.monotonic() - started, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        (self.prefix / _STAMP).write_text(json.dumps(record, indent=2) + "\n")
+        (self.prefix / BUILD_STAMP).write_text(json.dumps(record, indent=2) + "\n")
         print(f"built in {record['build_seconds']}s", file=log, flush=True)
         return record
 
@@ -231,7 +231,7 @@ class SlurmBuild:
 def read_stamp(prefix: Path) -> dict:
     """The ``build.json`` of a cached build ({} if none)."""
     try:
-        data = json.loads((prefix / _STAMP).read_text())
+        data = json.loads((prefix / BUILD_STAMP).read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -87,6 +87,7 @@ from slurm_pool.metrics.parse import lent_nodes, node_gpu_states
 from slurm_pool.metrics.predicted import prediction_metrics
 from slurm_pool.metrics.reclaims import ReclaimTally
 from slurm_pool.text import shown
+from slurm_pool.wellknown import LEND_PARTITION
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ DRAIN_OWNERS = ("slurm-pool", "human")
 SOURCES = ("nodes", "jobs", "outcomes", "reclaims", "kubernetes", "deadline", "predict")
 #: Seconds a scrape waits for Slurm: below Prometheus' default scrape_timeout of 10 s.
 DEFAULT_DEADLINE = 8.0
-DEFAULT_LEND_PARTITION = "k8s-lend"
+DEFAULT_LEND_PARTITION = LEND_PARTITION
 MAX_REASON = 120
 
 T = TypeVar("T")

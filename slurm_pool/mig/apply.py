@@ -130,7 +130,8 @@ class ApplyReport:
         return {"ok": self.ok, "nodes": [r.__dict__ for r in self.results]}
 
 
-def _targets(plan: Plan) -> dict[str, dict[int, Layout | None]]:
+def targets_by_node(plan: Plan) -> dict[str, dict[int, Layout | None]]:
+    """Node -> GPU index -> the layout the plan gives it, for the GPUs the plan changes."""
     out: dict[str, dict[int, Layout | None]] = {}
     for i in plan.changed():
         g = plan.gpus[i]
@@ -138,7 +139,8 @@ def _targets(plan: Plan) -> dict[str, dict[int, Layout | None]]:
     return out
 
 
-def _same(model: str, a: Layout | None, b: Layout | None) -> bool:
+def same_layout(model: str, a: Layout | None, b: Layout | None) -> bool:
+    """Whether two layouts of a ``model`` GPU are the same slices (in any order); None only equals None."""
     if a is None or b is None:
         return a is b
     geo = geometry(model)
@@ -194,7 +196,7 @@ def apply_plan(
     todo: list[tuple[str, dict[int, Layout | None]]] = []
     results: dict[str, NodeResult] = {}
     budget = max_gpus
-    for node, targets in sorted(_targets(plan).items()):
+    for node, targets in sorted(targets_by_node(plan).items()):
         if only is not None and node not in only:
             continue
         if budget is not None and len(targets) > budget:
@@ -279,7 +281,7 @@ def _apply_node(
         current = backend.layouts(node)
     except Exception as exc:  # noqa: BLE001 - reported, node untouched
         return NodeResult(node, "failed", [], f"cannot read node state: {exc}")
-    todo = {i: lay for i, lay in targets.items() if not _same(model, current.get(i, ()), lay)}
+    todo = {i: lay for i, lay in targets.items() if not same_layout(model, current.get(i, ()), lay)}
     if not todo and not ours:
         return NodeResult(node, "unchanged")
     res.gpus = len(todo)
@@ -346,7 +348,7 @@ def _roll_back(
         return
     for idx in sorted(todo):
         old = before.get(idx)
-        if _same(model, now.get(idx, ()), old):
+        if same_layout(model, now.get(idx, ()), old):
             continue
         try:
             backend.apply(node, idx, old)
@@ -385,7 +387,7 @@ def _wait(nodes: NodeControl, node: str, timeout: float) -> None:
 
 def _verify(model: str, node: str, targets: dict[int, Layout | None], backend: MigBackend) -> None:
     after = backend.layouts(node)
-    bad = [i for i, lay in targets.items() if not _same(model, after.get(i, ()), lay)]
+    bad = [i for i, lay in targets.items() if not same_layout(model, after.get(i, ()), lay)]
     if bad:
         got = ", ".join(f"GPU {i}: {after.get(i)}" for i in bad)
         raise ApplyError(f"layout not as planned on {node} ({got})")

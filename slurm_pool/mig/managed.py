@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol, Sequence
 
 from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.errors import InputError
-from slurm_pool.mig.apply import REASON, ApplyReport, MigBackend, NodeControl, _same, _targets, apply_plan
+from slurm_pool.mig.apply import REASON, ApplyReport, MigBackend, NodeControl, apply_plan, same_layout, targets_by_node
 from slurm_pool.mig.confedit import ConfEditError, node_gres, node_lines, replace_node_gres_conf, set_node_gres
 from slurm_pool.mig.emit import MigDevice, gres_conf_autodetect, gres_conf_explicit, slurm_gres
 from slurm_pool.mig.placement import Layout, find_placement
@@ -131,7 +131,7 @@ def wanted(
     gres = slurm_gres(model, [after[i] for i in sorted(after)], version)
     if gres_mode == "autodetect":
         return Wanted(node, gres, tuple(gres_conf_autodetect(node)))
-    changed = {i for i, lay in targets.items() if not _same(model, current.get(i, ()), lay)}
+    changed = {i for i, lay in targets.items() if not same_layout(model, current.get(i, ()), lay)}
     keep = [d for d in backend.devices(node) if d.gpu_index not in changed] if len(changed) < len(after) else []
     devices = predicted_devices(model, {i: after[i] for i in after if i in changed}, keep)
     whole = [(i, i) for i, lay in sorted(after.items()) if lay is None]
@@ -167,7 +167,7 @@ def survey(
             "--config-managed: these node controls cannot read the site's files (read_conf); use --controls ssh"
         )
     out = Survey()
-    for node, targets in sorted(_targets(plan).items()):
+    for node, targets in sorted(targets_by_node(plan).items()):
         want = wanted(plan.model, node, targets, backend, gres_mode, version, dev_dir.replace("{node}", node))
         files = read(node)
         out.files[node] = files
@@ -177,7 +177,7 @@ def survey(
         ours = st.drained and st.reason.startswith(REASON)
         if not todo:
             current = backend.layouts(node)
-            same = all(_same(plan.model, current.get(i, ()), lay) for i, lay in targets.items())
+            same = all(same_layout(plan.model, current.get(i, ()), lay) for i, lay in targets.items())
             (out.done if same and not ours else out.ready).append(node)
             continue
         problem = _conflict(want, files, done, todo, running(node), gres_mode)

@@ -68,6 +68,7 @@ import stat
 from typing import TYPE_CHECKING
 
 from slurm_pool.errors import InputError
+from slurm_pool.wellknown import LEND_PARTITION
 
 if TYPE_CHECKING:  # the hooks never import the spec's models
     from slurm_pool.spec.model import PoolSpec
@@ -97,7 +98,7 @@ DEFAULTS: dict[str, str] = {
     "prolog_fail": "any",
     "epilog_health": "yes",
     "epilog_query": "yes",
-    "lend_partition": "k8s-lend",
+    "lend_partition": LEND_PARTITION,
     "lend_stop_command": "",
     "gpu_busy_wait": "10",
     "scontrol": "scontrol",

@@ -15,9 +15,7 @@ import click
 
 from slurm_pool.clitypes import Finite
 from slurm_pool.text import shown
-
-#: Where the group leaves ``(url, token)`` of ``--remote`` (``ctx.meta`` is shared by the whole context chain).
-REMOTE_KEY = "slurm_pool.remote"
+from slurm_pool.wellknown import REMOTE_KEY
 
 
 @click.command("status")

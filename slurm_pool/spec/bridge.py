@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from slurm_pool import text
 from slurm_pool.spec.base import CommandLine, K8sLabel, K8sName, Name, PlainPath, Strict, User
+from slurm_pool.wellknown import BRIDGE_ACCOUNT, BRIDGE_USER, LEND_PARTITION, LEND_QOS
 
 if TYPE_CHECKING:  # pragma: no cover
     from slurm_pool.spec.model import PoolSpec
@@ -253,10 +254,10 @@ class Bridge(Strict):
 
     enabled: bool = True
     #: Slurm side: the placeholder job that holds a lent node.
-    partition: Name = "k8s-lend"
-    qos: Name = "k8s-lend"
-    account: Name = "k8s-bridge"
-    user: Optional[User] = "slurmpool"
+    partition: Name = LEND_PARTITION
+    qos: Name = LEND_QOS
+    account: Name = BRIDGE_ACCOUNT
+    user: Optional[User] = BRIDGE_USER
     #: When lending is allowed (an allow-list; empty: at any time).  Outside every window lent
     #: nodes are reclaimed, unless ``lend_outside_off_peak`` lets inference demand alone decide.
     off_peak: list[OffPeakWindow] = [OffPeakWindow(start="19:00", end="07:00")]

@@ -9,9 +9,9 @@ import yaml
 from pydantic import ValidationError
 
 from slurm_pool.errors import Issue, SpecError, fmt_path
-from slurm_pool.spec import rules
 from slurm_pool.spec.base import NestedValueError
 from slurm_pool.spec.model import PoolSpec
+from slurm_pool.spec.rules import check as check_rules
 
 SUPPORTED_VERSIONS = (1,)
 
@@ -71,7 +71,7 @@ def parse_spec(data: Any) -> PoolSpec:
         spec = PoolSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError([_describe(e) for e in exc.errors()]) from None  # type: ignore[arg-type]
-    problems = rules.check(spec)
+    problems = check_rules(spec)
     if problems:
         raise SpecError(problems)
     return spec

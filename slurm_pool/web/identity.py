@@ -48,11 +48,11 @@ from slurm_pool.errors import InputError, ServiceError
 from slurm_pool.spec.console import Console
 from slurm_pool.web.hosts import AllowedHosts, split_host
 from slurm_pool.web.throttle import Busy, LoginThrottle, Ticket
+from slurm_pool.wellknown import CSRF_HEADER
 
 SESSION_COOKIE = "slurm_pool_session"
 #: The cookie's name under TLS: the browser keeps it only if Secure, Path=/ and without Domain.
 HOST_COOKIE = "__Host-" + SESSION_COOKIE
-CSRF_HEADER = "X-CSRF-Token"
 #: Longest token (and Authorization header) read at all; Slurm's are a few hundred bytes.
 MAX_TOKEN = 4096
 #: Seconds of clock skew forgiven on ``exp``, ``iat`` and ``nbf``.

@@ -25,12 +25,14 @@ from typing import Any, Iterable, Mapping, Sequence
 from slurm_pool import text
 from slurm_pool.adapters.gres import parse_gres
 from slurm_pool.adapters.records import JobRecord, NodeRecord
+from slurm_pool.adapters.sbatchopts import HeaderError, header
 from slurm_pool.metrics.charges import held_seconds
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
 from slurm_pool.metrics.outcomes import record_fields
 from slurm_pool.metrics.parse import job_nodes, node_gpu_states
 from slurm_pool.metrics.status import build
-from slurm_pool.policy.tables import PolicyTables
+from slurm_pool.policy.rules import declares_checkpoint, gpu_gres, guarantee_route, requeue_off
+from slurm_pool.policy.tables import PolicyTables, TierRule
 from slurm_pool.spec.hosts import HostlistError, expand
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.spec.ranges import no_time_limit
@@ -445,14 +447,17 @@ def explain(
         refusals.append(f"{who.user} is not a member of project {project!r}; your projects: {', '.join(who.projects)}")
     routes = _routes(tables, project)
     partition = routes.get(req.tier, "")
+    qos = req.tier
     if not partition:
         refusals.append(f"project {project!r} may not use tier {req.tier!r}; its tiers: {', '.join(routes) or 'none'}")
+    else:
+        partition, qos, rule = _guarantee_route(tables, project, req, rule, partition, notes, refusals)
     part_rule = next((p for p in tables.partitions if p.name == partition), None)
     types = part_rule.gpu_types if part_rule else ()
     opts = [
         "--parsable",
         *([f"--partition={partition}"] if partition else []),
-        f"--qos={req.tier}",
+        f"--qos={qos}",
         f"--account={project}",
         f"--time={req.time_limit}",
         f"--job-name={req.name}",
@@ -484,10 +489,13 @@ def explain(
                     f"types there: {', '.join(t for t in types) or 'none'}"
                 )
             opts.append(f"--gres=gpu:{req.gpu_type}:{req.gpus}")
+        elif partition and not types:
+            refusals.append(f"partition {partition!r} has no GPUs; ask for none, or use another tier")
+            opts.append(f"--gres=gpu:{req.gpus}")
         else:
             opts.append(f"--gres=gpu:{req.gpus}")
             if rule.gpu_shards and req.gpus == 1:
-                notes.append(f"tier {req.tier!r} shares GPUs: one GPU of no type becomes {rule.gpu_shards} shard(s)")
+                notes.append(f"tier {rule.name!r} shares GPUs: one GPU of no type becomes {rule.gpu_shards} shard(s)")
     if req.nodes:
         opts.append(f"--nodelist={req.nodes}")
     asked = fit.ask(opts, req.script)  # the script's #SBATCH lines add what the form does not pass
@@ -497,13 +505,14 @@ def explain(
         refusals += fit.refusals(asked, partition, fit.shapes(spec, partition))
     units = asked.total
     if rule.max_gpus is not None and units > rule.max_gpus:
-        refusals.append(f"tier {req.tier!r} allows at most {rule.max_gpus} GPU(s) per job; this job asks for {units}")
+        refusals.append(f"tier {rule.name!r} allows at most {rule.max_gpus} GPU(s) per job; this job asks for {units}")
     if rule.require_time and no_time_limit(req.time_limit):  # 0 is no limit too (sbatch(1)), as job_submit.lua reads it
         refusals.append(
-            f"tier {req.tier!r} requires a finite time limit, not {req.time_limit} ([days-]hours:minutes:seconds)"
+            f"tier {rule.name!r} requires a finite time limit, not {req.time_limit} ([days-]hours:minutes:seconds)"
         )
     elif rule.require_time:
-        notes.append(f"tier {req.tier!r} requires a time limit: {req.time_limit}")
+        notes.append(f"tier {rule.name!r} requires a time limit: {req.time_limit}")
+    directives = _header_options(req.script)
     if req.checkpoint:
         # The SPANK plugin's --checkpoint marks the job; --signal is what wakes `slurm-pool run` when
         # Slurm preempts it (its grace time moves the end time closer than the warning).
@@ -513,14 +522,19 @@ def explain(
             f"checkpoint: the job gets SIG{tables.checkpoint_signal} {tables.warn_seconds} s before it is "
             "preempted, saves its state and is requeued"
         )
+    elif rule.checkpoint == "reject" and (requeue_off(directives) or not declares_checkpoint(directives)):
+        missing = "checkpoint their work (tick checkpoint)"
+        if declares_checkpoint(directives):
+            missing = "be requeueable, and the script's #SBATCH --no-requeue turns requeue off (tick checkpoint)"
+        refusals.append(f"tier {rule.name!r} is preemptible: its jobs must {missing}" + _other_tiers(tables, project))
     elif rule.checkpoint == "reject":
-        refusals.append(
-            f"tier {req.tier!r} is preemptible: its jobs must checkpoint their work (tick checkpoint)"
-            + _other_tiers(tables, project)
+        notes.append(
+            f"tier {rule.name!r} is preemptible: the script's #SBATCH --signal declares checkpointing, "
+            "and the job is requeued if preempted"
         )
     elif rule.checkpoint == "add_requeue":
         notes.append(
-            f"tier {req.tier!r} is preemptible: the job is requeued if preempted and, without checkpoint, "
+            f"tier {rule.name!r} is preemptible: the job is requeued if preempted and, without checkpoint, "
             "starts again from the beginning"
         )
     for o in opts:  # every option is one word the model checked; refuse anything else outright
@@ -529,14 +543,41 @@ def explain(
             break
     return models.Explanation(
         ok=not refusals,
-        tier=req.tier,
+        tier=rule.name,
         partition=partition,
-        qos=req.tier,
+        qos=qos,
         options=opts,
         notes=notes,
         refusals=refusals,
         output=asked.output,
     )
+
+
+def _header_options(script: str) -> list[str]:
+    """The long names of the script's ``#SBATCH`` options, in order ([] when sbatch cannot read the header)."""
+    try:
+        return [d.name for d in header(script)]
+    except HeaderError:
+        return []
+
+
+def _guarantee_route(
+    tables: PolicyTables,
+    project: str,
+    req: models.SubmitRequest,
+    rule: TierRule,
+    partition: str,
+    notes: list[str],
+    refusals: list[str],
+) -> tuple[str, str, TierRule]:
+    """Partition, QOS and tier rule once the project's floating guarantee had its say (:func:`guarantee_route`)."""
+    gres = gpu_gres(tables, req.mig, req.gpu_type, 0 if req.shards else req.gpus)
+    asked = fit.ask([f"--gres={gres}"] if gres else [], req.script)
+    total = 0 if req.shards else asked.total
+    route = guarantee_route(tables, project, rule, partition, total, {asked.gpu_type or "": total} if total else {})
+    notes.extend(n for n in (route.note,) if n)
+    refusals.extend(r for r in (route.refusal,) if r)
+    return route.partition, route.qos, route.tier
 
 
 def _routes(tables: PolicyTables, project: str) -> dict[str, str]:

@@ -2,8 +2,9 @@
 
 Every run-time import of every module -- imports inside functions included,
 ``if TYPE_CHECKING:`` blocks left out -- by module and by subpackage.  Used by
-``tests/unit/test_structure.py`` (no cycles, a pure core) and by
-``docs/architecture_graph.py`` (the picture of the same graph).
+``tests/unit/test_structure.py`` (no cycles between packages or modules, a pure
+core, no private name imported across modules) and by ``docs/architecture_graph.py``
+(docs/architecture.md and the picture of the same graph).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ PKG = Path(__file__).resolve().parents[2] / "slurm_pool"
 CORE = (
     "slurm_pool.errors",
     "slurm_pool.versions",
+    "slurm_pool.wellknown",
     "slurm_pool.spec",
     "slurm_pool.render",
     "slurm_pool.policy",
@@ -161,3 +163,46 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+def private_imports(module: str, source: str | None = None) -> list[tuple[int, str, str]]:
+    """Private names (a leading underscore) ``module`` takes from another ``slurm_pool`` module.
+
+    ``from slurm_pool.x import _name`` and ``from slurm_pool import x`` (or ``import slurm_pool.x as x``)
+    followed by ``x._name``; each as (line, the other module, the name).  ``source``: the text to read
+    instead of the module's file (for testing the finder).
+    """
+    tree = ast.parse(modules()[module].read_text() if source is None else source)
+    out: list[tuple[int, str, str]] = []
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = _resolve(module, node.level, node.module)
+            for a in node.names:
+                if f"{base}.{a.name}" in modules():
+                    bound[a.asname or a.name] = f"{base}.{a.name}"
+                elif _private(a.name) and _ours_name(base) and base != module:
+                    out.append((node.lineno, base, a.name))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if _ours_name(a.name) and a.asname:
+                    bound[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name):
+            other = bound.get(node.value.id)
+            if other is not None and other != module:
+                out.append((node.lineno, other, node.attr))
+    return sorted(out)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _ours_name(name: str) -> bool:
+    return name == "slurm_pool" or name.startswith("slurm_pool.")
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the ``slurm_pool`` modules it imports at run time (lazy imports included)."""
+    return {m: {n for n in imports_of(m) if n in modules() and n != m} for m in modules()}

@@ -13,7 +13,18 @@ from typing import Iterator
 
 import pytest
 
-from tests.support.imports import CORE, PKG, closure, component_graph, cycles, imports_of, is_cli, modules
+from tests.support.imports import (
+    CORE,
+    PKG,
+    closure,
+    component_graph,
+    cycles,
+    imports_of,
+    is_cli,
+    module_graph,
+    modules,
+    private_imports,
+)
 
 EDGE = (
     "slurm_pool.adapters",
@@ -58,6 +69,75 @@ def test_no_import_cycle_between_subpackages() -> None:
     graph = component_graph()
     assert {"spec", "mig", "render", "policy", "adapters"} <= set(graph)
     assert cycles(graph) == [], "subpackages import each other in a cycle"
+
+
+def test_no_import_cycle_between_modules() -> None:
+    # A circle of files (localcluster's cluster and console once) makes an import order matter and a
+    # module unreadable alone; lazy imports count (the walk sees them), ``if TYPE_CHECKING:`` ones do not.
+    graph = module_graph()
+    assert {"slurm_pool.localcluster.cluster", "slurm_pool.localcluster.console"} <= set(graph)
+    assert cycles(graph) == [], "modules import each other in a cycle"
+
+
+@pytest.mark.parametrize(
+    "source,found",
+    [
+        ("from slurm_pool.mig.apply import _same, apply_plan", [(1, "slurm_pool.mig.apply", "_same")]),
+        ("from slurm_pool.mig.apply import same_layout as _same", []),
+        ("from slurm_pool.mig import apply\napply._targets(p)", [(2, "slurm_pool.mig.apply", "_targets")]),
+        ("import slurm_pool.mig.apply as ap\nap._targets(p)", [(2, "slurm_pool.mig.apply", "_targets")]),
+        ("from . import apply as a\na._x", [(2, "slurm_pool.mig.apply", "_x")]),
+        ("from .apply import _x", [(1, "slurm_pool.mig.apply", "_x")]),
+        ("from slurm_pool.mig.apply import __all__", []),
+        ("from os import _exit", []),
+        ("self._cache.get(k)", []),
+    ],
+)
+def test_the_private_import_finder(source: str, found: list[tuple[int, str, str]]) -> None:
+    assert private_imports("slurm_pool.mig.managed", source) == found
+
+
+@pytest.mark.parametrize("module", sorted(modules()))
+def test_no_private_name_imported_across_modules(module: str) -> None:
+    # A name with a leading underscore is its module's own: one that another module needs is made public there.
+    assert private_imports(module) == []
+
+
+#: Well-known names, defined once in slurm_pool/wellknown.py; any other module imports them.
+WELLKNOWN = {"k8s-lend", "k8s-bridge", "slurmpool", "slurm_pool.remote", "X-CSRF-Token", "build.json"}
+
+
+def _string_constants(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """String constants that are not docstrings."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+
+
+def test_wellknown_names_are_defined_once() -> None:
+    defined = {v for _, v in _string_constants(ast.parse(modules()["slurm_pool.wellknown"].read_text()))}
+    assert WELLKNOWN <= defined
+    bad = [
+        f"{path.relative_to(PKG.parent)}:{no}: {value!r}"
+        for name, path in modules().items()
+        if name != "slurm_pool.wellknown"
+        for no, value in _string_constants(ast.parse(path.read_text()))
+        if value in WELLKNOWN
+    ]
+    assert bad == [], "import the name from slurm_pool.wellknown"
+
+
+def test_wellknown_is_a_leaf() -> None:
+    # The node hooks (stdlib only, on their fast path) and the root command import it.
+    assert imports_of("slurm_pool.wellknown") <= {"__future__"}
 
 
 @pytest.mark.parametrize(
@@ -166,11 +246,12 @@ TOP_LEVEL = {
     "clitypes": "option types and --slurm-version, shared by every package's command line",
     "cronexit": "how the commands meant for cron end, shared by every package's command line",
     "findings": "what a doctor check reports, shared by doctor/ and guarantees/ (below both)",
+    "wellknown": "names several packages share (k8s-lend, the remote key), a stdlib-only leaf the node hooks import",
 }
 
 
 def test_the_top_level_allow_list_is_short_and_says_why() -> None:
-    assert len(TOP_LEVEL) <= 13
+    assert len(TOP_LEVEL) <= 14
     assert all(len(why) > 10 for why in TOP_LEVEL.values())
 
 
