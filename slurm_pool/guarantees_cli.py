@@ -46,13 +46,14 @@ def reconcile(spec: PoolSpec, runner: Runner, dry_run: bool = False) -> Report:
 
     if spec.guarantees is None:
         raise InputError("guarantees: the spec has no guarantees section, so no job overflows a guarantee")
-    jobs = SlurmClient(runner).jobs_json()
+    slurm = SlurmClient(runner)
+    jobs = slurm.jobs_json()
     outcomes = []
     for move in plan_moves(spec, jobs):
         if dry_run:
             outcomes.append(Outcome(move, False))
             continue
-        res = runner.run(move.argv(), check=False)
+        res = slurm.update_job(move.job_id, partition=move.partition, qos=move.qos, admin_comment="", check=False)
         err = (res.stderr or res.stdout).strip()
         outcomes.append(Outcome(move, res.ok, "" if res.ok else err or f"exit status {res.returncode}"))
     return Report(tuple(outcomes), waiting_jobs(spec, jobs), dry_run)

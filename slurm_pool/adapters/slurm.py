@@ -28,6 +28,7 @@ from slurm_pool.adapters.records import (
     skipped,
 )
 from slurm_pool.adapters.runner import CommandError, Result, Runner, SubprocessRunner
+from slurm_pool.adapters.slurmcalls import SlurmCalls
 from slurm_pool.versions import SlurmVersion
 
 
@@ -40,8 +41,8 @@ class SlurmAPI(Protocol):
     def resume(self, node: str) -> None: ...
 
 
-class SlurmClient:
-    """Slurm through its command-line tools."""
+class SlurmClient(SlurmCalls):
+    """Slurm through its command-line tools (and the pool's vocabulary of :class:`SlurmCalls`)."""
 
     def __init__(self, runner: Runner | None = None, version: SlurmVersion | None = None):
         self.runner = runner or SubprocessRunner()
@@ -128,9 +129,6 @@ class SlurmClient:
 
     def resume(self, node: str) -> None:
         self.runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
-
-    def requeue(self, job_id: int | str) -> None:
-        self.runner.run(["scontrol", "requeue", str(job_id)])
 
     # -- accounting ------------------------------------------------------
     def sacctmgr_show(self, entity: str, fields: Sequence[str], where: Sequence[str] = ()) -> list[dict[str, str]]:
