@@ -89,6 +89,23 @@ def batch_argv(job: BatchJob, sbatch: str = "sbatch") -> list[str]:
     return [sbatch, *batch_options(job)]
 
 
+def batch_directives(nodes: int, tasks_per_node: int | None = None) -> list[str]:
+    """A batch script's ``#SBATCH`` lines for its node count (and tasks on each node)."""
+    lines = [f"#SBATCH --nodes={nodes}"]
+    return lines + ([f"#SBATCH --ntasks-per-node={tasks_per_node}"] if tasks_per_node is not None else [])
+
+
+def on_every_node(command_line: str) -> str:
+    """A batch script's line running ``command_line`` (shell text) once on each of the job's nodes; one that
+    fails stops none of the others."""
+    return f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 {command_line}"
+
+
+def cancel_own_named(name: str) -> str:
+    """A batch script's line cancelling the user's own jobs named ``name`` (shell text); failing is no error."""
+    return f'scancel --name={name} --user="$(id -un)" || true'
+
+
 def node_in_json(text: str, name: str) -> NodeRecord | None:
     """The record of ``name`` in ``scontrol --json show node`` output (23.02+), else None."""
     try:

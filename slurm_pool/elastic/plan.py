@@ -27,7 +27,13 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from slurm_pool.adapters.slurmcalls import BatchJob, batch_options
+from slurm_pool.adapters.slurmcalls import (
+    BatchJob,
+    batch_directives,
+    batch_options,
+    cancel_own_named,
+    on_every_node,
+)
 
 #: Rendezvous ports: one per core job, so jobs on one node do not collide.
 PORT_BASE, PORT_SPAN = 29500, 20000
@@ -96,12 +102,11 @@ def core_script(job: ElasticJob) -> str:
     """The core's batch script: one agent per node (srun), then the extensions are cancelled."""
     lines = [
         "#!/bin/bash",
-        f"#SBATCH --nodes={job.min_nodes}",
-        "#SBATCH --ntasks-per-node=1",
+        *batch_directives(job.min_nodes, tasks_per_node=1),
         *_exports(job),
-        f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 {_node_line(job, CORE_ID)}",
+        on_every_node(_node_line(job, CORE_ID)),
         "rc=$?",
-        'scancel --name="elastic-$SLURM_JOB_ID-ext" --user="$(id -un)" || true',
+        cancel_own_named('"' + extension_name("$SLURM_JOB_ID") + '"'),
         "exit $rc",
         "",
     ]
@@ -113,7 +118,7 @@ def extension_script(job: ElasticJob, core_id: int) -> str:
     return "\n".join(
         [
             "#!/bin/bash",
-            "#SBATCH --nodes=1",
+            *batch_directives(1),
             *_exports(job),
             f"exec {_node_line(job, shlex.quote(str(core_id)))}",
             "",
