@@ -88,21 +88,63 @@ def user_environment(user: str, base: Mapping[str, str]) -> tuple[dict[str, str]
     return env, pw.pw_uid, pw.pw_gid, os.getgrouplist(pw.pw_name, pw.pw_gid), pw.pw_dir
 
 
+#: Environment variables Slurm's commands read as filters, formats or job options, cleared before each
+#: command (a ``SQUEUE_PARTITION`` in a service's environment would make it see part of the cluster).
+#: Source: the ENVIRONMENT sections of 26.05.3's doc/man/man1/{squeue,sinfo,sacct,sacctmgr,scontrol,scancel,
+#: sprio,sshare,sreport,sdiag,sbatch,salloc,srun}.1 and the getenv() calls of src/squeue/opts.c,
+#: src/sinfo/opts.c, src/sacct/options.c, src/scontrol/scontrol.c, src/scancel/opt.c, src/sprio/opts.c,
+#: src/sreport/sreport.c.  SLURM_CONF (which cluster) and SLURM_DEBUG_FLAGS (diagnostics) stay.
+SLURM_FILTER_PREFIXES = (
+    "SQUEUE_",  # SQUEUE_PARTITION, _STATES, _USERS, _ACCOUNT, _QOS, _NAMES, _FORMAT, _FORMAT2, _SORT, _ALL, ...
+    "SINFO_",  # SINFO_PARTITION, _FORMAT, _SORT, _ALL, _FEDERATION, _LOCAL
+    "SACCT_",  # SACCT_FEDERATION, _FORMAT, _LOCAL
+    "SACCTMGR_",
+    "SCONTROL_",  # SCONTROL_ALL, _FEDERATION, _FUTURE, _LOCAL, _SIBLING
+    "SCANCEL_",  # SCANCEL_USER, _PARTITION, _STATE, _NAME, _ACCOUNT, _QOS, ... (what scancel cancels)
+    "SPRIO_",
+    "SSHARE_",
+    "SREPORT_",
+)
+#: Option defaults of the commands that submit jobs (kept by a runner for a user's own submissions).
+SLURM_JOB_DEFAULT_PREFIXES = ("SBATCH_", "SALLOC_", "SRUN_")
+SLURM_FILTER_NAMES = frozenset(
+    {
+        "SLURM_TIME_FORMAT",  # how times print (relative, strftime)
+        "SLURM_BITSTR_LEN",  # how long an array's task list prints
+        "SLURM_TOPO_LEN",
+        "SLURM_CLUSTERS",  # --clusters: another cluster than SLURM_CONF's
+        "SLURM_JSON",  # --json's layout
+        "SLURM_YAML",
+    }
+)
+
+
+def slurm_clean(env: Mapping[str, str], keep_job_defaults: bool = False) -> dict[str, str]:
+    """``env`` without what Slurm's commands read as filters or formats (:data:`SLURM_FILTER_PREFIXES`,
+    :data:`SLURM_FILTER_NAMES`) and, unless ``keep_job_defaults``, their job option defaults."""
+    prefixes = SLURM_FILTER_PREFIXES + (() if keep_job_defaults else SLURM_JOB_DEFAULT_PREFIXES)
+    return {k: v for k, v in env.items() if k not in SLURM_FILTER_NAMES and not k.startswith(prefixes)}
+
+
 @dataclass
 class SubprocessRunner:
     """Runs commands for real.  ``env`` is merged over the current environment.
 
     With ``user``, each command runs as that user (its uid, gid and groups, in its home directory) with
     only a small part of the current environment (:func:`user_environment`), ``env`` merged over it.
+    What Slurm's commands read as filters and formats is never passed on (:func:`slurm_clean`), nor
+    sbatch's, salloc's and srun's option defaults unless ``keep_job_defaults`` (a user's own submission);
+    ``env`` is merged last, so what a caller sets itself stays.
     """
 
     env: Mapping[str, str] | None = None
     default_timeout: float = 120.0
     user: str | None = None
+    keep_job_defaults: bool = False
 
     def _context(self) -> dict[str, Any]:
         """The environment, user and directory a command runs with (``subprocess`` keywords)."""
-        env = dict(os.environ)
+        env = slurm_clean(os.environ, self.keep_job_defaults)
         uid = gid = None
         groups: list[int] | None = None
         cwd: str | None = None

@@ -29,6 +29,7 @@ from slurm_pool.adapters.records import (
     skipped,
 )
 from slurm_pool.adapters.runner import CommandError, Result, Runner, SubprocessRunner
+from slurm_pool.adapters.slurmcalls import SlurmCalls
 from slurm_pool.versions import SlurmVersion
 
 
@@ -41,8 +42,8 @@ class SlurmAPI(Protocol):
     def resume(self, node: str) -> None: ...
 
 
-class SlurmClient:
-    """Slurm through its command-line tools."""
+class SlurmClient(SlurmCalls):
+    """Slurm through its command-line tools (and the pool's vocabulary of :class:`SlurmCalls`)."""
 
     def __init__(self, runner: Runner | None = None, version: SlurmVersion | None = None):
         self.runner = runner or SubprocessRunner()
@@ -130,9 +131,6 @@ class SlurmClient:
     def resume(self, node: str) -> None:
         self.runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
-    def requeue(self, job_id: int | str) -> None:
-        self.runner.run(["scontrol", "requeue", str(job_id)])
-
     # -- accounting ------------------------------------------------------
     def sacctmgr_show(self, entity: str, fields: Sequence[str], where: Sequence[str] = ()) -> list[dict[str, str]]:
         """Rows of ``sacctmgr show`` as dicts keyed by the requested field names.
@@ -192,11 +190,6 @@ class SlurmClient:
             return Result(res.argv, 1, res.stdout, res.stderr)
         return res
 
-    def move_job(self, job: str, qos: str, partition: str | None = None, timeout: float | None = None) -> Result:
-        """``job`` (Slurm's notation) to QOS ``qos`` and, when given, ``partition`` (``scontrol update``)."""
-        argv = ["scontrol", "update", f"JobId={job}", f"QOS={qos}", *([f"Partition={partition}"] if partition else [])]
-        return self.runner.run(argv, check=False, timeout=timeout)
-
     def submit_batch(self, options: Sequence[str], script: str, timeout: float | None = None) -> Result:
         """``sbatch --parsable OPTIONS`` with ``script`` on stdin (see :meth:`submitted_id`)."""
         opts = list(options) if "--parsable" in options else ["--parsable", *options]
@@ -250,11 +243,6 @@ class SlurmClient:
     def submit_help(self) -> Result:
         """``sbatch --help``: its options show which SPANK plugins loaded; a failure is in the Result."""
         return self.runner.run(["sbatch", "--help"], check=False)
-
-    def route_job(self, job_id: int | str, partition: str, qos: str) -> Result:
-        """A pending job into ``partition`` and ``qos``, its admin comment cleared; Slurm's refusal is in the Result."""
-        argv = ["scontrol", "update", f"JobId={job_id}", f"Partition={partition}", f"QOS={qos}", "AdminComment="]
-        return self.runner.run(argv, check=False)
 
     @staticmethod
     def install_prefix() -> str | None:

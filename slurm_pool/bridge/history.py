@@ -16,8 +16,6 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from slurm_pool.adapters.prometheus import QueryError, query_range
-from slurm_pool.adapters.runner import stream_output
-from slurm_pool.adapters.sacct_stream import job_records
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.bridge.forecast import HOUR, Forecast, profile, slurm_demand
 from slurm_pool.spec.bridge import Bridge
@@ -59,18 +57,9 @@ def build_forecast(spec: Any, config: Bridge, sources: Sources, now: datetime) -
     end = now.timestamp()
     start = end - settings.history_days * DAY
     stamp = "%Y-%m-%dT%H:%M:%S"
-    argv = [
-        "sacct",
-        "--json",
-        "--allusers",
-        "--allocations",
-        "--starttime",
-        datetime.fromtimestamp(start, timezone.utc).astimezone().strftime(stamp),
-        "--endtime",
-        datetime.fromtimestamp(end, timezone.utc).astimezone().strftime(stamp),
-    ]
-    with stream_output(sources.slurm.runner, argv) as out:  # never the whole history in memory
-        jobs = job_records(out, f"{' '.join(argv)} printed no readable records")
+    since, until = (datetime.fromtimestamp(t, timezone.utc).astimezone().strftime(stamp) for t in (start, end))
+    # never the whole history in memory
+    with sources.slurm.accounting_stream(since, until, all_users=True, allocations=True) as jobs:
         series = slurm_demand(jobs, group_of, start, end, skip_partitions=[config.partition])
     slurm = {g: profile(s, settings.slurm_quantile, zone) for g, s in series.items()}
     warnings = []

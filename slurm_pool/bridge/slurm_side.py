@@ -28,13 +28,13 @@ import shlex
 from typing import Iterable
 
 from slurm_pool.adapters.records import JobRecord, NodeRecord
-from slurm_pool.adapters.runner import CommandError
 from slurm_pool.adapters.slurm import SlurmClient
+from slurm_pool.adapters.slurmcalls import BatchJob, batch_argv
 from slurm_pool.bridge.gangs import GROUP_ID
 from slurm_pool.bridge.model import LEND_COMMENT, PLACEHOLDER_NAME
 from slurm_pool.errors import InputError
 from slurm_pool.spec.bridge import Bridge
-from slurm_pool.text import matches, shown, strict_int
+from slurm_pool.text import matches, shown
 
 PLACEHOLDER_SCRIPT = """#!/bin/sh
 # slurm-pool placeholder: holds this node for the Kubernetes inference tier
@@ -131,8 +131,8 @@ class SlurmSide:
     def jobs(self) -> list[JobRecord]:
         return self.client.jobs()
 
-    def placeholder_argv(self, node: str, group: str = "") -> list[str]:
-        """The sbatch command line of a placeholder for ``node`` (:class:`InputError` for a name Slurm cannot have).
+    def placeholder_job(self, node: str, group: str = "") -> BatchJob:
+        """The placeholder batch job for ``node`` (:class:`InputError` for a name Slurm cannot have).
 
         ``group``: the gang group it is lent for, named in its comment (``gang=<id>``), so that a lend
         stopped before the node is marked in Kubernetes is still known to be the group's.
@@ -141,48 +141,37 @@ class SlurmSide:
         if group and not matches(GROUP_ID, group):
             raise InputError(f"gang group {shown(repr(group))} is not a group id: no placeholder for {node}")
         c = self.config
-        argv = ["sbatch", "--parsable"]
-        if self.submit_as:
-            argv.append(f"--uid={self.submit_as}")
-        argv += [
-            f"--job-name={PLACEHOLDER_NAME}",
-            f"--partition={c.partition}",
-            f"--qos={c.qos}",
-            f"--account={c.account}",
-            f"--nodelist={node}",
-            "--nodes=1",
-            "--exclusive",
-            "--mem=0",
-            "--signal=B:TERM@60",
-            f"--comment={LEND_COMMENT} node={node}" + (f" gang={group}" if group else ""),
-            "--output=/dev/null",
-            "--chdir=/",
-        ]
-        if self.client.version().has("preempt_requeues_exited_job"):
-            argv.append("--no-requeue")
-        return argv
+        return BatchJob(
+            name=PLACEHOLDER_NAME,
+            submit_as=self.submit_as or None,
+            partition=c.partition,
+            qos=c.qos,
+            account=c.account,
+            nodelist=node,
+            nodes=1,
+            exclusive=True,
+            mem_mb=0,
+            signal="B:TERM@60",
+            comment=f"{LEND_COMMENT} node={node}" + (f" gang={group}" if group else ""),
+            output="/dev/null",
+            chdir="/",
+            # From 24.05 Slurm requeues a requeueable job that exits after its grace signal itself.
+            requeue=False if self.client.version().has("preempt_requeues_exited_job") else None,
+        )
+
+    def placeholder_argv(self, node: str, group: str = "") -> list[str]:
+        """The sbatch command line of :meth:`placeholder_job`."""
+        return batch_argv(self.placeholder_job(node, group))
 
     def submit_placeholder(self, node: str, k8s_node: str | None = None, group: str = "") -> int:
         """Submit the placeholder for ``node`` (whose Kubernetes Node is ``k8s_node``; ``group``: the gang group
         it is lent for); return its job id."""
         script = placeholder_script(self.config, node, k8s_node)
-        res = self.client.runner.run(self.placeholder_argv(node, group), input=script)
-        try:
-            job_id = strict_int(res.stdout.strip().split(";")[0], "sbatch's job id")
-        except ValueError:
-            raise CommandError(res) from None
-        if job_id <= 0:
-            raise CommandError(res)
-        return job_id
+        return self.client.submit(self.placeholder_job(node, group), script)
 
     def job_state(self, job_id: int) -> tuple[str, str]:
         """(state, reason) of a job in the queue; ``("", "")`` once it is gone."""
-        res = self.client.runner.run(["squeue", "-h", "-j", str(job_id), "-o", "%T|%r"], check=False)
-        line = res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else ""
-        state, _, reason = line.partition("|")
-        return state.strip().upper(), reason.strip()
+        return self.client.job_state(job_id)
 
     def cancel(self, job_ids: Iterable[int]) -> None:
-        ids = [str(j) for j in job_ids]
-        if ids:
-            self.client.runner.run(["scancel", *ids])
+        self.client.cancel(job_ids)

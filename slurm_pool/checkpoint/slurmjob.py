@@ -11,11 +11,11 @@ query fails does the signal decide.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
-from slurm_pool.adapters.records import JobRecord, RecordError, parse_job_text, parse_jobs
+from slurm_pool.adapters.records import JobRecord
+from slurm_pool.adapters.slurmcalls import SlurmCalls
 
 PREEMPT = "preempt"
 TIMEOUT = "timeout"
@@ -30,27 +30,11 @@ SELF_REQUEUE_TOKEN = "slurm-pool:self-requeues="
 _TOKEN_RE = re.compile(re.escape(SELF_REQUEUE_TOKEN) + r"(\d+)")
 
 
-def query_job(runner: Any, job_id: str, scontrol: str = "scontrol", timeout: float = 10.0) -> JobRecord | None:
-    """The job's record through the Runner; None when Slurm cannot be asked.
-
-    ``squeue --json`` has the comment, PreemptTime and EndTime on every release;
-    ``scontrol --json show job`` exists from 23.02 on; plain text is the last resort.
-    """
-    squeue = os.path.join(os.path.dirname(scontrol), "squeue") if os.path.dirname(scontrol) else "squeue"
-    try:
-        for argv in ([squeue, "--json", "--jobs", str(job_id)], [scontrol, "--json", "show", "job", str(job_id)]):
-            res = runner.run(argv, check=False, timeout=timeout)
-            if res.ok:
-                try:
-                    found = [j for j in parse_jobs(res.stdout) if str(j.job_id) == str(job_id)]
-                except RecordError:
-                    continue
-                if found:
-                    return found[0]
-        res = runner.run([scontrol, "show", "job", str(job_id)], check=False, timeout=timeout)
-        return parse_job_text(res.stdout, job_id) if res.ok else None
-    except OSError:
-        return None
+def query_job(runner: Any, job_id: str, scontrol: str | None = None, timeout: float = 10.0) -> JobRecord | None:
+    """The job's record through the Runner (:meth:`~slurm_pool.adapters.slurmcalls.SlurmCalls.job`;
+    ``scontrol``: where it is, None: on PATH); None when Slurm cannot be asked."""
+    slurm = SlurmCalls(runner) if scontrol is None else SlurmCalls(runner, scontrol)
+    return slurm.job(job_id, timeout=timeout)
 
 
 def classify(

@@ -47,10 +47,10 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from slurm_pool.adapters.records import JobRecord
+from slurm_pool.adapters.slurmcalls import SlurmCalls
 from slurm_pool.checkpoint import control, slurmjob, store
 from slurm_pool.checkpoint.settings import JobSettings, signal_name
 from slurm_pool.text import shown
-from slurm_pool.versions import SlurmVersion, VersionError
 
 QUERY_TTL = 2.0
 #: A checkpoint-only request (USR1 with no deadline) nobody answers expires.
@@ -300,9 +300,7 @@ class Supervisor:
                 return control.EXIT_REQUEUE_LIMIT
             if info is not None and info.comment is not None:  # never clobber a comment we could not read
                 comment = slurmjob.with_self_requeues(info.comment, count + 1)
-                self.runner.run(
-                    [self.st.scontrol, "update", f"JobId={self.job_id}", f"Comment={comment}"], check=False, timeout=15
-                )
+                self._slurm().update_job(self.job_id, comment=comment, check=False, timeout=15)
             self.self_requeues = count + 1
         elif self._slurm_requeues_preempted():
             self.requeued = True
@@ -312,7 +310,7 @@ class Supervisor:
         # the requeue signals this very process; leave the epilog a record first
         self.requeued = True
         self._write_outcome(control.EXIT_REQUEUE)
-        res = self.runner.run([self.st.scontrol, "requeue", str(self.job_id)], check=False, timeout=15)
+        res = self._slurm().requeue(self.job_id, check=False, timeout=15)
         self.requeued = res.ok
         if res.ok:
             self.log(f"requeued job {self.job_id} ({req.reason})")
@@ -329,13 +327,12 @@ class Supervisor:
     def _slurm_requeues_preempted(self) -> bool:
         """Whether this Slurm requeues a preempted job that exits (24.05+); unknown: no,
         and the wrapper requeues itself, which every release accepts."""
-        res = self.runner.run([self.st.scontrol, "--version"], check=False, timeout=15)
-        try:
-            return res.ok and SlurmVersion.parse(res.stdout, what="scontrol --version", output=True).has(
-                "preempt_requeues_exited_job"
-            )
-        except VersionError:
-            return False
+        version = self._slurm().command_version(timeout=15)
+        return version is not None and version.has("preempt_requeues_exited_job")
+
+    def _slurm(self) -> SlurmCalls:
+        """Slurm through this wrapper's runner, with the scontrol it is told to use."""
+        return SlurmCalls(self.runner, self.st.scontrol)
 
     def finish(self, req: Request) -> int:
         """The checkpoint is in (or time is up): let the child go, then requeue."""

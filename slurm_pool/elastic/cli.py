@@ -13,8 +13,10 @@ from slurm_pool.clitypes import JobIdParam, StrictInt
 from slurm_pool.elastic.plan import (
     ENV_SHARE_STORE,
     ElasticJob,
+    core_job,
     core_sbatch_args,
     core_script,
+    extension_job,
     extension_name,
     extension_sbatch_args,
     extension_script,
@@ -99,23 +101,21 @@ def submit(
         click.echo(extension_script(job, 0))
         return
     from slurm_pool.adapters.runner import CommandError, SubprocessRunner
+    from slurm_pool.adapters.slurmcalls import SlurmCalls
 
-    runner = SubprocessRunner()
-
-    def sbatch(args: list[str], script: str) -> int:
-        return int(runner.run(["sbatch", *args], input=script, check=True).stdout.strip().split(";")[0])
+    slurm = SlurmCalls(SubprocessRunner(keep_job_defaults=True))  # the user's own SBATCH_* defaults apply
 
     try:
-        core = sbatch(core_sbatch_args(job), core_script(job))
+        core = slurm.submit(core_job(job), core_script(job))
     except (CommandError, ValueError) as exc:
         raise click.ClickException(f"the core job was not submitted: {exc}") from None
     extensions: list[int] = []
     try:
         for _ in range(job.extensions):
-            extensions.append(sbatch(extension_sbatch_args(job, core), extension_script(job, core)))
+            extensions.append(slurm.submit(extension_job(job, core), extension_script(job, core)))
     except (CommandError, ValueError) as exc:
         # Nothing half-submitted: the core and the extensions so far go again.
-        runner.run(["scancel", str(core), *map(str, extensions)])
+        slurm.cancel([core, *extensions])
         raise click.ClickException(
             f"an extension was not submitted ({exc}); cancelled job {core} and its extensions"
         ) from None

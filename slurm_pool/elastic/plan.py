@@ -1,4 +1,4 @@
-"""The Slurm side of an elastic torchrun job, as plain data and text.  Pure.
+"""The Slurm side of an elastic torchrun job, as plain data and text (:class:`BatchJob`).  Pure.
 
 An elastic job is one core batch job of ``min_nodes`` nodes in a tier that is
 not preempted for it (guaranteed or shared), and ``max_nodes - min_nodes``
@@ -26,6 +26,14 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+
+from slurm_pool.adapters.slurmcalls import (
+    BatchJob,
+    batch_directives,
+    batch_options,
+    cancel_own_named,
+    on_every_node,
+)
 
 #: Rendezvous ports: one per core job, so jobs on one node do not collide.
 PORT_BASE, PORT_SPAN = 29500, 20000
@@ -94,12 +102,11 @@ def core_script(job: ElasticJob) -> str:
     """The core's batch script: one agent per node (srun), then the extensions are cancelled."""
     lines = [
         "#!/bin/bash",
-        f"#SBATCH --nodes={job.min_nodes}",
-        "#SBATCH --ntasks-per-node=1",
+        *batch_directives(job.min_nodes, tasks_per_node=1),
         *_exports(job),
-        f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 {_node_line(job, CORE_ID)}",
+        on_every_node(_node_line(job, CORE_ID)),
         "rc=$?",
-        'scancel --name="elastic-$SLURM_JOB_ID-ext" --user="$(id -un)" || true',
+        cancel_own_named('"' + extension_name("$SLURM_JOB_ID") + '"'),
         "exit $rc",
         "",
     ]
@@ -111,7 +118,7 @@ def extension_script(job: ElasticJob, core_id: int) -> str:
     return "\n".join(
         [
             "#!/bin/bash",
-            "#SBATCH --nodes=1",
+            *batch_directives(1),
             *_exports(job),
             f"exec {_node_line(job, shlex.quote(str(core_id)))}",
             "",
@@ -119,15 +126,28 @@ def extension_script(job: ElasticJob, core_id: int) -> str:
     )
 
 
+def core_job(job: ElasticJob) -> BatchJob:
+    """The core batch job: the user's options only."""
+    return BatchJob(options=(*job.common_sbatch, *job.core_sbatch))
+
+
+def extension_job(job: ElasticJob, core_id: int) -> BatchJob:
+    """An extension: named for its core, started after it, requeueable, told ``leave_seconds`` before it goes."""
+    return BatchJob(
+        name=extension_name(core_id),
+        after=core_id,
+        requeue=True,
+        signal=f"B:TERM@{job.leave_seconds}",
+        options=(*job.common_sbatch, *job.extension_sbatch),
+    )
+
+
 def core_sbatch_args(job: ElasticJob) -> list[str]:
-    return ["--parsable", *job.common_sbatch, *job.core_sbatch]
+    return batch_options(core_job(job))
 
 
 def extension_sbatch_args(job: ElasticJob, core_id: int) -> list[str]:
-    return [
-        "--parsable", f"--job-name={extension_name(core_id)}", f"--dependency=after:{core_id}", "--requeue",
-        f"--signal=B:TERM@{job.leave_seconds}", *job.common_sbatch, *job.extension_sbatch,
-    ]  # fmt: skip
+    return batch_options(extension_job(job, core_id))
 
 
 def torchrun_argv(job: ElasticJob, core_id: int, endpoint: str, is_host: bool) -> list[str]:

@@ -53,7 +53,7 @@ def reconcile(spec: PoolSpec, runner: Runner, dry_run: bool = False) -> Report:
         if dry_run:
             outcomes.append(Outcome(move, False))
             continue
-        res = slurm.route_job(move.job_id, move.partition, move.qos)
+        res = slurm.update_job(move.job_id, partition=move.partition, qos=move.qos, admin_comment="", check=False)
         err = (res.stderr or res.stdout).strip()
         outcomes.append(Outcome(move, res.ok, "" if res.ok else err or f"exit status {res.returncode}"))
     return Report(tuple(outcomes), waiting_jobs(spec, jobs), dry_run)

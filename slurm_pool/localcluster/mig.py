@@ -143,7 +143,6 @@ def helper_device(node: str) -> HelperDevice:
     cluster = LocalCluster(saved_record(Path(state))["spec"], state_dir=state)
 
     def busy(n: str) -> list[str]:
-        res = cluster.runner.run(["squeue", "-h", "-w", n, "-o", "%i %T"], check=True)
-        return other_jobs(res.stdout.splitlines()) + _device_users(cluster.layout.root / "dev" / n)
+        return other_jobs(cluster.slurm.jobs_on_node(n)) + _device_users(cluster.layout.root / "dev" / n)
 
     return HelperDevice(EmulatedMigBackend(cluster), busy)

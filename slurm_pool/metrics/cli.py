@@ -95,7 +95,7 @@ def build_registry(
     if reclaim_window > 0:
 
         def read(since: str) -> list:
-            return slurm.accounting_jobs("--allusers", "--allocations", "--duplicates", "--starttime", since)
+            return slurm.accounting(since, all_users=True, allocations=True, duplicates=True)
 
         reclaims = ReclaimTally(read, lend_partition, window=reclaim_window, interval=reclaim_interval)
     registry = CollectorRegistry()

@@ -44,9 +44,12 @@ def tier_usage(slurm: Any, hours: float, now: float | None = None) -> dict[str, 
     end = time.time() if now is None else now
     start = end - hours * 3600
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
-    argv = ["sacct", "--json", "-a", "-X", "-D", "-S", since, "-E", "now"]
     try:
-        runs = read_records(lambda: slurm.accounting_jobs(*argv[2:]), "sacct --json", "job records")
+        runs = read_records(
+            lambda: slurm.accounting(since, "now", all_users=True, allocations=True, duplicates=True),
+            "sacct --json",
+            "job records",
+        )
         rows = slurm.sacctmgr_show("qos", ["Name", "UsageFactor"])
     except CommandError as exc:
         return {"hours": hours, "error": shown(f"sacctmgr failed: {exc}")}

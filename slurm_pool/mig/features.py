@@ -284,16 +284,11 @@ def _rollback(
     return out
 
 
-def other_jobs(squeue_lines: Iterable[str]) -> list[str]:
-    """Jobs of ``squeue -h -w NODE -o '%i %T'`` that forbid a change.
+def other_jobs(node_jobs: Iterable[tuple[str, str]]) -> list[str]:
+    """The jobs on a node, as ``(job id, state)`` (``SlurmCalls.jobs_on_node``), that forbid a change.
 
     slurmctld sends the feature change for a job it has allocated the node
     to, which waits CONFIGURING meanwhile; any other job there (running,
     suspended, completing) still uses the GPUs.
     """
-    out = []
-    for line in squeue_lines:
-        parts = line.split()
-        if len(parts) >= 2 and parts[1] not in ("CONFIGURING", "PENDING"):
-            out.append(f"job {parts[0]} is {parts[1]}")
-    return out
+    return [f"job {job} is {state}" for job, state in node_jobs if state and state not in ("CONFIGURING", "PENDING")]

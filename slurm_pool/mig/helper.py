@@ -47,12 +47,14 @@ def exec_time(directory: Path) -> float:
 def nvidia_smi_device(node: str, model: str) -> HelperDevice:
     """This host's GPUs: nvidia-smi for layouts and processes, squeue for other jobs."""
     from slurm_pool.adapters.runner import SubprocessRunner
+    from slurm_pool.adapters.slurmcalls import SlurmCalls
     from slurm_pool.mig.apply import NvidiaSmiBackend
 
     runner = SubprocessRunner()
+    slurm = SlurmCalls(runner)
 
     def busy(n: str) -> list[str]:
-        jobs = runner.run(["squeue", "-h", "-w", n, "-o", "%i %T"], check=True).stdout.splitlines()
+        jobs = slurm.jobs_on_node(n)
         apps = runner.run(
             ["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"], check=True
         ).stdout

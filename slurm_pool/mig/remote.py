@@ -72,8 +72,11 @@ class SlurmNodes:
     def wait_idle(self, node: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            res = self.slurm.runner.run(["squeue", "-h", "-w", node, "-o", "%i"], check=False)
-            if res.ok and not res.stdout.strip():
+            try:
+                jobs = self.slurm.jobs_on_node(node)
+            except CommandError:  # squeue failed: not known to be idle
+                jobs = None
+            if jobs == []:
                 if not self.slurm.node(node).state.any(("ALLOCATED", "MIXED", "COMPLETING")):
                     return True
             time.sleep(self.poll)
@@ -212,7 +215,7 @@ class RemoteNodeControl(SlurmNodes):
         if reconfigure is None:
             reconfigure = self.version.has("reconfigure_restarts_daemons")
         if reconfigure:
-            self.slurm.runner.run(["scontrol", "reconfigure"])
+            self.slurm.reconfigure()
         else:
             if self.settings.restart_slurmctld.strip():
                 self._controller().run(self._command(self.settings.restart_slurmctld, node))

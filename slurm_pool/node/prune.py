@@ -26,8 +26,9 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from slurm_pool.adapters.records import RecordError, job_objects
+from slurm_pool.adapters.records import RecordError
 from slurm_pool.adapters.runner import Runner
+from slurm_pool.adapters.slurmcalls import SlurmCalls
 from slurm_pool.adapters.slurmjson import UINT32_MAX
 from slurm_pool.node.jobdir import DIR_FLAGS as _DIR
 from slurm_pool.node.jobdir import JOB_ID_RE, NAME_RE
@@ -51,9 +52,8 @@ def queued(runner: Runner) -> set[str]:
     clean list of job objects (empty, not JSON, Slurm's own ``errors``, an
     entry that is not an object) or a job's id is not ASCII digits.
     """
-    res = runner.run(["squeue", "--json"], timeout=120)
     out = set()
-    for i, job in enumerate(job_objects(res.stdout, "squeue --json")):  # every job: none skipped
+    for i, job in enumerate(SlurmCalls(runner).queue_objects(timeout=120)):  # every job: none skipped
         for key in QUEUE_IDS:
             required = key == "job_id"
             if required or key in job:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from slurm_pool.adapters.records import NodeRecord, RecordError, parse_node_text, parse_nodes
+from slurm_pool.adapters.records import NodeRecord
+from slurm_pool.adapters.slurmcalls import SlurmCalls
+from slurm_pool.adapters.slurmcalls import node_in_json as parse_node_json  # noqa: F401 -- its name here
 from slurm_pool.node.health import is_ours
 
 
@@ -21,24 +23,10 @@ class Action(NamedTuple):
     reason: str = ""
 
 
-def parse_node_json(text: str, name: str) -> NodeRecord | None:
-    """The record of ``name`` in ``scontrol --json show node`` output (23.02+), else None."""
-    try:
-        return next((n for n in parse_nodes(text) if n.name == name), None)
-    except RecordError:
-        return None
-
-
 def query_node(runner: Any, scontrol: str, name: str) -> NodeRecord | None:
-    """The node's record, from JSON (23.02+) else plain text (22.05's scontrol has no JSON);
+    """The node's record (:meth:`~slurm_pool.adapters.slurmcalls.SlurmCalls.node_record`);
     None if Slurm cannot be asked."""
-    res = runner.run([scontrol, "--json", "show", "node", name], check=False, timeout=15)
-    if res.ok:
-        st = parse_node_json(res.stdout, name)
-        if st is not None:
-            return st
-    res = runner.run([scontrol, "show", "node", name], check=False, timeout=15)
-    return parse_node_text(res.stdout, name) if res.ok else None
+    return SlurmCalls(runner, scontrol).node_record(name, timeout=15)
 
 
 def decide(node: NodeRecord | None, reason: str | None, *, may_undrain: bool = True) -> Action:
@@ -65,13 +53,13 @@ def decide(node: NodeRecord | None, reason: str | None, *, may_undrain: bool = T
 
 def apply(runner: Any, scontrol: str, name: str, action: Action) -> str | None:
     """Carry out ``action``; None when scontrol succeeded (or there was nothing to do), else why not."""
+    slurm = SlurmCalls(runner, scontrol)
     if action.kind == "drain":
-        argv = [scontrol, "update", f"NodeName={name}", "State=DRAIN", f"Reason={action.reason}"]
+        res = slurm.update_node(name, "DRAIN", action.reason, check=False, timeout=15)
     elif action.kind == "undrain":
-        argv = [scontrol, "update", f"NodeName={name}", "State=UNDRAIN"]
+        res = slurm.update_node(name, "UNDRAIN", check=False, timeout=15)
     else:
         return None
-    res = runner.run(argv, check=False, timeout=15)
     if res.ok:
         return None
     return " ".join((res.stderr or res.stdout or f"exit status {res.returncode}").split())[:300]

@@ -69,17 +69,6 @@ class Move:
     qos: str  # the project's guarantee QOS
     gpus: int  # the GPUs it counts against the guarantee (all array tasks)
 
-    def argv(self) -> list[str]:
-        """The scontrol update that moves it and clears its tag (so it is not moved twice)."""
-        return [
-            "scontrol",
-            "update",
-            f"JobId={self.job_id}",
-            f"Partition={self.partition}",
-            f"QOS={self.qos}",
-            "AdminComment=",
-        ]
-
 
 def admin_comment(job: QueuedJob) -> str:
     """The job's admin comment, as ``squeue --json`` gives it ("" when none)."""

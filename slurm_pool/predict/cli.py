@@ -28,7 +28,7 @@ def not_waiting(slurm: Any, ref: JobId) -> InputError:
     from slurm_pool.adapters.runner import CommandError
 
     try:
-        runs = slurm.accounting_jobs("--jobs", str(ref))
+        runs = slurm.job_runs(str(ref))
     except (CommandError, OSError, ValueError):
         runs = []
     if runs:

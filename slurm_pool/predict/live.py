@@ -11,7 +11,7 @@ import time
 from typing import Any, Iterable, Sequence
 
 from slurm_pool.adapters.jobnames import name_map
-from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError
+from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.adapters.slurmjson import number
 from slurm_pool.mig.demand import is_mig_type
@@ -102,12 +102,7 @@ def read_history(slurm: SlurmClient, days: int = HISTORY_DAYS) -> list[JobRecord
     """Jobs that ended in the last ``days`` days, every user's the caller may see (none: no history)."""
     if days <= 0:
         return []
-    try:
-        return slurm.accounting_jobs("--allusers", "--starttime", f"now-{days}days", "--endtime", "now")
-    except RecordError as exc:
-        if str(exc).endswith("Nothing found"):  # 22.05's sacct --json for a window without jobs
-            return []
-        raise
+    return slurm.accounting(f"now-{days}days", "now", all_users=True)
 
 
 def forecast(

@@ -115,7 +115,9 @@ def job_action(commands: UserCommands, user: str, job: JobId | int, action: str)
 
 def move(commands: UserCommands, user: str, job: JobId, qos: str, partition: str | None) -> str:
     """Move ``job`` to QOS ``qos`` (and ``partition``) as ``user`` (a tier change); its output, or ActionError."""
-    return _output(commands.slurm(user).move_job(str(job), qos, partition, timeout=TIMEOUT))
+    return _output(
+        commands.slurm(user).update_job(str(job), qos=qos, partition=partition, check=False, timeout=TIMEOUT)
+    )
 
 
 def submit(commands: UserCommands, user: str, options: Sequence[str], script: str) -> int:

@@ -76,7 +76,7 @@ def test_status_reads_every_run_from_sacct_and_the_factors_from_slurmdbd(version
     runs = parse_jobs(text)
     now = max(r.start_time or 0 for r in runs) + 100
     r = RecordingRunner()
-    r.on(["sacct", "--json", "-a", "-X", "-D"], text)
+    r.on(["sacct", "--json", "--allusers", "--allocations", "--duplicates"], text)
     r.on(["sacctmgr", "-n", "-P", "show", "qos"], "guaranteed|1.000000\nscavenger|0.300000\n")
     usage = tier_usage(SlurmClient(r), 24, now=now)
     assert usage["hours"] == 24
@@ -93,7 +93,8 @@ def test_status_reads_every_run_from_sacct_and_the_factors_from_slurmdbd(version
     assert tiers["guaranteed"]["runs"] == len(owners)
     assert tiers["guaranteed"]["gpu_hours"] == tiers["guaranteed"]["charged_gpu_hours"] > 0
     argv = list(next(c for c in r.calls if c[0] == "sacct"))
-    assert argv[:6] == ["sacct", "--json", "-a", "-X", "-D", "-S"] and argv[-2:] == ["-E", "now"]
+    assert argv[:6] == ["sacct", "--json", "--allusers", "--allocations", "--duplicates", "--starttime"]
+    assert argv[-2:] == ["--endtime", "now"]
 
 
 def test_status_reports_a_failed_sacct_and_goes_on() -> None:

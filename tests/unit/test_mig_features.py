@@ -100,16 +100,17 @@ def test_helper_unknown_node_and_unreadable_gpu():
 
 
 @pytest.mark.parametrize(
-    "lines,busy",
+    "jobs,busy",
     [
-        (["12 CONFIGURING"], []),
-        (["12 CONFIGURING", "13 RUNNING"], ["job 13 is RUNNING"]),
-        (["14 COMPLETING", "15 SUSPENDED"], ["job 14 is COMPLETING", "job 15 is SUSPENDED"]),
+        ([("12", "CONFIGURING")], []),
+        ([("12", "CONFIGURING"), ("13", "RUNNING")], ["job 13 is RUNNING"]),
+        ([("14", "COMPLETING"), ("15", "SUSPENDED")], ["job 14 is COMPLETING", "job 15 is SUSPENDED"]),
+        ([("16", "PENDING"), ("17", "")], []),  # a line squeue printed without a state is no job known to run
         ([], []),
     ],
 )
-def test_other_jobs(lines, busy):
-    assert other_jobs(lines) == busy
+def test_other_jobs(jobs, busy):
+    assert other_jobs(jobs) == busy
 
 
 @pytest.mark.parametrize("text,want", [("ExecTime=60\n", 60), ("# x\nexectime = 5 # c\n", 5), ("", 10)])

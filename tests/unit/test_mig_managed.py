@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from slurm_pool.adapters.records import NodeRecord, State
 from slurm_pool.adapters.runner import RecordingRunner, Result
+from slurm_pool.adapters.slurmcalls import SlurmCalls
 from slurm_pool.cli import cli
 from slurm_pool.mig.confedit import node_gres, replace_node_gres_conf, set_node_gres
 from slurm_pool.mig.emit import MigDevice
@@ -63,8 +64,9 @@ class FakeGpus:
 
 
 @dataclass
-class FakeSlurm:
-    """slurmctld's view of the node: its drain and the Gres it runs with."""
+class FakeSlurm(SlurmCalls):
+    """slurmctld's view of the node: its drain and the Gres it runs with (the other calls: the adapter's own,
+    through ``runner``)."""
 
     runner: RecordingRunner
     gres: str

@@ -11,6 +11,7 @@ import pytest
 from slurm_pool.adapters.clush import NodeRunner
 from slurm_pool.adapters.records import NodeRecord, State
 from slurm_pool.adapters.runner import RecordingRunner
+from slurm_pool.adapters.slurmcalls import SlurmCalls
 from slurm_pool.localcluster.nvsmi import EmulatedNode, run
 from slurm_pool.mig.apply import ApplyError, parse_lci, parse_lgi
 from slurm_pool.mig.confedit import ConfEditError, node_gres, replace_node_gres_conf, set_node_gres
@@ -82,8 +83,9 @@ def FakeNode(name: str, state: State, gres: str, reason: str = "") -> NodeRecord
 
 
 @dataclass
-class FakeSlurm:
-    """The SlurmClient calls the remote control makes; registration follows ``script``."""
+class FakeSlurm(SlurmCalls):
+    """The SlurmClient calls the remote control makes: node reads and drains faked, registration follows
+    ``script``; the rest (reconfigure, the jobs on a node) are the adapter's own, through ``runner``."""
 
     runner: RecordingRunner
     script: list[NodeRecord] = field(default_factory=list)

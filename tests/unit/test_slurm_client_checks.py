@@ -29,7 +29,7 @@ Call = Callable[[SlurmClient], Any]
         (lambda s: s.partitions_text(), ("scontrol", "show", "partition", "-o"), PARTITIONS, PARTITIONS),
         (lambda s: s.submit_help().stdout, ("sbatch", "--help"), "  --checkpoint\n", "  --checkpoint\n"),
         (
-            lambda s: s.route_job(5, "floating", "guaranteed-projd").ok,
+            lambda s: s.update_job(5, partition="floating", qos="guaranteed-projd", admin_comment="", check=False).ok,
             ("scontrol", "update", "JobId=5", "Partition=floating", "QOS=guaranteed-projd", "AdminComment="),
             "",
             True,
@@ -49,7 +49,10 @@ def test_each_call_runs_one_command(call: Call, argv: tuple[str, ...], stdout: s
         (lambda s: s.config(), True),  # slurmctld cannot be asked: doctor and diff say so
         (lambda s: s.partitions_text(), True),
         (lambda s: s.submit_help().returncode, False),  # a plugin that breaks sbatch is a finding, not a crash
-        (lambda s: s.route_job("6", "floating", "q").returncode, False),  # Slurm's refusal is reported per job
+        (
+            lambda s: s.update_job("6", partition="floating", qos="q", check=False).returncode,
+            False,
+        ),  # Slurm's refusal is reported per job
     ],
 )
 def test_a_failure_raises_or_is_handed_back(call: Call, raises: bool) -> None:

@@ -183,10 +183,10 @@ def test_action_authorization(check: bool, user: str, path: str, status: int, as
 @pytest.mark.parametrize(
     ("check", "user", "job", "tier", "status", "argv"),
     [
-        (True, "alice", 4, "shared", 200, ("scontrol", "update", "JobId=4", "QOS=shared", "Partition=shared")),
+        (True, "alice", 4, "shared", 200, ("scontrol", "update", "JobId=4", "Partition=shared", "QOS=shared")),
         (True, "alice", 4, "k8s-lend", 400, None),
         (True, "bob", 4, "shared", 403, None),
-        (False, "bob", 4, "shared", 403, ("scontrol", "update", "JobId=4", "QOS=shared", "Partition=shared")),
+        (False, "bob", 4, "shared", 403, ("scontrol", "update", "JobId=4", "Partition=shared", "QOS=shared")),
     ],
 )
 def test_tier_change(check: bool, user: str, job: int, tier: str, status: int, argv: Any) -> None:

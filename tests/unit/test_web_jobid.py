@@ -108,7 +108,7 @@ def test_a_tier_change_of_an_array_task_names_the_task() -> None:
     client, ran = make()
     res = client.post("/api/v1/jobs/4_2/tier", headers=bearer("carol"), json={"tier": "shared"})
     assert res.status_code == 200, res.text
-    assert [a for _u, a in ran.argvs] == [("scontrol", "update", "JobId=4_2", "QOS=shared", "Partition=shared")]
+    assert [a for _u, a in ran.argvs] == [("scontrol", "update", "JobId=4_2", "Partition=shared", "QOS=shared")]
 
 
 BAD = [
