@@ -117,3 +117,41 @@ def last(directives: list[Directive]) -> dict[str, Directive]:
 
 
 __all__ = ["Directive", "HeaderError", "header", "last"]
+
+
+# -- the options the console submits a form with (slurm_pool.web) -------------------------------
+
+
+def form_options(
+    *,
+    partition: str,
+    qos: str,
+    account: str,
+    time: str,
+    name: str,
+    gres: str | None = None,
+    nodelist: str | None = None,
+) -> list[str]:
+    """sbatch's options for a console form, ``--parsable`` first (its answer is the job id)."""
+    return [
+        "--parsable",
+        *([f"--partition={partition}"] if partition else []),
+        f"--qos={qos}",
+        f"--account={account}",
+        f"--time={time}",
+        f"--job-name={name}",
+        *gres_options(gres),
+        *([f"--nodelist={nodelist}"] if nodelist else []),
+    ]
+
+
+def gres_options(gres: str | None) -> list[str]:
+    """``--gres=GRES`` (``gpu:a100:2``, ``shard:4``), or nothing."""
+    return [f"--gres={gres}"] if gres else []
+
+
+def checkpoint_options(signal: str, warn_seconds: int) -> list[str]:
+    """A checkpointing job's options: the SPANK plugin's ``--checkpoint``, requeue, and the signal that wakes
+    ``slurm-pool run`` ``warn_seconds`` before the job is preempted (its batch shell only: ``B:``)."""
+    warn = f"@{warn_seconds}" if warn_seconds > 0 else ""
+    return ["--checkpoint", "--requeue", f"--signal=B:{signal}{warn}"]

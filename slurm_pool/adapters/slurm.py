@@ -179,8 +179,6 @@ class SlurmClient(SlurmCalls):
     }
     #: Actions whose command takes a range of array tasks (``scancel 4_[1-3]``).
     RANGED_ACTIONS: ClassVar[frozenset[str]] = frozenset({"cancel"})
-    #: What sacct --json's errors say of a job (or a window) the accounting does not have (22.05).
-    ACCOUNTING_NOTHING: ClassVar[str] = "Nothing found"
 
     def console_action(self, action: str, job: str, timeout: float | None = None) -> Result:
         """``action`` (a key of :data:`CONSOLE_ACTIONS`) on ``job`` in Slurm's notation (``4_2``: task 2 of
@@ -207,23 +205,15 @@ class SlurmClient(SlurmCalls):
         """The value of sbatch option ``--NAME=VALUE`` among ``options`` (the first), None if absent."""
         return next((o.split("=", 1)[1] for o in options if o.startswith(f"--{name}=")), None)
 
-    def _console_accounting(self, *args: str) -> list[JobRecord]:
-        try:
-            return self.accounting_jobs(*args)
-        except RecordError as exc:
-            if not str(exc).endswith(self.ACCOUNTING_NOTHING):  # 22.05's answer for no job at all
-                raise
-            return []
-
     def runs_of(self, job: str) -> list[JobRecord]:
         """Every run of ``job`` (Slurm's notation; requeued runs each: ``sacct -D -j``); none when the
         accounting has none (yet)."""
-        return self._console_accounting("-D", "-j", job)
+        return self.job_runs(job, every_run=True)
 
     def runs_since(self, since: float) -> list[JobRecord]:
         """Every user's allocations from ``since`` (seconds since the epoch) until now, requeued runs each."""
         start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
-        return self._console_accounting("-a", "-X", "-D", "-S", start, "-E", "now")
+        return self.accounting(start, "now", all_users=True, allocations=True, duplicates=True)
 
     def account_coordinators(self) -> list[tuple[str, str]]:
         """``(account, coordinators)`` of every account (``sacctmgr show account withcoord``), as Slurm

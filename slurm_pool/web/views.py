@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from slurm_pool import text
+from slurm_pool.adapters import sbatchopts
 from slurm_pool.adapters.gres import parse_gres
 from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.sbatchopts import HeaderError, header
@@ -454,14 +455,7 @@ def explain(
         partition, qos, rule = _guarantee_route(tables, project, req, rule, partition, notes, refusals)
     part_rule = next((p for p in tables.partitions if p.name == partition), None)
     types = part_rule.gpu_types if part_rule else ()
-    opts = [
-        "--parsable",
-        *([f"--partition={partition}"] if partition else []),
-        f"--qos={qos}",
-        f"--account={project}",
-        f"--time={req.time_limit}",
-        f"--job-name={req.name}",
-    ]
+    gres: str | None = None
     chosen = [k for k, v in (("gpu_type", req.gpu_type), ("mig", req.mig), ("shards", req.shards)) if v]
     if len(chosen) > 1:
         refusals.append(f"ask for one of a GPU type, a MIG profile or shards, not {' and '.join(chosen)}")
@@ -474,12 +468,12 @@ def explain(
                 f"MIG types there: {', '.join(have) or 'none'}"
             )
         else:
-            opts.append(f"--gres=gpu:{gtype}:1")
+            gres = f"gpu:{gtype}:1"
             notes.append(f"one MIG slice {gtype} (a slice counts as one GPU)")
     elif req.shards:
         if not any(g.gpus and g.gpus.shards for g in spec.node_groups):
             refusals.append("this pool shares no GPU as shards (no node group sets gpus.shards)")
-        opts.append(f"--gres=shard:{req.shards}")
+        gres = f"shard:{req.shards}"
         notes.append(f"{req.shards} shard(s) of one shared GPU")
     elif req.gpus:
         if req.gpu_type:
@@ -488,16 +482,23 @@ def explain(
                     f"GPU type {req.gpu_type!r} is not available in partition {partition!r}; "
                     f"types there: {', '.join(t for t in types) or 'none'}"
                 )
-            opts.append(f"--gres=gpu:{req.gpu_type}:{req.gpus}")
+            gres = f"gpu:{req.gpu_type}:{req.gpus}"
         elif partition and not types:
             refusals.append(f"partition {partition!r} has no GPUs; ask for none, or use another tier")
-            opts.append(f"--gres=gpu:{req.gpus}")
+            gres = f"gpu:{req.gpus}"
         else:
-            opts.append(f"--gres=gpu:{req.gpus}")
+            gres = f"gpu:{req.gpus}"
             if rule.gpu_shards and req.gpus == 1:
                 notes.append(f"tier {rule.name!r} shares GPUs: one GPU of no type becomes {rule.gpu_shards} shard(s)")
-    if req.nodes:
-        opts.append(f"--nodelist={req.nodes}")
+    opts = sbatchopts.form_options(
+        partition=partition,
+        qos=qos,
+        account=project,
+        time=req.time_limit,
+        name=req.name,
+        gres=gres,
+        nodelist=req.nodes or None,
+    )
     asked = fit.ask(opts, req.script)  # the script's #SBATCH lines add what the form does not pass
     notes += asked.notes
     refusals += asked.problems
@@ -516,8 +517,7 @@ def explain(
     if req.checkpoint:
         # The SPANK plugin's --checkpoint marks the job; --signal is what wakes `slurm-pool run` when
         # Slurm preempts it (its grace time moves the end time closer than the warning).
-        warn = f"@{tables.warn_seconds}" if tables.warn_seconds > 0 else ""
-        opts += ["--checkpoint", "--requeue", f"--signal=B:{tables.checkpoint_signal}{warn}"]
+        opts += sbatchopts.checkpoint_options(tables.checkpoint_signal, tables.warn_seconds)
         notes.append(
             f"checkpoint: the job gets SIG{tables.checkpoint_signal} {tables.warn_seconds} s before it is "
             "preempted, saves its state and is requeued"
@@ -572,7 +572,7 @@ def _guarantee_route(
 ) -> tuple[str, str, TierRule]:
     """Partition, QOS and tier rule once the project's floating guarantee had its say (:func:`guarantee_route`)."""
     gres = gpu_gres(tables, req.mig, req.gpu_type, 0 if req.shards else req.gpus)
-    asked = fit.ask([f"--gres={gres}"] if gres else [], req.script)
+    asked = fit.ask(sbatchopts.gres_options(gres), req.script)
     total = 0 if req.shards else asked.total
     route = guarantee_route(tables, project, rule, partition, total, {asked.gpu_type or "": total} if total else {})
     notes.extend(n for n in (route.note,) if n)

@@ -362,7 +362,7 @@ def test_detail_cached_and_outcomes_read(tmp_path: Path) -> None:
     for _ in range(20):
         got, outcomes = reader.detail(5)
     assert len(runner.commands("sacct")) == 1
-    assert runner.commands("sacct")[0] == ("sacct", "--json", "-D", "-j", "5")
+    assert runner.commands("sacct")[0] == ("sacct", "--json", "--duplicates", "--jobs", "5")
     assert len(got) == 2 and [o["checkpoint_age_s"] for o in outcomes] == [5.0]
     clock.now += 6
     reader.detail(5)

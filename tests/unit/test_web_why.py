@@ -39,7 +39,7 @@ def make(version: str = "26.05", check_access: bool = True) -> tuple[TestClient,
     carol runs job 3; bob's job 5 has left the queue (sacct has it)."""
     spec = example_spec()
     runner = replay(version, "busy")
-    runner.on(["sacct", "--json", "-D", "-j", "5"], recorded("sacct.json", version))
+    runner.on(["sacct", "--json", "--duplicates", "--jobs", "5"], recorded("sacct.json", version))
     clock = Clock(time.time())  # tokens are minted at the real time
     auth = identity.Authenticator(
         KEY, spec.console, check_password=lambda u, p: False, user_exists=lambda u: u in USERS, clock=clock
@@ -66,7 +66,8 @@ def forecasts(runner: RecordingRunner) -> int:
 
 
 def history_reads(runner: RecordingRunner) -> int:
-    return sum(1 for c in runner.calls if c[:3] == ("sacct", "--json", "--allusers"))
+    """The predictor's reads of everyone's history (the console's own read of recent runs asks for allocations)."""
+    return sum(1 for c in runner.calls if c[:3] == ("sacct", "--json", "--allusers") and "--allocations" not in c)
 
 
 # -- the real predictor ------------------------------------------------------------------
