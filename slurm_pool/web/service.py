@@ -204,8 +204,14 @@ class Access:
         return all(me.sees(r) for r in records)
 
     def explain(self, svc: Service, me: views.Viewer, body: models.SubmitRequest) -> models.Explanation:
-        """What the submit policy makes of ``body`` from ``me``."""
-        return views.explain(svc.spec, svc.tables(), me, body)
+        """What the submit policy makes of ``body`` from ``me``, and the service's refusal of a project not
+        ``me``'s (first, as it is the first thing to change)."""
+        found = views.explain(svc.spec, svc.tables(), me, body)
+        project = views.project_of(svc.tables(), me, body)
+        why = views.not_a_member(me, project) if project is not None else None
+        if why is None:
+            return found
+        return found.model_copy(update={"ok": False, "refusals": [why, *found.refusals]})
 
     def check_submit(self, explanation: models.Explanation) -> None:
         """400 when the pool's submit policy refuses the job."""

@@ -425,10 +425,24 @@ def _mig_type(tables: PolicyTables, profile: str, allowed: Sequence[str]) -> str
     return None
 
 
-def explain(
-    spec: PoolSpec, tables: PolicyTables, who: Viewer, req: models.SubmitRequest, *, check_access: bool = True
-) -> models.Explanation:
-    """What the pool's submit policy makes of ``req`` from ``who``, and the sbatch options it becomes."""
+def project_of(tables: PolicyTables, who: Viewer, req: models.SubmitRequest) -> str | None:
+    """The project ``req`` is charged to: the one it names, else ``who``'s first that may use its tier."""
+    return req.project or next(
+        (p for p in who.projects if req.tier in _routes(tables, p)), who.projects[0] if who.projects else None
+    )
+
+
+def not_a_member(who: Viewer, project: str) -> str | None:
+    """The service's own refusal of a project ``who`` is not a member of (Slurm's associations refuse it too)."""
+    if project in who.projects or who.operator:
+        return None
+    return f"{who.user} is not a member of project {project!r}; your projects: {', '.join(who.projects)}"
+
+
+def explain(spec: PoolSpec, tables: PolicyTables, who: Viewer, req: models.SubmitRequest) -> models.Explanation:
+    """What the pool's submit policy makes of ``req`` from ``who``, and the sbatch options it becomes.
+
+    Membership of the project is the service's check (:func:`not_a_member`), not the policy's."""
     notes: list[str] = []
     refusals: list[str] = []
     tiers = {t.name: t for t in tables.tiers}
@@ -437,15 +451,11 @@ def explain(
         return models.Explanation(
             ok=False, tier=req.tier, refusals=[f"tier {req.tier!r} does not exist; tiers: {', '.join(tiers)}"]
         )
-    project = req.project or next(
-        (p for p in who.projects if req.tier in _routes(tables, p)), who.projects[0] if who.projects else None
-    )
+    project = project_of(tables, who, req)
     if project is None:
         return models.Explanation(
             ok=False, tier=req.tier, qos=req.tier, refusals=[f"{who.user} is not a member of any project of this pool"]
         )
-    if check_access and project not in who.projects and not who.operator:
-        refusals.append(f"{who.user} is not a member of project {project!r}; your projects: {', '.join(who.projects)}")
     routes = _routes(tables, project)
     partition = routes.get(req.tier, "")
     qos = req.tier

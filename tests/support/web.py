@@ -18,7 +18,7 @@ class SlurmDecides(Access):
         return True
 
     def explain(self, svc: Service, me: views.Viewer, body: models.SubmitRequest) -> models.Explanation:
-        return views.explain(svc.spec, svc.tables(), me, body, check_access=False)
+        return views.explain(svc.spec, svc.tables(), me, body)
 
     def check_submit(self, explanation: models.Explanation) -> None:
         return None

@@ -196,6 +196,17 @@ def test_tier_change(check: bool, user: str, job: int, tier: str, status: int, a
     assert [a for _u, a, _i in slurm.ran] == ([argv] if argv else [])
 
 
+@pytest.mark.parametrize("check", [True, False], ids=["service-refuses", "slurm-decides"])
+def test_a_project_not_the_users_is_refused_by_the_service_first(check: bool) -> None:
+    client, _runner, slurm, _clock = make(check_access=check)
+    body = {"tier": "guaranteed", "project": "projb", "script": "#!/bin/sh\ntrue\n"}
+    exp = client.post("/api/v1/jobs/explain", headers=bearer("alice"), json=body).json()
+    member = [r for r in exp["refusals"] if "is not a member of project 'projb'" in r]
+    assert (exp["refusals"][:1] == member and not exp["ok"]) if check else member == [], exp
+    res = client.post("/api/v1/jobs", headers=bearer("alice"), json=body)
+    assert (res.status_code == 400 and slurm.ran == []) if check else slurm.ran[0][0] == "alice", res.text
+
+
 def test_submit_and_explain() -> None:
     client, _runner, slurm, _clock = make()
     body = {"tier": "scavenger", "gpus": 1, "checkpoint": True, "nodes": "b-gpu1", "script": "#!/bin/sh\nsleep 1\n"}

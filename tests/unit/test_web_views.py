@@ -228,7 +228,6 @@ EXPLAIN = [  # fmt: skip
     ),
     ("alice", req(tier="shared", gpus=5), False, "shared", ["at most 4 GPU"]),
     ("alice", req(tier="shared", time_limit="UNLIMITED"), False, "shared", ["finite time limit"]),
-    ("alice", req(project="projb"), False, "b-owner", ["not a member of project 'projb'"]),
     ("alice", req(tier="k8s-lend"), False, "", ["may not use tier 'k8s-lend'"]),
     ("alice", req(tier="nope"), False, "", ["does not exist"]),
     ("alice", req(gpu_type="nvidia_h100_80gb_hbm3"), False, "a-owner", ["not available in partition 'a-owner'"]),
@@ -257,6 +256,20 @@ def test_explanation(user: str, request_: models.SubmitRequest, ok: bool, partit
     if ok:
         assert out.options[0] == "--parsable" and all(o.startswith("--") for o in out.options)
         assert f"--job-name={request_.name}" in out.options
+
+
+def test_a_project_not_the_users_is_the_services_refusal() -> None:
+    # The policy routes it as Slurm would; the service refuses it first (and Slurm's associations would too).
+    spec = example_spec()
+    tables = build_tables(spec, SlurmVersion(22, 5))
+    who, asked = views.viewer(spec, "alice"), req(project="projb")
+    out = views.explain(spec, tables, who, asked)
+    assert out.partition == "b-owner"
+    project = views.project_of(tables, who, asked)
+    assert project == "projb"
+    why = views.not_a_member(who, project)
+    assert why is not None and why.startswith("alice is not a member of project 'projb'; your projects: ")
+    assert views.not_a_member(who, who.projects[0]) is None
 
 
 def test_explanation_job_name_stays_one_option() -> None:
