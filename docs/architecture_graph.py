@@ -345,7 +345,7 @@ def where_section() -> str:
             f"* **a new CLI command**: the `cli.py` of the package it drives ({files(clis)}), registered",
             f"  by name in `COMMANDS` of {files(root)} (subcommands are imported on first use).",
             f"* **a new page or API resource**: the console's routes, in {files(app)}; what a page",
-            "  shows is built by pure functions (`web/views.py`), and its request and response models",
+            "  shows is built by pure functions (`web/views.py`; what the submit policy makes of a request, `web/submitting.py`), and its request and response models",
             "  live in `web/models.py`.",
             "* **a new spec section**: a module of its own in `slurm_pool/spec/` (a `Strict` model, as",
             f"  the sections there are), a field of `PoolSpec` in {files(spec)}, and its cross-field",

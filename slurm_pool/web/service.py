@@ -28,7 +28,7 @@ from slurm_pool.policy.tables import PolicyTables, build_tables
 from slurm_pool.spec.bridge import bridge_of
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import DEFAULT_VERSION
-from slurm_pool.web import models, views
+from slurm_pool.web import models, submitting, views
 from slurm_pool.web.actions import UserCommands
 from slurm_pool.web.identity import Authenticator, Caller
 from slurm_pool.web.problems import ApiError
@@ -206,9 +206,9 @@ class Access:
     def explain(self, svc: Service, me: views.Viewer, body: models.SubmitRequest) -> models.Explanation:
         """What the submit policy makes of ``body`` from ``me``, and the service's refusal of a project not
         ``me``'s (first, as it is the first thing to change)."""
-        found = views.explain(svc.spec, svc.tables(), me, body)
-        project = views.project_of(svc.tables(), me, body)
-        why = views.not_a_member(me, project) if project is not None else None
+        found = submitting.explain(svc.spec, svc.tables(), me, body)
+        project = submitting.project_of(svc.tables(), me, body)
+        why = submitting.not_a_member(me, project) if project is not None else None
         if why is None:
             return found
         return found.model_copy(update={"ok": False, "refusals": [why, *found.refusals]})

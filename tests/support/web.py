@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from slurm_pool.adapters.records import JobRecord
 from slurm_pool.jobid import JobId
-from slurm_pool.web import models, views
+from slurm_pool.web import models, submitting, views
 from slurm_pool.web.service import Access, Service, access
 
 
@@ -18,7 +18,7 @@ class SlurmDecides(Access):
         return True
 
     def explain(self, svc: Service, me: views.Viewer, body: models.SubmitRequest) -> models.Explanation:
-        return views.explain(svc.spec, svc.tables(), me, body)
+        return submitting.explain(svc.spec, svc.tables(), me, body)
 
     def check_submit(self, explanation: models.Explanation) -> None:
         return None

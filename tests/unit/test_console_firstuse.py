@@ -19,7 +19,7 @@ from slurm_pool.adapters.runner import Result
 from slurm_pool.adapters.sbatchopts import Directive, HeaderError, header
 from slurm_pool.policy.tables import build_tables
 from slurm_pool.versions import SlurmVersion
-from slurm_pool.web import actions, fit, models, views
+from slurm_pool.web import actions, fit, models, submitting, views
 from tests.unit.test_web_views import example_spec
 
 # -- the #SBATCH header ------------------------------------------------------------------------
@@ -102,7 +102,7 @@ EXPLAIN = [  # fmt: skip
 @pytest.mark.parametrize(("user", "request_", "ok", "said"), [c[1:] for c in EXPLAIN], ids=[c[0] for c in EXPLAIN])
 def test_the_explanation_checks_the_nodes(user: str, request_: models.SubmitRequest, ok: bool, said: str) -> None:
     spec = example_spec()
-    out = views.explain(spec, build_tables(spec, SlurmVersion(22, 5)), views.viewer(spec, user), request_)
+    out = submitting.explain(spec, build_tables(spec, SlurmVersion(22, 5)), views.viewer(spec, user), request_)
     assert out.ok is ok, out
     if said:
         assert any(said in r for r in out.refusals), out.refusals
@@ -118,7 +118,7 @@ NOTES = [
 @pytest.mark.parametrize(("script", "note"), [c[1:] for c in NOTES], ids=[c[0] for c in NOTES])
 def test_the_explanation_says_what_the_form_overrides(script: str, note: str) -> None:
     spec = example_spec()
-    out = views.explain(spec, build_tables(spec, SlurmVersion(22, 5)), views.viewer(spec, "alice"), req(script))
+    out = submitting.explain(spec, build_tables(spec, SlurmVersion(22, 5)), views.viewer(spec, "alice"), req(script))
     assert out.ok and any(note in n for n in out.notes), out.notes
 
 
@@ -135,7 +135,7 @@ OUTPUTS = [
 @pytest.mark.parametrize(("script", "where"), [c[1:] for c in OUTPUTS], ids=[c[0] for c in OUTPUTS])
 def test_the_explanation_says_where_the_output_goes(script: str, where: str) -> None:
     spec = example_spec()
-    out = views.explain(spec, build_tables(spec, SlurmVersion(22, 5)), views.viewer(spec, "alice"), req(script))
+    out = submitting.explain(spec, build_tables(spec, SlurmVersion(22, 5)), views.viewer(spec, "alice"), req(script))
     assert out.output == where
 
 

@@ -27,7 +27,7 @@ from slurm_pool.spec import load_spec
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.spec.ranges import time_seconds
 from slurm_pool.versions import SlurmVersion
-from slurm_pool.web import models, views
+from slurm_pool.web import models, submitting, views
 from tests.support.lua_policy import INFINITE, LuaPolicy, unset_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,7 +200,7 @@ def _explain_rules(exp: models.Explanation) -> tuple[list[str], list[str]]:
 def disagreement(pool: Pool, lua: LuaPolicy, user: str, fields: dict[str, Any]) -> str | None:
     req = _request(fields)
     who = views.viewer(pool.spec, user)
-    exp = views.explain(pool.spec, pool.tables, who, req)
+    exp = submitting.explain(pool.spec, pool.tables, who, req)
     mine, slurms = _explain_rules(exp)
     for console in (True, False):
         job = job_desc(pool, user, req, exp.options, console)
@@ -259,7 +259,7 @@ def test_every_rule_is_seen_on_both_sides(pools: dict[str, Pool], luas: dict[str
     by_lua: set[str | None] = set()
     for name, user, f in descriptions(pools):
         pool, req = pools[name], _request(f)
-        exp = views.explain(pool.spec, pool.tables, views.viewer(pool.spec, user), req)
+        exp = submitting.explain(pool.spec, pool.tables, views.viewer(pool.spec, user), req)
         seen.update(_explain_rules(exp)[0])
         luas[name].set_jobs([])
         by_lua.update(_lua_rules(luas[name].submit(job_desc(pool, user, req, exp.options, False))))
@@ -276,7 +276,7 @@ def test_guarantee_overflow_and_refusal(pools: dict[str, Pool], luas: dict[str, 
     assert g.gpus[0][1] < 6
     if g.gpus[0][0]:
         beyond["gpu_type"] = g.gpus[0][0]
-    exp = views.explain(pool.spec, pool.tables, views.viewer(pool.spec, user), _request(beyond))
+    exp = submitting.explain(pool.spec, pool.tables, views.viewer(pool.spec, user), _request(beyond))
     assert (exp.ok, exp.partition, exp.qos) == (True, g.overflow_partition, g.overflow_tier)
     assert disagreement(pool, luas["pool-floating"], user, beyond) is None
     # The same project without the overflow tier: both refuse by the guarantee rule.
@@ -288,7 +288,7 @@ def test_guarantee_overflow_and_refusal(pools: dict[str, Pool], luas: dict[str, 
     lua = LuaPolicy.from_data(data, lua="5.4")
     lua.set_jobs([])
     cut = Pool(pool.name, pool.spec, tables, data)
-    exp = views.explain(cut.spec, tables, views.viewer(cut.spec, user), _request(beyond))
+    exp = submitting.explain(cut.spec, tables, views.viewer(cut.spec, user), _request(beyond))
     assert [rule_of(r, "explain") for r in exp.refusals] == ["guarantee"]
     assert disagreement(cut, lua, user, beyond) is None
 
@@ -311,7 +311,7 @@ def test_site_jobs_pass_untouched_and_explain_does_not_submit_them(
             assert out.rc == 0 and out.user == [], (name, job, out.user)
             assert {k: out.job.get(k) for k in job} == job
             if qos:  # the console submits the pool's tiers only
-                exp = views.explain(
+                exp = submitting.explain(
                     pool.spec,
                     pool.tables,
                     views.viewer(pool.spec, "sam"),
@@ -326,6 +326,6 @@ def test_every_rule_word_is_in_both_policies(rule: Any) -> None:
     lua = (ROOT / "slurm_pool" / "policy" / "job_submit.lua").read_text()
     rules = (ROOT / "slurm_pool" / "policy" / "rules.py").read_text()
     rules = rules[: rules.index("RULES: tuple")] + rules[rules.index("FINAL = ") :]  # the table itself aside
-    python = (ROOT / "slurm_pool" / "web" / "views.py").read_text() + rules
+    python = (ROOT / "slurm_pool" / "web" / "submitting.py").read_text() + rules
     assert [w for w in rule.lua if w not in lua] == []
     assert [w for w in rule.explain if w.replace("'", "") not in python.replace("'", "")] == []

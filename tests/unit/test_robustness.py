@@ -77,12 +77,12 @@ def test_the_api_sweep_can_fail(robustness, status, body, field, problem):
 
 def test_the_api_sweep_catches_a_500(robustness, monkeypatch):
     # A view that raises makes the service answer 500: every explain and submit request is then a failure.
-    from slurm_pool.web import views
+    from slurm_pool.web import submitting
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(views, "explain", broken)
+    monkeypatch.setattr(submitting, "explain", broken)
     results = robustness.run_api(per_target=20, seed=1, timeout=60.0)
     bad = results["REST API: POST /api/v1/jobs/explain body"].failures
     assert bad and any("HTTP 500" in f for f in bad)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from slurm_pool.policy.tables import build_tables
 from slurm_pool.versions import SlurmVersion
-from slurm_pool.web import models, views
+from slurm_pool.web import models, submitting, views
 from slurm_pool.web.bodies import NotUtf8Error, decode_json
 from tests.unit.test_web_app import SUBMIT, bearer, make
 from tests.unit.test_web_views import example_spec, req
@@ -55,7 +55,7 @@ def test_a_tier_that_requires_a_time_limit_refuses_zero_as_job_submit_lua_does(v
     spec = example_spec()
     tables = build_tables(spec, SlurmVersion(22, 5))
     assert next(t for t in tables.tiers if t.name == "shared").require_time
-    out = views.explain(spec, tables, views.viewer(spec, "alice"), req(tier="shared", time_limit=value))
+    out = submitting.explain(spec, tables, views.viewer(spec, "alice"), req(tier="shared", time_limit=value))
     assert out.ok is ok, out
     if not ok:
         assert any("finite time limit" in r and value in r for r in out.refusals), out.refusals
@@ -65,7 +65,7 @@ def test_a_tier_without_the_rule_takes_zero() -> None:
     spec = example_spec()
     tables = build_tables(spec, SlurmVersion(22, 5))
     assert not next(t for t in tables.tiers if t.name == "guaranteed").require_time
-    assert views.explain(spec, tables, views.viewer(spec, "alice"), req(time_limit="0")).ok
+    assert submitting.explain(spec, tables, views.viewer(spec, "alice"), req(time_limit="0")).ok
 
 
 ENCODED = {

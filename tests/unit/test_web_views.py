@@ -17,7 +17,7 @@ from slurm_pool.policy.tables import build_tables
 from slurm_pool.spec.load import load_spec_text
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import SlurmVersion
-from slurm_pool.web import actions, models, views
+from slurm_pool.web import actions, models, submitting, views
 from slurm_pool.web.reader import PoolReader
 from tests.support.narrow_text import as_json_calls
 
@@ -247,7 +247,7 @@ EXPLAIN = [  # fmt: skip
 def test_explanation(user: str, request_: models.SubmitRequest, ok: bool, partition: str, expect: list[str]) -> None:
     spec = example_spec()
     tables = build_tables(spec, SlurmVersion(22, 5))
-    out = views.explain(spec, tables, views.viewer(spec, user), request_)
+    out = submitting.explain(spec, tables, views.viewer(spec, user), request_)
     assert out.ok is ok, out
     assert out.partition == partition
     said = out.options if ok else out.refusals
@@ -263,19 +263,19 @@ def test_a_project_not_the_users_is_the_services_refusal() -> None:
     spec = example_spec()
     tables = build_tables(spec, SlurmVersion(22, 5))
     who, asked = views.viewer(spec, "alice"), req(project="projb")
-    out = views.explain(spec, tables, who, asked)
+    out = submitting.explain(spec, tables, who, asked)
     assert out.partition == "b-owner"
-    project = views.project_of(tables, who, asked)
+    project = submitting.project_of(tables, who, asked)
     assert project == "projb"
-    why = views.not_a_member(who, project)
+    why = submitting.not_a_member(who, project)
     assert why is not None and why.startswith("alice is not a member of project 'projb'; your projects: ")
-    assert views.not_a_member(who, who.projects[0]) is None
+    assert submitting.not_a_member(who, who.projects[0]) is None
 
 
 def test_explanation_job_name_stays_one_option() -> None:
     spec = example_spec()
     tables = build_tables(spec, SlurmVersion(22, 5))
-    out = views.explain(spec, tables, views.viewer(spec, "alice"), req(name="--uid=0 x"))
+    out = submitting.explain(spec, tables, views.viewer(spec, "alice"), req(name="--uid=0 x"))
     assert "--job-name=--uid=0 x" in out.options and "--uid=0" not in out.options
 
 
