@@ -26,7 +26,7 @@ from slurm_pool.wellknown import REMOTE_KEY
 def status(as_json: bool, timeout: float) -> None:
     """Show GPUs by state, tier and project, nodes, pending demand and lent nodes, as the service sees them."""
     from slurm_pool.client import ApiError, PoolClient
-    from slurm_pool.errors import InputError, PoolError
+    from slurm_pool.errors import InputError, ServiceError
 
     remote = click.get_current_context().meta.get(REMOTE_KEY)
     if remote is None:
@@ -40,8 +40,9 @@ def status(as_json: bool, timeout: float) -> None:
         try:
             pool = client.status()
         except ApiError as exc:
-            # str(ApiError) shows controls escaped; one that could not reach the service names it already
-            raise PoolError(str(exc) if exc.status == 0 else f"{client.url}: {exc}") from None
+            # str(ApiError) shows controls escaped; one that could not reach the service names it already.
+            # The exit status is the kind's (errors.KINDS): 2 for a request the service calls bad input.
+            raise ServiceError(exc.status, str(exc) if exc.status == 0 else f"{client.url}: {exc}") from None
     if as_json:
         click.echo(json.dumps(pool.model_dump(mode="json"), indent=2))
         return

@@ -469,6 +469,22 @@ def test_remote_error_is_one_line_without_controls(monkeypatch) -> None:
     assert res.output == f"error: {URL}: HTTP 401: expired\\x1b]0;owned\\x07\n"
 
 
+@pytest.mark.parametrize(("status", "code"), [(400, 2), (401, 1), (403, 1), (422, 2), (429, 1), (502, 1), (503, 1)])
+def test_remote_exit_status_is_the_kinds(monkeypatch, status: int, code: int) -> None:
+    import slurm_pool.client
+    from slurm_pool.errors import kind_of
+
+    fake = Fake({("GET", "/api/v1/pool"): {"status": status, "message": "no"}}, status=status)
+    real = slurm_pool.client.PoolClient
+    monkeypatch.setattr(
+        slurm_pool.client, "PoolClient", lambda *a, **kw: real(*a, transport=httpx.MockTransport(fake), **kw)
+    )
+    res = _run("--remote", URL, "--token", TOKEN, "status")
+    kind = kind_of(status)
+    assert kind is not None and res.exit_code == code == kind.exit_code, res.output
+    assert res.output == f"error: {URL}: HTTP {status}: no\n"
+
+
 def test_remote_unreachable_names_the_service_once() -> None:
     res = _run("--remote", "http://127.0.0.1:9", "status", "--timeout", "2")
     assert res.exit_code == 1
