@@ -13,9 +13,9 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.nodeattrs import COMMAND, parse_node_attributes
 from slurm_pool.adapters.records import skipped
 from slurm_pool.adapters.runner import Runner
@@ -70,10 +70,6 @@ def differences(want: dict[str, str], have: dict[str, str]) -> list[str]:
     return out
 
 
-#: The socket affinity scontrol adds to a Gres item (``gpu:h100:2(S:0-1)``).
-SOCKETS_RE = re.compile(r"\([^)]*\)")
-
-
 def gres_difference(group: NodeGroup, have: dict[str, str]) -> list[str]:
     """For a group with its own GPU type name: ``Gres`` named unless the node has ``gpu:<type>:<count>``."""
     gpus = group.gpus
@@ -81,7 +77,7 @@ def gres_difference(group: NodeGroup, have: dict[str, str]) -> list[str]:
         return []
     want = f"gpu:{gpus.type}:{gpus.count}"
     got = have.get("Gres")
-    if want in SOCKETS_RE.sub("", got or "").split(","):
+    if gpu_counts(got).get(gpus.type) == gpus.count:
         return []
     model = GPU_MODELS[gpus.model]
     return [

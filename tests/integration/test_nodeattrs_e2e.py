@@ -15,8 +15,9 @@ from typing import Iterator
 
 import pytest
 
+from slurm_pool.adapters.gres import parse_gres
 from slurm_pool.adapters.nodeattrs import COMMAND, parse_node_attributes
-from slurm_pool.doctor.nodes import SOCKETS_RE, NodeAttrFacts, findings
+from slurm_pool.doctor.nodes import NodeAttrFacts, findings
 from slurm_pool.spec import load_spec
 from tests.conftest import TEST_SLURM
 from tests.support.slurm_cluster import ClusterHandle, start_session_cluster, stop_session_cluster
@@ -86,7 +87,7 @@ def test_the_lowest_weight_that_fits_is_allocated_first(attrs: ClusterHandle) ->
 def test_the_site_type_name_is_the_gres_slurm_holds(attrs: ClusterHandle) -> None:
     nodes, _ = parse_node_attributes(attrs.run([attrs.scontrol, *COMMAND[1:]], check=True).stdout)
     for node in ("n-gpu1", "n-gpu2"):
-        assert SOCKETS_RE.sub("", nodes[node]["Gres"]) == "gpu:h100:2", nodes[node]
+        assert [(g.name, g.type, g.count) for g in parse_gres(nodes[node]["Gres"])] == [("gpu", "h100", 2)], nodes[node]
     script = "#!/bin/bash\nsleep 60\n"
     job = attrs.sbatch(
         "-p", "main", "-A", "lab", "--qos=standard", "--gres=gpu:h100:1", "-o", "/dev/null", user="alice", script=script
