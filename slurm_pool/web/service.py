@@ -206,8 +206,9 @@ class Access:
     def explain(self, svc: Service, me: views.Viewer, body: models.SubmitRequest) -> models.Explanation:
         """What the submit policy makes of ``body`` from ``me``, and the service's refusal of a project not
         ``me``'s (first, as it is the first thing to change)."""
-        found = submitting.explain(svc.spec, svc.tables(), me, body)
-        project = submitting.project_of(svc.tables(), me, body)
+        tables = svc.tables()  # one set for both: they are not kept while Slurm does not say its version
+        found = submitting.explain(svc.spec, tables, me, body)
+        project = submitting.project_of(tables, me, body)
         why = submitting.not_a_member(me, project) if project is not None else None
         if why is None:
             return found
