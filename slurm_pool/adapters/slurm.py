@@ -205,11 +205,6 @@ class SlurmClient(SlurmCalls):
         """The value of sbatch option ``--NAME=VALUE`` among ``options`` (the first), None if absent."""
         return next((o.split("=", 1)[1] for o in options if o.startswith(f"--{name}=")), None)
 
-    def runs_of(self, job: str) -> list[JobRecord]:
-        """Every run of ``job`` (Slurm's notation; requeued runs each: ``sacct -D -j``); none when the
-        accounting has none (yet)."""
-        return self.job_runs(job, every_run=True)
-
     def runs_since(self, since: float) -> list[JobRecord]:
         """Every user's allocations from ``since`` (seconds since the epoch) until now, requeued runs each."""
         start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))

@@ -357,7 +357,7 @@ class PoolReader:
                 self._details.move_to_end(key)
 
         def read() -> tuple[list[JobRecord], list[dict[str, Any]]]:
-            found = self.slurm.runs_of(key)
+            found = self.slurm.job_runs(key, every_run=True)
             runs = [r for r in found if r.job_id == ref.job] if ref.plain else jobnames.named(ref, found)
             if not runs:
                 return [], []

@@ -30,7 +30,7 @@ SINCE_TEXT = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(SINCE))
         (lambda s: s.update_job("4", qos="shared", check=False), ("scontrol", "update", "JobId=4", "QOS=shared"), None),
         (lambda s: s.submit_batch(["--qos=a"], "#!/bin/sh\n"), ("sbatch", "--parsable", "--qos=a"), "#!/bin/sh\n"),
         (lambda s: s.submit_batch(["--qos=a", "--parsable"], "x"), ("sbatch", "--qos=a", "--parsable"), "x"),
-        (lambda s: s.runs_of("5_1"), ("sacct", "--json", "--duplicates", "--jobs", "5_1"), None),
+        (lambda s: s.job_runs("5_1", every_run=True), ("sacct", "--json", "--duplicates", "--jobs", "5_1"), None),
         (lambda s: s.runs_since(SINCE), ("sacct", "--json", "--allusers", "--allocations", "--duplicates", "--starttime", SINCE_TEXT, "--endtime", "now"), None),
         (lambda s: s.account_coordinators(),
          ("sacctmgr", "-n", "-P", "show", "account", "withcoord", "format=Coordinators,Account"), None),
@@ -74,7 +74,7 @@ def test_a_hold_that_printed_an_error_with_exit_0_is_what_slurm_said() -> None:
     ],
 )
 def test_the_accounting_reads(reply: str, rc: int, raises: type[Exception] | None) -> None:
-    for call in (lambda s: s.runs_of("9"), lambda s: s.runs_since(SINCE)):
+    for call in (lambda s: s.job_runs("9", every_run=True), lambda s: s.runs_since(SINCE)):
         runner = RecordingRunner()
         runner.on(["sacct"], reply, rc)
         if raises is None:
