@@ -59,7 +59,7 @@ def waiting(fc: Any, slurm: Any, ref: JobId) -> list[int]:
     type=StrictInt(0, 365),
     default=14,
     show_default=True,
-    help="Days of accounting (sacct) read for each user's recent runtimes.",
+    help="Days of accounting (sacct) read for each user's recent runtimes (0: none; time limits only).",
 )
 @click.option("--no-alternatives", is_flag=True, help="Skip the other ways to submit it (one forward run each).")
 def why(job_id: JobId, spec_path: str, as_json: bool, history_days: int, no_alternatives: bool) -> None:
