@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
-from slurm_pool.adapters import quirks
+from slurm_pool.adapters import nodeattrs, quirks
 from slurm_pool.adapters.records import (
     JobRecord,
     NodeRecord,
@@ -26,6 +26,7 @@ from slurm_pool.adapters.records import (
     parse_jobs,
     parse_node_text,
     parse_nodes,
+    skipped,
 )
 
 if TYPE_CHECKING:
@@ -260,6 +261,15 @@ class SlurmCalls:
             return found
         res = self.runner.run([self.scontrol, "show", "node", name], check=False, timeout=timeout)
         return parse_node_text(res.stdout, name) if res.ok else None
+
+    def node_attributes(self) -> dict[str, dict[str, str]]:
+        """Every node's ``NodeName=`` attributes as slurmctld holds them, by slurm.conf key
+        (:mod:`~slurm_pool.adapters.nodeattrs`); a line without a usable name is reported and skipped."""
+        res = self.runner.run([self.scontrol, *nodeattrs.COMMAND[1:]], check=True)
+        nodes, left_out = nodeattrs.parse_node_attributes(res.stdout)
+        for why in left_out:
+            skipped(why)
+        return nodes
 
     def command_version(self, *, timeout: float | None = None) -> SlurmVersion | None:
         """The release scontrol says it is (``--version``); None when it cannot say."""

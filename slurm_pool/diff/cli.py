@@ -25,7 +25,7 @@ from pathlib import Path
 import click
 
 from slurm_pool.adapters.runner import CommandError, Runner
-from slurm_pool.diff.conf import Difference, compare, site_dependent
+from slurm_pool.diff.conf import Difference, attributes_needed, compare, site_dependent
 from slurm_pool.diff.files import not_seen
 from slurm_pool.render.site import Site
 from slurm_pool.render.templates import default_templates_dir
@@ -132,7 +132,8 @@ def differences(
     accounting = [c.summary for c in diff(cluster_plan(spec, slurm), slurm, deferred=[])]
     rendered = render_all(spec, Site(), version)
     site_keys = site_dependent(rendered, render_all(spec, probe_site(), version))
-    found = compare(rendered, partitions, nodes, config, accounting, site_keys)
+    attributes = slurm.node_attributes() if attributes_needed(rendered) else None
+    found = compare(rendered, partitions, nodes, config, accounting, site_keys, attributes)
     directory = installed or installed_dir(config)
     if directory is None:
         if notes is not None:

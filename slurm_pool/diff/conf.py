@@ -238,7 +238,23 @@ NODE_FIELDS: dict[str, tuple[Callable[[NodeRecord], str], Callable[[str], object
 }
 
 
-def _nodes(want: Sequence[Mapping[str, str]], have: Sequence[NodeRecord], whole: bool):
+#: Node attributes compared where the rendered line sets them (a spec's node group names them; left out,
+#: Slurm's default stands and is not compared), as ``scontrol show node -o`` shows them.
+NODE_ATTRIBUTES = ("Sockets", "CoresPerSocket", "ThreadsPerCore", "MemSpecLimit", "TmpDisk", "Weight")
+
+
+def attributes_needed(rendered: Mapping[str, str]) -> bool:
+    """Whether a rendered node line sets one of :data:`NODE_ATTRIBUTES` (then the nodes' attributes are read)."""
+    conf = parse_conf(*(rendered[n] for n in CONF_FILES if n in rendered))
+    return any(key in line for line in conf.nodes for key in NODE_ATTRIBUTES)
+
+
+def _nodes(
+    want: Sequence[Mapping[str, str]],
+    have: Sequence[NodeRecord],
+    whole: bool,
+    attributes: Mapping[str, Mapping[str, str]],
+):
     records = {n.name: n for n in have}
     found: dict[tuple[str, str, str], list[str]] = {}  # (field, cluster, rendered) -> nodes
     listed: set[str] = set()
@@ -253,6 +269,11 @@ def _nodes(want: Sequence[Mapping[str, str]], have: Sequence[NodeRecord], whole:
                 current, rendered = text(rec), line.get(key, "")
                 if key_norm(current) != key_norm(rendered):
                     found.setdefault((key, current, rendered), []).append(node)
+            for key in NODE_ATTRIBUTES:
+                if key in line and node in attributes:
+                    current = attributes[node].get(key, "")
+                    if current.strip() != line[key].strip():
+                        found.setdefault((key, current, line[key]), []).append(node)
     if whole:  # every node is the pool's
         found.update({("removed", "", ""): [n for n in records if n not in listed]})
     for (key, cluster, value), names in found.items():
@@ -276,8 +297,12 @@ def compare(
     config: Mapping[str, str],
     accounting: Sequence[str] = (),
     site_keys: Iterable[str] = (),
+    attributes: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Difference]:
     """Every difference between the rendered files and what the cluster reports, partitions first.
+
+    ``attributes``: each node's attributes as slurmctld holds them (``SlurmCalls.node_attributes``), for the
+    :data:`NODE_ATTRIBUTES` a rendered line sets.
 
     A pool in a site's cluster (``coexist``: no slurm.conf, but ``site-settings.conf``) needs its
     items in the site's lists (``SchedulerParameters``, ``PrologFlags``, ...): there a list may hold more.
@@ -287,7 +312,7 @@ def compare(
     all_nodes = [n.name for n in nodes]
     return [
         *_partitions(conf.partitions, parse_partitions(partitions_text), all_nodes, whole),
-        *_nodes(conf.nodes, nodes, whole),
+        *_nodes(conf.nodes, nodes, whole, attributes or {}),
         *_config(conf.settings, config, site_keys, not whole),
         *(Difference("accounting", "", line, "", "") for line in accounting),
     ]

@@ -1,7 +1,7 @@
 """Issue 45, check 1 (node attributes): ``examples/pool-nodeattrs.yaml`` boots as a cluster of its own, and
 slurmctld reports each node's rendered sockets, cores, threads, memory, MemSpecLimit, TmpDisk, weight and
-features; ``doctor``'s comparison of the same reads finds no difference; a job on the lower-weight nodes is
-placed there first.  The GPUs go by the site's own type name (``gpus.type: h100``): slurmctld holds them as
+features; ``doctor``'s comparison of the same reads, and ``diff``'s, finds no difference; a job on the
+lower-weight nodes is placed there first.  The GPUs go by the site's own type name (``gpus.type: h100``): slurmctld holds them as
 ``gpu:h100``, a job asking ``--gres=gpu:h100:1`` runs on them, and the model's NVML name is no type here.
 
 The local cluster's slurmd registers what slurm.conf says (``SlurmdParameters=config_overrides``), so the
@@ -10,6 +10,7 @@ attributes reach slurmctld as a real node's would.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterator
 
@@ -59,6 +60,9 @@ def test_slurmctld_reports_the_rendered_attributes(attrs: ClusterHandle, node: s
 
 def test_doctor_finds_no_difference_and_names_one(attrs: ClusterHandle) -> None:
     spec = load_spec(EXAMPLE)
+    res = attrs.cli("diff", "--spec", str(EXAMPLE), "--json")
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr
+    assert [d for d in json.loads(res.stdout) if d["kind"] == "node"] == []
     out = attrs.run([attrs.scontrol, *COMMAND[1:]], check=True).stdout
     nodes, skipped = parse_node_attributes(out)
     assert skipped == [] and sorted(nodes) == ["n-cpu1", "n-gpu1", "n-gpu2"]
@@ -68,6 +72,11 @@ def test_doctor_finds_no_difference_and_names_one(attrs: ClusterHandle) -> None:
         nodes, _ = parse_node_attributes(attrs.run([attrs.scontrol, *COMMAND[1:]], check=True).stdout)
         (f,) = findings(spec, NodeAttrFacts(nodes))
         assert "node group cpu, n-cpu1: Weight: slurmctld has 7, the render 100" in f.problem
+        # diff names the same difference, and only it among the nodes
+        res = attrs.cli("diff", "--spec", str(EXAMPLE), "--json")
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        got = [d for d in json.loads(res.stdout) if d["kind"] == "node"]
+        assert got == [{"kind": "node", "name": "n-cpu1", "field": "Weight", "cluster": "7", "rendered": "100"}]
     finally:
         attrs.run([attrs.scontrol, "update", "NodeName=n-cpu1", "Weight=100"], check=True)
 

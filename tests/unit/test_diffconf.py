@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from slurm_pool.adapters.records import NodeRecord, node_command, parse_config_text, parse_nodes
 from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.diff.cli import differences, probe_site
-from slurm_pool.diff.conf import Difference, compare, norm, parse_conf, site_dependent
+from slurm_pool.diff.conf import Difference, attributes_needed, compare, norm, parse_conf, site_dependent
 from slurm_pool.render import render_all
 from slurm_pool.render.site import Site
 from slurm_pool.spec import load_spec
@@ -289,6 +289,38 @@ def test_node_fields(line, record, want):
     conf = {"slurm.conf": f"NodeName=n1 {line}\n"}
     rec = NodeRecord(name="n1", state=None, **record)  # type: ignore[arg-type]
     assert [d.line() for d in compare(conf, "", [rec], {})] == want
+
+
+@pytest.mark.parametrize(
+    "line, held, want",
+    [
+        # a rendered attribute slurmctld holds the same: nothing; otherwise named, nodes with the same together
+        ("Sockets=2 CoresPerSocket=4", {"Sockets": "2", "CoresPerSocket": "4"}, []),
+        ("Weight=10", {"Weight": "7"}, ["node n[1-2]: Weight 7 -> 10"]),
+        ("ThreadsPerCore=2 TmpDisk=4000", {"ThreadsPerCore": "1", "TmpDisk": "4000"},
+         ["node n[1-2]: ThreadsPerCore 1 -> 2"]),
+        # scontrol prints MemSpecLimit only when a node has one
+        ("MemSpecLimit=1000", {}, ["node n[1-2]: MemSpecLimit - -> 1000"]),
+        # an attribute the render leaves out is Slurm's default: not compared
+        ("CPUs=", {"Weight": "7", "Sockets": "4"}, []),
+    ],
+)  # fmt: skip
+def test_node_attributes(line, held, want):
+    conf = {"slurm.conf": f"NodeName=n[1-2] {line}\n"}
+    recs = [NodeRecord(name=n, state=None) for n in ("n1", "n2")]  # type: ignore[arg-type]
+    assert [d.line() for d in compare(conf, "", recs, {}, attributes={"n1": held, "n2": held})] == want
+
+
+def test_node_attributes_are_read_only_where_a_line_sets_one():
+    r = _cluster_runner("22.05")
+    r.on(["scontrol", "show", "node", "-o"], "NodeName=a-gpu1 Sockets=4 Weight=1\nNodeName=bad\x01 Weight=1\n")
+    assert not attributes_needed({"slurm.conf": "NodeName=n1 CPUs=4 RealMemory=1\n"})
+    assert attributes_needed({"slurm-pool.conf": "NodeName=n1 CPUs=4 Weight=3\n"})
+    differences(load_spec(EXAMPLE), r)
+    assert ("scontrol", "show", "node", "-o") not in r.calls
+    from slurm_pool.adapters.slurm import SlurmClient
+
+    assert SlurmClient(r).node_attributes() == {"a-gpu1": {"Sockets": "4", "Weight": "1"}}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
