@@ -1,9 +1,11 @@
-"""Option types shared by the subcommands, and the target Slurm release (``--slurm-version``) of ``render`` and ``mig``."""
+"""Option types shared by the subcommands, the target Slurm release (``--slurm-version``) of ``render`` and
+``mig``, and the progress bar long commands show on a terminal."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import click
 
@@ -100,3 +102,69 @@ def target_version(explicit: str | None) -> SlurmVersion:
 slurm_version_option = click.option(
     "--slurm-version", help="Target Slurm release, e.g. 22.05 or 24.11.5 (default: the installed one)."
 )
+
+
+class Advance(Protocol):
+    """What a long step reports: how much is done, of how much (None: as before, or not known yet)."""
+
+    def __call__(self, done: float, of: float | None = None, /) -> None: ...
+
+
+def _quiet(done: float, of: float | None = None, /) -> None:
+    """No bar: stderr is not a terminal, or the output is JSON."""
+
+
+class Progress:
+    """Rich's progress bars on stderr, one per step, each with what it does and the time left; only where stderr
+    is a terminal and the command does not print JSON (``shown=False``), so logs and pipes get nothing.
+
+    ``with Progress(not as_json) as bars: tick = bars.step("reading", total); tick(done)``.
+    """
+
+    def __init__(self, shown: bool = True, stream: IO[str] | None = None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.shown = shown and self.stream.isatty()
+        self._bars: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.shown:
+            from rich.console import Console
+            from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bars
+
+            console = Console(file=self.stream, stderr=self.stream is sys.stderr)
+            self._bars = Bars(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+                # the command's own lines go above the bar where stdout is the terminal too, and stay on stdout
+                # (a pipe, a file) otherwise
+                redirect_stdout=sys.stdout.isatty(),
+            )
+            self._bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+            self._bars = None
+
+    @property
+    def steps(self) -> list[tuple[str, float, float | None]]:
+        """Each bar shown: what it does, how much is done, of how much."""
+        return [] if self._bars is None else [(t.description, t.completed, t.total) for t in self._bars.tasks]
+
+    def step(self, what: str, total: float | None = None) -> Advance:
+        """A bar for ``what`` (text of the program's own, never data); the callable sets how much is done."""
+        if self._bars is None:
+            return _quiet
+        bars, task = self._bars, self._bars.add_task(what, total=total)
+
+        def advance(done: float, of: float | None = None, /) -> None:
+            bars.update(task, completed=done, **({"total": of} if of is not None else {}))
+
+        return advance

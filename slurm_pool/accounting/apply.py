@@ -426,8 +426,10 @@ def apply_accounting(
     prune: bool = False,
     dry_run: bool = False,
     echo: Callable[[str], None] = print,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Change]:
-    """Print and (unless ``dry_run``) apply the accounting diff; return it.
+    """Print and (unless ``dry_run``) apply the accounting diff; return it.  ``progress(applied, of)`` after
+    each sacctmgr change.
 
     Raises :class:`NameCollision` before any change when the spec names a site's object it does not adopt.
     """
@@ -459,6 +461,8 @@ def apply_accounting(
                     "accounting: run `slurm-pool apply accounting` again once the cause is fixed; it resumes from here"
                 )
                 raise
+            if progress is not None:
+                progress(done + 1, len(changes))
         echo(f"accounting: applied {len(changes)} change(s)")
     else:
         echo(f"accounting: {len(changes)} change(s) (dry run, nothing applied)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from slurm_pool.clitypes import Progress
 from slurm_pool.spec import load_spec
 from slurm_pool.text import shown
 
@@ -23,9 +24,15 @@ def apply_accounting_cmd(spec: str, dry_run: bool, prune: bool) -> None:
     from slurm_pool.adapters.slurm import SlurmClient
 
     # A failed sacctmgr call is a CommandError (PoolError): cli.main reports it, exit 1.
-    apply_accounting(
-        load_spec(spec), SlurmClient(), prune=prune, dry_run=dry_run, echo=lambda line: click.echo(shown(line))
-    )
+    with Progress() as bars:
+        apply_accounting(
+            load_spec(spec),
+            SlurmClient(),
+            prune=prune,
+            dry_run=dry_run,
+            echo=lambda line: click.echo(shown(line)),
+            progress=bars.step("applying the accounting changes"),
+        )
 
 
 __all__ = ["apply"]

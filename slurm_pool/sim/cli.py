@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_pool.clitypes import Finite
+from slurm_pool.clitypes import Finite, Progress
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Result, standard_policies
 from slurm_pool.sim.engine import simulate as replay
 from slurm_pool.sim.nodelend import OVERFLOW, LendRule, LendStats
@@ -263,28 +263,32 @@ def simulate(
     if not capacity:
         raise click.ClickException(f"{spec_path}: no project owns a node group with GPUs (projects[].owns)")
     mig = history.mig_nodes(spec) if on_nodes else None  # only the node engine models MIG instances
-    hist = history.read_sacct(sacct_path, capacity, mig=mig)
-    grace = float(default_grace(spec)) if grace is None else grace
-    nodes = nodes_from_spec(spec)
-    policies = standard_policies(grace, checkpoint_interval, restart_overhead)
-    rule = lend_rule(spec, hist.start, lend_period, prices) if lend else None
-    if on_nodes:
-        results: list[tuple[str, Result]] = [
-            (label, simulate_nodes(nodes, hist.jobs, NodePolicy(**vars(pol), lend=rule), hist.window))
-            for label, pol in policies
-        ]
-    else:
-        results = [(label, replay(capacity, hist.jobs, pol, hist.window)) for label, pol in policies]
-    base = results[0][1]
-    sized: Sizing | None = None
-    compared: Comparison | None = None
-    pool = next(p for _, p in policies if p.name == "pool-checkpoint-on-preempt")
-    if comparing:
-        compared = compare(nodes, hist.jobs, pool, hist.window, draws=draws or 3, lend=rule, tol=tol)
-        sized = compared.sizing(0)
-    elif sizing:
-        engine = node_replay if on_nodes else gpu_replay
-        sized = size_pool(nodes, hist.jobs, pool, hist.window, engine(hist.jobs, hist.window), tol=tol)
+    with Progress(shown=not as_json) as bars:
+        hist = history.read_sacct(sacct_path, capacity, mig=mig, progress=bars.step("reading the sacct records"))
+        grace = float(default_grace(spec)) if grace is None else grace
+        nodes = nodes_from_spec(spec)
+        policies = standard_policies(grace, checkpoint_interval, restart_overhead)
+        rule = lend_rule(spec, hist.start, lend_period, prices) if lend else None
+        tick = bars.step(f"replaying {len(hist.jobs)} jobs under {len(policies)} policies", len(policies))
+        results: list[tuple[str, Result]] = []
+        for label, pol in policies:
+            results.append(
+                (label, simulate_nodes(nodes, hist.jobs, NodePolicy(**vars(pol), lend=rule), hist.window))
+                if on_nodes
+                else (label, replay(capacity, hist.jobs, pol, hist.window))
+            )
+            tick(len(results))
+        base = results[0][1]
+        sized: Sizing | None = None
+        compared: Comparison | None = None
+        pool = next(p for _, p in policies if p.name == "pool-checkpoint-on-preempt")
+        if comparing:
+            step = bars.step(f"comparing the designs over {draws or 3} runtime draws")
+            compared = compare(nodes, hist.jobs, pool, hist.window, draws=draws or 3, lend=rule, tol=tol, progress=step)
+            sized = compared.sizing(0)
+        elif sizing:
+            engine = node_replay if on_nodes else gpu_replay
+            sized = size_pool(nodes, hist.jobs, pool, hist.window, engine(hist.jobs, hist.window), tol=tol)
     if report_dir is not None:
         try:
             title = f"Pool replay of {shown(Path(sacct_path).name)}"  # the file's name: no control characters

@@ -34,9 +34,10 @@ dedicated servers gave, and what the pool would give, on the same jobs.
 from __future__ import annotations
 
 import functools
+import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import IO, Any, Callable, Iterable, Mapping
 
 from slurm_pool.adapters.records import job_record
 from slurm_pool.adapters.sacct_stream import sacct_jobs
@@ -188,10 +189,34 @@ def _whole(value: Any, what: str) -> None:
         raise HistoryError(f"{what}: {value!r} is too large")
 
 
-def read_sacct(path: str, capacity: dict[str, int], mig: MigNodes | None = None) -> History:
-    """:func:`jobs_from_sacct` of the ``sacct --json`` file ``path`` (``-``: standard input), streamed."""
+class _Counted:
+    """A binary stream whose ``read`` reports how many bytes it has given so far."""
+
+    def __init__(self, raw: IO[bytes], report: Callable[[int], None]):
+        self.raw, self.report, self.done = raw, report, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.done += len(data)
+        self.report(self.done)
+        return data
+
+
+def read_sacct(
+    path: str,
+    capacity: dict[str, int],
+    mig: MigNodes | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> History:
+    """:func:`jobs_from_sacct` of the ``sacct --json`` file ``path`` (``-``: standard input), streamed;
+    ``progress(bytes read, the file's size or None)`` as it reads."""
     with open_binary(path) as fh:
-        return jobs_from_records(sacct_jobs(fh, path, HistoryError), capacity, path, mig)
+        stream: IO[bytes] = fh
+        if progress is not None:
+            size = os.fstat(fh.fileno()).st_size if path != "-" else None
+            report = progress
+            stream = _Counted(fh, lambda done: report(done, size or None))  # type: ignore[assignment]
+        return jobs_from_records(sacct_jobs(stream, path, HistoryError), capacity, path, mig)
 
 
 def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mig: MigNodes | None = None) -> History:

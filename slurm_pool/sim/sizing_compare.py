@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from slurm_pool.sim.engine import Job, Policy, Result
 from slurm_pool.sim.lendrule import LendRule
@@ -247,10 +247,12 @@ def compare(
     lend: LendRule | None = None,
     max_sizes: int = 64,
     tol: float = BORROWER_TOLERANCE,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     """Size the three designs of ``nodes`` under pooled ``policy`` over ``draws`` runtime draws (drawn
     from ``runtimes``, by default the jobs' own), each replay lending idle nodes by ``lend``; a size's
-    borrowers may fall short of the bar by ``tol`` (a share, 0 to 0.2)."""
+    borrowers may fall short of the bar by ``tol`` (a share, 0 to 0.2).  ``progress(replays done, of)``
+    after each replay."""
     check_tolerance(tol)
     if draws < 1:
         raise ValueError(f"draws: {draws} is less than 1")
@@ -267,11 +269,20 @@ def compare(
     per: dict[str, list[tuple[Trial, ...]]] = {name: [] for name in DESIGNS}
     slices = min((n.slices_per_gpu for n in nodes if n.mig), default=Node.slices_per_gpu)
     offered: dict[str, list[float]] = {"dedicated": [], "pooled": []}
+    replays, done = draws * (1 + sum(map(len, pool_of.values()))), 0
+
+    def replayed() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, replays)
+
     for seed in range(draws):
         these = redraw(jobs, seed, values)
         offered["dedicated"].append(offered_gpu_seconds([j for j in these if j.project is not None], window, slices))
         offered["pooled"].append(offered_gpu_seconds(these, window, slices))
         base = simulate_nodes(nodes, these, replace(base_pol, name="dedicated", pooled=False), window)
+        replayed()
         target = base.wait_quantile(0.95)
         baselines.append(base)
         per["dedicated"].append((Trial(tuple(nodes), base, ()),))
@@ -281,6 +292,7 @@ def compare(
             for pool in pool_of[name]:
                 pol = base_pol if name == "owned" else replace(base_pol, guarantees=capped(paid, pool))
                 r = simulate_nodes(pool, these, pol, window)
+                replayed()
                 need = borrowers_done_in_window(r) if need is None else need
                 trials.append(Trial(pool, r, judge(r, target, need, tol)))
             per[name].append(tuple(trials))

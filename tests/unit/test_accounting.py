@@ -118,6 +118,18 @@ def _changes(runner):
     return [c for c in runner.commands("sacctmgr") if c[1] == "-i"]
 
 
+def test_apply_reports_each_change_applied(world):
+    _fake, runner, slurm = world
+    seen: list[tuple[int, int]] = []
+    changes = apply_accounting(
+        load_spec(EXAMPLE), slurm, echo=lambda _m: None, progress=lambda d, n: seen.append((d, n))
+    )
+    assert seen == [(i + 1, len(changes)) for i in range(len(changes))] and len(_changes(runner)) == len(changes)
+    seen.clear()
+    apply_accounting(load_spec(EXAMPLE), slurm, echo=lambda _m: None, progress=lambda d, n: seen.append((d, n)))
+    assert seen == []  # nothing to apply: no step
+
+
 def test_apply_converges_and_second_run_is_a_noop(world):
     fake, runner, slurm = world
     spec = load_spec(EXAMPLE)
