@@ -17,7 +17,7 @@ from typing import Any
 import click
 import yaml
 
-from slurm_pool.clitypes import PositiveSeconds, StrictInt, slurm_version_option, target_version
+from slurm_pool.clitypes import PositiveSeconds, Progress, StrictInt, slurm_version_option, target_version
 from slurm_pool.cronexit import fail, for_cron
 from slurm_pool.errors import InputError, PoolError
 from slurm_pool.mig.catalogue import canonical_model, known_models
@@ -182,9 +182,7 @@ def plan(
     slurm_version: str | None,
 ) -> None:
     """Per-GPU layouts covering the demand with the fewest changes."""
-    from slurm_pool.mig import demand as dem
-    from slurm_pool.mig.planner import PlanError, gpus_from_count, parse_demand
-    from slurm_pool.mig.planner import plan as make_plan
+    from slurm_pool.mig.planner import gpus_from_count
 
     if (count is None) == (spec_path is None):
         raise MigInputError("give exactly one of --gpus N and --spec SPEC")
@@ -205,6 +203,35 @@ def plan(
     assert model is not None
     model = _model(model)
     notes: list[str] = []
+    with Progress(shown=not as_json) as bars:
+        done = bars.step(f"planning the MIG layouts of {len(gpus)} {model} GPUs")
+        result, elapsed = _planned(model, gpus, demand_text, needs_path, sacct_path, notes)
+        done(1, 1)
+    result.notes.extend(notes)
+    doc = result.to_dict()
+    doc["notes"] = result.notes
+    doc["outputs"] = _outputs(result, target_version(slurm_version))
+    if out_path:
+        _write_whole(out_path, json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    _print_plan(result, elapsed)
+
+
+def _planned(
+    model: str,
+    gpus: list[Any],
+    demand_text: str | None,
+    needs_path: str | None,
+    sacct_path: str | None,
+    notes: list[str],
+) -> tuple[Any, float]:
+    """The plan for the demand of ``--demand``, ``--needs`` and ``--sacct`` together, and the solver's seconds."""
+    from slurm_pool.mig import demand as dem
+    from slurm_pool.mig.planner import PlanError, parse_demand
+    from slurm_pool.mig.planner import plan as make_plan
+
     try:
         parts = []
         if demand_text:
@@ -225,16 +252,7 @@ def plan(
         elapsed = time.perf_counter() - t0
     except (PlanError, json.JSONDecodeError, ValueError) as exc:
         raise MigInputError(str(exc)) from None
-    result.notes.extend(notes)
-    doc = result.to_dict()
-    doc["notes"] = result.notes
-    doc["outputs"] = _outputs(result, target_version(slurm_version))
-    if out_path:
-        _write_whole(out_path, json.dumps(doc, indent=2) + "\n")
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
-        return
-    _print_plan(result, elapsed)
+    return result, elapsed
 
 
 def _write_whole(path: str, text: str) -> None:

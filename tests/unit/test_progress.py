@@ -1,6 +1,6 @@
 """Long commands show a progress bar on a terminal's stderr, and nothing under ``--json`` or into a pipe.
 
-``simulate`` runs as a user runs it: its stderr a pseudo-terminal, its stdout a pipe (so what the bar writes
+``simulate`` and ``mig plan`` run as a user runs it: its stderr a pseudo-terminal, its stdout a pipe (so what the bar writes
 and what the command prints stay apart).
 """
 
@@ -38,9 +38,14 @@ def _drain(fd: int) -> bytes:
 
 def simulate_on_a_terminal(*args: str) -> tuple[int, str, str]:
     """``slurm-pool simulate ARGS`` with stderr on a pseudo-terminal: (exit status, stdout, the terminal's bytes)."""
+    return on_a_terminal("simulate", "--spec", str(SPEC), "--sacct", str(SACCT), *args)
+
+
+def on_a_terminal(*args: str) -> tuple[int, str, str]:
+    """``slurm-pool ARGS`` with stderr on a pseudo-terminal: (exit status, stdout, the terminal's bytes)."""
     master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM", "CI")}
-    argv = [sys.executable, "-m", "slurm_pool", "simulate", "--spec", str(SPEC), "--sacct", str(SACCT), *args]
+    argv = [sys.executable, "-m", "slurm_pool", *args]
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, env={**env, **TERMINAL}, cwd=ROOT
     ) as proc:
@@ -72,6 +77,15 @@ def test_simulate_shows_a_bar_on_a_terminal_and_none_under_json(args, bar):
     assert "reading the sacct" not in stdout and "\x1b[" not in stdout
     if "--json" in args:
         assert stdout.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_mig_plan_shows_a_bar_on_a_terminal(json_out):
+    args = ["mig", "plan", "--model", "A30", "--gpus", "64", "--demand", "4g.24gb=20,1g.6gb=40"]
+    code, stdout, terminal = on_a_terminal(*args, *(["--json"] if json_out else []))
+    assert code == 0, (stdout, terminal)
+    assert ("planning the MIG layouts of 64 A30 GPUs" in terminal) is not json_out, terminal
+    assert "planning" not in stdout
 
 
 def test_no_bar_where_stderr_is_not_a_terminal():
