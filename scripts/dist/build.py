@@ -146,7 +146,7 @@ def payload(root: Path, src: Path, wheels: Path, unitdir: str) -> None:
     shutil.copy2(src / "docs" / "logrotate" / "slurm-pool", root / "etc/logrotate.d/slurm-pool")
     for name in ("README.md", "CHANGELOG.md"):
         shutil.copy2(src / name, doc / name)
-    for md in sorted((src / "docs").glob("*.md")):
+    for md in sorted(p for p in (src / "docs").glob("*.md") if not p.name.endswith(".template.md")):
         shutil.copy2(md, doc / "docs" / md.name)
     (root / "usr/bin").mkdir(parents=True)
     os.symlink("/opt/slurm-pool/bin/slurm-pool", root / "usr/bin/slurm-pool")
