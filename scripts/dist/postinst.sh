@@ -2,6 +2,8 @@
 # The same body is Debian's postinst (configure) and the RPM's %post.  It writes only under
 # /opt/slurm-pool, /etc/slurm-pool (created empty) and /var/log/slurm-pool; never Slurm's own configuration.
 set -e
+# Job users run the venv's slurm-pool: whatever root's umask, it is readable by all.
+umask 022
 PREFIX=/opt/slurm-pool
 WHEELS=/usr/share/slurm-pool/wheels
 REQUIREMENT='slurm-pool[console,k8s]==@VERSION@'

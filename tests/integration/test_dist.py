@@ -10,11 +10,9 @@ but the dependency wheel cache the build keeps.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
+import os
 import re
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -22,14 +20,10 @@ from pathlib import Path
 import pytest
 
 from slurm_pool import __version__
+from tests.support.dist import REPO, build, build_dist, install_deb, run
 from tests.support.golden import GOLDEN, golden_view
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pool.yaml"
-_spec = importlib.util.spec_from_file_location("dist_build", REPO / "scripts" / "dist" / "build.py")
-assert _spec is not None and _spec.loader is not None
-build = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(build)
 
 PKG_VERSION = f"{build.package_version(__version__)}-{build.PACKAGE_RELEASE}"
 WHEEL = f"slurm_pool-{__version__}-py3-none-any.whl"
@@ -53,23 +47,15 @@ PAYLOAD = sorted(
         *(f"usr/share/doc/slurm-pool/docs/{p.name}" for p in (REPO / "docs").glob("*.md") if ".template" not in p.name),
     ]
 )
+#: The environment of the installed venv's commands: nothing points them at the checkout.
+VENV_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 #: A write to Slurm's configuration: its directory (not /etc/slurm-pool) or slurm.conf by name.
 SLURM_CONFIG = re.compile(r"/etc/slurm(?![-\w])|slurm\.conf")
-#: The .deb's absolute paths, each moved into the scratch root for the post-install run.
-MOVED = ("/opt/slurm-pool", "/usr/share/slurm-pool", "/etc/slurm-pool", "/var/log/slurm-pool", "/run/systemd/system")
-
-
-def run(*cmd: str | Path, **kw) -> str:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900, **kw)
-    assert proc.returncode == 0, f"{cmd}: {proc.stdout}{proc.stderr}"
-    return proc.stdout
 
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    run(sys.executable, REPO / "scripts" / "dist" / "build.py", "--out", out)
-    return out
+    return build_dist(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="module")
@@ -181,26 +167,12 @@ def test_the_sdist_builds_a_wheel(dist, member):
 def scratch(dist, tmp_path_factory) -> Path:
     """The .deb unpacked and its postinst run with every path it writes moved under one scratch root."""
     root = tmp_path_factory.mktemp("root")
-    run("dpkg-deb", "-x", dist / DEB, root / "pkg")
-    run("dpkg-deb", "-e", dist / DEB, root / "ctl")
-    for name in ("postinst", "postrm"):
-        text = (root / "ctl" / name).read_text()
-        for path in MOVED:
-            text = text.replace(
-                path, str(root / "pkg" / path[1:]) if path == "/usr/share/slurm-pool" else f"{root}{path}"
-            )
-        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-        assert not re.findall(r"(?<![\w.-])/(?:opt|etc|var|run|usr/share)/", code.replace(str(root), "ROOT")), code
-        (root / name).write_text(text)
-    # No index reachable: the bundled wheels alone must install the venv.
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PIP_NO_COMPILE": "1", "PIP_INDEX_URL": "http://127.0.0.1:9/simple"}
-    proc = subprocess.run(["sh", root / "postinst", "configure"], capture_output=True, text=True, timeout=900, env=env)
-    assert proc.returncode == 0 and "do not fit" not in proc.stderr, proc.stdout + proc.stderr
+    install_deb(dist / DEB, root)
     return root
 
 
 def test_the_installed_venv_reports_the_version(scratch):
-    assert run(scratch / "opt/slurm-pool/bin/slurm-pool", "--version").split()[-1] == __version__
+    assert run(scratch / "opt/slurm-pool/bin/slurm-pool", "--version", env=VENV_ENV).split()[-1] == __version__
 
 
 def test_the_installed_venv_renders_the_golden_files(scratch, tmp_path):
@@ -213,6 +185,7 @@ def test_the_installed_venv_renders_the_golden_files(scratch, tmp_path):
         "--slurm-version",
         "22.05",
         cwd=tmp_path.parent,
+        env=VENV_ENV,
     )
     got = golden_view({p.name: p.read_text() for p in tmp_path.iterdir()})
     manifest, golden = (
@@ -223,6 +196,15 @@ def test_the_installed_venv_renders_the_golden_files(scratch, tmp_path):
     assert {**manifest, "spec_sha256": None} == golden
     assert got == {name: (GOLDEN / "22.05" / name).read_text() for name in got}
     assert sorted(got) == sorted(p.name for p in (GOLDEN / "22.05").iterdir() if p.name != "manifest.json")
+
+
+@pytest.mark.parametrize(
+    "path, others",
+    [("opt/slurm-pool", 0o005), ("opt/slurm-pool/bin/slurm-pool", 0o005), ("opt/slurm-pool/pyvenv.cfg", 0o004)],
+)
+def test_the_venv_is_readable_by_the_jobs_users_under_a_strict_umask(scratch, path, others):
+    assert (scratch / path).stat().st_mode & others == others
+    assert all(p.stat().st_mode & 0o004 for p in (scratch / "opt/slurm-pool/lib").rglob("__init__.py"))
 
 
 def test_the_post_install_makes_the_config_and_log_directories(scratch):

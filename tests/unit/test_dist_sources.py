@@ -5,18 +5,12 @@ tests/integration/test_dist.py builds and inspects the artefacts themselves.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("dist_build", REPO / "scripts" / "dist" / "build.py")
-assert _spec is not None and _spec.loader is not None
-build = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(build)
+from tests.support.dist import REPO, build
 
 CRON = sorted((REPO / "docs" / "cron").iterdir())
 LOGROTATE = REPO / "docs" / "logrotate" / "slurm-pool"
