@@ -55,3 +55,9 @@ bench: deps
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
 	$(MAKE) -C spank clean
+
+# The release: the wheel, the sdist, a Debian 12 .deb and an EL9 .rpm (noarch), named by
+# slurm_pool.__version__, into dist/ (scripts/dist/build.py; the dependencies' wheels are cached).
+.PHONY: dist
+dist: deps
+	$(PY) scripts/dist/build.py --out dist

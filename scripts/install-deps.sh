@@ -18,6 +18,8 @@ APT_PACKAGES=(
   # the notebook tier: configurable-http-proxy runs on node; browser tests drive Debian's chromium
   nodejs chromium chromium-driver
 )
+# make dist: the .deb with dpkg-deb under fakeroot, the EL9 .rpm with Debian's rpmbuild
+APT_PACKAGES+=(fakeroot rpm)
 # npm comes with some nodejs builds (NodeSource's); Debian's nodejs needs Debian's npm.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
 

@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from slurm_pool import __version__
 from slurm_pool.errors import PoolError
 from slurm_pool.text import shown
 from slurm_pool.wellknown import REMOTE_KEY
@@ -78,7 +79,7 @@ REMOTE_COMMANDS: dict[str, str] = {"status": "slurm_pool.remote.cli:status"}
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="slurm-pool")
+@click.version_option(__version__, package_name="slurm-pool")
 @click.option(
     "--remote",
     metavar="URL",

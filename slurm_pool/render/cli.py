@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from slurm_pool.clitypes import slurm_version_option, target_version
-from slurm_pool.spec import load_spec
+from slurm_pool.spec import load_spec_hashed
 from slurm_pool.text import shown
 
 
@@ -30,10 +30,11 @@ def render(spec: str, outdir: str, slurm_version: str | None, templates: str | N
     from slurm_pool.outfiles import check_targets, previous_outputs, write_all
     from slurm_pool.render import render_all
 
-    s = load_spec(spec)
+    s, digest = load_spec_hashed(spec)
     out = Path(outdir)
     check_targets(out, [])  # -o below a file: say so before rendering
-    files = render_all(s, version=target_version(slurm_version), templates_dir=Path(templates) if templates else None)
+    tdir = Path(templates) if templates else None
+    files = render_all(s, version=target_version(slurm_version), templates_dir=tdir, spec_sha256=digest)
     stale, notes = previous_outputs(out, files)
     removed: list[Path] = []
     for path in write_all(out, files, remove=stale, removed=removed):

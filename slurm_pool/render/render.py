@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Mapping
 
@@ -22,6 +23,9 @@ from slurm_pool.render.templates import default_templates_dir, jinja_environment
 from slurm_pool.spec.model import PoolSpec
 from slurm_pool.versions import DEFAULT_VERSION, SlurmVersion
 
+#: A sha256 digest as :func:`hashlib.sha256` ``hexdigest`` writes it.
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
 
 def render_all(
     spec: PoolSpec,
@@ -29,12 +33,17 @@ def render_all(
     version: SlurmVersion = DEFAULT_VERSION,
     templates_dir: Path | None = None,
     node_layouts: Mapping[str, Layouts] | None = None,
+    spec_sha256: str | None = None,
 ) -> dict[str, str]:
     """Every file of the pool's configuration, name -> text, manifest last.
 
     ``node_layouts`` overrides the spec's MIG layouts per node (see
-    :func:`slurm_pool.render.context.build_context`).
+    :func:`slurm_pool.render.context.build_context`).  ``spec_sha256`` is the
+    hash of the spec file's bytes (:func:`slurm_pool.spec.load_spec_hashed`),
+    recorded in ``manifest.json``; ``null`` there for a spec not read from a file.
     """
+    if spec_sha256 is not None and not SHA256_HEX.fullmatch(spec_sha256):
+        raise ValueError(f"spec_sha256 {spec_sha256!r} is not a sha256 in hex")
     site = site or Site()
     tdir = Path(templates_dir) if templates_dir else default_templates_dir()
     env = jinja_environment(tdir)
@@ -68,6 +77,7 @@ def render_all(
     manifest = {
         "generator": "slurm-pool",
         "generator_version": __version__,
+        "spec_sha256": spec_sha256,
         "slurm_version": str(version),
         "cluster": spec.cluster.name,
         "files": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()},

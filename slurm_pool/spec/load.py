@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -109,11 +110,18 @@ def load_spec_text(text: str, source: str = "<spec>") -> PoolSpec:
 
 def load_spec(path: str | Path) -> PoolSpec:
     """Read and validate a spec file."""
+    return load_spec_hashed(path)[0]
+
+
+def load_spec_hashed(path: str | Path) -> tuple[PoolSpec, str]:
+    """Read and validate a spec file; the spec and the sha256 (hex) of the very bytes parsed."""
     p = Path(path)
     try:
-        text = p.read_bytes().decode("utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise SpecError([Issue("", f"cannot read {p}: {exc.strerror}")]) from None
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError([Issue("", f"{p}: not UTF-8 text (byte {exc.start})")]) from None
-    return load_spec_text(text, str(p))
+    return load_spec_text(text, str(p)), hashlib.sha256(raw).hexdigest()

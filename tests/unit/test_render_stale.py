@@ -70,6 +70,34 @@ def test_the_manifest_carries_slurm_pools_version(tmp_path, capsys):
     assert json.loads((tmp_path / "manifest.json").read_text())["generator_version"] == __version__
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(b"", id="as-is"),
+        pytest.param(b"# a comment only\n", id="comment"),  # the same spec, other bytes: another hash
+        pytest.param(b"\n", id="blank-line"),
+    ],
+)
+def test_the_manifest_carries_the_hash_of_the_spec_files_bytes(tmp_path, capsys, change):
+    import hashlib
+
+    spec = tmp_path / "pool.yaml"
+    spec.write_bytes(EXAMPLE.read_bytes() + change)
+    render(spec, tmp_path / "out", capsys)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["spec_sha256"] == hashlib.sha256(spec.read_bytes()).hexdigest()
+    assert (manifest["spec_sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()) == (change == b"")
+
+
+@pytest.mark.parametrize("bad", ["", "0" * 63, "G" * 64, "A" * 64, "0" * 64 + "\n"], ids=ascii)
+def test_a_spec_hash_must_be_a_sha256_in_hex(bad):
+    from slurm_pool.render import render_all
+    from slurm_pool.spec import load_spec
+
+    with pytest.raises(ValueError, match="spec_sha256"):
+        render_all(load_spec(EXAMPLE), spec_sha256=bad)
+
+
 def _listed(out: Path, names: list[str]) -> None:
     m = json.loads((out / "manifest.json").read_text())
     m["files"].update({n: "0" * 64 for n in names})
