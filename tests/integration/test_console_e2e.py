@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import ARTIFACTS
+from tests.support.browser import ARTIFACTS, usable
 from tests.support.ckptjob import job_python, workdir
 from tests.support.console import running_console
 from tests.support.patience import patience, wait_for
@@ -69,20 +69,17 @@ def _login(driver, url: str, user: str, password: str) -> None:
     from selenium.webdriver.common.by import By
 
     driver.get(url + "/")
-    _wait(driver, "the login form", lambda d: d.find_elements(By.ID, "login-user"))
     for fid, value in (("login-user", user), ("login-password", password)):
-        el = driver.find_element(By.ID, fid)
+        el = _wait(driver, f"the login form's {fid}", lambda d, fid=fid: usable(d, fid))
         el.clear()
         el.send_keys(value)
-    driver.find_element(By.ID, "login-submit").click()
+    _wait(driver, "the login button", lambda d: usable(d, "login-submit")).click()
     _wait(driver, f"{user} to be logged in", lambda d: user in d.find_element(By.ID, "whoami").text)
 
 
 def _logout(driver) -> None:
-    from selenium.webdriver.common.by import By
-
-    driver.find_element(By.ID, "logout").click()
-    _wait(driver, "the login form again", lambda d: d.find_elements(By.ID, "login-user"))
+    _wait(driver, "the logout button", lambda d: usable(d, "logout")).click()
+    _wait(driver, "the login form again", lambda d: usable(d, "login-user"))
 
 
 def _submit(driver, fields: dict[str, str], checkpoint: bool) -> int:

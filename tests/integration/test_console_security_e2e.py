@@ -22,6 +22,7 @@ import jwt
 import pytest
 
 from slurm_pool.spec.console import Console
+from tests.support.browser import usable
 from tests.support.console import Service, running_console
 from tests.support.patience import patience, wait_for
 
@@ -188,10 +189,11 @@ def test_a_hostile_job_name_renders_inert_in_chromium(cluster, browser):
                          "--comment", "<script>document.title=2</script>", user="alice", script=SLEEP)  # fmt: skip
     with running_console(cluster) as svc:
         browser.get(svc.url + "/")
-        WebDriverWait(browser, patience(60)).until(lambda d: d.find_elements(By.ID, "login-user"))
-        browser.find_element(By.ID, "login-user").send_keys("alice")
-        browser.find_element(By.ID, "login-password").send_keys(svc.passwords["alice"])
-        browser.find_element(By.ID, "login-submit").click()
+        WebDriverWait(browser, patience(60)).until(lambda d: usable(d, "login-user")).send_keys("alice")
+        WebDriverWait(browser, patience(60)).until(lambda d: usable(d, "login-password")).send_keys(
+            svc.passwords["alice"]
+        )
+        WebDriverWait(browser, patience(60)).until(lambda d: usable(d, "login-submit")).click()
         for page in ("#/jobs", f"#/job/{job}"):
             browser.get(f"{svc.url}/{page}")
             WebDriverWait(browser, patience(60)).until(lambda d: XSS in d.find_element(By.TAG_NAME, "main").text)

@@ -19,7 +19,7 @@ import pytest
 
 from slurm_pool.adapters.records import parse_jobs
 from tests.conftest import TEST_SLURM
-from tests.support.browser import ARTIFACTS
+from tests.support.browser import ARTIFACTS, usable
 from tests.support.notebooks import notebook_spec_text
 from tests.support.patience import wait_for
 
@@ -93,10 +93,9 @@ def test_a_notebook_server_on_a_mig_slice_in_a_real_browser_then_culled(hub_clus
 
     handle, hub = hub_cluster
     browser.get(f"{hub.url}/hub/login")
-    WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.ID, "username_input"))
-    browser.find_element(By.ID, "username_input").send_keys(USER)
-    browser.find_element(By.ID, "password_input").send_keys(hub.password())
-    browser.find_element(By.ID, "login_submit").click()
+    WebDriverWait(browser, 60).until(lambda d: usable(d, "username_input")).send_keys(USER)
+    WebDriverWait(browser, 60).until(lambda d: usable(d, "password_input")).send_keys(hub.password())
+    WebDriverWait(browser, 60).until(lambda d: usable(d, "login_submit")).click()
     # The hub spawns on login, shows its progress page, then sends the browser to JupyterLab.
     WebDriverWait(browser, 240).until(
         lambda d: f"/user/{USER}/lab" in d.current_url and d.find_elements(By.CSS_SELECTOR, ".jp-Launcher")

@@ -32,3 +32,11 @@ def browser() -> Iterator[object]:
     yield driver
     driver.quit()
     shutil.rmtree(profile, ignore_errors=True)
+
+
+def usable(driver, element_id: str):
+    """The element ``element_id`` once it is shown and enabled, else None: a page may hold a form hidden while it
+    starts (a click or keys sent then fail as "element not interactable"), so a wait asks for this, not presence."""
+    from selenium.webdriver.common.by import By
+
+    return next((e for e in driver.find_elements(By.ID, element_id) if e.is_displayed() and e.is_enabled()), None)
