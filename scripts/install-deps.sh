@@ -17,6 +17,8 @@ APT_PACKAGES=(
   libhttp-parser-dev libjwt-dev
   # the notebook tier: configurable-http-proxy runs on node; browser tests drive Debian's chromium
   nodejs chromium chromium-driver
+  # `slurm-pool serve` as its own user submits through sudo and slurm-pool-as (docs/security.md)
+  sudo
 )
 # npm comes with some nodejs builds (NodeSource's); Debian's nodejs needs Debian's npm.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
