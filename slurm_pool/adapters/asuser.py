@@ -37,7 +37,7 @@ SUDO = ("sudo", "-n", "--")
 #: The Slurm client commands the helper runs as a user: the console's submission only.
 COMMANDS = frozenset({"sbatch"})
 #: sbatch options only root may pass (``arg_set_uid``, ``arg_set_gid`` in src/common/slurm_opt.c;
-#: ``--get-user-env`` runs ``su`` as root).  Run as the user sbatch refuses them too; they are refused first.
+#: ``--get-user-env`` runs ``su`` as root), and their abbreviations.  Run as the user sbatch refuses them too.
 ROOT_ONLY = ("--uid", "--gid", "--get-user-env")
 MAX_OPTIONS = 256
 MAX_OPTION = 4096
@@ -98,7 +98,8 @@ def check_option(option: str) -> str:
         raise _refuse("option", option, "has a control character")
     if not _OPTION.fullmatch(option):
         raise _refuse("option", option, "is not --NAME or --NAME=VALUE")
-    if option.split("=", 1)[0] in ROOT_ONLY:
+    name = option.split("=", 1)[0]
+    if any(full.startswith(name) for full in ROOT_ONLY):  # getopt_long takes an abbreviation (--ui) as well
         raise _refuse("option", option, "is root's own; the job runs as its user")
     return option
 

@@ -31,6 +31,7 @@ GOOD = [
     (["alice", "sbatch"], ("sbatch",)),
     (["alice", "sbatch", "--parsable", "--qos=guaranteed", "--job-name=a b"], None),
     (["big", "sbatch", "--comment=x=y"], None),
+    (["alice", "sbatch", "--gres=gpu:1", "--gpus=1", "--uid-like=1"], None),
     (["nobody", "sbatch", "--parsable"], None),
 ]
 
@@ -61,6 +62,9 @@ BAD = [
     (["alice", "sbatch", "--uid", "0"], "option: '--uid' is root's own"),
     (["alice", "sbatch", "--gid=0"], "option: '--gid=0' is root's own"),
     (["alice", "sbatch", "--get-user-env"], "option: '--get-user-env' is root's own"),
+    (["alice", "sbatch", "--ui=0"], "option: '--ui=0' is root's own"),
+    (["alice", "sbatch", "--gi=0"], "option: '--gi=0' is root's own"),
+    (["alice", "sbatch", "--get-user=10"], "option: '--get-user=10' is root's own"),
     (["alice", "sbatch", "-Aproj"], "option: '-Aproj' is not --NAME"),
     (["alice", "sbatch", "script.sh"], "option: 'script.sh' is not --NAME"),
     (["alice", "sbatch", "--wrap=id\nid"], "option: '--wrap=id\\x0aid' has a control character"),
