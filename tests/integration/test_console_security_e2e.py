@@ -319,3 +319,18 @@ def test_serve_as_its_own_user_logs_in_submits_and_cancels(cluster):
             cluster.wait_state(job, ["CANCELLED"], timeout=60)
     rows = cluster.run(["sacct", "-X", "-n", "-P", "-j", str(job), "-o", "User,State"]).stdout.split()
     assert rows and rows[0].split("|")[0] == "alice" and rows[0].split("|")[1].startswith("CANCELLED"), rows
+
+
+def test_the_exporter_needs_no_privilege(cluster):
+    """Issue 45, check 6: ``slurm-pool exporter`` as its unit's ``DynamicUser`` would run it (no groups, no
+    capabilities, NoNewPrivileges): ``ps`` shows it is not root, and a scrape reads the pool from Slurm."""
+    from tests.support.service_user import exporter_as_nobody
+
+    with exporter_as_nobody(cluster) as exp:
+        ps = subprocess.run(["ps", "-o", "user=", "-p", str(exp.pid)], capture_output=True, text=True, check=True)
+        assert ps.stdout.strip() == "nobody", ps.stdout
+        r = httpx.get(exp.url + "/metrics", timeout=60)
+        assert r.status_code == 200, r.text
+        lines = r.text.splitlines()
+        assert "slurm_pool_up 1.0" in lines, r.text[:2000]
+        assert any(ln.startswith("slurm_pool_gpus{") for ln in lines), r.text[:2000]

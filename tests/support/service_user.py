@@ -129,3 +129,30 @@ def _sh(word: str) -> str:
     import shlex
 
     return shlex.quote(word)
+
+
+@contextmanager
+def exporter_as_nobody(handle: ClusterHandle) -> Iterator[ServedAs]:
+    """``slurm-pool exporter`` for ``handle``'s cluster as its unit's ``DynamicUser`` would run it: a uid with no
+    groups of note (``nobody``), no capabilities, ``NoNewPrivileges``."""
+    nobody = pwd.getpwnam("nobody")
+    port = _free_port()
+    env = handle.env
+    service_env = {"PATH": env.get("PATH", os.environ.get("PATH", os.defpath)), "SLURM_CONF": env["SLURM_CONF"],
+                   "PYTHONPATH": str(REPO), "HOME": "/nonexistent", "LANG": "C.UTF-8"}  # fmt: skip
+    argv = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--no-new-privs",
+            "--bounding-set=-all", "--inh-caps=-all", "--", sys.executable, "-m", "slurm_pool", "exporter",
+            "--listen", f"127.0.0.1:{port}", "--state-dir", ""]  # fmt: skip
+    with tempfile.NamedTemporaryFile(prefix="slurm-pool-exporter-", suffix=".log") as log:
+        proc = subprocess.Popen(argv, cwd="/", env=service_env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: _listening(port) or proc.poll() is not None, 60, "the exporter to listen")
+            assert proc.poll() is None, f"slurm-pool exporter stopped:\n{Path(log.name).read_text(errors='replace')}"
+            yield ServedAs(f"http://127.0.0.1:{port}", proc.pid, Path(log.name))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
