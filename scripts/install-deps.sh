@@ -17,6 +17,8 @@ APT_PACKAGES=(
   libhttp-parser-dev libjwt-dev
   # the notebook tier: configurable-http-proxy runs on node; browser tests drive Debian's chromium
   nodejs chromium chromium-driver
+  # `slurm-pool serve` as its own user submits through sudo and slurm-pool-as (docs/security.md)
+  sudo
 )
 # make dist: the .deb with dpkg-deb under fakeroot, the EL9 .rpm with Debian's rpmbuild
 APT_PACKAGES+=(fakeroot rpm)

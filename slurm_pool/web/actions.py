@@ -4,6 +4,9 @@ Each action (submit, cancel, hold, release, requeue, change tier) runs Slurm's
 own client command (through :class:`~slurm_pool.adapters.slurm.SlurmClient`) as the
 user (its uid, with ``SLURM_JWT`` set to a token of about a minute for that user
 alone; a submission without it, see :meth:`UserCommands.slurm`), so Slurm decides what the user may do:
+as root the command runs as the user's uid; a service that is not root runs it as its own uid with the
+user's token (slurmctld takes the token's user), and a submission through the root helper ``slurm-pool-as``
+(:mod:`slurm_pool.adapters.asuser`, see docs/security.md);
 a bug in the service's own checks cannot let alice cancel bob's job.  Slurm's
 refusal becomes the error the client sees (403 for a permission refusal, 409
 for a job in the wrong state, 400 otherwise), never a 500.
@@ -11,10 +14,12 @@ for a job in the wrong state, 400 otherwise), never a 500.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Callable, Mapping, Sequence
 
 from slurm_pool import text
+from slurm_pool.adapters.asuser import HelperRunner, default_helper
 from slurm_pool.adapters.runner import Result, Runner, SubprocessRunner
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.errors import ServiceError
@@ -46,7 +51,19 @@ class ActionError(ServiceError):
 
 
 def default_runner(user: str, env: Mapping[str, str]) -> Runner:
+    """As root: the command runs as ``user`` (their uid, groups and home)."""
     return SubprocessRunner(env=env, user=user, default_timeout=TIMEOUT)
+
+
+def token_runner(user: str, env: Mapping[str, str]) -> Runner:
+    """Not root, with a token: the command runs as the service's own uid; slurmctld takes the token's user."""
+    return SubprocessRunner(env=env, default_timeout=TIMEOUT)
+
+
+#: Which runner a command takes: ``root`` (the service's uid is 0) and ``token`` (the call carries one).
+#: ``as-user``: :func:`default_runner`; ``token``: :func:`token_runner`; ``helper``: the root helper
+#: (:class:`~slurm_pool.adapters.asuser.HelperRunner`, through sudo), for what Slurm takes from no token.
+PATHS = {(True, True): "as-user", (True, False): "as-user", (False, True): "token", (False, False): "helper"}
 
 
 class UserCommands:
@@ -58,11 +75,31 @@ class UserCommands:
         env: Mapping[str, str] | None = None,
         runner_for: Callable[[str, Mapping[str, str]], Runner] | None = None,
         lifespan: int = LIFESPAN,
+        *,
+        root: bool | None = None,
+        helper: str | None = None,
     ):
         self._key = key
         self.env = dict(env or {})
-        self.runner_for = runner_for or default_runner
+        self.runner_for = runner_for
         self.lifespan = lifespan
+        self.root = os.geteuid() == 0 if root is None else root
+        self.helper = helper or default_helper()
+
+    def path(self, token: bool) -> str:
+        """The runner a command takes (one of :data:`PATHS`'s values): as root every command runs as the
+        user; otherwise a command with a token runs as the service, one without through the helper."""
+        return PATHS[(self.root, token)]
+
+    def _runner(self, user: str, env: Mapping[str, str], token: bool) -> Runner:
+        if self.runner_for is not None:
+            return self.runner_for(user, env)
+        path = self.path(token)
+        if path == "as-user":
+            return default_runner(user, env)
+        if path == "token":
+            return token_runner(user, env)
+        return HelperRunner(user, self.helper, env, TIMEOUT)
 
     def slurm(self, user: str, *, token: bool = True) -> SlurmClient:
         """Slurm as ``user``: their uid and, with ``token``, ``SLURM_JWT`` minted for them for this one call.
@@ -75,7 +112,7 @@ class UserCommands:
         env = {k: v for k, v in self.env.items() if k != "SLURM_JWT"}
         if token:
             env["SLURM_JWT"] = identity.mint(self._key, user, lifespan=self.lifespan)
-        return SlurmClient(self.runner_for(user, env))
+        return SlurmClient(self._runner(user, env, token))
 
 
 def refusal(res: Result) -> ActionError:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
 import click
 
 from slurm_pool.errors import InputError
+
+if TYPE_CHECKING:
+    from slurm_pool.adapters.slurm import SlurmClient
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
 #: Listen addresses that mean every address of the machine.
@@ -24,7 +30,12 @@ WILDCARDS = ("0.0.0.0", "::", "[::]", "")
     "--state-dir", default=None, help="Directory with <node>/outcomes.jsonl [node.conf's state_dir]; '' reads none."
 )
 @click.option("--key", "key_path", default=None, help="Slurm's HS256 JWT key [the spec's console.jwt_key].")
-def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | None) -> None:
+@click.option(
+    "--helper",
+    default=None,
+    help="Not run as root: the root helper sudo runs for submissions [slurm-pool-as beside this Python].",
+)
+def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | None, helper: str | None) -> None:
     """Serve the pool's web console and REST API: each user sees and does what Slurm lets them."""  # fmt: skip
     from slurm_pool.metrics.cli import parse_listen
 
@@ -39,6 +50,7 @@ def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | No
         raise InputError(
             f"{spec_path}: the spec has no console section; add 'console:' (jwt_key, operators, ...) to serve it"
         )
+    from slurm_pool.adapters.asuser import default_helper
     from slurm_pool.adapters.runner import SubprocessRunner
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.metrics.cli import default_state_dir
@@ -49,7 +61,9 @@ def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | No
     from slurm_pool.web.identity import Authenticator, load_key, pam_checker, user_exists
     from slurm_pool.web.server import build_server
 
-    key = load_key(key_path or spec.console.jwt_key)
+    slurm = SlurmClient(SubprocessRunner(default_timeout=20.0))
+    owners = _slurm_user(slurm) if os.geteuid() != 0 else ()
+    key = load_key(key_path or spec.console.jwt_key, owners)
     names = list(spec.console.allowed_hosts)
     if host in WILDCARDS:  # every address of the machine: its own names too
         import socket
@@ -61,12 +75,26 @@ def serve(spec_path: str, listen: str, state_dir: str | None, key_path: str | No
     )
     app = create_app(
         spec,
-        slurm=SlurmClient(SubprocessRunner(default_timeout=20.0)),
+        slurm=slurm,
         auth=auth,
-        commands=UserCommands(key),
+        commands=UserCommands(key, helper=helper),
         state_dir=default_state_dir() if state_dir is None else (state_dir or None),
         hosts=hosts,
     )
     click.echo(f"slurm-pool serve: http://{host}:{port}/ (API under /api/v1)", err=True)
+    if os.geteuid() != 0:
+        click.echo(f"slurm-pool serve: not root: submissions through sudo {helper or default_helper()}", err=True)
     click.echo(f"slurm-pool serve: answering to host names {', '.join(sorted(hosts.names))}", err=True)
     build_server(app, host, port, spec.console, hosts=hosts).run()
+
+
+def _slurm_user(slurm: SlurmClient) -> tuple[int, ...]:
+    """SlurmUser's uid, which may own the JWT key (Slurm's own check, ``auth_jwt.c``); none if not known."""
+    from slurm_pool.adapters.asuser import slurm_user_id
+    from slurm_pool.adapters.runner import CommandError
+
+    try:
+        uid = slurm_user_id(slurm.config())
+    except CommandError:
+        return ()
+    return () if uid is None else (uid,)

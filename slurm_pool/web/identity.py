@@ -38,7 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Optional
+from typing import Any, Callable, Iterable, Literal, Mapping, Optional
 from urllib.parse import urlsplit
 
 import jwt
@@ -100,11 +100,12 @@ class Caller:
 
 
 # -- the key and tokens -------------------------------------------------------------
-def load_key(path: str) -> bytes:
+def load_key(path: str, owners: Iterable[int] = ()) -> bytes:
     """The HS256 key at ``path``, as Slurm reads it (the file's bytes); KeyFileError when it is unsafe.
 
-    Not a symbolic link, a regular file, owned by root or the service's user, nothing for "other"
-    (group may read it: sites share it with SlurmUser's group), and at least 32 bytes.
+    Not a symbolic link, a regular file, owned by root, the service's user or one of ``owners`` (SlurmUser,
+    for a service that is not root), nothing for "other" (group may read it: a service that is not root
+    reads it through its group or an ACL), and at least 32 bytes.
     """
     where = f"console.jwt_key: {text.shown(path)}"
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -122,9 +123,11 @@ def load_key(path: str) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise KeyFileError(f"{where}: is not a regular file")
-        if st.st_uid not in (0, os.geteuid()):
+        trusted = (0, os.geteuid(), *owners)
+        if st.st_uid not in trusted:
+            others = "".join(f", SlurmUser (uid {u})" for u in owners)
             raise KeyFileError(
-                f"{where}: is owned by uid {st.st_uid}; it must be owned by root or by the service's user "
+                f"{where}: is owned by uid {st.st_uid}; it must be owned by root{others} or by the service's user "
                 f"(uid {os.geteuid()})"
             )
         if st.st_mode & 0o007:

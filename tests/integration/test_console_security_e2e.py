@@ -12,6 +12,7 @@ from __future__ import annotations
 import resource
 import socket
 import stat
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -286,3 +287,52 @@ def test_a_replayed_session_cookie_cannot_act_or_read_the_token(cluster):
             again.cookies.set("slurm_pool_session", cookie)
             me = again.get("/api/v1/me", headers={"X-CSRF-Token": token}).json()
             assert me["user"] == "alice" and me["csrf_token"] is None
+
+
+def test_serve_as_its_own_user_logs_in_submits_and_cancels(cluster):
+    """Issue 45, check 6: ``slurm-pool serve`` runs as the system user ``slurm-pool`` (not root) with the grants
+    docs/security.md lists; alice logs in (PAM, through the ``shadow`` group), submits (sudo and ``slurm-pool-as``)
+    and cancels (her token, from the service's uid): the job is alice's, in her home, and ends CANCELLED."""
+    from slurm_pool.localcluster.console import set_passwords
+    from tests.support.console import TEST_USERS_STATE
+    from tests.support.service_user import SERVICE_USER, serve_as_service_user
+
+    users = sorted({u for p in cluster.spec.projects for u in p.users})
+    passwords = set_passwords(users, TEST_USERS_STATE)
+    with serve_as_service_user(cluster) as svc:
+        ps = subprocess.run(["ps", "-o", "user=", "-p", str(svc.pid)], capture_output=True, text=True, check=True)
+        assert ps.stdout.strip() == SERVICE_USER, ps.stdout
+        with httpx.Client(base_url=svc.url, timeout=90) as c:
+            r = c.post("/api/v1/login", json={"user": "alice", "password": "wrong" + passwords["alice"]})
+            assert r.status_code == 401, r.text
+            r = c.post("/api/v1/login", json={"user": "alice", "password": passwords["alice"]})
+            assert r.status_code == 200, (r.text, svc.log.read_text(errors="replace"))
+            csrf = {"X-CSRF-Token": r.json()["csrf_token"]}
+            body = {"tier": "guaranteed", "project": "proja", "gpus": 1, "time_limit": "5", "name": "as-service",
+                    "script": SLEEP}  # fmt: skip
+            r = c.post("/api/v1/jobs", json=body, headers=csrf)
+            assert r.status_code in (200, 201), (r.text, svc.log.read_text(errors="replace"))
+            job = r.json()["job_id"]
+            cluster.wait_state(job, ["RUNNING"], timeout=60)
+            assert cluster.job_field(job, "%u") == "alice"
+            assert cluster.job_field(job, "%Z") == "/home/alice"  # sbatch ran in her home, as her
+            r = c.post(f"/api/v1/jobs/{job}/cancel", headers=csrf)
+            assert r.status_code == 200, r.text
+            cluster.wait_state(job, ["CANCELLED"], timeout=60)
+    rows = cluster.run(["sacct", "-X", "-n", "-P", "-j", str(job), "-o", "User,State"]).stdout.split()
+    assert rows and rows[0].split("|")[0] == "alice" and rows[0].split("|")[1].startswith("CANCELLED"), rows
+
+
+def test_the_exporter_needs_no_privilege(cluster):
+    """Issue 45, check 6: ``slurm-pool exporter`` as its unit's ``DynamicUser`` would run it (no groups, no
+    capabilities, NoNewPrivileges): ``ps`` shows it is not root, and a scrape reads the pool from Slurm."""
+    from tests.support.service_user import exporter_as_nobody
+
+    with exporter_as_nobody(cluster) as exp:
+        ps = subprocess.run(["ps", "-o", "user=", "-p", str(exp.pid)], capture_output=True, text=True, check=True)
+        assert ps.stdout.strip() == "nobody", ps.stdout
+        r = httpx.get(exp.url + "/metrics", timeout=60)
+        assert r.status_code == 200, r.text
+        lines = r.text.splitlines()
+        assert "slurm_pool_up 1.0" in lines, r.text[:2000]
+        assert any(ln.startswith("slurm_pool_gpus{") for ln in lines), r.text[:2000]
