@@ -448,3 +448,13 @@ def test_cut_lines_keeps_every_other_byte(text: bytes, removed: list, left: list
 def test_the_documented_cron_entries_and_units_are_the_ones_uninstall_knows() -> None:
     assert sorted(CRON_FILES) == sorted(p.name for p in (REPO / "docs" / "cron").iterdir())
     assert sorted(UNIT_FILES) == sorted(p.name for p in (REPO / "docs" / "systemd").iterdir())
+
+
+def test_a_site_job_under_an_adopted_account_does_not_hold_it_up(tmp_path: Path) -> None:
+    w = World(tmp_path, _adopted_physics)
+    w.jobs = [{"job_id": 5, "job_state": "RUNNING", "user_name": "alice", "partition": "batch", "account": "physics"}]
+    assert w.uninstall()[-1].startswith("uninstall: done")
+    w2 = World(tmp_path / "again", _adopted_physics)
+    w2.jobs = [{**w.jobs[0], "partition": "spot"}]  # the same account in a pool partition: the pool's job
+    with pytest.raises(StillInUse, match="job 5 "):
+        w2.uninstall()
