@@ -5,7 +5,9 @@ every QOS, account, association and user (``sacctmgr -P show``, all its default 
 the site's configuration directory before the pool was installed.  The test refuses while a pool job
 waits, uninstalls with ``--dry-run`` (nothing changes), uninstalls, compares, runs again (nothing to do),
 then puts the pool back as it was installed (its files byte for byte, ``apply accounting --prune``, a
-restart of slurmctld) so that the other ``test_brownfield*`` modules find it as before, whichever runs next.
+restart of slurmctld) so that the pool works as installed for whatever runs next.  What cannot be put back
+is the usage slurmctld kept for the associations deleted (a site user's fairshare factor moves), so this
+module runs after the other ``test_brownfield*`` modules (``LAST_MODULES`` in tests/support/collect.py).
 """
 
 from __future__ import annotations
