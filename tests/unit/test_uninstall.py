@@ -458,3 +458,11 @@ def test_a_site_job_under_an_adopted_account_does_not_hold_it_up(tmp_path: Path)
     w2.jobs = [{**w.jobs[0], "partition": "spot"}]  # the same account in a pool partition: the pool's job
     with pytest.raises(StillInUse, match="job 5 "):
         w2.uninstall()
+
+
+def test_a_pool_that_owns_its_cluster_is_refused_naming_coexist(world: World) -> None:
+    data = yaml.safe_load((REPO / "examples" / "pool.yaml").read_text())
+    files, n = world.files(), len(world.changes())
+    with pytest.raises(InputError, match="^coexist: the spec has no coexist section"):
+        build(parse_spec(data), world.slurm, world.paths())
+    assert (world.files(), len(world.changes())) == (files, n)
