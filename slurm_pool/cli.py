@@ -42,6 +42,8 @@ COMMANDS: dict[str, str] = {
     "serve": "slurm_pool.web.cli:serve",
     "why": "slurm_pool.predict.cli:why",
     "spank": "slurm_pool.spank.cli:spank",
+    # -- taking the pool out of a site's cluster
+    "uninstall": "slurm_pool.uninstall.cli:uninstall",
 }
 
 

@@ -349,6 +349,11 @@ def _accounts(slurm: SlurmClient) -> dict[str, dict[str, str]]:
     return have
 
 
+def read_accounts(slurm: SlurmClient) -> dict[str, dict[str, str]]:
+    """Each account's ``Descr`` and ``Org`` as slurmdbd has them (a name listed twice is no one's tag)."""
+    return _accounts(slurm)
+
+
 def _listed(value: str) -> set[str]:
     return {x for x in value.split(",") if x}
 

@@ -230,6 +230,22 @@ class SiteCluster:
             what: "".join(sorted(text.splitlines(keepends=True))) for what, text in shown.items()
         }  # row order varies
 
+    def accounting(self) -> dict[str, list[str]]:
+        """Every QOS, account, association and user as `sacctmgr -P -n show` prints them (all its default
+        fields), sorted (row order varies)."""
+        return {
+            what: sorted(self.handle.run(["sacctmgr", "-P", "-n", "show", what], check=True).stdout.splitlines())
+            for what in ("qos", "account", "assoc", "user")
+        }
+
+    def files(self) -> dict[Path, tuple[bytes, int]]:
+        """Every regular file under the site's configuration directory: its bytes and mode."""
+        return {
+            p: (p.read_bytes(), p.stat().st_mode & 0o7777)
+            for p in sorted(self.pool.layout.etc.rglob("*"))
+            if p.is_file() and not p.is_symlink()
+        }
+
     # -- installing slurm-pool, as docs/adoption.md says ----------------------------
     def adopt(self) -> list[str]:
         """Install the pool into the running site; return what `apply accounting --prune` printed."""
@@ -365,6 +381,9 @@ def brownfield_site():
         job = sc.handle.sbatch("-o", "/dev/null", user="dave", script="#!/bin/sh\ntrue\n")
         sc.handle.wait_state(job, ["COMPLETED"], timeout=60)
         sc.sprio_before = sc.pending_priorities()
+        # everything of the site's, for `slurm-pool uninstall` to leave as it was (test_brownfield_uninstall_e2e.py)
+        sc.accounting_before = sc.accounting()
+        sc.files_before = sc.files()
         sc.adoption = sc.adopt()
     except BaseException:
         logs = daemon_logs(state)

@@ -4,6 +4,7 @@
   directly or through another fixture, is marked ``slurm`` or ``k8s`` even if
   its module forgot to say so: ``make test``'s unit stream (``-m "not slurm
   and not k8s"``, over several workers) must never boot daemons.
+* Modules that take a shared session fixture apart and put it back (:data:`LAST_MODULES`) run last.
 * Modules with a test that waits for a cached build (:data:`LATE_FIXTURES`)
   run after every other module of their stream: ``make test`` starts the
   builds beside the streams, so the rest of a stream runs while they build.
@@ -27,6 +28,10 @@ SHARED_GROUPS = {"tests/integration/test_brownfield": "brownfield"}
 #: environment (``hub_cluster``), torch (``torchrun``), the newer Slurm's headers beside Debian's
 #: (``other_include``) and Slurm without Lua (``nolua``).
 LATE_FIXTURES = frozenset({"k8s_control_plane", "k8s_crds", "hub_cluster", "torchrun", "other_include", "nolua"})
+#: Modules that take a shared session fixture apart and put it back: they run after the other modules of their
+#: stream.  `uninstall` on the brownfield site puts the pool back as installed, but slurmctld drops the usage of
+#: the associations it deleted, so the site users' fairshare factors (sprio) are not what they were.
+LAST_MODULES = frozenset({"tests/integration/test_brownfield_uninstall_e2e.py"})
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -52,3 +57,5 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     }
     if late:
         session.items.sort(key=lambda item: item.nodeid.split("::")[0] in late)
+    # after the builds' modules too: one of those may share the fixture (stable sort: the rest keep their order)
+    session.items.sort(key=lambda item: item.nodeid.split("::")[0] in LAST_MODULES)

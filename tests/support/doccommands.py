@@ -3,8 +3,9 @@
 A command is a line of a fenced ``sh`` block, or an inline code span of two
 words or more that starts with a program (:data:`PROGRAMS`).  Each must be in
 :data:`COVERED`, which says where it runs: ``unit`` (no Slurm daemons:
-tests/unit/test_adoption_doc.py) or ``site`` (the live brownfield site:
-tests/integration/test_brownfield_seen_e2e.py).  Paths are substituted
+tests/unit/test_adoption_doc.py), ``site`` (the live brownfield site:
+tests/integration/test_brownfield_seen_e2e.py) or ``uninstall`` (the live site, taking the pool out and
+putting it back: tests/integration/test_brownfield_uninstall_e2e.py).  Paths are substituted
 (:func:`substitute`), and ``slurm-pool`` is this checkout's CLI.
 """
 
@@ -43,6 +44,9 @@ COVERED: dict[str, str] = {
     "slurm-pool apply accounting pool.yaml": "site",
     "slurm-pool doctor --spec pool.yaml": "site",
     "slurm-pool diff --spec pool.yaml": "site",
+    # -- removing the pool: run on the live site by tests/integration/test_brownfield_uninstall_e2e.py
+    "slurm-pool uninstall --spec pool.yaml --dry-run": "uninstall",
+    "slurm-pool uninstall --spec pool.yaml": "uninstall",
 }
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
