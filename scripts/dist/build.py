@@ -36,7 +36,14 @@ EXTRAS = ("console", "k8s")
 #: The version forms this script turns into Debian's and RPM's: 1.2.3, 1.2.3rc1, 1.2.3.post1, 1.2.3.dev4.
 VERSION_RE = re.compile(r"(\d+(?:\.\d+){1,3})((?:a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?")
 PACKAGE_RELEASE = "1"
-UNITS = ("slurm-pool-exporter.service", "slurm-pool-rebalance.service", "slurm-pool-rebalance.timer")
+UNITS = (
+    "slurm-pool-exporter.service",
+    "slurm-pool-rebalance.service",
+    "slurm-pool-rebalance.timer",
+    "slurm-pool-serve.service",
+)
+#: The sudoers drop-in the console's unit needs, shipped for the admin to install (never installed by the package).
+SUDOERS = "slurm-pool"
 CRON = ("slurm-pool-rebalance", "slurm-pool-guarantees-reconcile")
 SPANK = ("Makefile", "slurm_pool_spank.c", "pool_opts.c", "pool_opts.h")
 SPANK_README = """\
@@ -131,7 +138,15 @@ def wheelhouse(reqs: list[str], cache: Path, dest: Path, offline: bool) -> None:
 def payload(root: Path, src: Path, wheels: Path, unitdir: str) -> None:
     """The files both packages install, under ``root``."""
     share, doc = root / "usr/share/slurm-pool", root / "usr/share/doc/slurm-pool"
-    for d in (share / "wheels", share / "spank", share / "cron", doc / "docs", root / unitdir.lstrip("/")):
+    made = [
+        share / "wheels",
+        share / "spank",
+        share / "cron",
+        share / "sudoers",
+        doc / "docs",
+        root / unitdir.lstrip("/"),
+    ]
+    for d in made:
         d.mkdir(parents=True)
     for w in sorted(wheels.iterdir()):
         shutil.copy2(w, share / "wheels" / w.name)
@@ -142,6 +157,7 @@ def payload(root: Path, src: Path, wheels: Path, unitdir: str) -> None:
         shutil.copy2(src / "docs" / "cron" / name, share / "cron" / name)
     for name in UNITS:
         shutil.copy2(src / "docs" / "systemd" / name, root / unitdir.lstrip("/") / name)
+    shutil.copy2(src / "docs" / "sudoers" / SUDOERS, share / "sudoers" / SUDOERS)
     (root / "etc/logrotate.d").mkdir(parents=True)
     shutil.copy2(src / "docs" / "logrotate" / "slurm-pool", root / "etc/logrotate.d/slurm-pool")
     for name in ("README.md", "CHANGELOG.md"):

@@ -39,6 +39,7 @@ CRON_FILES: tuple[str, ...] = ("slurm-pool-rebalance", "slurm-pool-guarantees-re
 UNIT_FILES: tuple[str, ...] = (
     "slurm-pool-exporter.service",
     "slurm-pool-rebalance.service",
+    "slurm-pool-serve.service",
     "slurm-pool-rebalance.timer",
 )
 #: A file name a manifest may list: one plain file in the directory.

@@ -43,6 +43,7 @@ PAYLOAD = sorted(
         *(f"usr/share/slurm-pool/spank/{p.name}" for p in (REPO / "spank").iterdir() if p.suffix in (".c", ".h")),
         "usr/share/slurm-pool/spank/Makefile",
         *(f"usr/share/slurm-pool/cron/{p.name}" for p in (REPO / "docs" / "cron").iterdir()),
+        *(f"usr/share/slurm-pool/sudoers/{p.name}" for p in (REPO / "docs" / "sudoers").iterdir()),
         *(f"UNITDIR/{p.name}" for p in (REPO / "docs" / "systemd").iterdir()),
         *(f"usr/share/doc/slurm-pool/docs/{p.name}" for p in (REPO / "docs").glob("*.md") if ".template" not in p.name),
     ]
