@@ -76,6 +76,9 @@ class Rules(Mapping[str, Pattern[str]]):
             pattern = self._compiled[name] = re.compile(self._sources[name])
         return pattern
 
+    def __contains__(self, name: object) -> bool:  # Mapping's own would compile the rule to find it
+        return name in self._sources
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._sources)
 
