@@ -100,13 +100,20 @@ def setup(tmp: Path) -> tuple[Path, dict[str, str]]:
     return conf, env
 
 
-def run_once(argv: list[str], env: dict[str, str]) -> float:
+def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU milliseconds of one run (CPU: user + system of the process and the children it waited for,
+    which a loaded machine inflates far less than the wall time)."""
     t = time.perf_counter()
-    res = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    _, status, usage = os.wait4(proc.pid, 0)
     dt = (time.perf_counter() - t) * 1000
-    if res.returncode != 0 or res.stderr:
-        raise SystemExit(f"{' '.join(argv)} exited {res.returncode}: {res.stderr.decode()}")
-    return dt
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0 or err:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err.decode()}")
+    return dt, (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -166,9 +173,8 @@ def click_cli(conf: Path) -> dict[str, list[str]]:
 def pair(argv: dict[str, list[str]], env: dict[str, str], out: dict[str, list[float]], answer: Path) -> None:
     """One job's prolog, then its epilog (``answer``: where the stubs find what Slurm says about the job)."""
     answer.write_text(ANSWER.format(id=int(env["SLURM_JOB_ID"])))
-    p = run_once(argv["prolog"], env)
-    q = run_once(argv["epilog"], env)
-    for key, value in (("prolog", p), ("epilog", q), ("prolog+epilog", p + q)):
+    (p, p_cpu), (q, q_cpu) = run_once(argv["prolog"], env), run_once(argv["epilog"], env)
+    for key, value in (("prolog", p), ("epilog", q), ("prolog+epilog", p + q), ("cpu", p_cpu + q_cpu)):
         out.setdefault(key, []).append(value)
 
 
@@ -197,6 +203,8 @@ def check_outcomes(state: Path, epilogs: int) -> None:
 def table(title: str, res: dict[str, list[float]]) -> list[str]:
     lines = [f"**{title}**", "", "| hook | p50 ms | p95 ms | max ms |", "|---|---:|---:|---:|"]
     for k, xs in res.items():
+        if k == "cpu":
+            continue
         lines.append(f"| {k} | {statistics.median(xs):.1f} | {pct(xs, 95):.1f} | {max(xs):.1f} |")
     return lines + [""]
 
@@ -272,17 +280,19 @@ def main() -> int:
         "click": "the click CLI (`python3 -m slurm_pool <hook>`)",
     }
     summary = [
-        "| prolog + epilog | prolog p50 ms | epilog p50 ms | pair p50 ms | pair p95 ms"
-        + (f" | pair p95 / the {base} row's |" if base else " |"),
-        "|---|---:|---:|---:|---:|" + ("---:|" if base else ""),
+        "| prolog + epilog | prolog p50 ms | epilog p50 ms | pair p50 ms | pair p95 ms | pair CPU p50 ms"
+        + (f" | pair p95 / the {base} row's | pair CPU p50 / the {base} row's |" if base else " |"),
+        "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""),
     ]
     for name, what in names.items():
         if name in res:
             r = res[name]
             row = f"| {what} | {statistics.median(r['prolog']):.1f} | {statistics.median(r['epilog']):.1f} | "
-            row += f"{statistics.median(r['prolog+epilog']):.1f} | {pct(r['prolog+epilog'], 95):.1f} |"
+            row += f"{statistics.median(r['prolog+epilog']):.1f} | {pct(r['prolog+epilog'], 95):.1f} | "
+            row += f"{statistics.median(r['cpu']):.1f} |"
             if base:
                 row += f" {pct(r['prolog+epilog'], 95) / pct(res[base]['prolog+epilog'], 95):.2f}x |"
+                row += f" {statistics.median(r['cpu']) / statistics.median(res[base]['cpu']):.2f}x |"
             summary.append(row)
     lines = [
         "## Prolog + epilog latency",
@@ -291,7 +301,8 @@ def main() -> int:
         f"Python {platform.python_version()}, load average {load_before} before and {load_after} after "
         "(the machine is shared); replayed healthy 8-GPU snapshot (no NVML time); the prolog creates the job's "
         "checkpoint directory, the epilog asks a stub squeue (/bin/sh, one `cat`) about the job once and records "
-        "its outcome.  Each sample runs every row below once, in turn, so that the load falls on all alike.",
+        "its outcome.  Each sample runs every row below once, in turn, so that the load falls on all alike; CPU is "
+        "the user + system time of the two processes and of the children they waited for (the stub).",
         "",
         f"p95 of prolog + epilog through the rendered hook scripts: **{p95:.1f} ms** "
         f"({verdict} the {BUDGET_MS:.0f} ms budget), beside the interpreter floor of the pair (the same two "
