@@ -268,6 +268,10 @@ def main() -> int:
     p95 = pct(res["hooks"]["prolog+epilog"], 95)
     floor_p95 = pct(res["floor"]["prolog+epilog"], 95)
     verdict = "within" if p95 <= BUDGET_MS else "OVER"
+
+    def cpu(name: str) -> float:
+        return statistics.median(res[name]["cpu"])
+
     base = "baseline" if "baseline" in res else "click" if "click" in res else None
     revision = commit if args.baseline in (None, commit) else f"{args.baseline} ({commit})"
     command = f"python3 bench/prolog_latency.py -n {args.n}" + (f" --baseline {args.baseline}" if args.baseline else "")
@@ -306,7 +310,9 @@ def main() -> int:
         "",
         f"p95 of prolog + epilog through the rendered hook scripts: **{p95:.1f} ms** "
         f"({verdict} the {BUDGET_MS:.0f} ms budget), beside the interpreter floor of the pair (the same two "
-        f"scripts importing nothing): **{floor_p95:.1f} ms** at p95.",
+        f"scripts importing nothing): **{floor_p95:.1f} ms** at p95.  Where a pair's CPU time goes (p50): the "
+        f"interpreter {cpu('floor'):.1f} ms, the standard modules the hooks need {cpu('stdlib') - cpu('floor'):.1f} ms, "
+        f"the hooks' own modules and work (and the stub) {cpu('hooks') - cpu('stdlib'):.1f} ms.",
         "",
         *summary,
         "",
