@@ -21,46 +21,73 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable, Pattern
+from collections.abc import Mapping
+from typing import Any, Iterable, Iterator, Pattern
 
 #: Characters that split a line, drive a terminal or reorder what it shows.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 
-#: Named rules for the words that reach config lines and commands.  Each is matched in full.
-RULES: dict[str, Pattern[str]] = {
+#: The named rules' patterns (see :data:`RULES`).
+_SOURCES: dict[str, str] = {
     # Pool names: clusters, tiers (QOS), partitions, projects (accounts), node groups.
-    "name": re.compile(r"[a-z][a-z0-9_-]{0,62}"),
+    "name": r"[a-z][a-z0-9_-]{0,62}",
     # POSIX-portable login names, as useradd and sacctmgr take them.
-    "user": re.compile(r"[a-z_][a-z0-9_-]{0,31}"),
+    "user": r"[a-z_][a-z0-9_-]{0,31}",
     # A job's user as a directory name (SLURM_JOB_USER): letters, digits, '_', '.', '-'; '.' and '..' refused apart.
-    "login": re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}"),
+    "login": r"[A-Za-z_][A-Za-z0-9_.-]{0,63}",
     # A job id as Slurm writes it: ASCII digits only.
-    "job-id": re.compile(r"[0-9]{1,20}"),
+    "job-id": r"[0-9]{1,20}",
     # A Slurm node (or host) name.
-    "node": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"),
+    "node": r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}",
     # A host name or address slurm.conf takes (SlurmctldHost, NodeAddr): letters, digits, '.', '-', ':' (IPv6).
-    "host": re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.:-]{0,252}[A-Za-z0-9])?"),
+    "host": r"[A-Za-z0-9](?:[A-Za-z0-9.:-]{0,252}[A-Za-z0-9])?",
     # A site's Slurm partition name (slurm.conf PartitionName=; ',' splits Slurm's lists, '=' its lines).
-    "partition": re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}"),
+    "partition": r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}",
     # A node feature (slurm.conf Features=, --constraint words).
-    "feature": re.compile(r"[A-Za-z0-9_.+-]{1,64}"),
+    "feature": r"[A-Za-z0-9_.+-]{1,64}",
     # Slurm's time: [days-]hours:minutes:seconds, minutes, or UNLIMITED.
-    "time": re.compile(r"UNLIMITED|INFINITE|(?:[0-9]+-)?[0-9]+(?::[0-9]{2}){0,2}"),
+    "time": r"UNLIMITED|INFINITE|(?:[0-9]+-)?[0-9]+(?::[0-9]{2}){0,2}",
     # A TRES name the spec's limits may use.
-    "tres": re.compile(r"cpu|mem|node|billing|gres/gpu(?::[a-z0-9._-]+)?"),
+    "tres": r"cpu|mem|node|billing|gres/gpu(?::[a-z0-9._-]+)?",
     # A site's own GRES Type for a GPU model (--gres=gpu:a100): one lower-case word of a TRES name.
-    "gres-type": re.compile(r"[a-z0-9][a-z0-9._-]{0,63}"),
+    "gres-type": r"[a-z0-9][a-z0-9._-]{0,63}",
     # A MIG profile name (3g.20gb, 1g.10gb+me).
-    "mig-profile": re.compile(r"[1-7]g\.[0-9]+gb(?:\+me)?"),
+    "mig-profile": r"[1-7]g\.[0-9]+gb(?:\+me)?",
     # A Kubernetes DNS-1123 label (namespaces) and subdomain (object names): dot-separated labels, 253 in all, as
     # IsDNS1123Label and IsDNS1123Subdomain of k8s.io/apimachinery/pkg/util/validation/validation.go have them.
-    "k8s-label": re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"),
-    "k8s-name": re.compile(
-        r"(?=[-a-z0-9.]{1,253}\Z)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
-    ),
+    "k8s-label": r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?",
+    "k8s-name": r"(?=[-a-z0-9.]{1,253}\Z)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*",
     # A plain absolute path: no spaces, commas or '=' (gres.conf and slurm.conf split on them).
-    "path": re.compile(r"/[A-Za-z0-9._+@/-]*"),
+    "path": r"/[A-Za-z0-9._+@/-]*",
 }
+
+
+class Rules(Mapping[str, Pattern[str]]):
+    """The named rules, each compiled when first asked for: the node hooks, which start a Python for every job,
+    use three of them and pay for no other."""
+
+    def __init__(self, sources: dict[str, str]):
+        self._sources = sources
+        self._compiled: dict[str, Pattern[str]] = {}
+
+    def __getitem__(self, name: str) -> Pattern[str]:
+        pattern = self._compiled.get(name)
+        if pattern is None:
+            pattern = self._compiled[name] = re.compile(self._sources[name])
+        return pattern
+
+    def __contains__(self, name: object) -> bool:  # Mapping's own would compile the rule to find it
+        return name in self._sources
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sources)
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+
+#: Named rules for the words that reach config lines and commands.  Each is matched in full.
+RULES = Rules(_SOURCES)
 
 #: What each rule's words look like, for error messages.
 SHAPES = {

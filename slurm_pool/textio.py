@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, TYPE_CHECKING, Any, Iterator
 
 from slurm_pool.errors import InputError
+
+if TYPE_CHECKING:  # pathlib only where a file is opened: the node hooks read JSON through here
+    from pathlib import Path
 
 #: Files read whole larger than this are refused (specs, plans and traces are far smaller).
 MAX_BYTES = 256 * 1024 * 1024
@@ -25,6 +27,8 @@ MAX_BYTES = 256 * 1024 * 1024
 
 def read_text(path: str) -> str:
     """The text of ``path`` (``-``: standard input), decoded as strict UTF-8."""
+    from pathlib import Path
+
     try:
         data = sys.stdin.buffer.read(MAX_BYTES + 1) if path == "-" else _read_bytes(Path(path))
     except OSError as exc:
@@ -67,6 +71,8 @@ def open_binary(path: str) -> Iterator[IO[bytes]]:
     if path == "-":
         yield sys.stdin.buffer
         return
+    from pathlib import Path
+
     try:
         fh = Path(path).open("rb")
     except OSError as exc:

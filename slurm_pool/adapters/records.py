@@ -26,14 +26,13 @@ records also come from narrow ``sinfo``/``squeue --Format`` text
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from slurm_pool.adapters.decode import json_text, key_values
 from slurm_pool.adapters.gres import check_gres, tres_gpu_types, tres_gpus, tres_list_gpus, tres_shards
@@ -41,7 +40,9 @@ from slurm_pool.adapters.slurmjson import INFINITE, REASON_PREFIX, Unusable, num
 from slurm_pool.errors import InputError
 from slurm_pool.text import shown
 from slurm_pool.textio import parse_json
-from slurm_pool.versions import SlurmVersion
+
+if TYPE_CHECKING:
+    from slurm_pool.versions import SlurmVersion
 
 #: Job states a job ends up in or passes through (JOB_STATE_BASE in slurm.h).
 JOB_BASE_STATES = frozenset(
@@ -222,13 +223,15 @@ class RecordSkipped(RecordError):
     """One record without a usable id or count: the reads report it (:func:`skipped`) and go on without it."""
 
 
-#: Where skipped records are reported (a warning each: stderr for the command line, the log for a service).
-log = logging.getLogger("slurm_pool.records")
+#: The logger skipped records are reported to (a warning each: stderr for the command line, the log for a service).
+LOGGER = "slurm_pool.records"
 
 
 def skipped(why: object) -> None:
     """Report a record left out of a read (:class:`RecordSkipped`): ``why`` names it and its value."""
-    log.warning("%s", shown(f"skipped a record: {why}"))
+    import logging  # only here: the epilog reads a job record and must not pay for logging at start-up
+
+    logging.getLogger(LOGGER).warning("%s", shown(f"skipped a record: {why}"))
 
 
 def each_record(fn: Callable[[Mapping[str, Any]], T], items: Iterable[Mapping[str, Any]], where: str) -> Iterator[T]:

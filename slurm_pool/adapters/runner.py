@@ -22,7 +22,6 @@ import contextlib
 import io
 import os
 import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator, Mapping, Protocol, Sequence
@@ -189,6 +188,8 @@ class SubprocessRunner:
         A command that fails (or times out) is a :class:`CommandError` when the block ends, also when
         reading its output failed first (what it printed was cut short by the failure).
         """
+        import tempfile  # not at import: the node hooks run commands, never stream them
+
         limit = timeout or self.default_timeout
         args = tuple(argv)
         with tempfile.TemporaryFile() as err:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
-from slurm_pool.adapters.gres import gpu_counts
 from slurm_pool.adapters.slurmjson import REASON_PREFIX
 
 REASON_MAX = 240
@@ -243,4 +242,6 @@ def affects_job(f: Failure, job_gpus: set[int], snap: dict[str, Any]) -> bool:
 
 def gres_gpu_count(gres: str | None) -> int:
     """GPU units in a node's ``Gres=`` string (``gpu:h100:8(S:0-1),gpu:a100_1g.5gb:2`` -> 10)."""
+    from slurm_pool.adapters.gres import gpu_counts  # the health check's alone: not on the prolog's path
+
     return sum(gpu_counts(gres).values())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import sys
@@ -242,6 +243,7 @@ HEAVY = (
     "slurm_pool.spec",
     "slurm_pool.cli",
     "slurm_pool.render",
+    "rich",
 )
 
 
@@ -264,6 +266,44 @@ def test_hook_import_graph_is_small(tmp_path, name):
     assert bad == [], f"the {name} imports {bad}"
     if name == "prolog":  # a healthy prolog never needs the Runner (and its dataclasses/inspect)
         assert "slurm_pool.adapters.runner" not in mods and "inspect" not in mods
+
+
+#: What the rendered hooks must not import, beside :data:`HEAVY`: standard modules their path once loaded for
+#: nothing (logging to report a skipped record, pathlib to open a file, tempfile to stream a command), and for the
+#: prolog of a healthy node, everything a Slurm query needs.
+NOT_ON_THE_HOOK_PATH = {
+    "prolog": (
+        "logging",
+        "pathlib",
+        "tempfile",
+        "subprocess",
+        "dataclasses",
+        "slurm_pool.adapters.gres",
+        "slurm_pool.adapters.records",
+        "slurm_pool.adapters.slurm",
+    ),
+    "epilog": ("logging", "pathlib", "tempfile", "slurm_pool.adapters.slurm"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_ON_THE_HOOK_PATH))
+def test_the_rendered_hook_imports_only_what_its_path_needs(tmp_path, name):
+    # The very command line render_hook writes (python3 -I -S and its sys.path), with -X importtime added.
+    conf, env = setup_node(tmp_path, "h100x8_healthy.json")
+    script = config.render_hook(name, sys.executable, str(conf), paths=config.hook_paths())
+    argv = shlex.split(script.splitlines()[-1])
+    assert argv[:4] == ["exec", sys.executable, "-I", "-S"]
+    res = subprocess.run([argv[1], "-X", "importtime", *argv[2:]], env=env, capture_output=True, text=True, timeout=120)
+    said = [line for line in res.stderr.splitlines() if not line.startswith("import time:")]
+    assert res.returncode == 0 and said == [], res.stderr  # log = stderr: the hook's whole path ran, and quietly
+    mods = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert "slurm_pool.node.hooks" in mods
+    bad = sorted(m for m in mods for h in (*HEAVY, *NOT_ON_THE_HOOK_PATH[name]) if m == h or m.startswith(h + "."))
+    assert bad == [], f"the {name} imports {bad}"
+    if name == "epilog":  # it asked Slurm about the job and recorded the answer
+        assert ["--json", "show", "job", "42"] in scontrol_calls(tmp_path)
+        rec = json.loads((tmp_path / "state" / "n1" / "outcomes.jsonl").read_text())
+        assert rec["job_id"] == "42" and "slurm" in rec["sources"]
 
 
 @pytest.mark.parametrize(

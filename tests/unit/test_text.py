@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from rich.console import Console
@@ -33,6 +34,24 @@ def test_rules_match_in_full(rule, good, bad) -> None:
     for v in bad:
         with pytest.raises(ValueError, match="does not match"):
             text.check(rule, v, "field")
+
+
+def test_every_rule_is_named_shaped_and_compiled_once() -> None:
+    assert set(text.RULES) == set(text.SHAPES) and len(text.RULES) == len(text.SHAPES)
+    for name, pattern in text.RULES.items():
+        assert pattern is text.RULES[name] and pattern.pattern  # compiled once, then the same object
+        assert name in text.RULES
+    assert "nope" not in text.RULES
+    with pytest.raises(KeyError):
+        text.RULES["nope"]
+
+
+def test_a_rule_is_compiled_only_when_asked_for() -> None:
+    # The node hooks start a Python for every job: a rule they never use must cost them nothing, not even a compile.
+    rules = text.Rules({"good": "[a-z]+", "broken": "(["})
+    assert rules["good"].fullmatch("abc") and "broken" in rules and len(rules) == 2
+    with pytest.raises(re.error):
+        rules["broken"]
 
 
 @pytest.mark.parametrize(
