@@ -88,21 +88,41 @@ def test_a_borrower_behind_owners_and_the_alternative_it_suggests(cluster):
     cluster.wait_state(job, ["PENDING"])
     # Without history the owners' jobs run to the default runtime, far off: an earlier module's short runs of
     # alice's would otherwise put their expected end within a second of now, and no alternative beats that.
-    got = why_json(cluster, job, *NO_HISTORY)
-    assert got["job_id"] == job and got["predicted_start"] is not None, got
+    # The answer is read until the queue shows what the test set up: on a loaded machine a node may answer
+    # slurmctld's ping late for a moment, and the model starts nothing on a node that is not responding.
+    last: list[dict] = []
+
+    def predicted() -> tuple[dict, dict] | None:
+        got = why_json(cluster, job, *NO_HISTORY)
+        last[:] = [got]
+        one = next((a for a in got["alternatives"] if a["what"] == "1 GPU instead of 2"), None)
+        sooner = got["predicted_start"] is not None and one is not None and one["predicted_start"] is not None
+        return (got, one) if sooner and one["predicted_start"] < got["predicted_start"] else None
+
+    try:
+        got, one = wait_for(predicted, 60, "a predicted start, and a sooner one with 1 GPU")
+    except TimeoutError:
+        raise AssertionError(json.dumps(last, indent=1)) from None
+    assert got["job_id"] == job
     low, high = got["range"]
     assert low <= got["predicted_start"] <= high
     kinds = {c["kind"] for c in got["causes"]}
     assert kinds & {"owner"}, got["causes"]
     owner = next(c for c in got["causes"] if c["kind"] == "owner")
     assert {"proja", "projb"} & set(owner["text"].replace(",", " ").replace(")", " ").replace("(", " ").split())
-    one = next(a for a in got["alternatives"] if a["what"] == "1 GPU instead of 2")
-    assert one["predicted_start"] is not None and one["predicted_start"] < got["predicted_start"]
     # The text says the same of the same queue (read before the alternative takes c-gpu1's free GPU).
-    text = why(cluster, job, *NO_HISTORY)
-    assert text.returncode == 0, text.stderr
-    assert f"Job {job} (carol, partition scavenger, 2 GPUs) is pending" in text.stdout
-    assert "It waits for:" in text.stdout and "It would start sooner with:" in text.stdout, text.stdout
+    seen: list[str] = []
+
+    def said() -> str | None:
+        res = why(cluster, job, *NO_HISTORY)
+        seen[:] = [res.stdout + res.stderr]
+        return res.stdout if res.returncode == 0 and "It would start sooner with:" in res.stdout else None
+
+    try:
+        text = wait_for(said, 60, "the text answer with its sooner alternative")
+    except TimeoutError:
+        raise AssertionError(seen) from None
+    assert f"Job {job} (carol, partition scavenger, 2 GPUs) is pending" in text and "It waits for:" in text, text
     # Submitted as suggested (one GPU: c-gpu1's whole GPU is free), it starts, and no later than predicted.
     submitted = time.time()
     alt = cluster.sbatch("-p", "scavenger", "--qos=scavenger", "-A", "projc", "--signal=B:USR1@30", "--gres=gpu:1", "-t", "10",
@@ -218,11 +238,20 @@ def test_why_answers_for_array_tasks_and_het_jobs_in_slurms_notation(cluster):
     assert task["job_id"] == array and task["name"] == f"{array}_[1-3]" and "parts" not in task, task
     comp = why_json(cluster, f"{het}+1", "--no-alternatives")
     assert comp["name"] == f"{het}+1" and comp["job_id"] != het, comp
-    whole = why_json(cluster, het, "--no-alternatives")
+    # read until both components are predicted (a node answering slurmctld's ping late starts nothing meanwhile)
+    whole = wait_for(
+        lambda: (
+            (w := why_json(cluster, het, "--no-alternatives"))
+            and all(p["predicted_start"] is not None for p in w["parts"])
+            and w
+        ),
+        60,
+        "both components' predicted starts",
+    )
     assert [p["name"] for p in whole["parts"]] == [f"{het}+0", f"{het}+1"], whole
     assert whole["parts"][1]["job_id"] == comp["job_id"]
     starts = [p["predicted_start"] for p in whole["parts"]]
-    assert None not in starts and whole["het_start"] == max(starts)
+    assert whole["het_start"] == max(starts)
 
     text = why(cluster, het, "--no-alternatives")
     assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
