@@ -1,10 +1,14 @@
 """Build slurm-pool's release artefacts: the wheel, the sdist, a Debian 12 .deb and an EL9 .rpm.
 
-    python scripts/dist/build.py [--out dist] [--cache DIR] [--offline]
+    python scripts/dist/build.py [--out dist] [--cache DIR] [--offline] [--source REV]
 
 The version is ``slurm_pool.__version__`` and names every artefact.  The sources are the
 checkout's files that git tracks or would track (nothing ignored), copied to a scratch
 directory first, so a build never writes into the checkout and two builds never meet.
+With ``--source REV`` they are the files of that git revision of this repository instead
+(``git archive``), packaged by this checkout's packaging: an earlier release rebuilt, for an
+upgrade or a rollback.  A packaging file that the revision predates (a unit, a cron entry, the
+logrotate config) is taken from the checkout, and the build names it on stderr.
 
 Both packages carry the project's wheel and its runtime dependencies' wheels (with the
 ``console`` and ``k8s`` extras) for the interpreter that runs this script, so a site
@@ -95,6 +99,50 @@ def stage_sources(dest: Path) -> None:
         if src.is_file() and not src.is_symlink():  # a tracked file deleted in the work tree is left out
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
+
+
+#: A git revision as ``--source`` takes it: a commit id, a tag or a branch name, never an option.
+REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/@{}^~-]{0,199}")
+
+
+def stage_revision(dest: Path, rev: str) -> str:
+    """The files of git revision ``rev`` of this repository into ``dest``; its full commit id."""
+    if not REVISION_RE.fullmatch(rev):
+        raise BuildError(f"--source: {rev!r} is not a git revision")
+    try:
+        commit = run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=REPO).strip()
+    except BuildError:
+        raise BuildError(f"--source: {rev!r} is no commit of this repository") from None
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=REPO, capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise BuildError(f"git archive {commit} exited {archive.returncode}: {archive.stderr.decode(errors='replace')}")
+    untar = subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, capture_output=True, check=False)
+    if untar.returncode != 0:
+        raise BuildError(f"tar -x of {commit} exited {untar.returncode}: {untar.stderr.decode(errors='replace')}")
+    return commit
+
+
+def packaging_inputs() -> list[str]:
+    """The files of the sources that :func:`payload` packages (besides the docs and the Python package)."""
+    return [
+        *(f"spank/{name}" for name in SPANK),
+        *(f"docs/cron/{name}" for name in CRON),
+        *(f"docs/systemd/{name}" for name in UNITS),
+        "docs/logrotate/slurm-pool",
+        "README.md",
+        "CHANGELOG.md",
+    ]
+
+
+def borrow_packaging(src: Path) -> list[str]:
+    """Copy from the checkout the packaging inputs that the staged ``src`` lacks; their names."""
+    borrowed = []
+    for name in packaging_inputs():
+        if not (src / name).is_file() and (REPO / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, src / name)
+            borrowed.append(name)
+    return borrowed
 
 
 def build_python(src: Path, out: Path) -> tuple[Path, Path]:
@@ -243,8 +291,8 @@ def build_rpm(src: Path, wheels: Path, version: str, work: Path, out: Path) -> P
     return rpm
 
 
-def build(out: Path, cache: Path, offline: bool) -> list[Path]:
-    """All four artefacts into ``out`` (or none); their paths."""
+def build(out: Path, cache: Path, offline: bool, source: str | None = None) -> list[Path]:
+    """All four artefacts into ``out`` (or none), from the checkout or the git revision ``source``; their paths."""
     for tool in ("git", "dpkg-deb", "fakeroot", "rpmbuild"):
         if shutil.which(tool) is None:
             raise BuildError(f"{tool} is not installed (make deps installs it)")
@@ -253,7 +301,12 @@ def build(out: Path, cache: Path, offline: bool) -> list[Path]:
         src, made, wheels = work / "src", work / "out", work / "wheels"
         for d in (src, made, wheels):
             d.mkdir()
-        stage_sources(src)
+        if source is None:
+            stage_sources(src)
+        else:
+            commit = stage_revision(src, source)
+            for name in borrow_packaging(src):
+                print(f"{commit[:12]} has no {name}: taken from the checkout", file=sys.stderr)
         version = project_version(src)
         sdist, wheel = build_python(src, made)
         for path in (sdist, wheel):
@@ -284,9 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="where the artefacts go (default: dist/)")
     parser.add_argument("--cache", type=Path, default=default_cache(), help="the dependencies' wheels, kept")
     parser.add_argument("--offline", action="store_true", help="use only the cache's wheels, never fetch")
+    parser.add_argument("--source", metavar="REV", help="build this git revision's files, not the work tree's")
     args = parser.parse_args(argv)
     try:
-        for path in build(args.out, args.cache, args.offline):
+        for path in build(args.out, args.cache, args.offline, args.source):
             print(path)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -107,3 +107,63 @@ def test_logrotate_rotates_the_log_directory(directive):
 @pytest.mark.parametrize("name", ["postinst.sh", "prerm.sh", "postrm.sh", "control.in", "slurm-pool.spec.in"])
 def test_no_packaging_source_names_slurms_configuration(name):
     assert not re.findall(r"/etc/slurm(?![-\w])|slurm\.conf", (REPO / "scripts" / "dist" / name).read_text())
+
+
+# ``build.py --source REV``: an earlier commit's files, packaged by today's packaging.
+#: A commit of this repository before docs/logrotate/ existed (its __version__ is 0.1.0); the
+#: upgrade test (tests/integration/test_upgrade_e2e.py) builds its package as the earlier release.
+BEFORE_LOGROTATE = "1b4b477fec9dbc83abd0fd52effed092349df33f"
+
+
+def test_a_revision_is_staged_as_git_has_it(tmp_path):
+    commit = build.stage_revision(tmp_path, BEFORE_LOGROTATE[:7])
+    assert commit == BEFORE_LOGROTATE
+    tracked = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", commit], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    staged = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() or p.is_symlink())
+    assert staged == sorted(tracked)
+    shown = subprocess.run(
+        ["git", "show", f"{commit}:slurm_pool/__init__.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    assert (tmp_path / "slurm_pool" / "__init__.py").read_text() == shown
+    assert build.project_version(tmp_path) == "0.1.0"
+
+
+def test_packaging_a_revision_predates_is_taken_from_the_checkout(tmp_path):
+    build.stage_revision(tmp_path, BEFORE_LOGROTATE)
+    assert not (tmp_path / "docs/logrotate/slurm-pool").exists()
+    before = {name: (tmp_path / name).read_bytes() for name in build.packaging_inputs() if (tmp_path / name).exists()}
+    assert build.borrow_packaging(tmp_path) == ["docs/logrotate/slurm-pool"]
+    assert (tmp_path / "docs/logrotate/slurm-pool").read_bytes() == LOGROTATE.read_bytes()
+    assert all((tmp_path / name).read_bytes() == data for name, data in before.items())  # the revision's own kept
+
+
+def test_the_checkout_lacks_no_packaging_input():
+    assert all((REPO / name).is_file() for name in build.packaging_inputs())
+
+
+@pytest.mark.parametrize(
+    "rev, error",
+    [
+        ("--output=/tmp/x", "is not a git revision"),
+        ("-h", "is not a git revision"),
+        ("HEAD\n", "is not a git revision"),
+        ("main;true", "is not a git revision"),
+        ("", "is not a git revision"),
+        ("0" * 40, "is no commit of this repository"),
+        ("no-such-branch-here", "is no commit of this repository"),
+    ],
+)
+def test_a_source_that_is_no_revision_is_refused(tmp_path, rev, error):
+    with pytest.raises(build.BuildError, match=error):
+        build.stage_revision(tmp_path, rev)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["--source=-x"], ["--source", "0" * 40]])
+def test_build_main_says_what_is_wrong_with_the_source(tmp_path, capsys, argv):
+    assert build.main(["--out", str(tmp_path / "out"), *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --source: ") and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
