@@ -19,6 +19,8 @@ pytest_plugins = [
     "tests.support.browser",
     "tests.support.narrow_text",
     "tests.support.brownfield",
+    # the release's artefacts, built once per session
+    "tests.support.dist",
 ]
 
 # HYPOTHESIS_PROFILE=ci (set by .ci/run): the same examples every run, so that a

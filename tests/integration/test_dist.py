@@ -1,6 +1,7 @@
 """``make dist``: the wheel, the sdist, the .deb and the .rpm, their contents and maintainer scripts.
 
-The artefacts are built once for the module (scripts/dist/build.py into a scratch directory).
+The artefacts are built once for the session (scripts/dist/build.py into a scratch directory:
+``current_dist``, which the installing tests share).
 The .deb's post-install script then runs for real with its paths moved into a scratch root:
 it builds the venv from the package's own wheels with no index reachable, and the venv's
 ``slurm-pool render`` reproduces the golden render.  No daemon; nothing outside tmp is written
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurm_pool import __version__
-from tests.support.dist import REPO, build, build_dist, install_deb, run
+from tests.support.dist import REPO, build, install_deb, run
 from tests.support.golden import GOLDEN, golden_view
 
 EXAMPLE = REPO / "examples" / "pool.yaml"
@@ -55,8 +56,8 @@ SLURM_CONFIG = re.compile(r"/etc/slurm(?![-\w])|slurm\.conf")
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> Path:
-    return build_dist(tmp_path_factory.mktemp("dist"))
+def dist(current_dist) -> Path:
+    return current_dist
 
 
 @pytest.fixture(scope="module")

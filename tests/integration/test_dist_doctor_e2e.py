@@ -1,7 +1,7 @@
 """The .deb's venv on the real session cluster: the installed ``slurm-pool doctor`` passes.
 
-The package is built (scripts/dist/build.py) and its postinst run under a scratch root
-(tests.support.dist); the doctor is the venv's, not the checkout's.
+The package is built (scripts/dist/build.py, once per session: ``current_dist``) and its postinst
+run under a scratch root (tests.support.dist); the doctor is the venv's, not the checkout's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurm_pool import __version__
-from tests.support.dist import REPO, build, build_dist, install_deb
+from tests.support.dist import REPO, deb_in, install_deb
 
 pytestmark = pytest.mark.slurm
 
@@ -21,10 +21,8 @@ EXAMPLE = REPO / "examples" / "pool.yaml"
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    dist = build_dist(tmp_path_factory.mktemp("dist"))
-    deb = dist / f"slurm-pool_{build.package_version(__version__)}-{build.PACKAGE_RELEASE}_all.deb"
-    return install_deb(deb, tmp_path_factory.mktemp("root"))
+def venv(current_dist, tmp_path_factory) -> Path:
+    return install_deb(deb_in(current_dist, __version__), tmp_path_factory.mktemp("root"))
 
 
 def test_the_installed_doctor_passes_on_the_cluster(cluster, venv, tmp_path):

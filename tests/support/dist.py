@@ -2,16 +2,20 @@
 .deb's post-install run with every path it writes moved under a scratch root.
 
 The post-install script runs unchanged except for those paths; no package index is reachable
-while it runs, so the venv comes from the package's own wheels or not at all.
+while it runs, so the venv comes from the package's own wheels or not at all.  The checkout's
+artefacts are built once per session (the fixture ``current_dist``).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("dist_build", REPO / "scripts" / "dist" / "build.py")
@@ -32,10 +36,21 @@ def run(*cmd: str | Path, **kw) -> str:
     return proc.stdout
 
 
-def build_dist(out: Path) -> Path:
-    """The four artefacts in ``out``."""
-    run(sys.executable, REPO / "scripts" / "dist" / "build.py", "--out", out)
+def build_dist(out: Path, source: str | None = None) -> Path:
+    """The four artefacts in ``out``: the checkout's, or those of the git revision ``source``."""
+    run(sys.executable, REPO / "scripts" / "dist" / "build.py", "--out", out, *(["--source", source] if source else []))
     return out
+
+
+def deb_in(dist: Path, version: str) -> Path:
+    """The .deb of ``version`` that :func:`build_dist` put into ``dist``."""
+    return dist / f"slurm-pool_{build.package_version(version)}-{build.PACKAGE_RELEASE}_all.deb"
+
+
+@pytest.fixture(scope="session")
+def current_dist(tmp_path_factory) -> Path:
+    """The checkout's artefacts, built once for every test that installs them."""
+    return build_dist(tmp_path_factory.mktemp("dist"))
 
 
 def install_deb(deb: Path, root: Path) -> Path:
@@ -60,3 +75,12 @@ def install_deb(deb: Path, root: Path) -> Path:
     proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0 and "do not fit" not in proc.stderr, proc.stdout + proc.stderr
     return root / "opt/slurm-pool"
+
+
+def upgrade_deb(deb: Path, root: Path) -> Path:
+    """Install ``deb`` over the package :func:`install_deb` put under ``root``, as dpkg does: the old
+    package's files are replaced by the new one's, then the new postinst replaces the venv; the venv."""
+    for old in ("pkg", "ctl", "postinst", "postrm"):
+        path = root / old
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    return install_deb(deb, root)
