@@ -8,7 +8,7 @@ directory first, so a build never writes into the checkout and two builds never 
 With ``--source REV`` they are the files of that git revision of this repository instead
 (``git archive``), packaged by this checkout's packaging: an earlier release rebuilt, for an
 upgrade or a rollback.  A packaging file that the revision predates (a unit, a cron entry, the
-logrotate config) is taken from the checkout, and the build names it on stderr.
+sudoers drop-in, the logrotate config) is taken from the checkout, and the build names it on stderr.
 
 Both packages carry the project's wheel and its runtime dependencies' wheels (with the
 ``console`` and ``k8s`` extras) for the interpreter that runs this script, so a site
@@ -128,6 +128,7 @@ def packaging_inputs() -> list[str]:
         *(f"spank/{name}" for name in SPANK),
         *(f"docs/cron/{name}" for name in CRON),
         *(f"docs/systemd/{name}" for name in UNITS),
+        f"docs/sudoers/{SUDOERS}",
         "docs/logrotate/slurm-pool",
         "README.md",
         "CHANGELOG.md",

@@ -50,7 +50,8 @@ pytestmark = pytest.mark.slurm
 
 #: The earlier release: main's commit of 2026-12-07 just before render's manifest gained
 #: ``spec_sha256`` and ``diff`` the node attributes; it renders examples/pool.yaml (version 0.1.0).
-#: It predates docs/logrotate/, which its package takes from the checkout.
+#: It predates docs/logrotate/, the serve unit and the sudoers drop-in, which its package takes
+#: from the checkout (build.py names them).
 EARLIER = "1b4b477fec9dbc83abd0fd52effed092349df33f"
 NODE = "a-gpu1"
 #: The checkpointing job: STEPS steps, a checkpoint every EVERY; each run reads its step time from
