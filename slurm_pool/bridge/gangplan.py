@@ -272,6 +272,24 @@ def pack(gang: Gang, free: Sequence[str], room: int, supply: Supply, snap: Snaps
     return chosen
 
 
+def bound(gang: Gang, nodes: Sequence[str], snap: Snapshot) -> int:
+    """How many of ``gang``'s pods are bound to ``nodes`` and not on their way out.
+
+    The pods are what runs; the PodGroup's ``status`` is Volcano's summary of them and lags behind (and a
+    node Kubernetes briefly marks unreachable takes a taint no pod tolerates): a gang whose pods all sit on
+    its group's nodes was not cut short, whatever its status says for now.
+    """
+    on = set(nodes)
+    return sum(
+        p.node in on
+        and p.namespace == gang.namespace
+        and p.group == gang.name
+        and not p.terminating
+        and p.phase not in ("Succeeded", "Failed")
+        for p in snap.pods
+    )
+
+
 def lent_groups(
     snap: Snapshot, config: Bridge, managed: Sequence[str], blockers: dict[str, list[str]], cap: int, t: float
 ) -> GangPlan:
@@ -299,7 +317,12 @@ def lent_groups(
             why = f"{what}: its gang is gone"
         elif gang is not None and gang.ended:
             why = f"{what}: its gang {gang.ref} ended ({gang.job_phase or gang.phase})"
-        elif gang is not None and gang.waiting and pack(gang, nodes, len(nodes), out.supply, snap) is None:
+        elif (
+            gang is not None
+            and gang.waiting
+            and bound(gang, nodes, snap) < gang.min_member
+            and pack(gang, nodes, len(nodes), out.supply, snap) is None
+        ):
             short = True
             why = f"{what}: its {len(nodes)} node(s) cannot hold all of gang {gang.ref}'s pods (a lend cut short)"
         elif count + len(nodes) > cap:

@@ -18,6 +18,10 @@ from tests.support.k8s import node_kubeconfig
 NIGHT = datetime(2026, 1, 7, 2, 0, tzinfo=timezone.utc)
 NOON = datetime(2026, 1, 7, 12, 0, tzinfo=timezone.utc)
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
+#: sacct states of a placeholder that has ended.  One still fencing its node when its preemption GraceTime
+#: runs out is killed by slurmctld, and 22.05 records that end as TIMEOUT (26.05.3's ``_job_timed_out`` in
+#: src/slurmctld/job_mgr.c sets TIMEOUT only when the job is not being preempted); seen on a loaded machine.
+PLACEHOLDER_ENDED = ("COMPLETED", "PREEMPTED", "CANCELLED", "TIMEOUT")
 
 
 @dataclass

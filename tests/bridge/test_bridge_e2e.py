@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.bridge.conftest import PLACEHOLDER_ENDED
 from tests.support.kserve import is_ready, wait_for
 from tests.support.patience import patience
 
@@ -282,7 +283,7 @@ def test_owner_job_preempts_placeholder_and_reclaim_is_fast(bridge):
     # (tests/support/patience.py).  bench/reclaim_latency.py measures the latency itself.
     owner_wait = _slurm_time(bridge, owner, "%S") - _slurm_time(bridge, owner, "%V")
     assert owner_wait < patience(10), f"owner waited {owner_wait:.1f}s"
-    ended = ("COMPLETED", "PREEMPTED", "CANCELLED")
+    ended = PLACEHOLDER_ENDED
     bridge.cluster.wait_sacct(int(placeholder), "State", lambda v: v.startswith(ended))
     assert not bridge.placeholders(), "a preempted placeholder does not come back"
 
@@ -403,7 +404,7 @@ def test_a_placeholder_whose_node_is_no_longer_selected_is_cancelled(bridge):
         report = reconcile(SlurmSide(bridge.cluster.slurm, config), k8s, config, now=NIGHT)
         assert report.ok, report.text()
         assert "orphaned placeholder" in report.plan.node("a-gpu1").reasons[0], report.text()
-        ended = ("COMPLETED", "PREEMPTED", "CANCELLED")
+        ended = PLACEHOLDER_ENDED
         bridge.cluster.wait_sacct(placeholder, "State", lambda v: v.startswith(ended))
         assert not [p for p in bridge.placeholders() if p["node"] == "a-gpu1"]
     finally:

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.bridge.conftest import TEST_GROUP_LABEL
+from tests.bridge.conftest import PLACEHOLDER_ENDED, TEST_GROUP_LABEL
 from tests.bridge.test_bridge_e2e import OWNER_JOB, Overlap
 from tests.support.kserve import wait_for
 
@@ -114,7 +114,7 @@ def test_an_owner_job_on_one_node_stops_the_whole_gang_and_both_nodes_go_back(ga
     assert report.ok, report.text()
     assert {report.plan.node(n).intent for n in GANG_NODES} == {"reclaim"}, report.text()
     assert not [r for r in report.results if r.kind == "evict"], report.text()
-    ended = ("COMPLETED", "PREEMPTED", "CANCELLED")
+    ended = PLACEHOLDER_ENDED
     for job in placeholders:
         bed.cluster.wait_sacct(job, "State", lambda v: v.startswith(ended))
     assert not bed.placeholders()

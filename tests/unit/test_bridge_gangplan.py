@@ -422,3 +422,38 @@ def test_a_lend_cut_short_is_known_by_its_placeholders_comment(case):
     if len(submitted) == 1:
         assert "cannot hold all of gang ml/train-pg's pods (a lend cut short)" in p.node("n1").reasons[0]
         assert grouped(p) == [], "the gang is lent for again only once the node is back"
+
+
+UNREACHABLE = Taint("node.kubernetes.io/unreachable", "", "NoSchedule")
+
+STATUS_LAGS = {
+    # case: (PodGroup phase, status.running, pods of the gang on its group's nodes, a node unreachable) -> kept
+    "status lags, both pods bound, one node briefly unreachable: kept": (
+        "Running",
+        1,
+        ["train-0", "train-1"],
+        True,
+        True,
+    ),
+    "status still Inqueue, both pods bound: kept": ("Inqueue", 0, ["train-0", "train-1"], True, True),
+    "one pod bound, the other node cannot take the second: cut short": ("Running", 1, ["train-0"], True, False),
+    "one pod bound, the nodes can hold both: kept (it is placing)": ("Running", 1, ["train-0"], False, True),
+    "a pod on its way out does not count: cut short": ("Running", 1, ["train-0", "train-1:terminating"], True, False),
+}
+
+
+@pytest.mark.parametrize("case", STATUS_LAGS)
+def test_a_running_gang_is_not_cut_short_by_a_lagging_status(case):
+    phase, running, bound_pods, unreachable, kept = STATUS_LAGS[case]
+    g = gang(phase=phase, running=running, job_phase="Running")
+    n2 = {"taints": (Taint(GANG_LABEL, G), UNREACHABLE)} if unreachable else {}
+    snap = site(lent={"n1": G, "n2": G}, gangs=(g,), n2=n2)
+    views = []
+    for i, ref in enumerate(bound_pods):
+        name, _, how = ref.partition(":")
+        views.append(replace(pod_of(f"ml/{name}", f"n{i + 1}"), terminating=how == "terminating"))
+    p = run(replace(snap, pods=tuple(views)))
+    intents = {n: p.node(n).intent for n in ("n1", "n2")}
+    assert intents == ({"n1": "lent", "n2": "lent"} if kept else {"n1": "reclaim", "n2": "reclaim"}), p.to_dict()
+    if not kept:
+        assert "(a lend cut short)" in p.node("n1").reasons[0]
