@@ -31,7 +31,7 @@ from typing import Sequence
 
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
 from slurm_pool.sim.lendrule import job_class
-from slurm_pool.sim.nodestate import ALL, EngineState, Run
+from slurm_pool.sim.nodestate import ALL, EngineState, Run, drop
 
 
 def expected_end(sim: EngineState, r: Run, clamp: bool = True) -> float:
@@ -275,6 +275,5 @@ def backfill(
             if g < len(counts) - 1:
                 watch.append((counts, g, counts[g]))  # a node with g free
         sim.bf_idle[key] = (seen, watch)
-    for job in started:
-        q.remove(job)
-        sim.qgen[key] += 1  # jobs behind it move into the window
+    drop(q, started)
+    sim.qgen[key] += len(started)  # jobs behind them move into the window
