@@ -31,7 +31,7 @@ from typing import Sequence
 
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job
 from slurm_pool.sim.lendrule import job_class
-from slurm_pool.sim.nodestate import ALL, EngineState, Run
+from slurm_pool.sim.nodestate import ALL, EngineState, Run, drop
 
 
 def expected_end(sim: EngineState, r: Run, clamp: bool = True) -> float:
@@ -194,7 +194,9 @@ def backfill(
     borrows = sim.pol.pooled and (key is None or sim.pol.owners_borrow)
     room_at: dict[tuple[str, str | None], int] = {}  # per kind, the most free GPUs on one node
     room: dict[str | None, int] = {}  # per kind, the guaranteed GPUs the project has left (whole GPUs only)
-    for job in islice(q, 0 if from_head else 1, 1 + sim.pol.bf_depth):
+    state, index, pol = sim.state, sim.index, sim.pol
+    overhead_of, time_limit, now = pol.restart_overhead, pol.time_limit, sim.now
+    for job in islice(q, 0 if from_head else 1, 1 + pol.bf_depth):
         if sim.total_free == 0:
             full = True
             break
@@ -215,7 +217,7 @@ def backfill(
         kind = (scope, prof)
         if g >= no_fit.get(kind, g + 1):
             continue
-        idx = sim.index[kind]
+        idx = index[kind]
         most = room_at.get(kind)  # sim.fits(job, scope), from the most free GPUs on one node (kept until a start)
         if most is None:
             count = idx.count
@@ -231,12 +233,11 @@ def backfill(
         if not resolved and job is not head:
             t_res, nodes = head_reservation(sim, key, q)
             resolved = True
-        st = sim.state[job.id]
-        overhead = sim.pol.restart_overhead if st.done > 0 else 0.0
-        lim = sim.limit_of(job)
+        lim = job.limit if job.limit is not None else time_limit  # sim.limit_of(job), inlined
         if lim is None:
-            lim = job.work - st.done + overhead
-        ends = sim.now + lim
+            done = state[job.id].done
+            lim = job.work - done + (overhead_of if done > 0 else 0.0)
+        ends = now + lim
         # the reserved nodes it would overstay: those of the reservations before its end (a prefix of above)
         k, mine = bisect_left(above_t, ends), ends > t_res
         skip = skips.get((k, mine))
@@ -247,7 +248,7 @@ def backfill(
         # skip sets nest ((k, mine) below (k', mine') is a subset): a job failed off a smaller one, with no more
         # GPUs, fails here too (on whole nodes: only after a whole-node job failed, fewer free nodes remaining)
         fails = off_fails.setdefault(kind, [])
-        top = sim.index[kind].top
+        top = idx.top
         if any(k1 <= k and m1 <= mine and g1 <= g and (g <= top or g1 > top) for k1, m1, g1 in fails):
             alloc = None
         else:
@@ -275,6 +276,5 @@ def backfill(
             if g < len(counts) - 1:
                 watch.append((counts, g, counts[g]))  # a node with g free
         sim.bf_idle[key] = (seen, watch)
-    for job in started:
-        q.remove(job)
-        sim.qgen[key] += 1  # jobs behind it move into the window
+    drop(q, started)
+    sim.qgen[key] += len(started)  # jobs behind them move into the window

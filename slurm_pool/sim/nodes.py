@@ -95,7 +95,7 @@ from slurm_pool.sim.backfill import backfill
 from slurm_pool.sim.engine import BORROWED, GUARANTEED, Job, Policy, note_done, note_tiers
 from slurm_pool.sim.forward import Seed, place_seeds
 from slurm_pool.sim.nodelend import Lender
-from slurm_pool.sim.nodestate import ALL, EngineState, JobState, Node, NodePolicy, NodeResult, Placement, Run
+from slurm_pool.sim.nodestate import ALL, EngineState, JobState, Node, NodePolicy, NodeResult, Placement, Run, drop
 from slurm_pool.sim.victims import plan_victims
 from slurm_pool.spec.guarantees import floating_projects
 from slurm_pool.spec.hosts import expand
@@ -121,6 +121,7 @@ class _Sim(EngineState):
         super().__init__(nodes, policy, window)
         self.lender = Lender(self, policy.lend) if policy.lend is not None else None
         self.tiers = dict(policy.borrow_tiers)  # borrowed-tier job id -> priority tier
+        self.union: dict[tuple[str, ...], frozenset[int]] = {}
 
     def _try_guaranteed(self, job: Job) -> bool:
         p = job.project
@@ -218,21 +219,35 @@ class _Sim(EngineState):
         head could not start (job_scheduler.c: a job that fails for resources removes its partition's
         nodes from the rest of the pass); backfill may, around that head's reservation.
         """
-        blocked: set[int] = set()
+        blocked: list[str] = []  # the scopes of the waiting heads so far (their units: :meth:`blocked_units`)
         higher: list[tuple[str | None, deque[Job]]] = []  # queues whose head waits, scheduled before
+        empty: frozenset[int] = frozenset()
         for key, q in self.queues.items():
-            skip = frozenset(blocked) if key is None else frozenset()
+            if not q:
+                continue
+            skip = self._blocked_units(tuple(blocked)) if key is None else empty
             while q and self._try(q[0], skip):
                 q.popleft()
                 self.qgen[key] += 1
-            if q and key is not None and self.tier(q[0])[0] != GUARANTEED:
-                self._guaranteed_ahead(q)
-            head_held = bool(q and skip and self.tier(q[0])[0] is not None and self.fits(q[0], ALL))
-            if q and self.pol.backfill and (len(q) > 1 or head_held) and self._backfill_now():
+            if not q:
+                continue
+            tier, scope = self.tier(q[0])
+            if key is not None and tier != GUARANTEED:
+                self._guaranteed_ahead(key, q)  # starts guaranteed jobs behind it: its tier stays
+            head_held = bool(skip and tier is not None and self.fits(q[0], ALL))
+            if self.pol.backfill and (len(q) > 1 or head_held) and self._backfill_now():
                 backfill(self, key, q, higher, from_head=head_held)
+                scope = self.tier(q[0])[1] if q else scope
             if q and key is not None:
-                blocked |= self.scope_units[self.tier(q[0])[1]]
+                blocked.append(scope)
                 higher.append((key, q))
+
+    def _blocked_units(self, scopes: tuple[str, ...]) -> frozenset[int]:
+        """The units of ``scopes`` together (kept per combination: passes see few of them)."""
+        got = self.union.get(scopes)
+        if got is None:
+            got = self.union[scopes] = frozenset().union(*(self.scope_units[s] for s in scopes))
+        return got
 
     def _backfill_now(self) -> bool:
         """With ``bf_interval``: whether this is a backfill pass, else make sure the next one comes."""
@@ -244,17 +259,19 @@ class _Sim(EngineState):
             self.push(self.bf_next, "backfill", None)
         return False
 
-    def _guaranteed_ahead(self, q: deque[Job]) -> None:
+    def _guaranteed_ahead(self, p: str, q: deque[Job]) -> None:
         """Owner jobs within the share outrank a waiting borrowed-tier head (a higher tier)."""
         started = []
+        used, share, span, index = self.used, self.share, self.span, self.index
         for job in islice(q, 1, 1 + self.pol.bf_depth):
-            if self.tier(job)[0] == GUARANTEED:
+            # self.tier(job)[0] == GUARANTEED, inlined: every job of the queue is of project ``p``
+            k, g = (p, job.profile), job.gpus
+            if used[k] + g <= share[k] and g <= (span[k] if job.profile is None else index[k].top):
                 if not self._try_guaranteed(job):
                     break
                 started.append(job)
-        for job in started:
-            q.remove(job)
-            self.qgen[job.project] += 1
+        drop(q, started)
+        self.qgen[p] += len(started)
 
     # -- main loop -------------------------------------------------------------
     def run(self, jobs: Iterable[Job]) -> NodeResult:

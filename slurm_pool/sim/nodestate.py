@@ -123,6 +123,15 @@ class JobState:
     runs: int = 0
 
 
+def drop(q: deque[Job], jobs: list[Job]) -> None:
+    """Take ``jobs`` out of ``q``, each found by identity from the front (they are among the first; ids are unique)."""
+    for job in jobs:
+        for i, o in enumerate(q):
+            if o is job:
+                del q[i]
+                break
+
+
 def check_guarantees(guarantees: tuple[tuple[str, int], ...], nodes: list[Node]) -> dict[str, int]:
     """:attr:`NodePolicy.guarantees` as a dict; ValueError naming the project when one cannot be."""
     out: dict[str, int] = {}
@@ -207,6 +216,10 @@ class EngineState:
         #: them.  While a count stays, no node of the scope has come to fit what did not fit (backfill).
         self.rises = {key: [0] * (idx.top + 2) for key, idx in self.index.items()}
         self.borrowed_on = {key: 0 for key in self.owned}  # GPUs held by borrowed runs per scope and kind
+        #: Per (scope, kind): changes of its units' free or borrowed GPUs; ``no_victims``: (project, kind, GPUs)
+        #: -> the count at which :func:`.victims.plan_victims` found none (nothing changed: none still).
+        self.fgen = {key: 0 for key in self.owned}
+        self.no_victims: dict[tuple[tuple[str, str | None], int], int] = {}
         for p, g in self.floating.items():  # a floating project's keys name the floating scope's nodes
             for k in kinds:
                 home = (self.float_scope or ALL, None) if k is None else None
@@ -284,7 +297,10 @@ class EngineState:
         self.free_eq += (f - self.free[n]) * self.units.cost[n]
         self.free[n] = f
         self.bump(n)
-        self.note(n)
+        fgen = self.fgen
+        for key in self.keys_of[n]:
+            self.index[key].note(n, f)
+            fgen[key] += 1
 
     def bump(self, n: int) -> None:
         """What unit ``n`` holds or will free changed: its version moves, and backfill's times of it are stale."""
@@ -362,6 +378,7 @@ class EngineState:
         self.bheld[n] += c
         for key in self.keys_of[n]:
             self.borrowed_on[key] += c
+            self.fgen[key] += 1
 
     def eq(self, job: Job, alloc: dict[int, int]) -> int:
         """The GPUs (or instances) ``job`` counts for, in 1/den GPUs (every unit of an alloc is of one kind)."""

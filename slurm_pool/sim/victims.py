@@ -55,6 +55,16 @@ def plan_node(sim: EngineState, n: int, need: int) -> tuple[float, list[tuple[Ru
 
 def plan_victims(sim: EngineState, job: Job, key: tuple[str, str | None]) -> Plan | None:
     """The nodes and victims that make room for guaranteed ``job`` of ``key`` (project, kind); None: none do."""
+    gen = sim.fgen.get(sim.home(key), 0)
+    if sim.no_victims.get((key, job.gpus)) == gen:
+        return None  # none last time, and no free or borrowed GPUs of these nodes changed since
+    plans = _plan(sim, job, key)
+    if plans is None:
+        sim.no_victims[(key, job.gpus)] = gen
+    return plans
+
+
+def _plan(sim: EngineState, job: Job, key: tuple[str, str | None]) -> Plan | None:
     idx = sim.index[key]
     plans: Plan = []
     if job.gpus <= idx.top:
