@@ -12,10 +12,13 @@ indent).  A case times reading the document into what the replay needs
 skipped (with a note) where the parsed document would not fit in this
 machine's memory.  ``--before`` times the reader before streaming
 (``json.loads`` of the whole document, then the per-job conversion).
+``--decoders`` prints the decoders compared on the case's document
+(``bench/sacct_decoders.py``: json.loads, ijson, orjson and msgspec), each
+reading every job, and the reader with each.
 
     python3 bench/scale_history.py --list [--quick]
     python3 bench/scale_history.py --generate DIR [--seed N] [--quick]
-    python3 bench/scale_history.py --case NAME --inputs DIR [--baseline | --before]
+    python3 bench/scale_history.py --case NAME --inputs DIR [--baseline | --before | --decoders]
 """
 
 from __future__ import annotations
@@ -130,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inputs", type=Path)
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--before", action="store_true", help="time the reader before streaming (json.loads first)")
+    ap.add_argument("--decoders", action="store_true", help="compare the decoders on the case's document")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else SIZES
     if args.list:
@@ -139,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, count in sizes.items():
             if not (args.generate / f"{name}.json").exists():
                 generate(args.generate / f"{name}.json", count, args.seed)
+    elif args.case and args.inputs and args.decoders:
+        import sacct_decoders
+
+        path = args.inputs / f"{args.case}.json"
+        fits = path.stat().st_size * PARSED_PER_BYTE <= _mem_available()
+        print(sacct_decoders.compare(path, dict(CAPACITY), whole=fits))
     elif args.case and args.inputs:
         mode = "baseline" if args.baseline else "before" if args.before else "stream"
         print(json.dumps(run_case(args.case, args.inputs, mode)))
