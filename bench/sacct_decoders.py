@@ -19,7 +19,6 @@ out where it would not fit in memory, then to the reference reader):
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from pathlib import Path
