@@ -21,6 +21,10 @@ memory is what the caller keeps, not the document.
   after ``jobs`` are read from the last :data:`WINDOW` parse events of the
   document (a second, cheap tokenizing in C), which hold all of what Slurm
   prints there (``meta``, ``errors``, ``warnings``).
+* With ``fields`` (the simulator's read), a document printed as Slurm prints it
+  is read by :mod:`~slurm_pool.adapters.jobsplit` (runs of jobs decoded by
+  ``msgspec``, only those keys kept), this reader taking over where that one
+  cannot vouch for the result: the same jobs and the same refusals, faster.
 """
 
 from __future__ import annotations

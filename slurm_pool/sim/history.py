@@ -26,7 +26,8 @@ dedicated servers gave, and what the pool would give, on the same jobs.
   dropped or counted as "never ran": a replay that quietly lost jobs would
   size the pool on less work than was done.
 * :func:`read_sacct` reads the export as a stream (:mod:`slurm_pool.adapters.sacct_stream`):
-  no size cap, one job object at a time, memory bounded by the jobs kept.  A
+  no size cap, one job object at a time (only the keys the records read:
+  ``JOB_FIELDS``), memory bounded by the jobs kept.  A
   Slurm ``errors`` list anywhere in the document refuses it (one after the
   last job, at the end, before anything is returned).
 """
