@@ -9,8 +9,8 @@ out where it would not fit in memory, then to the reference reader):
 * the reference reader: :func:`~slurm_pool.adapters.sacct_stream.sacct_jobs`
   without ``fields`` (ijson, and a second tokenizing for what follows ``jobs``).
 * ``orjson`` / ``msgspec`` per job: each job's text (cut by its indent) decoded whole.
-* ``msgspec`` Struct: the fast reader (``sacct_jobs`` with ``JOB_FIELDS``:
-  runs of jobs decoded at once, only the keys the records read).
+* ``msgspec`` Struct: the fast reader (``sacct_jobs`` with ``JOB_FIELDS``: jobs
+  cut apart by their indent and decoded alone, only the keys the records read).
 * ``read_sacct`` with the reference reader and with the fast one: the
   simulator's whole read (records, checks, the replay's jobs).
 
@@ -69,7 +69,7 @@ def candidates(path: Path, capacity: dict[str, int], whole: bool) -> list[tuple[
     except ImportError:
         pass
     rows.append(("msgspec per job, whole", lambda: _count(msgspec.json.decode(t) for t in job_texts(path))))
-    rows.append(("msgspec Struct per run, JOB_FIELDS (fast reader)", lambda: _count(_fast(path))))
+    rows.append(("msgspec Struct per job, JOB_FIELDS (fast reader)", lambda: _count(_fast(path))))
     rows.append(("read_sacct, reference reader", lambda: len(_reference(path, capacity).jobs)))
     rows.append(("read_sacct, fast reader", lambda: len(history.read_sacct(str(path), capacity).jobs)))
     return rows

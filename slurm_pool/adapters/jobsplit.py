@@ -4,13 +4,13 @@ The fast path of :func:`~slurm_pool.adapters.sacct_stream.sacct_jobs` (``ijson``
 reader, builds every value of every job; a replay reads a few keys of each).
 
 * Slurm prints each job of ``jobs`` on lines of its own at one indent (``\\n  {`` ... ``\\n  },``).
-  A JSON string cannot hold a newline, so ``\\n  },\\n  {`` lies between two values: the jobs read
-  so far, up to the last such cut, are decoded as one array of objects keeping only the keys asked
-  for (the others are checked as JSON and skipped).  A run that decodes so is exactly the reference's
-  jobs: a valid object ends where its text ends, so each cut was between two jobs.
-* A run that does not decode, or that may hold a number the reference refuses (19 digits in a row,
-  an exponent of three digits), is decoded job by job: ``msgspec``, else ``ijson``.  At the first job
-  neither decodes (the cut was not between jobs, or the document is wrong) the rest of the document
+  A JSON string cannot hold a newline, so ``\\n  },\\n  {`` lies between two values: the text read
+  so far is cut there, and each job decoded alone keeping only the keys asked for (the others are
+  checked as JSON and skipped).  A job that decodes so is exactly the reference's: it starts where a
+  job starts, and a valid object ends where its text ends, so the cut after it was between two jobs.
+* A job that does not decode, or that may hold a number the reference refuses (19 digits in a row,
+  an exponent of three digits), is decoded by ``ijson``.  At the first job that does not decode
+  that way either (the cut was not between jobs, or the document is wrong) the rest of the document
   goes back to the reference reader (:attr:`Splitter.rest`), as it does after the last cut (the last
   job and what follows ``jobs``): every object and every refusal is the reference's.
 """
@@ -50,7 +50,6 @@ class Splitter:
         self.cut = indent + b"}," + indent + b"{"
         job = msgspec.defstruct("Job", [(f, Any, msgspec.UNSET) for f in fields])
         self.one = msgspec.json.Decoder(job)
-        self.many = msgspec.json.Decoder(list[job])  # type: ignore[valid-type]
         #: Where the reference reader goes on: the text from the first job not read here (``{``) to what was read.
         self.rest = b""
 
@@ -70,37 +69,23 @@ class Splitter:
             run = bytes(buf[: k + len(self.end)])
             del buf[: k + len(self.cut) - 1]
             searched = 0
-            jobs, rest = self._run(run)
-            for job in jobs:
+            screened = suspect(run)
+            parts = run.split(self.cut)
+            for n, part in enumerate(parts):  # one at a time: no run of decoded jobs kept alive (the GC's work)
+                job = self._job((b"{" if n else b"") + part + (self.end if n + 1 < len(parts) else b""), screened)
+                if job is None:
+                    self.rest = (b"{" if n else b"") + self.cut.join(parts[n:]) + b"," + bytes(buf)
+                    yield i, None
+                    return
                 yield i, job
                 i += 1
-            if rest is not None:
-                self.rest = rest + b"," + bytes(buf)
-                yield i, None
-                return
         self.rest = bytes(buf)
         yield i, None
 
-    def _run(self, run: bytes) -> tuple[list[dict[str, Any]], bytes | None]:
-        """The jobs of ``run`` (jobs joined by cuts), and the text from the first one not decoded (None: all were)."""
-        if not suspect(run):
-            try:
-                return [self._dict(s) for s in self.many.decode(b"[" + run + b"]")], None
-            except _FAILED:
-                pass
-        parts = run.split(self.cut)
-        out: list[dict[str, Any]] = []
-        for n, part in enumerate(parts):
-            piece = (b"{" if n else b"") + part + (self.end if n + 1 < len(parts) else b"")
-            job = self._job(piece)
-            if job is None:
-                return out, (b"{" if n else b"") + self.cut.join(parts[n:])
-            out.append(job)
-        return out, None
-
-    def _job(self, piece: bytes) -> dict[str, Any] | None:
-        """The job whose text is ``piece`` (None: not one job, as far as msgspec and ijson tell)."""
-        if not suspect(piece):
+    def _job(self, piece: bytes, screened: bool) -> dict[str, Any] | None:
+        """The job whose text is ``piece`` (None: not one job, as far as msgspec and ijson tell); ``screened``:
+        the run it is in may hold a number msgspec reads and ijson refuses."""
+        if not (screened and suspect(piece)):
             try:
                 return self._dict(self.one.decode(piece))
             except _FAILED:
