@@ -11,11 +11,15 @@ indent).  A case times reading the document into what the replay needs
 ``--baseline`` times ``json.loads`` of the same document instead, and is
 skipped (with a note) where the parsed document would not fit in this
 machine's memory.  ``--before`` times the reader before streaming
-(``json.loads`` of the whole document, then the per-job conversion).
+(``json.loads`` of the whole document, then the per-job conversion);
+``--reference`` the streaming reader without its fast path (ijson only).
+``--decoders`` prints the decoders compared on the case's document
+(``bench/sacct_decoders.py``: json.loads, ijson, orjson and msgspec), each
+reading every job, and the reader with each.
 
     python3 bench/scale_history.py --list [--quick]
     python3 bench/scale_history.py --generate DIR [--seed N] [--quick]
-    python3 bench/scale_history.py --case NAME --inputs DIR [--baseline | --before]
+    python3 bench/scale_history.py --case NAME --inputs DIR [--baseline | --before | --reference | --decoders]
 """
 
 from __future__ import annotations
@@ -93,7 +97,8 @@ def _mem_available() -> int:
 
 
 def run_case(name: str, inputs: Path, mode: str) -> dict[str, Any]:
-    """Time one case; ``mode`` is "stream" (the reader), "baseline" (json.loads) or "before" (old reader)."""
+    """Time one case; ``mode`` is "stream" (the reader), "baseline" (json.loads), "before" (json.loads, then
+    the records) or "reference" (the stream read by ijson alone)."""
     path = inputs / f"{name}.json"
     size = f"{(SIZES | QUICK)[name]:,} records ({path.stat().st_size / 1e9:.1f} GB)"
     out: dict[str, Any] = {
@@ -107,16 +112,23 @@ def run_case(name: str, inputs: Path, mode: str) -> dict[str, Any]:
         return out
     from slurm_pool.sim import history
 
-    t0 = time.perf_counter()
+    t0, cpu = time.perf_counter(), time.process_time()
     if mode == "baseline":
         json.loads(path.read_bytes())
     elif mode == "before":
         hist = history.jobs_from_sacct(json.loads(path.read_bytes()), dict(CAPACITY), name=str(path))
         out["jobs"] = len(hist.jobs)
+    elif mode == "reference":
+        from slurm_pool.adapters.sacct_stream import sacct_jobs
+
+        with path.open("rb") as fh:
+            hist = history.jobs_from_records(sacct_jobs(fh, str(path), history.HistoryError), dict(CAPACITY))
+        out["jobs"] = len(hist.jobs)
     else:
         hist = history.read_sacct(str(path), dict(CAPACITY))
         out["jobs"] = len(hist.jobs)
     out["seconds"] = round(time.perf_counter() - t0, 2)
+    out["cpu_seconds"] = round(time.process_time() - cpu, 2)
     return out
 
 
@@ -130,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inputs", type=Path)
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--before", action="store_true", help="time the reader before streaming (json.loads first)")
+    ap.add_argument("--reference", action="store_true", help="time the streaming reader with ijson alone")
+    ap.add_argument("--decoders", action="store_true", help="compare the decoders on the case's document")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else SIZES
     if args.list:
@@ -139,8 +153,15 @@ def main(argv: list[str] | None = None) -> int:
         for name, count in sizes.items():
             if not (args.generate / f"{name}.json").exists():
                 generate(args.generate / f"{name}.json", count, args.seed)
+    elif args.case and args.inputs and args.decoders:
+        import sacct_decoders
+
+        path = args.inputs / f"{args.case}.json"
+        fits = path.stat().st_size * PARSED_PER_BYTE <= _mem_available()
+        print(sacct_decoders.compare(path, dict(CAPACITY), whole=fits))
     elif args.case and args.inputs:
         mode = "baseline" if args.baseline else "before" if args.before else "stream"
+        mode = "reference" if args.reference else mode
         print(json.dumps(run_case(args.case, args.inputs, mode)))
     else:
         ap.error("one of --list, --generate DIR, or --case NAME --inputs DIR")

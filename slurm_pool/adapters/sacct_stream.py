@@ -21,15 +21,21 @@ memory is what the caller keeps, not the document.
   after ``jobs`` are read from the last :data:`WINDOW` parse events of the
   document (a second, cheap tokenizing in C), which hold all of what Slurm
   prints there (``meta``, ``errors``, ``warnings``).
+* With ``fields`` (the simulator's read), a document printed as Slurm prints it
+  is read by :mod:`~slurm_pool.adapters.jobsplit` (runs of jobs decoded by
+  ``msgspec``, only those keys kept), this reader taking over where that one
+  cannot vouch for the result: the same jobs and the same refusals, faster.
 """
 
 from __future__ import annotations
 
 import collections
+import re
 from typing import IO, Any, Iterator
 
 import ijson  # type: ignore[import-untyped]
 
+from slurm_pool.adapters import jobsplit
 from slurm_pool.adapters.decode import EscapedJSON
 from slurm_pool.adapters.records import JobRecord, RecordError, job_record, skipped
 from slurm_pool.adapters.slurmjson import Unusable
@@ -40,6 +46,16 @@ CHUNK = 1 << 16
 #: How far into the document its ``jobs`` list must start (what comes before it is kept until then).
 HEAD_LIMIT = 64 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
+#: The start of a document as Slurm prints it, up to its first job: nothing but an empty ``errors`` or
+#: ``warnings`` before ``jobs``; group 1 is what comes before each job (a newline and the indent).
+_PRETTY = re.compile(rb'\s*\{\s*(?:"(?:errors|warnings)"\s*:\s*\[\s*\]\s*,\s*)*"jobs"\s*:\s*\[(\n[ ]*)\{')
+#: The keys of a job object that :func:`~slurm_pool.adapters.records.job_record` and the simulator read.
+JOB_FIELDS = (
+    *("account", "comment", "end_time", "excluded_nodes", "features", "job_id", "job_state", "name", "node_count"),
+    *("nodes", "partition", "preempt_time", "qos", "requeue", "required_nodes", "restart_cnt", "start_time"),
+    *("state", "state_reason", "submit_time", "time", "time_limit", "tres", "tres_alloc_str", "tres_per_node"),
+    *("tres_req_str", "user", "user_name"),
+)
 
 
 class _Head:
@@ -160,9 +176,14 @@ def _errors_text(errors: list[Any]) -> str:
 
 
 def sacct_jobs(
-    stream: IO[bytes], what: str, error: type[Exception] = RecordError
+    stream: IO[bytes], what: str, error: type[Exception] = RecordError, fields: tuple[str, ...] | None = None
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each ``(index, job object)`` of the ``sacct --json`` document in ``stream``; ``error`` for bad input."""
+    """Each ``(index, job object)`` of the ``sacct --json`` document in ``stream``; ``error`` for bad input.
+
+    With ``fields``, each job object holds only those of its keys (:data:`JOB_FIELDS`: what
+    :func:`~slurm_pool.adapters.records.job_record` reads), and a document printed as Slurm prints it
+    is read by :class:`~slurm_pool.adapters.jobsplit.Splitter` (same objects, same refusals, faster).
+    """
     stream = EscapedJSON(stream)  # type: ignore[assignment]  # read() is all the readers use
     head = _Head(stream)
     errors = _check_head(head, what, error)
@@ -172,19 +193,42 @@ def sacct_jobs(
             raise error(f"{what}: Slurm reported errors: {_errors_text(errors)}")
 
     refuse()
+    pretty = _PRETTY.match(head.kept) if fields is not None else None
+    if fields is None or pretty is None:
+        yield from _parsed(head.kept, stream, what, error, 0, fields)
+        return
+    fast = jobsplit.Splitter(pretty.group(1), fields)
+    for i, job in fast.jobs(bytearray(head.kept[pretty.end() - 1 :]), stream):
+        if job is None:  # from here on the document is read as above (the last job and what follows it, at least)
+            yield from _parsed(b'{"jobs":[' + fast.rest, stream, what, error, i, fields)
+            return
+        yield i, job
+
+
+def _parsed(
+    head: bytes | bytearray,
+    stream: IO[bytes],
+    what: str,
+    error: type[Exception],
+    first: int,
+    fields: tuple[str, ...] | None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The jobs of the document ``head`` then ``stream`` (``ijson``), numbered from ``first``, each with only its
+    ``fields`` (None: all); Slurm's errors after them refuse."""
     window = _Window(maxlen=WINDOW)
     tap = ijson.basic_parse_coro(window, use_float=True)
-    i = -1
+    i = first - 1
     try:
-        for i, raw in enumerate(ijson.items(_Feed(head.kept, stream, tap), "jobs.item", use_float=True)):
+        for i, raw in enumerate(ijson.items(_Feed(bytearray(head), stream, tap), "jobs.item", use_float=True), first):
             if not isinstance(raw, dict):
                 raise error(f"{what}: jobs[{i}] is {type(raw).__name__}, not an object")
-            yield i, raw
+            yield i, raw if fields is None else {k: raw[k] for k in fields if k in raw}
         tap.close()
     except ijson.JSONError as exc:
         raise error(f"{what}: jobs[{i + 1}] or after: {_problem(exc)}") from None
     errors = _tail_values(list(window)).get("errors", [])
-    refuse()
+    if any(errors):
+        raise error(f"{what}: Slurm reported errors: {_errors_text(errors)}")
 
 
 def job_records(stream: IO[bytes], what: str) -> Iterator[JobRecord]:

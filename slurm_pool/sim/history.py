@@ -26,7 +26,8 @@ dedicated servers gave, and what the pool would give, on the same jobs.
   dropped or counted as "never ran": a replay that quietly lost jobs would
   size the pool on less work than was done.
 * :func:`read_sacct` reads the export as a stream (:mod:`slurm_pool.adapters.sacct_stream`):
-  no size cap, one job object at a time, memory bounded by the jobs kept.  A
+  no size cap, one job object at a time (only the keys the records read:
+  ``JOB_FIELDS``), memory bounded by the jobs kept.  A
   Slurm ``errors`` list anywhere in the document refuses it (one after the
   last job, at the end, before anything is returned).
 """
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable, Mapping
 
 from slurm_pool.adapters.records import job_record
-from slurm_pool.adapters.sacct_stream import sacct_jobs
+from slurm_pool.adapters.sacct_stream import JOB_FIELDS, sacct_jobs
 from slurm_pool.adapters.slurmjson import Unusable
 from slurm_pool.errors import InputError
 from slurm_pool.mig.demand import is_mig_type, profile_for_gres_type
@@ -216,7 +217,7 @@ def read_sacct(
             size = os.fstat(fh.fileno()).st_size if path != "-" else None
             report = progress
             stream = _Counted(fh, lambda done: report(done, size or None))  # type: ignore[assignment]
-        return jobs_from_records(sacct_jobs(stream, path, HistoryError), capacity, path, mig)
+        return jobs_from_records(sacct_jobs(stream, path, HistoryError, JOB_FIELDS), capacity, path, mig)
 
 
 def jobs_from_sacct(data: Any, capacity: dict[str, int], name: str = "sacct", mig: MigNodes | None = None) -> History:
