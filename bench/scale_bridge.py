@@ -559,7 +559,8 @@ def generate(root: Path, seed: int) -> Iterator[Path]:
         where = _case_dir(root, name, seed)
         if (where / "world.json").exists():
             if not load_answers(where):  # the readers changed since: record again
-                record_answers(where, (_read(where)["nodes.json"], _read(where)["squeue.json"]))
+                slurm_docs = [json.loads((where / name).read_text()) for name in ("nodes.json", "squeue.json")]
+                record_answers(where, (slurm_docs[0], slurm_docs[1]))
             continue
         where.mkdir(parents=True, exist_ok=True)
         docs = world(seed, n, j, share).documents()
