@@ -5,10 +5,15 @@ The inputs are the documents a run reads, scaled up from the records recorded fr
 26.05 daemons (``tests/data/slurm/26.05``: every node and job keeps the recorded shape, with its
 own name, state, partitions, GRES, node lists and request): ``scontrol show nodes --json``,
 ``squeue --json``, and the Kubernetes lists (Nodes, Pods, InferenceServices), beside a small
-``world.json`` with the bridge settings, the time and the forecast.  A case times what the run
-does after reading: records to snapshot to finished plan (after a ``gc.collect()``, so that the
-collector's debt from reading is not charged to planning; ``gc_seconds`` is what the collector
-took of the time).  ``--baseline`` times ``json.loads`` of the same documents.
+``world.json`` with the bridge settings, the time and the forecast.  A case reads Slurm as
+``rebalance`` does (:class:`~slurm_pool.bridge.slurm_side.SlurmSide` over
+:class:`~slurm_pool.adapters.slurm.SlurmClient`: the narrow ``sinfo``/``squeue`` reads, answered
+from text recorded by ``--generate`` (:class:`BridgeRunner`), and ``squeue --json`` streamed from
+the file for the jobs text cannot say), then times what the run does after reading: records to
+snapshot to finished plan (after a ``gc.collect()``, so that the collector's debt from reading is
+not charged to planning; ``gc_seconds`` is what the collector took of the time; ``read_seconds``
+the read before it).  The peak memory is the whole run's, reading included.  ``--baseline``
+times ``json.loads`` of the same documents.
 
     python3 bench/scale_bridge.py --list
     python3 bench/scale_bridge.py --generate DIR [--seed N]
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
 import random
 import sys
@@ -29,15 +35,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.scale_slurm import DocRunner, narrow_stamp  # noqa: E402
 from slurm_pool.adapters.records import job_records, node_record  # noqa: E402
+from slurm_pool.adapters.slurm import SlurmClient  # noqa: E402
 from slurm_pool.bridge.forecast import Forecast, Profile  # noqa: E402
 from slurm_pool.bridge.model import build_snapshot  # noqa: E402
 from slurm_pool.bridge.plan import Plan, plan  # noqa: E402
+from slurm_pool.bridge.slurm_side import SlurmSide  # noqa: E402
 from slurm_pool.spec.bridge import Bridge  # noqa: E402
 from slurm_pool.spec.hosts import expand  # noqa: E402
 
@@ -427,8 +436,81 @@ class Inputs:
 
     @classmethod
     def of(cls, docs: dict[str, Any]) -> Inputs:
+        """Records from the parsed JSON documents (the JSON readers)."""
         nodes = [node_record(n) for n in docs["nodes.json"]["nodes"]]
         return cls(nodes, job_records(docs["squeue.json"]["jobs"]), docs)
+
+    @classmethod
+    def read(cls, runner: BridgeRunner, where: Path) -> Inputs:
+        """Records as ``rebalance`` reads them (through ``runner``), and the other documents parsed."""
+        docs = {p.name: json.loads(p.read_text()) for p in sorted(where.glob("*.json")) if p.name in OTHER_DOCS}
+        config = Bridge.model_validate(docs["world.json"]["config"])
+        side = SlurmSide(SlurmClient(runner), config, submit_as="")
+        return cls(side.nodes(), side.jobs(), docs)
+
+
+#: The documents a case parses whole: Kubernetes' lists and the settings (Slurm's are read as rebalance reads them).
+OTHER_DOCS = ("k8s-nodes.json", "k8s-pods.json", "k8s-isvcs.json", "world.json")
+ANSWERS = "narrow-answers.json"
+
+
+class BridgeRunner(DocRunner):
+    """:class:`DocRunner` on a case's documents: ``squeue --json`` streamed from the file, as from a pipe.
+
+    ``docs``: the parsed (nodes, jobs) documents to answer from while recording (default: parsed when needed).
+    """
+
+    def __init__(
+        self, where: Path, answers: list[tuple[list[str], str]] | None = None, docs: tuple[Any, Any] | None = None
+    ):
+        super().__init__(where / "nodes.json", where / "squeue.json", answers)
+        self.given = docs
+
+    def docs(self) -> tuple[Any, Any]:
+        return self.given if self.given is not None else super().docs()
+
+    def answer(self, argv: list[str]) -> str | None:
+        picked = [a.split("=", 1)[1] for a in argv if a.startswith("--jobs=")]
+        if self.given is None or argv[:2] != ["squeue", "--json"] or not picked:
+            text = super().answer(argv)
+            if not self.record:  # each recorded answer serves one read: not kept beside the copy it gave
+                self.answers = [(k, t) for k, t in self.answers if _read_of(k) != _read_of(argv)]
+            return text
+        ids = {int(i) for i in picked[0].split(",")}  # the JSON of some jobs, from the documents at hand
+        jobs = self.given[1]
+        text = json.dumps({**jobs, "jobs": [j for j in jobs["jobs"] if j["job_id"] in ids]}, indent=1)
+        self.json_reads.append(f"squeue --json --jobs=({len(ids)} ids)")
+        if self.record:
+            self.recorded.append((list(argv), text))
+        return text
+
+    @contextmanager
+    def stream(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[IO[bytes]]:
+        if list(argv) == ["squeue", "--json"]:
+            self.json_reads.append("squeue --json (streamed)")
+            with self.jobs.open("rb") as f:  # type: ignore[union-attr]
+                yield f
+            return
+        yield io.BytesIO(self.run(list(argv)).stdout.encode())
+
+
+def _read_of(argv: Sequence[str]) -> tuple[str, ...]:
+    """What a read is apart from its tokens: the command and the name of its last option."""
+    return (*argv[:3], argv[-1].split("=", 1)[0] if argv else "")
+
+
+def record_answers(where: Path, docs: tuple[Any, Any]) -> None:
+    """Read once with the narrow answers made from ``docs``, and keep them for the measured runs."""
+    runner = BridgeRunner(where, docs=docs)
+    runner.record = True
+    Inputs.read(runner, where)
+    (where / ANSWERS).write_text(json.dumps({"stamp": narrow_stamp(), "answers": runner.recorded}))
+
+
+def load_answers(where: Path) -> list[tuple[list[str], str]]:
+    p = where / ANSWERS
+    data = json.loads(p.read_text()) if p.exists() else {}
+    return [(a, t) for a, t in data["answers"]] if data.get("stamp") == narrow_stamp() else []
 
 
 def run_plan(inputs: Inputs) -> Plan:
@@ -456,7 +538,7 @@ def _case_dir(root: Path, name: str, seed: int) -> Path:
     return root / f"{name}-seed{seed}"
 
 
-def _write(path: Path, doc: dict[str, Any]) -> None:
+def write_document(path: Path, doc: dict[str, Any]) -> None:
     """One document, the ``jobs``/``items`` list streamed record by record (a large one never held as text)."""
     tmp = path.with_suffix(".tmp")
     with tmp.open("w") as f:
@@ -476,11 +558,15 @@ def generate(root: Path, seed: int) -> Iterator[Path]:
     for name, (n, j, share) in CASES.items():
         where = _case_dir(root, name, seed)
         if (where / "world.json").exists():
+            if not load_answers(where):  # the readers changed since: record again
+                slurm_docs = [json.loads((where / name).read_text()) for name in ("nodes.json", "squeue.json")]
+                record_answers(where, (slurm_docs[0], slurm_docs[1]))
             continue
         where.mkdir(parents=True, exist_ok=True)
         docs = world(seed, n, j, share).documents()
         for file, doc in docs.items():
-            _write(where / file, doc)
+            write_document(where / file, doc)
+        record_answers(where, (docs["nodes.json"], docs["squeue.json"]))
         yield where
 
 
@@ -516,8 +602,10 @@ def run_case(name: str, root: Path, seed: int, baseline: bool) -> dict[str, Any]
         seconds = time.perf_counter() - start
         decisions = None
     else:
-        docs = _read(where)
-        inputs = Inputs.of(docs)
+        runner = BridgeRunner(where, load_answers(where))
+        start = time.perf_counter()
+        inputs = Inputs.read(runner, where)
+        read_seconds = time.perf_counter() - start
         gc.collect()  # the collector's debt from reading is the reading's, not the planning's
         with _gc_time() as spent:
             start = time.perf_counter()
@@ -525,9 +613,11 @@ def run_case(name: str, root: Path, seed: int, baseline: bool) -> dict[str, Any]
             seconds = time.perf_counter() - start
         decisions = len(p.steps)
     n, j, _ = CASES[name]
-    waiting = sum(
-        1 for job in docs["squeue.json"]["jobs"] if "PENDING" in job["job_state"] and job["partition"] != LEND
-    )
+    if baseline:
+        jobs = docs["squeue.json"]["jobs"]
+        waiting = sum(1 for job in jobs if "PENDING" in job["job_state"] and job["partition"] != LEND)
+    else:
+        waiting = sum(1 for job in inputs.jobs if "PENDING" in job.state and job.partition != LEND)
     out = {
         "case": name,
         "path": "rebalance --dry-run planning",
@@ -538,6 +628,13 @@ def run_case(name: str, root: Path, seed: int, baseline: bool) -> dict[str, Any]
     if decisions is not None:
         out["decisions"] = decisions
         out["gc_seconds"] = round(spent[0], 3)  # of ``seconds``: the collector walking the documents read
+        out["read_seconds"] = round(read_seconds, 3)
+        notes = [f"read {round(read_seconds, 1)} s before planning (in the peak memory, not the time)"]
+        if runner.parsed_late:
+            notes.append("a narrow read had no recorded answer: the JSON was parsed in the measured run")
+        if runner.json_reads:
+            notes.append(f"read as JSON too: {', '.join(sorted(set(runner.json_reads)))}")
+        out["note"] = "; ".join(notes)
     return out
 
 

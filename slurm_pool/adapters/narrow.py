@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import IO, Any, Iterable, Iterator, Mapping, Sequence
 
 from slurm_pool.adapters.records import (
     JOB_BASE_STATES,
@@ -116,7 +116,8 @@ _NO_TIME = frozenset({"N/A", "Unknown", "None"})
 _NO_LIMIT = frozenset({"UNLIMITED", "NOT_SET", "Partition_Limit"})
 #: What slurmctld adds to a job's start for the end of a job with no time limit.
 YEAR_SECONDS = 365 * 24 * 60 * 60
-#: At most this many jobs are read again one list at a time; more take one whole ``squeue --json``.
+#: At most this many jobs are read again one list at a time; more take one whole ``squeue --json``, streamed
+#: (:func:`wanted_records`).
 FALLBACK_LIST_MAX = 500
 
 
@@ -392,3 +393,24 @@ def parse_node_text(text: str, version: SlurmVersion, tok: Tokens, what: str = "
         except RecordSkipped as problem:
             skipped(problem)
     return out
+
+
+# -- the whole fallback read, streamed -----------------------------------------------------
+
+
+def wanted_records(stream: IO[bytes], ids: Iterable[int], what: str) -> Iterator[JobRecord]:
+    """The records of jobs ``ids`` in a whole ``squeue --json`` document read from ``stream``, one job at a time.
+
+    Only those jobs are converted, and none keeps its JSON (``raw``), so a queue of
+    200,000 jobs never stands in memory as a document (``sacct_stream``'s reader).
+    """
+    from slurm_pool.adapters.sacct_stream import sacct_jobs  # not at import: the node hooks never stream
+
+    wanted = set(ids)
+    for i, raw in sacct_jobs(stream, what):
+        if raw.get("job_id") not in wanted:
+            continue
+        try:
+            yield convert_record(_text_job, raw, f"{what}: jobs[{i}]")
+        except RecordSkipped as problem:
+            skipped(problem)

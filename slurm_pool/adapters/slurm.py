@@ -28,7 +28,7 @@ from slurm_pool.adapters.records import (
     parse_nodes,
     skipped,
 )
-from slurm_pool.adapters.runner import CommandError, Result, Runner, SubprocessRunner
+from slurm_pool.adapters.runner import CommandError, Result, Runner, SubprocessRunner, stream_output
 from slurm_pool.adapters.slurmcalls import SlurmCalls
 from slurm_pool.versions import SlurmVersion
 
@@ -110,7 +110,12 @@ class SlurmClient(SlurmCalls):
         text = narrow.parse_job_text(outs, v, tok, "squeue --Format printed no readable records")
         if not text.fallback_ids:
             return text.records
-        return narrow.merge(text, self._read(narrow.fallback_command(text.fallback_ids), parse_jobs))
+        argv = narrow.fallback_command(text.fallback_ids)
+        if len(text.fallback_ids) > narrow.FALLBACK_LIST_MAX:  # the whole queue: streamed, only those jobs kept
+            with stream_output(self.runner, argv) as out:
+                what = f"{' '.join(argv)} printed no readable records"
+                return narrow.merge(text, narrow.wanted_records(out, text.fallback_ids, what))
+        return narrow.merge(text, self._read(argv, parse_jobs))
 
     def jobs_json(self) -> list[JobRecord]:
         """The queue's job records from ``squeue --json`` (``raw`` is each job's JSON)."""

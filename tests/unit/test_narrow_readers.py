@@ -8,6 +8,7 @@ output beside the JSON of the same moment).
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -304,6 +305,44 @@ def test_client_reads_narrow_and_keeps_json(path):
 def test_many_fallbacks_take_one_whole_json_read():
     assert narrow.fallback_command(list(range(narrow.FALLBACK_LIST_MAX + 1))) == ["squeue", "--json"]
     assert narrow.fallback_command([3, 4]) == ["squeue", "--json", "--jobs=3,4"]
+
+
+class StreamingRunner(RecordingRunner):
+    """A RecordingRunner that notes which commands were read as a stream."""
+
+    streamed: list[tuple[str, ...]]
+
+    def stream(self, argv, *, timeout=None):
+        self.streamed.append(tuple(argv))
+        return super().stream(argv, timeout=timeout)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.parent.name}-{p.stem}")
+def test_many_fallbacks_stream_the_whole_json_and_keep_only_those_jobs(path, monkeypatch):
+    """Past FALLBACK_LIST_MAX the whole ``squeue --json`` is streamed: the same records, none holding its JSON."""
+    monkeypatch.setattr(narrow, "FALLBACK_LIST_MAX", 0)
+    doc = load(path)
+    v = SlurmVersion.parse(doc["version"])
+    runner = StreamingRunner()
+    runner.streamed = []
+    runner.on(["squeue", "--json"], json.dumps(doc["jobs"]))
+    narrow_text.from_json(runner)
+    jobs = SlurmClient(runner, version=v).jobs()
+    again = text_records(doc)[1].fallback_ids
+    assert [values(j) for j in jobs] == sorted(
+        map(values, parse_jobs(json.dumps(doc["jobs"]))), key=lambda j: j["job_id"]
+    )
+    assert runner.streamed == ([("squeue", "--json")] if again else [])
+    assert all(not j.raw for j in jobs)
+
+
+def test_the_streamed_fallback_converts_only_the_jobs_asked_for(caplog):
+    doc = {"jobs": [{"job_id": 7, "job_state": ["PENDING", "REQUEUED"]}, {"job_id": 8, "restart_cnt": "x"}]}
+    got = list(narrow.wanted_records(io.BytesIO(json.dumps(doc).encode()), [7], "squeue --json"))
+    assert [(j.job_id, str(j.state)) for j in got] == [(7, "PENDING+REQUEUED")] and not caplog.records
+    got = list(narrow.wanted_records(io.BytesIO(json.dumps(doc).encode()), [7, 8], "squeue --json"))
+    assert [j.job_id for j in got] == [7]  # job 8's count is unusable: reported and skipped
+    assert "squeue --json: jobs[1]: restart_cnt 'x'" in caplog.text
 
 
 def test_a_failed_narrow_read_fails_like_the_json_one():
