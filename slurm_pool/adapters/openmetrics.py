@@ -36,20 +36,13 @@ METRICS_TYPE = "metrics/openmetrics"
 #: The paths read (src/slurmctld/http.c ``http_router_bind``).
 PATHS = {"jobs": "/metrics/partitions", "nodes": "/metrics/nodes"}
 #: The pool's job state word -> the per-partition count of it (openmetrics.c ``_part_stats_to_metric``).
+#: Only the states of the queue: the endpoint also counts finished jobs slurmctld still holds (MinJobAge),
+#: which squeue leaves out from 24.05.1 (versions fact ``squeue_json_filters``).
 JOB_STATES: Mapping[str, str] = {
     "pending": "slurm_partition_jobs_pending",
     "running": "slurm_partition_jobs_running",
     "suspended": "slurm_partition_jobs_suspended",
     "completing": "slurm_partition_jobs_completing",
-    "completed": "slurm_partition_jobs_completed",
-    "cancelled": "slurm_partition_jobs_cancelled",
-    "failed": "slurm_partition_jobs_failed",
-    "timeout": "slurm_partition_jobs_timeout",
-    "node_fail": "slurm_partition_jobs_node_failed",
-    "preempted": "slurm_partition_jobs_preempted",
-    "boot_fail": "slurm_partition_jobs_bootfail",
-    "deadline": "slurm_partition_jobs_deadline",
-    "out_of_memory": "slurm_partition_jobs_outofmemory",
 }
 #: The pool's node state word -> the counts that make it (openmetrics.c ``metrics_p_parse_nodes_metrics``;
 #: statistics.c counts a draining node under ``draining`` and not ``drain``).
@@ -102,7 +95,8 @@ def endpoint(config: Mapping[str, str]) -> tuple[str, int] | None:
     """
     if config.get("MetricsType", "").strip() != METRICS_TYPE:
         return None
-    m = _CTLD_HOST_RE.fullmatch(config.get("SlurmctldHost[0]", "").strip())
+    host = config.get("SlurmctldHost[0]") or config.get("SlurmctldHost", "")  # the parsed key drops "[0]"
+    m = _CTLD_HOST_RE.fullmatch(host.strip())
     port_text = config.get("SlurmctldPort", "").strip().split("-", 1)[0]
     if not m or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         return None
@@ -132,9 +126,11 @@ def fetch(host: str, port: int, path: str, *, timeout: float = TIMEOUT, max_byte
         raise Unavailable(f"GET {path}: not UTF-8") from None
 
 
-def _samples(text: str, what: str) -> list[tuple[str, Mapping[str, str], float]]:
+def _samples(text: str, what: str, wanted: frozenset[str]) -> list[tuple[str, Mapping[str, str], float]]:
+    """The samples named in ``wanted``; the other lines (per-node values: ten a node) are not parsed."""
+    kept = "".join(f"{line}\n" for line in text.splitlines() if line.partition("{")[0].partition(" ")[0] in wanted)
     try:
-        return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
+        return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(kept) for s in fam.samples]
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise Unavailable(f"{what}: not OpenMetrics text ({exc})") from None
 
@@ -149,7 +145,7 @@ def parse(partitions: str, nodes: str) -> SlurmctldCounts:
     """The counts of ``/metrics/partitions`` and ``/metrics/nodes``; a sample that is not one is refused."""
     out = SlurmctldCounts()
     job_names = {name: state for state, name in JOB_STATES.items()}
-    for name, labels, value in _samples(partitions, PATHS["jobs"]):
+    for name, labels, value in _samples(partitions, PATHS["jobs"], frozenset(job_names)):
         state = job_names.get(name)
         if state is None:
             continue
@@ -159,7 +155,7 @@ def parse(partitions: str, nodes: str) -> SlurmctldCounts:
             continue
         out.jobs[(part, state)] = n
     node_names = {name: state for state, names in NODE_STATES.items() for name in names}
-    for name, labels, value in _samples(nodes, PATHS["nodes"]):
+    for name, labels, value in _samples(nodes, PATHS["nodes"], frozenset(node_names)):
         state = node_names.get(name)
         if state is None:
             continue
@@ -168,8 +164,8 @@ def parse(partitions: str, nodes: str) -> SlurmctldCounts:
             out.refused.append(f"{name}{dict(labels)!r} {value!r}"[:200])
             continue
         out.nodes[state] = out.nodes.get(state, 0) + n
-    if not out.jobs and not out.nodes:
-        raise Unavailable("no counts in the answers")
+    if not out.jobs or not out.nodes:  # every partition has its counts, even of 0 (openmetrics.c)
+        raise Unavailable(f"no {'job' if not out.jobs else 'node'} counts in the answers")
     return out
 
 

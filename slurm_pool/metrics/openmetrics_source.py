@@ -6,8 +6,8 @@ exporter takes these counts from it; where it does not (an older release, the
 endpoint off, refused, slow or unreadable), it counts the node and job records
 the scrape read anyway, the same way slurmctld does.  Families::
 
-    slurm_pool_slurm_jobs{partition,state}   jobs by their one partition and base state
-                                             (completing: the flag, beside the base state)
+    slurm_pool_slurm_jobs{partition,state}   jobs of the queue by their one partition and state:
+                                             pending | running | suspended | completing (the flag)
     slurm_pool_slurm_nodes{state}            nodes by base state; drain: the flag
     slurm_pool_slurm_counts_source{source}   1 for the source of this scrape's counts:
                                              openmetrics | commands
