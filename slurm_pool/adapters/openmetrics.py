@@ -98,7 +98,7 @@ def endpoint(config: Mapping[str, str]) -> tuple[str, int] | None:
     host = config.get("SlurmctldHost[0]") or config.get("SlurmctldHost", "")  # the parsed key drops "[0]"
     m = _CTLD_HOST_RE.fullmatch(host.strip())
     port_text = config.get("SlurmctldPort", "").strip().split("-", 1)[0]
-    if not m or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not m or not re.fullmatch(r"[0-9]{1,5}", port_text) or not 0 < int(port_text) < 65536:
         return None
     return (m.group(2) or m.group(1), int(port_text))
 

@@ -56,6 +56,8 @@ instances, each one GRES unit)::
     slurm_pool_bridge_gang*                         Volcano gangs: pending, lent groups and nodes, their
                                                     reclaims, when the bridge has gangs:
                                                     (:mod:`slurm_pool.metrics.gangs`)
+    slurm_pool_slurm_jobs / _nodes / _counts_source slurmctld's own counts where it serves them, else the
+                                                    records' (:mod:`slurm_pool.metrics.openmetrics_source`)
 
 A failed Kubernetes read leaves the inference (rebalance, gang) families out of
 that scrape (a gap in the history, not a false 0); so does a run record on the
