@@ -335,3 +335,16 @@ def test_the_recorded_answers_of_26_05_3():
     }
     assert {k: v for k, v in got.nodes.items() if v} == {"idle": 2, "mixed": 2, "drain": 1}
     assert {p for p, _ in got.jobs} == {"a-owner", "b-owner", "c-owner", "shared", "scavenger", "k8s-lend"}
+
+
+@pytest.mark.parametrize("mode, kind", [("auto", EndpointReader), ("commands", "records"), ("off", None)])
+def test_exporter_modes(mode, kind):
+    from slurm_pool.metrics.openmetrics_source import counts_reader
+
+    reader = counts_reader(mode, lambda: CONFIG)
+    if kind is None:
+        assert reader is None
+    elif kind == "records":
+        assert reader is not None and reader() is None  # never the endpoint: the records count
+    else:
+        assert isinstance(reader, kind)
