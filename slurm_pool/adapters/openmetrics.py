@@ -55,8 +55,9 @@ NODE_STATES: Mapping[str, tuple[str, ...]] = {
     "unknown": ("slurm_nodes_unknown",),
     "drain": ("slurm_nodes_drain", "slurm_nodes_draining"),
 }
-#: Bytes read at most from one answer: 26.05.3's /metrics/partitions is about 5 KB per partition.
-MAX_BYTES = 4 << 20
+#: Bytes read at most from one answer: 26.05.3 prints about 450 bytes per node (/metrics/nodes) and 5 KB per
+#: partition (/metrics/partitions), so 64 MiB holds some 140,000 nodes.
+MAX_BYTES = 64 << 20
 #: Seconds for connecting and for each read.
 TIMEOUT = 2.0
 #: The counts are uint16/uint32/uint64 in statistics.h; anything above 2**53 is not a count a float keeps.

@@ -145,7 +145,6 @@ def server():
         ({"/metrics/partitions": (200, PARTS.encode()), "/metrics/nodes": (200, NODES.encode())}, True),
         ({"/metrics/partitions": (403, b"denied"), "/metrics/nodes": (200, NODES.encode())}, False),
         ({"/metrics/partitions": (200, b"\xff\xfe"), "/metrics/nodes": (200, NODES.encode())}, False),
-        ({"/metrics/partitions": (200, PARTS.encode() * 40000), "/metrics/nodes": (200, NODES.encode())}, False),
     ],
 )
 def test_read_over_http(server, monkeypatch, answers, ok):
@@ -156,6 +155,14 @@ def test_read_over_http(server, monkeypatch, answers, ok):
     else:
         with pytest.raises(Unavailable):
             openmetrics.read(host, port)
+
+
+def test_an_answer_over_the_bound_is_refused(server, monkeypatch):
+    monkeypatch.setattr(_Handler, "answers", {"/metrics/nodes": (200, NODES.encode() * 10)})
+    host, port = server.server_address[:2]
+    assert openmetrics.fetch(host, port, "/metrics/nodes", max_bytes=len(NODES) * 10) == NODES * 10
+    with pytest.raises(Unavailable, match="more than"):
+        openmetrics.fetch(host, port, "/metrics/nodes", max_bytes=len(NODES) * 10 - 1)
 
 
 def test_a_silent_port_times_out():
