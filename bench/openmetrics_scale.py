@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in PATHS:
         runs = [run(path, args.inputs, args.quick) for _ in range(args.runs)]
         rows[path] = (statistics.median(r[0] for r in runs), max(r[1] for r in runs))
+        print(f"{path}: {rows[path][0]:.3f} s, {rows[path][1] / 1024:.0f} MiB", file=sys.stderr, flush=True)
     base = rows["json.loads"][0]
     cmd = "python3 bench/openmetrics_scale.py" + (" --quick" if args.quick else "") + f" --runs {args.runs}"
     lines = [
