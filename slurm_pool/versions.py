@@ -157,6 +157,17 @@ FACTS: tuple[Fact, ...] = (
         "26.05.3 src/squeue/opts.c fmt_data_job {\"ExcNodes\", 'x', _print_job_exc_nodes}; measured on 22.05.8 "
         "(squeue: error: Invalid job format specification: ExcNodes)",
     ),
+    # -- slurmctld's OpenMetrics endpoint
+    Fact(
+        "openmetrics_endpoint",
+        (25, 11, 0),
+        "slurm.conf takes MetricsType=metrics/openmetrics; slurmctld then answers HTTP GET /metrics/jobs, "
+        "/metrics/nodes, /metrics/partitions and /metrics/scheduler on SlurmctldPort (no authentication unless "
+        "MetricsAuthUsers or PrivateData is set)",
+        "26.05.3 doc/html/metrics.shtml 'Slurm 25.11 introduced'; src/slurmctld/http.c (routes, "
+        "_check_metrics_authorized); src/plugins/metrics/openmetrics/openmetrics.c; measured on 26.05.3 by "
+        "tests/integration/test_openmetrics_e2e.py",
+    ),
     Fact(
         "rebootless_node_features",
         (24, 5, 0),

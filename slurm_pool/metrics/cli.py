@@ -73,6 +73,7 @@ def build_registry(
     predict: Callable[[], Mapping[str, tuple[list[float], int]]] | None = None,
     guarantees: Callable[[list], Mapping[str, Any] | None] | None = None,
     gangs: Callable[[], Mapping[str, Any]] | None = None,
+    slurmctld_counts: str = "off",
 ) -> Any:
     """A fresh ``CollectorRegistry`` holding the pool collector (and process metrics).
 
@@ -82,12 +83,15 @@ def build_registry(
     rebalance run's record on the bridge's Lease (:func:`rebalance_reader`); ``predict`` the predicted
     waits of the pending jobs (:class:`slurm_pool.metrics.predicted.PredictionReader`); ``guarantees``
     the floating guarantees of the jobs scraped (:func:`guarantees_reader`); ``gangs`` the Volcano
-    gangs on lent nodes (:func:`gangs_reader`).
+    gangs on lent nodes (:func:`gangs_reader`); ``slurmctld_counts`` (``auto``, ``commands``, ``off``) adds jobs
+    by partition and state and nodes by state, from slurmctld's own counts where it serves them (``auto``) or
+    from the records (:mod:`slurm_pool.metrics.openmetrics_source`).
     """
     from prometheus_client import CollectorRegistry, ProcessCollector
 
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.metrics.collector import PoolCollector
+    from slurm_pool.metrics.openmetrics_source import counts_reader
     from slurm_pool.metrics.reclaims import ReclaimTally
 
     slurm = SlurmClient(runner)
@@ -112,6 +116,7 @@ def build_registry(
             predict=predict,
             guarantees=guarantees,
             gangs=gangs,
+            slurmctld_counts=counts_reader(slurmctld_counts, slurm.config),
         )
     )
     if process_metrics:
@@ -294,6 +299,15 @@ def bridge_readers(
     type=Finite(min=1),
     help="Seconds between forecasts for --predict-spec (each reads squeue --json, sinfo and sacct).",
 )
+@click.option(
+    "--slurmctld-counts",
+    type=click.Choice(["auto", "commands", "off"]),
+    default="auto",
+    show_default=True,
+    help="Jobs by partition and state and nodes by state (slurm_pool_slurm_jobs, slurm_pool_slurm_nodes): auto "
+    "takes slurmctld's own OpenMetrics counts where it serves them (Slurm 25.11+, MetricsType=metrics/openmetrics), "
+    "else counts the squeue/sinfo records; commands always counts the records; off leaves them out.",
+)
 @click.option("--once", is_flag=True, help="Print one scrape to stdout and exit.")
 def exporter(
     listen: str,
@@ -307,6 +321,7 @@ def exporter(
     kubeconfig: str | None,
     predict_spec: str | None,
     predict_interval: float,
+    slurmctld_counts: str,
     once: bool,
 ) -> None:
     """Serve Prometheus metrics of the pool (GPUs, jobs, drains, lending, preemptions)."""
@@ -350,6 +365,7 @@ def exporter(
         predict=predict,
         guarantees=guarantees,
         gangs=gangs,
+        slurmctld_counts=slurmctld_counts,
     )
     if once:
         click.echo(generate_latest(registry).decode(), nl=False)

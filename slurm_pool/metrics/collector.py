@@ -56,6 +56,8 @@ instances, each one GRES unit)::
     slurm_pool_bridge_gang*                         Volcano gangs: pending, lent groups and nodes, their
                                                     reclaims, when the bridge has gangs:
                                                     (:mod:`slurm_pool.metrics.gangs`)
+    slurm_pool_slurm_jobs / _nodes / _counts_source slurmctld's own counts where it serves them, else the
+                                                    records' (:mod:`slurm_pool.metrics.openmetrics_source`)
 
 A failed Kubernetes read leaves the inference (rebalance, gang) families out of
 that scrape (a gap in the history, not a false 0); so does a run record on the
@@ -82,6 +84,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from slurm_pool.adapters.records import JobRecord, NodeRecord
 from slurm_pool.adapters.slurm import SlurmClient
 from slurm_pool.metrics.gangs import gang_metrics
+from slurm_pool.metrics.openmetrics_source import SlurmctldCounts, count_metrics, counts_from_records
 from slurm_pool.metrics.outcomes import OutcomeTally
 from slurm_pool.metrics.parse import lent_nodes, node_gpu_states
 from slurm_pool.metrics.predicted import prediction_metrics
@@ -125,6 +128,7 @@ class _Reading:
     gangs: Mapping[str, Any] | None = None  # slurm_pool.metrics.gangs.gang_status
     reads: dict[str, tuple[float, int | None]] = field(default_factory=dict)  # source -> (seconds, bytes)
     failed: Counter[str] = field(default_factory=Counter)
+    slurmctld: SlurmctldCounts | None = None  # slurmctld's own counts, where it serves them
 
 
 class PoolCollector:
@@ -150,10 +154,14 @@ class PoolCollector:
         predict: Callable[[], Mapping[str, tuple[list[float], int]]] | None = None,
         guarantees: Callable[[list[JobRecord]], Mapping[str, Any] | None] | None = None,
         gangs: Callable[[], Mapping[str, Any]] | None = None,
+        slurmctld_counts: Callable[[], SlurmctldCounts | None] | None = None,
     ):
         """``guarantees``: the jobs -> :func:`slurm_pool.metrics.status.guarantee_status` of the spec;
-        ``gangs``: a reader of :func:`slurm_pool.metrics.gangs.gang_status`."""
+        ``gangs``: a reader of :func:`slurm_pool.metrics.gangs.gang_status`; ``slurmctld_counts``: a
+        reader of slurmctld's own counts (:class:`slurm_pool.metrics.openmetrics_source.EndpointReader`),
+        which adds the families of :mod:`slurm_pool.metrics.openmetrics_source`."""
         self.slurm = slurm
+        self.slurmctld_counts = slurmctld_counts
         self.gangs = gangs
         self.guarantees = guarantees
         self.predict = predict
@@ -191,6 +199,9 @@ class PoolCollector:
                 out.reads[source] = (time.monotonic() - start, None)  # last_read is still the read before
                 continue
             out.reads[source] = (time.monotonic() - start, read_bytes(self.slurm, source))
+        # -- slurmctld's own counts (Slurm 25.11+); None: counted from the records below
+        if self.slurmctld_counts is not None:
+            out.slurmctld = self.slurmctld_counts()
         if self.outcomes is not None:
             try:
                 out.failed["outcomes"] += self.outcomes.refresh()
@@ -293,6 +304,14 @@ class PoolCollector:
             gangs = reading.gangs
             out.extend(self._build("kubernetes", lambda: gang_metrics(gangs)) or [])
         out.extend(read_metrics(reading.reads))
+        # -- slurmctld's counts, else the same counts of the records read
+        if self.slurmctld_counts is not None:
+            if reading.slurmctld is not None:
+                out.extend(count_metrics(reading.slurmctld, "openmetrics"))
+            elif nodes is not None and jobs is not None:
+                out.extend(
+                    self._build("jobs", lambda: count_metrics(counts_from_records(nodes, jobs), "commands")) or []
+                )
         healthy = built_nodes is not None and built_jobs is not None and built_pool is not None
         up = GaugeMetricFamily("slurm_pool_up", "1 if the last node and job queries both worked.")
         up.add_metric([], 1.0 if healthy else 0.0)

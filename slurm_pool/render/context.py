@@ -241,6 +241,15 @@ def build_context(
     if shard_issues:
         raise SpecError(shard_issues)
     _check_guarantee_types(spec, version, gres_types)
+    if spec.cluster.openmetrics and not version.has("openmetrics_endpoint"):
+        raise SpecError(
+            [
+                Issue(
+                    "cluster.openmetrics",
+                    f"slurmctld's OpenMetrics endpoint needs Slurm 25.11 or later; this is {version}",
+                )
+            ]
+        )
     helper_lines, layout_table = _mig_features(spec, site, version)
     ctld_params = []
     if not version.has("preempt_params_line"):
@@ -264,6 +273,7 @@ def build_context(
         "mig_exec_time": features.EXEC_TIME,
         "jwt_key": jwt_key(spec, site),
         "coexist": spec.coexist is not None,
+        "openmetrics": spec.cluster.openmetrics,
         "fragment": False,
     }
 

@@ -30,6 +30,9 @@ class Cluster(Strict):
     name: Annotated[Name, AfterValidator(check_cluster_name)]
     #: slurm.conf's SlurmctldHost.
     control_host: Host = "localhost"
+    #: slurmctld serves its own counts over HTTP on SlurmctldPort (``MetricsType=metrics/openmetrics``,
+    #: Slurm 25.11+), which the exporter reads instead of counting job lists.
+    openmetrics: bool = False
 
 
 #: Bounds that keep rendered numbers sane (Slurm's own fields: :mod:`slurm_pool.spec.ranges`).
