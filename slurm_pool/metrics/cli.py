@@ -132,7 +132,7 @@ def prediction_reader(
     spec = load_spec(spec_path)
     pool = PoolModel.from_spec(spec)
     slurm = SlurmClient(runner)
-    return PredictionReader(lambda: forecast(slurm, spec, pool=pool), interval)
+    return PredictionReader(lambda: forecast(slurm, spec, pool=pool, late_range=False), interval)
 
 
 def guarantees_reader(spec_path: str, lend_partition: str) -> Callable[[list], Mapping[str, Any] | None] | None:

@@ -342,8 +342,10 @@ def predict(
     now: float,
     down: Iterable[str] = (),
     horizon: float = HORIZON,
+    late_range: bool = True,
 ) -> Forecast:
-    """Every pending job's predicted start: the expected run, and the late run (time limits) for the range."""
+    """Every pending job's predicted start: the expected run, and the late run (time limits) for the range
+    (``late_range`` False: no late run, each range is its start alone; the exporter reads only the start)."""
     listed, down = list(jobs), set(down)
     inp = Inputs(pool, listed, runtimes, now, down)
     forecast = Forecast(now, {}, {j.job_id: j for j in listed}, None, notes=inp.notes, pool=pool, runtimes=runtimes)
@@ -353,14 +355,14 @@ def predict(
     # The forward run goes ahead with no pending job the model takes: what the running jobs hold is the plan
     # an alternative for a skipped job (fewer GPUs, say) is fitted into.
     expected = {j.job_id: inp.est[j.job_id].seconds for j in inp.pending}
-    late = {j.job_id: _late(inp, j) for j in inp.pending}
+    late = {j.job_id: _late(inp, j) for j in inp.pending} if late_range else {}
     result, got = run_forward(inp, expected, horizon=horizon)
     forecast.result = result
     seeds = {s.job.id: s.job.work for s in inp.seeds(late=False)}
     for p in result.schedule:
         if p.outcome == "running":
             forecast.ends[p.job] = p.start + (seeds[p.job] if p.job in seeds else expected[int(p.job)])
-    late_got = run_forward(inp, late, late=True, horizon=horizon)[1]
+    late_got = run_forward(inp, late, late=True, horizon=horizon)[1] if late_range else got
     for j in inp.pending:
         a, b = got.get(str(j.job_id)), late_got.get(str(j.job_id))
         start = None if a is None else now + a[0]

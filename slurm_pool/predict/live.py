@@ -44,13 +44,23 @@ def _stamp(value: Any) -> float | None:
     return float(n) if n else None
 
 
-def live_job(rec: JobRecord, pool: PoolModel, now: float) -> LiveJob | None:
-    """The predictor's view of one queue record (None: a job that holds or waits for nothing any more)."""
+def _expand(nodes: str, hosts: dict[str, list[str]] | None) -> list[str]:
+    if hosts is None:
+        return expand(nodes)
+    got = hosts.get(nodes)
+    if got is None:
+        got = hosts[nodes] = expand(nodes)
+    return list(got)
+
+
+def live_job(rec: JobRecord, pool: PoolModel, now: float, hosts: dict[str, list[str]] | None = None) -> LiveJob | None:
+    """The predictor's view of one queue record (None: a job that holds or waits for nothing any more);
+    ``hosts``: node lists already expanded (filled here), as many jobs share a node."""
     raw = rec.raw
     profile = _profile(rec, pool)
     priority = number(raw.get("priority")) or 0
     if rec.on_node:
-        names = expand(rec.nodes) if rec.nodes else []
+        names = _expand(rec.nodes, hosts) if rec.nodes else []
         if profile is not None:
             names = names[:1]
         per = rec.gpus // len(names) if names else 0
@@ -113,15 +123,18 @@ def forecast(
     history: Sequence[JobRecord] | None = None,
     history_days: int = HISTORY_DAYS,
     pool: PoolModel | None = None,
+    late_range: bool = True,
 ) -> Forecast:
-    """Read Slurm once and predict every pending job's start (:func:`.forward.predict`)."""
+    """Read Slurm once and predict every pending job's start (:func:`.forward.predict`; ``late_range``
+    False: without the late run, so each prediction's range is its start)."""
     pool = pool or PoolModel.from_spec(spec)
     records = slurm.jobs_json()
     nodes = slurm.nodes()
     at = time.time() if now is None else now
     hist = list(history) if history is not None else read_history(slurm, history_days)
-    jobs = [j for r in records if (j := live_job(r, pool, at)) is not None]
-    fc = predict(pool, jobs, Runtimes(finished(hist)), at, unavailable(nodes))
+    hosts: dict[str, list[str]] = {}
+    jobs = [j for r in records if (j := live_job(r, pool, at, hosts)) is not None]
+    fc = predict(pool, jobs, Runtimes(finished(hist)), at, unavailable(nodes), late_range=late_range)
     fc.names = name_map(records)
     for r in records:
         if r.job_id in fc.predictions:
