@@ -172,7 +172,8 @@ def path_exporter(runner: DocRunner, spec: Any) -> Callable[[], dict[str, Any]]:
 
     def waits() -> dict[str, Any]:
         slurm = SlurmClient(runner)
-        reader = PredictionReader(lambda: forecast(slurm, spec, now=NOW, pool=pool, late_range=LATE_RANGE))
+        kw = {} if LATE_RANGE else {"late_range": False}  # the code before it had no such choice
+        reader = PredictionReader(lambda: forecast(slurm, spec, now=NOW, pool=pool, **kw))
         got = reader()
         families = prediction_metrics(got)
         return {
