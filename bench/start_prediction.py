@@ -245,6 +245,14 @@ def summary(ps: list[dict[str, Any]]) -> dict[str, Any]:
     out["in_range"] = sum(p["low"] - START_TOLERANCE <= p["real"] <= p["high"] + START_TOLERANCE for p in ranged) / (
         len(ranged) or 1
     )
+    out["by_basis"] = {}  # what moves the error: what our runtimes rested on (the pair's own job)
+    for basis in sorted({str(p["why"][0]) if p["why"] else "-" for p in known}):
+        sub = [p for p in known if (str(p["why"][0]) if p["why"] else "-") == basis]
+        row_b: dict[str, Any] = {"pairs": len(sub)}
+        for est in ESTIMATORS:
+            _, med, _ = stats([abs(p[est] - p["real"]) for p in sub if p[est] is not None])
+            row_b[est] = med
+        out["by_basis"][basis] = row_b
     out["by_kind"] = {}
     for kind in KINDS:
         sub = [p for p in known if p["kind"] == kind]
@@ -323,6 +331,16 @@ def table(doc: dict[str, Any], s: dict[str, Any], cmd: str, kept: str, from_run:
             f"| {kind} | {r['pairs']} | {pct(r['ours']['coverage'])} | {sec(r['ours']['median'])} "
             f"| {pct(r['slurm']['coverage'])} | {sec(r['slurm']['median'])} | {sec(r['starts_now']['median'])} |"
         )
+    lines += [
+        "",
+        "What the pending job's own runtime estimate rested on, and the median absolute error (s) of each "
+        "estimator there:",
+        "",
+        '| runtime basis | pairs | ours | Slurm | "starts now" |',
+        "|---|---:|---:|---:|---:|",
+    ]
+    for basis, r in s.get("by_basis", {}).items():
+        lines.append(f"| {basis} | {r['pairs']} | {sec(r['ours'])} | {sec(r['slurm'])} | {sec(r['starts_now'])} |")
     lines.append("")
     return lines
 
