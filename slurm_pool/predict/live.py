@@ -124,9 +124,11 @@ def forecast(
     history_days: int = HISTORY_DAYS,
     pool: PoolModel | None = None,
     late_range: bool = True,
+    fork: bool = False,
 ) -> Forecast:
     """Read Slurm once and predict every pending job's start (:func:`.forward.predict`; ``late_range``
-    False: without the late run, so each prediction's range is its start)."""
+    False: without the late run, so each prediction's range is its start; ``fork``: the late run in a forked
+    child meanwhile, for a single-threaded caller)."""
     pool = pool or PoolModel.from_spec(spec)
     records = slurm.jobs_json()
     nodes = slurm.nodes()
@@ -134,7 +136,7 @@ def forecast(
     hist = list(history) if history is not None else read_history(slurm, history_days)
     hosts: dict[str, list[str]] = {}
     jobs = [j for r in records if (j := live_job(r, pool, at, hosts)) is not None]
-    fc = predict(pool, jobs, Runtimes(finished(hist)), at, unavailable(nodes), late_range=late_range)
+    fc = predict(pool, jobs, Runtimes(finished(hist)), at, unavailable(nodes), late_range=late_range, fork=fork)
     fc.names = name_map(records)
     for r in records:
         if r.job_id in fc.predictions:
