@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import random
 import re
 import sys
@@ -39,6 +40,10 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+#: ``--tree DIR``: the slurm_pool package of another checkout (the code before), ahead of this one's.
+TREE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--tree"), None)
+if TREE:
+    sys.path.insert(0, TREE)
 
 from bench.scale_slurm import DocRunner, answers_path, load_answers, narrow_stamp  # noqa: E402
 from bench.slurm_docs import FIXTURES, PARTITIONS, generate, size_name  # noqa: E402
@@ -190,6 +195,14 @@ PATHS = {"why": ("`why` for one job (forecast + explanation)", path_why),
          "exporter": ("exporter's predicted waits (one forecast)", path_exporter)}  # fmt: skip
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its waited-for children (a forked late run's too)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def run_case(name: str, where: Path, baseline: bool, profile: Path | None = None) -> dict[str, Any]:
     kind, nodes, jobs = parse_case(name)
     paths = files(where, nodes, jobs)
@@ -200,10 +213,12 @@ def run_case(name: str, where: Path, baseline: bool, profile: Path | None = None
     out: dict[str, Any] = {"path": label, "size": f"{nodes:,} nodes, {jobs:,} jobs", "baseline": baseline}
     if baseline:
         texts = [p.read_text() for p in paths[:3]]
+        cpu = _cpu()
         start = time.perf_counter()
         for t in texts:
             json.loads(t)
         out["seconds"] = time.perf_counter() - start
+        out["cpu_seconds"] = _cpu() - cpu
         return out
     from slurm_pool.spec import load_spec
 
@@ -218,11 +233,87 @@ def run_case(name: str, where: Path, baseline: bool, profile: Path | None = None
         out["seconds"] = time.perf_counter() - start
         prof.dump_stats(str(profile))
     else:
+        cpu = _cpu()
         start = time.perf_counter()
         extra = work()
         out["seconds"] = time.perf_counter() - start
+        out["cpu_seconds"] = _cpu() - cpu
     out.update(extra)
     return out
+
+
+def report(where: Path, quick: bool, runs: int, before: str | None, seed: int, out: Path) -> list[str]:
+    """Every case ``runs`` times, interleaved: ``json.loads`` of its documents, the code at ``before`` (a
+    commit, checked out beside) and this code, each in a fresh child; a markdown section written to ``out``."""
+    import statistics
+    import subprocess
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from site_scale import run_child
+    from timing import emit
+
+    n, j = QUICK if quick else FULL
+    make_inputs(where, n, j, seed)
+    me = [sys.executable, str(Path(__file__).resolve())]
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "before"
+        if before:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), before], check=True,
+                           capture_output=True)  # fmt: skip
+        try:
+            got: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for _ in range(runs):
+                for case in cases(quick):
+                    kinds = [("json.loads", ["--baseline"])]
+                    kinds += [("before", ["--before", "--tree", str(tree)])] if before else []
+                    kinds += [("now", [])]
+                    for label, extra in kinds:
+                        rc, text, err, peak, _ = run_child([*me, "--case", case, "--inputs", str(where), *extra], 1800)
+                        if rc:
+                            raise SystemExit(f"{case} ({label}) exited {rc}: {err.strip()[-500:]}")
+                        rec = json.loads(text.strip().splitlines()[-1])
+                        rec["peak_mib"] = peak / 1024
+                        got.setdefault((case, label), []).append(rec)
+        finally:
+            if before:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    load = os.getloadavg()
+    cmd = f"python3 bench/scale_forecast.py --report{' --quick' if quick else ''} --runs {runs}" + (
+        f" --before-commit {before}" if before else ""
+    )
+    lines = [
+        "## Forecasts at site scale: `why` and the exporter's predicted waits (issue 47)",
+        "",
+        f"Command: `{cmd}` (load average after the run {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on "
+        f"{os.cpu_count()} CPUs).  {n:,} 8-GPU nodes and {j:,} jobs scaled up from the recorded 26.05 documents "
+        "(`bench/slurm_docs.py`), plus a `sacct --json` of two weeks of finished runs; each case in a fresh "
+        f"child, {runs} runs interleaved, medians (peak memory: the largest).  *before*: the same calls on the "
+        "code at the commit named (the exporter's forecast with its late run, `why`'s late run after the "
+        "expected one); *json.loads*: parsing the same three documents.  CPU is the process's and its "
+        "children's user + system time (less noisy than wall time on a loaded machine).",
+        "",
+        "| path | pending | code | wall s | CPU s | peak MiB | wall / json.loads | wall / before |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for case in cases(quick):
+        base = statistics.median(r["seconds"] for r in got[(case, "json.loads")])
+        prior = got.get((case, "before"))
+        bw = statistics.median(r["seconds"] for r in prior) if prior else None
+        for label in ("json.loads", "before", "now"):
+            recs = got.get((case, label))
+            if not recs:
+                continue
+            wall = statistics.median(r["seconds"] for r in recs)
+            cpu = statistics.median(r.get("cpu_seconds", 0.0) for r in recs)
+            peak = max(r["peak_mib"] for r in recs)
+            pend = recs[0].get("pending", "")
+            ratio = f"{wall / bw:.2f}" if bw and label != "json.loads" else "-"
+            lines.append(f"| {recs[0]['path']} | {pend} | {label} | {wall:.2f} | {cpu:.2f} | {peak:.0f} "
+                         f"| {wall / base:.2f} | {ratio} |")  # fmt: skip
+    lines.append("")
+    emit(lines, out)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--list", action="store_true", help="print the case names")
     what.add_argument("--generate", type=Path, metavar="DIR", help="write every case's inputs under DIR")
     what.add_argument("--case", metavar="NAME", help="run one case; prints one JSON line")
+    what.add_argument("--report", action="store_true", help="run every case, write a markdown section (--out)")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each case (--report)")
+    ap.add_argument("--before-commit", help="also run the code at this commit (--report)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "predict_speed.md")
+    ap.add_argument("--tree", help="import slurm_pool from this checkout (--case)")
     ap.add_argument("--inputs", type=Path, help="where --generate wrote the inputs (with --case)")
     ap.add_argument("--baseline", action="store_true", help="time the baseline instead")
     ap.add_argument("--profile", type=Path, help="write a cProfile of the measured call here")
@@ -240,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(cases(args.quick)))
+        return 0
+    if args.report:
+        where = args.inputs or ROOT / "bench" / "results" / "scale-inputs" / "forecast"
+        report(where, args.quick, args.runs, args.before_commit, args.seed, args.out)
         return 0
     if args.generate:
         n, j = QUICK if args.quick else FULL
