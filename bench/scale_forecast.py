@@ -61,8 +61,16 @@ NOW = 1796234706.0
 BEFORE = False
 
 
+#: ``--size NODES,JOBS``: another size than FULL (the quick one is QUICK).
+SIZE: tuple[int, int] | None = None
+
+
+def size(quick: bool) -> tuple[int, int]:
+    return QUICK if quick else SIZE or FULL
+
+
 def cases(quick: bool) -> list[str]:
-    n, j = QUICK if quick else FULL
+    n, j = size(quick)
     return [f"{k}-{size_name(n, j)}" for k in ("why", "exporter")]
 
 
@@ -253,7 +261,7 @@ def report(where: Path, quick: bool, runs: int, before: str | None, seed: int, o
     from site_scale import run_child
     from timing import emit
 
-    n, j = QUICK if quick else FULL
+    n, j = size(quick)
     make_inputs(where, n, j, seed)
     me = [sys.executable, str(Path(__file__).resolve())]
     with tempfile.TemporaryDirectory() as tmp:
@@ -279,7 +287,8 @@ def report(where: Path, quick: bool, runs: int, before: str | None, seed: int, o
             if before:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
     load = os.getloadavg()
-    cmd = f"python3 bench/scale_forecast.py --report{' --quick' if quick else ''} --runs {runs}" + (
+    sized = f" --size {n},{j}" if SIZE and not quick else ""
+    cmd = f"python3 bench/scale_forecast.py --report{' --quick' if quick else sized} --runs {runs}" + (
         f" --before-commit {before}" if before else ""
     )
     lines = [
@@ -333,7 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", action="store_true", help="call the forecast as the code before late_range/fork")
     ap.add_argument("--seed", type=int, default=32)
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    ap.add_argument("--size", help="NODES,JOBS instead of the full size (--report, --generate, --list)")
     args = ap.parse_args(argv)
+    global SIZE
+    if args.size:
+        if not re.fullmatch(r"[1-9][0-9]{0,5},[1-9][0-9]{0,6}", args.size):
+            ap.error(f"--size {args.size!r}: not NODES,JOBS")
+        SIZE = (int(args.size.split(",")[0]), int(args.size.split(",")[1]))
     if args.list:
         print("\n".join(cases(args.quick)))
         return 0
@@ -342,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         report(where, args.quick, args.runs, args.before_commit, args.seed, args.out)
         return 0
     if args.generate:
-        n, j = QUICK if args.quick else FULL
+        n, j = size(args.quick)
         make_inputs(args.generate, n, j, args.seed)
         return 0
     if args.inputs is None:
