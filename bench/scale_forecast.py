@@ -23,6 +23,10 @@ clock starts (the exporter and ``why`` load it once, as here).
     python3 bench/scale_forecast.py --list [--quick]
     python3 bench/scale_forecast.py --generate DIR [--seed N] [--quick]
     python3 bench/scale_forecast.py --case NAME --inputs DIR [--baseline] [--profile FILE]
+    python3 bench/scale_forecast.py --report [--size NODES,JOBS] [--runs N] [--before-commit REV] [--out FILE]
+
+``--report`` runs every case in fresh children against ``json.loads`` and the code at ``REV`` and writes
+bench/results/predict_speed.md.
 """
 
 from __future__ import annotations
