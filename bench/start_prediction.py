@@ -64,6 +64,8 @@ ROLES = {
 }
 BORROW_ACCOUNT = "projc"
 KINDS = ("owner", "borrower", "spot")
+#: The estimators compared: ours, Slurm's (``squeue --start``) and the trivial "starts now" (the snapshot's time).
+ESTIMATORS = ("ours", "slurm", "starts_now")
 SPEC = REPO / "examples" / "pool.yaml"
 #: sacct keeps whole seconds, and a forecast's ``now`` is read after its squeue: a run that began this much
 #: before a snapshot is still its "next".
@@ -208,7 +210,7 @@ def pairs(doc: dict[str, Any]) -> list[dict[str, Any]]:
             real = next((x for x in runs.get(jid, []) if x >= now - START_TOLERANCE), None)
             kind = role(jobs[str(jid)]["key"])[4]
             out.append({"now": now, "job": jid, "kind": kind, "real": real, "ours": start, "low": low,
-                        "high": high, "slurm": slurm_est, "why": why})  # fmt: skip
+                        "high": high, "slurm": slurm_est, "starts_now": now, "why": why})  # fmt: skip
     return out
 
 
@@ -225,7 +227,7 @@ def summary(ps: list[dict[str, Any]]) -> dict[str, Any]:
     """Coverage, median and p90 absolute error (s) per estimator, alone and where both gave one."""
     known = [p for p in ps if p["real"] is not None]
     out: dict[str, Any] = {"pairs": len(ps), "never_started": len(ps) - len(known)}
-    for est in ("ours", "slurm"):
+    for est in ESTIMATORS:
         mine = [p for p in known if p[est] is not None]
         n, med, p90 = stats([abs(p[est] - p["real"]) for p in mine])
         out[est] = {
@@ -236,18 +238,26 @@ def summary(ps: list[dict[str, Any]]) -> dict[str, Any]:
         }
     both = [p for p in known if p["ours"] is not None and p["slurm"] is not None]
     out["both"] = {"pairs": len(both)}
-    for est in ("ours", "slurm"):
+    for est in ESTIMATORS:
         _, med, p90 = stats([abs(p[est] - p["real"]) for p in both])
         out["both"][est] = {"median": med, "p90": p90}
     ranged = [p for p in known if p["low"] is not None and p["high"] is not None]
     out["in_range"] = sum(p["low"] - START_TOLERANCE <= p["real"] <= p["high"] + START_TOLERANCE for p in ranged) / (
         len(ranged) or 1
     )
+    out["by_basis"] = {}  # what moves the error: what our runtimes rested on (the pair's own job)
+    for basis in sorted({str(p["why"][0]) if p["why"] else "-" for p in known}):
+        sub = [p for p in known if (str(p["why"][0]) if p["why"] else "-") == basis]
+        row_b: dict[str, Any] = {"pairs": len(sub)}
+        for est in ESTIMATORS:
+            _, med, _ = stats([abs(p[est] - p["real"]) for p in sub if p[est] is not None])
+            row_b[est] = med
+        out["by_basis"][basis] = row_b
     out["by_kind"] = {}
     for kind in KINDS:
         sub = [p for p in known if p["kind"] == kind]
         row: dict[str, Any] = {"pairs": len(sub)}
-        for est in ("ours", "slurm"):
+        for est in ESTIMATORS:
             mine = [p for p in sub if p[est] is not None]
             n, med, _ = stats([abs(p[est] - p["real"]) for p in mine])
             row[est] = {"coverage": n / len(sub) if sub else 0.0, "median": med}
@@ -306,20 +316,31 @@ def table(doc: dict[str, Any], s: dict[str, Any], cmd: str, kept: str, from_run:
         "|---|---:|---:|---:|---:|---:|---:|",
         row("this project's prediction", o, b["ours"]),
         row("Slurm (`squeue --start`)", m, b["slurm"]),
+        row('"starts now" (the snapshot\'s time)', s["starts_now"], b["starts_now"]),
         "",
         f"Pairs where both estimate: {b['pairs']}.  The real start fell within our stated range in "
         f"{pct(s['in_range'])} of the pairs.  Goal (median error at most half of Slurm's where both estimate, and "
         f"an estimate for every pending job): {'met' if goal_err and o['coverage'] == 1 else 'not met'}.",
         "",
         "| kind of job | pairs | ours: with an estimate | ours: median abs. error, s | Slurm: with an estimate "
-        "| Slurm: median abs. error, s |",
-        "|---|---:|---:|---:|---:|---:|",
+        '| Slurm: median abs. error, s | "starts now": median abs. error, s |',
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for kind, r in s["by_kind"].items():
         lines.append(
             f"| {kind} | {r['pairs']} | {pct(r['ours']['coverage'])} | {sec(r['ours']['median'])} "
-            f"| {pct(r['slurm']['coverage'])} | {sec(r['slurm']['median'])} |"
+            f"| {pct(r['slurm']['coverage'])} | {sec(r['slurm']['median'])} | {sec(r['starts_now']['median'])} |"
         )
+    lines += [
+        "",
+        "What the pending job's own runtime estimate rested on, and the median absolute error (s) of each "
+        "estimator there:",
+        "",
+        '| runtime basis | pairs | ours | Slurm | "starts now" |',
+        "|---|---:|---:|---:|---:|",
+    ]
+    for basis, r in s.get("by_basis", {}).items():
+        lines.append(f"| {basis} | {r['pairs']} | {sec(r['ours'])} | {sec(r['slurm'])} | {sec(r['starts_now'])} |")
     lines.append("")
     return lines
 

@@ -130,14 +130,15 @@ def prediction_reader(
     """The spec's pool, predicted from Slurm at most every ``interval`` seconds (its own Slurm client)."""
     from slurm_pool.adapters.slurm import SlurmClient
     from slurm_pool.metrics.predicted import PredictionReader
-    from slurm_pool.predict.live import forecast
+    from slurm_pool.predict.live import RecentRuns, forecast
     from slurm_pool.predict.pool import PoolModel
     from slurm_pool.spec import load_spec
 
     spec = load_spec(spec_path)
     pool = PoolModel.from_spec(spec)
     slurm = SlurmClient(runner)
-    return PredictionReader(lambda: forecast(slurm, spec, pool=pool), interval)
+    recent = RecentRuns(slurm)  # later forecasts read only the runs that ended since the last
+    return PredictionReader(lambda: forecast(slurm, spec, pool=pool, late_range=False, runs=recent()), interval)
 
 
 def guarantees_reader(spec_path: str, lend_partition: str) -> Callable[[list], Mapping[str, Any] | None] | None:

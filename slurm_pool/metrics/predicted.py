@@ -1,8 +1,10 @@
 """The exporter's view of the start-time predictor: each pending job's predicted wait, per tier.
 
 A forecast (:func:`slurm_pool.predict.live.forecast`) reads ``squeue --json``, ``sinfo``
-and ``sacct`` and runs the queue forward twice, so the exporter makes one at most every
-``interval`` seconds and serves the last one in between.
+and ``sacct`` (after the first, only the runs that ended since:
+:class:`slurm_pool.predict.live.RecentRuns`) and runs the queue forward once (the waits read
+only each start, so not the late run), and the exporter makes one at most every ``interval``
+seconds and serves the last one in between.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ own start estimate for pending jobs (what ``squeue --start`` prints).
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from slurm_pool.adapters.jobnames import name_map
 from slurm_pool.adapters.records import JobRecord, NodeRecord
@@ -44,13 +45,23 @@ def _stamp(value: Any) -> float | None:
     return float(n) if n else None
 
 
-def live_job(rec: JobRecord, pool: PoolModel, now: float) -> LiveJob | None:
-    """The predictor's view of one queue record (None: a job that holds or waits for nothing any more)."""
+def _expand(nodes: str, hosts: dict[str, list[str]] | None) -> list[str]:
+    if hosts is None:
+        return expand(nodes)
+    got = hosts.get(nodes)
+    if got is None:
+        got = hosts[nodes] = expand(nodes)
+    return list(got)
+
+
+def live_job(rec: JobRecord, pool: PoolModel, now: float, hosts: dict[str, list[str]] | None = None) -> LiveJob | None:
+    """The predictor's view of one queue record (None: a job that holds or waits for nothing any more);
+    ``hosts``: node lists already expanded (filled here), as many jobs share a node."""
     raw = rec.raw
     profile = _profile(rec, pool)
     priority = number(raw.get("priority")) or 0
     if rec.on_node:
-        names = expand(rec.nodes) if rec.nodes else []
+        names = _expand(rec.nodes, hosts) if rec.nodes else []
         if profile is not None:
             names = names[:1]
         per = rec.gpus // len(names) if names else 0
@@ -105,6 +116,34 @@ def read_history(slurm: SlurmClient, days: int = HISTORY_DAYS) -> list[JobRecord
     return slurm.accounting(f"now-{days}days", "now", all_users=True)
 
 
+class RecentRuns:
+    """The finished runs of the last ``days`` days, for forecast after forecast: the whole window is read
+    once, later calls read only what ended since the last read (and :data:`OVERLAP` more), and runs that
+    ended before the window are dropped: the same runs as a whole read, for a fraction of its sacct."""
+
+    #: Seconds each later read reaches back past the last one (sacct keeps whole seconds; clocks differ).
+    OVERLAP = 300.0
+
+    def __init__(self, slurm: SlurmClient, days: int = HISTORY_DAYS, clock: Callable[[], float] = time.time):
+        self.slurm, self.days, self.clock = slurm, days, clock
+        self.runs: set[Finished] = set()
+        self.at: float | None = None
+
+    def __call__(self) -> list[Finished]:
+        if self.days <= 0:
+            return []
+        now = self.clock()
+        window = self.days * 86400.0
+        if self.at is None or now - self.at >= window - self.OVERLAP:
+            self.runs = set(finished(read_history(self.slurm, self.days)))
+        else:
+            minutes = math.ceil((now - self.at + self.OVERLAP) / 60)
+            self.runs |= set(finished(self.slurm.accounting(f"now-{minutes}minutes", "now", all_users=True)))
+        self.at = now
+        self.runs = {f for f in self.runs if f.end >= now - window}
+        return sorted(self.runs, key=lambda f: (f.end, f.user, f.partition, f.gpus, f.seconds))
+
+
 def forecast(
     slurm: SlurmClient,
     spec: Any,
@@ -113,15 +152,24 @@ def forecast(
     history: Sequence[JobRecord] | None = None,
     history_days: int = HISTORY_DAYS,
     pool: PoolModel | None = None,
+    late_range: bool = True,
+    fork: bool = False,
+    runs: Sequence[Finished] | None = None,
 ) -> Forecast:
-    """Read Slurm once and predict every pending job's start (:func:`.forward.predict`)."""
+    """Read Slurm once and predict every pending job's start (:func:`.forward.predict`; ``late_range``
+    False: without the late run, so each prediction's range is its start; ``fork``: the late run in a forked
+    child meanwhile, for a single-threaded caller; ``runs``: the finished runs, read already, e.g. by
+    :class:`RecentRuns`, in place of ``history``)."""
     pool = pool or PoolModel.from_spec(spec)
     records = slurm.jobs_json()
     nodes = slurm.nodes()
     at = time.time() if now is None else now
-    hist = list(history) if history is not None else read_history(slurm, history_days)
-    jobs = [j for r in records if (j := live_job(r, pool, at)) is not None]
-    fc = predict(pool, jobs, Runtimes(finished(hist)), at, unavailable(nodes))
+    if runs is None:
+        hist = list(history) if history is not None else read_history(slurm, history_days)
+        runs = finished(hist)
+    hosts: dict[str, list[str]] = {}
+    jobs = [j for r in records if (j := live_job(r, pool, at, hosts)) is not None]
+    fc = predict(pool, jobs, Runtimes(runs), at, unavailable(nodes), late_range=late_range, fork=fork)
     fc.names = name_map(records)
     for r in records:
         if r.job_id in fc.predictions:

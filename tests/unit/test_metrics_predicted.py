@@ -36,6 +36,16 @@ def test_recorded_queue_predicted_waits_by_tier(version):
     assert 'slurm_pool_pending_unpredicted_jobs{tier="shared"} 1.0' in text
 
 
+@pytest.mark.parametrize("version", ["22.05", "26.05"])
+def test_the_exporters_forecast_without_the_late_run_gives_the_same_waits(version):
+    slurm = SlurmClient(replay("busy", version))
+    submit = max(j.submit_time or 0 for j in slurm.jobs_json())
+    full = forecast(slurm, SPEC, now=submit + 10, history=[])
+    lean = forecast(slurm, SPEC, now=submit + 10, history=[], late_range=False)
+    assert waits_by_tier(lean) == waits_by_tier(full)
+    assert all(p.low == p.high == p.start for p in lean.predictions.values())
+
+
 def _registry(predict) -> CollectorRegistry:
     reg = CollectorRegistry()
     reg.register(PoolCollector(SlurmClient(replay("lent")), predict=predict))

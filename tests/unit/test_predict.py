@@ -144,6 +144,47 @@ def test_a_shorter_time_limit_would_backfill(pool):
     assert "TimeLimit=7" in limit.how
 
 
+SHORTER_LIMIT = (
+    [
+        run("alice", "a-owner", 1, 2, (("a-gpu1", 2),), 0, account="proja"),
+        run("bob", "b-owner", 3, 2, (("b-gpu1", 2),), 0, account="projb"),
+        run("carol", "c-owner", 4, 1, (("c-gpu1", 1),), 0),
+        wait("carol", "scavenger", 10, 4, limit=7200.0, priority=200),
+        wait("carol", "scavenger", 11, 2, limit=7200.0, priority=100),
+    ],
+    [("alice", "a-owner", 2, 1000.0), ("carol", "scavenger", 2, 300.0), ("carol", "scavenger", 4, 600.0)],
+)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "items", "late_moves"),
+    [
+        ([*OWNERS_FULL, wait("carol", "scavenger", 10, 2, limit=3600.0)], OWNER_HISTORY, False),
+        (*SHORTER_LIMIT, True),
+    ],
+)
+def test_without_the_late_run_each_range_is_its_start(pool, jobs, items, late_moves):
+    full = predict(pool, jobs, history(*items), NOW)
+    lean = predict(pool, jobs, history(*items), NOW, late_range=False)
+    assert full.predictions.keys() == lean.predictions.keys()
+    for jid, p in full.predictions.items():
+        q = lean.predictions[jid]
+        assert (q.start, q.runtime, q.note) == (p.start, p.runtime, p.note)
+        assert (q.low, q.high) == (q.start, q.start)
+    assert any(p.high != p.start for p in full.predictions.values()) == late_moves
+
+
+@pytest.mark.parametrize(
+    ("jobs", "items"),
+    [([*OWNERS_FULL, wait("carol", "scavenger", 10, 2, limit=3600.0)], OWNER_HISTORY), SHORTER_LIMIT],
+)
+def test_the_late_run_in_a_forked_child_predicts_the_same(pool, jobs, items):
+    here = predict(pool, jobs, history(*items), NOW)
+    forked = predict(pool, jobs, history(*items), NOW, fork=True)
+    assert forked.predictions == here.predictions
+    assert forked.ends == here.ends
+
+
 @pytest.mark.parametrize(
     ("text", "want"),
     [
