@@ -175,17 +175,6 @@ def test_without_the_late_run_each_range_is_its_start(pool, jobs, items, late_mo
 
 
 @pytest.mark.parametrize(
-    ("jobs", "items"),
-    [([*OWNERS_FULL, wait("carol", "scavenger", 10, 2, limit=3600.0)], OWNER_HISTORY), SHORTER_LIMIT],
-)
-def test_the_late_run_in_a_forked_child_predicts_the_same(pool, jobs, items):
-    here = predict(pool, jobs, history(*items), NOW)
-    forked = predict(pool, jobs, history(*items), NOW, fork=True)
-    assert forked.predictions == here.predictions
-    assert forked.ends == here.ends
-
-
-@pytest.mark.parametrize(
     ("text", "want"),
     [
         ("", ([], True)),
