@@ -60,9 +60,8 @@ PROJECTS = 120
 #: Finished runs in the history document, over :data:`DAYS` days.
 RUNS_PER_USER, DAYS = 12, 14
 NOW = 1796234706.0
-#: ``--before``: the calls as the code before ``late_range`` and ``fork`` made them (the exporter's forecast
-#: with the late run, ``why``'s late run after the expected one), for running this module against that code.
-BEFORE = False
+#: The exporter's forecasts run without the late run (``--late-range``: with it, as before).
+LATE_RANGE = False
 
 
 #: ``--size NODES,JOBS``: another size than FULL (the quick one is QUICK).
@@ -170,7 +169,7 @@ def path_why(runner: DocRunner, spec: Any) -> Callable[[], dict[str, Any]]:
     from slurm_pool.predict.live import forecast
 
     def why() -> dict[str, Any]:
-        fc = forecast(SlurmClient(runner), spec, now=NOW, **({} if BEFORE else {"fork": True}))
+        fc = forecast(SlurmClient(runner), spec, now=NOW)
         job = next(j for j in sorted(fc.predictions) if fc.jobs[j].partition == "shared" and fc.jobs[j].gpus == 8)
         ex = explain(fc, job)
         got = sum(p.start is not None for p in fc.predictions.values())
@@ -190,7 +189,7 @@ def path_exporter(runner: DocRunner, spec: Any) -> Callable[[], dict[str, Any]]:
 
     def waits() -> dict[str, Any]:
         slurm = SlurmClient(runner)
-        kw = {} if BEFORE else {"late_range": False}
+        kw = {} if LATE_RANGE else {"late_range": False}  # the code before it had no such choice
         reader = PredictionReader(lambda: forecast(slurm, spec, now=NOW, pool=pool, **kw))
         got = reader()
         families = prediction_metrics(got)
@@ -343,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inputs", type=Path, help="where --generate wrote the inputs (with --case)")
     ap.add_argument("--baseline", action="store_true", help="time the baseline instead")
     ap.add_argument("--profile", type=Path, help="write a cProfile of the measured call here")
-    ap.add_argument("--before", action="store_true", help="call the forecast as the code before late_range/fork")
+    ap.add_argument("--late-range", action="store_true", help="the exporter's forecast with the late run (as before)")
     ap.add_argument("--seed", type=int, default=32)
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--size", help="NODES,JOBS instead of the full size (--report, --generate, --list)")
@@ -366,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.inputs is None:
         ap.error("--case needs --inputs DIR")
-    global BEFORE
-    BEFORE = args.before
+    global LATE_RANGE
+    LATE_RANGE = args.late_range
     print(json.dumps({"case": args.case, **run_case(args.case, args.inputs, args.baseline, args.profile)}))
     return 0
 

@@ -78,9 +78,7 @@ def why(job_id: JobId, spec_path: str, as_json: bool, history_days: int, no_alte
 
     spec = load_spec(spec_path)
     slurm = SlurmClient(SubprocessRunner())
-    fc = read_records(
-        lambda: [forecast(slurm, spec, history_days=history_days, fork=True)], "squeue --json", "job records"
-    )[0]
+    fc = read_records(lambda: [forecast(slurm, spec, history_days=history_days)], "squeue --json", "job records")[0]
     ids = waiting(fc, slurm, job_id)
     answers = [explain(fc, j, alternatives_too=not no_alternatives) for j in ids]
     het = together(fc, ids)

@@ -343,12 +343,9 @@ def predict(
     down: Iterable[str] = (),
     horizon: float = HORIZON,
     late_range: bool = True,
-    fork: bool = False,
 ) -> Forecast:
     """Every pending job's predicted start: the expected run, and the late run (time limits) for the range
-    (``late_range`` False: no late run, each range is its start alone; the exporter reads only the start).
-    ``fork``: the late run goes on in a forked child meanwhile (a single-threaded caller only, such as
-    ``why``; where the platform cannot fork, one after the other)."""
+    (``late_range`` False: no late run, each range is its start alone; the exporter reads only the start)."""
     listed, down = list(jobs), set(down)
     inp = Inputs(pool, listed, runtimes, now, down)
     forecast = Forecast(now, {}, {j.job_id: j for j in listed}, None, notes=inp.notes, pool=pool, runtimes=runtimes)
@@ -359,20 +356,13 @@ def predict(
     # an alternative for a skipped job (fewer GPUs, say) is fitted into.
     expected = {j.job_id: inp.est[j.job_id].seconds for j in inp.pending}
     late = {j.job_id: _late(inp, j) for j in inp.pending} if late_range else {}
-    forked = _Late(inp, late, horizon) if late_range and fork else None
-    try:
-        result, got = run_forward(inp, expected, horizon=horizon)
-        late_got = forked.result() if forked is not None else None
-    finally:
-        if forked is not None:
-            forked.close()
+    result, got = run_forward(inp, expected, horizon=horizon)
     forecast.result = result
     seeds = {s.job.id: s.job.work for s in inp.seeds(late=False)}
     for p in result.schedule:
         if p.outcome == "running":
             forecast.ends[p.job] = p.start + (seeds[p.job] if p.job in seeds else expected[int(p.job)])
-    if late_got is None:
-        late_got = run_forward(inp, late, late=True, horizon=horizon)[1] if late_range else got
+    late_got = run_forward(inp, late, late=True, horizon=horizon)[1] if late_range else got
     for j in inp.pending:
         a, b = got.get(str(j.job_id)), late_got.get(str(j.job_id))
         start = None if a is None else now + a[0]
@@ -383,33 +373,6 @@ def predict(
             j.job_id, start, min(both) if both else None, max(both) if both else None, inp.est[j.job_id], note
         )
     return forecast
-
-
-def late_starts(inp: Inputs, late: Mapping[int, float], horizon: float) -> dict[str, tuple[float, float]]:
-    """Each job's first run in the late run."""
-    return run_forward(inp, late, late=True, horizon=horizon)[1]
-
-
-class _Late:
-    """The late run in a forked child (:func:`late_starts`), or, where that cannot be, run when asked."""
-
-    def __init__(self, inp: Inputs, late: Mapping[int, float], horizon: float):
-        import concurrent.futures
-        import multiprocessing
-
-        self.args = (inp, late, horizon)
-        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self.future: concurrent.futures.Future[dict[str, tuple[float, float]]] | None = None
-        if "fork" in multiprocessing.get_all_start_methods():
-            self.pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
-            self.future = self.pool.submit(late_starts, inp, late, horizon)
-
-    def result(self) -> dict[str, tuple[float, float]]:
-        return self.future.result() if self.future is not None else late_starts(*self.args)
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _late(inp: Inputs, j: LiveJob) -> float:

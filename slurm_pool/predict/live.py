@@ -153,13 +153,11 @@ def forecast(
     history_days: int = HISTORY_DAYS,
     pool: PoolModel | None = None,
     late_range: bool = True,
-    fork: bool = False,
     runs: Sequence[Finished] | None = None,
 ) -> Forecast:
     """Read Slurm once and predict every pending job's start (:func:`.forward.predict`; ``late_range``
-    False: without the late run, so each prediction's range is its start; ``fork``: the late run in a forked
-    child meanwhile, for a single-threaded caller; ``runs``: the finished runs, read already, e.g. by
-    :class:`RecentRuns`, in place of ``history``)."""
+    False: without the late run, so each prediction's range is its start; ``runs``: the finished runs,
+    read already, e.g. by :class:`RecentRuns`, in place of ``history``)."""
     pool = pool or PoolModel.from_spec(spec)
     records = slurm.jobs_json()
     nodes = slurm.nodes()
@@ -169,7 +167,7 @@ def forecast(
         runs = finished(hist)
     hosts: dict[str, list[str]] = {}
     jobs = [j for r in records if (j := live_job(r, pool, at, hosts)) is not None]
-    fc = predict(pool, jobs, Runtimes(runs), at, unavailable(nodes), late_range=late_range, fork=fork)
+    fc = predict(pool, jobs, Runtimes(runs), at, unavailable(nodes), late_range=late_range)
     fc.names = name_map(records)
     for r in records:
         if r.job_id in fc.predictions:
