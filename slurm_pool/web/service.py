@@ -80,7 +80,7 @@ class AnswerCache:
     def __init__(self, max_cached: int = MAX_CACHED, max_submitted: int = MAX_SUBMITTED):
         self.max_cached = max_cached
         self.max_submitted = max_submitted
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         #: (id of the read, version of the history and reclaims, operator) -> (the read, the answer)
         self._pool: OrderedDict[tuple[int, int, bool], tuple[Snapshot, Answer]] = OrderedDict()
         self._index: tuple[Snapshot | None, views.JobIndex | None] = (None, None)
@@ -95,27 +95,27 @@ class AnswerCache:
         found = find()
         if found is not None:
             return found
-        with self._lock:
+        with self.lock:
             turn = self._building.setdefault(key, threading.Lock())
         try:
             with turn:
                 found = find()
                 return found if found is not None else build()
         finally:
-            with self._lock:
+            with self.lock:
                 if not turn.locked():
                     self._building.pop(key, None)
 
     # -- the pool -----------------------------------------------------------------------------------
     def pool_hit(self, operator: bool, snap: Snapshot, version: int) -> Answer | None:
         """The pool's answer for an operator or anyone else from ``snap`` and history ``version``, if built."""
-        with self._lock:
+        with self.lock:
             hit = self._pool.get((id(snap), version, operator))
         return hit[1] if hit is not None and hit[0] is snap else None
 
     def keep_pool(self, operator: bool, snap: Snapshot, version: int, body: bytes) -> Answer:
         answer = Answer.of(body)
-        with self._lock:
+        with self.lock:
             self._pool[(id(snap), version, operator)] = (snap, answer)
             while len(self._pool) > 8:  # this state's and the one before (requests see it until this is ready)
                 self._pool.popitem(last=False)
@@ -140,7 +140,7 @@ class AnswerCache:
 
         def build() -> views.JobIndex:
             index = views.JobIndex(snap.jobs)
-            with self._lock:
+            with self.lock:
                 self._index = (snap, index)
             return index
 
@@ -152,14 +152,14 @@ class AnswerCache:
         hit = self._hit(slot, source, key)
         if hit is None:
             hit = self.once((slot, key), lambda: self._hit(slot, source, key), build)
-            with self._lock:
+            with self.lock:
                 at, answers = getattr(self, slot)
                 if at is source and len(answers) < self.max_cached:
                     answers[key] = hit
         return hit
 
     def _hit(self, slot: str, source: Any, key: Hashable) -> Any:
-        with self._lock:
+        with self.lock:
             if getattr(self, slot)[0] is not source:
                 setattr(self, slot, (source, {}))
             return getattr(self, slot)[1].get(key)
@@ -181,13 +181,13 @@ class AnswerCache:
 
     def remember(self, job: JobRecord) -> None:
         """A job submitted here, until the reads have it (the oldest forgotten first)."""
-        with self._lock:
+        with self.lock:
             self._submitted[job.job_id] = job
             while len(self._submitted) > self.max_submitted:
                 self._submitted.pop(next(iter(self._submitted)))
 
     def submitted(self, job_id: int) -> JobRecord | None:
-        with self._lock:
+        with self.lock:
             return self._submitted.get(job_id)
 
 
@@ -217,6 +217,7 @@ class Service:
         )
         self._tables: PolicyTables | None = None
         self._tables_lock = threading.Lock()
+        self._viewers: tuple[Any, dict[str, views.Viewer]] = (None, {})
         reader.prepare = self.prepare
 
     @staticmethod
@@ -241,9 +242,22 @@ class Service:
         return views.viewer(self.spec, who.user, self.reader.coordinators())
 
     def viewer_now(self, who: Caller) -> views.Viewer | None:
-        """:meth:`viewer` when the coordinators are at hand (None: reading them may wait for Slurm)."""
+        """:meth:`viewer` when the coordinators are at hand (None: reading them may wait for Slurm); the same
+        viewer for the same user while the coordinators stay the same read."""
         found = self.reader.coordinators_now()
-        return None if found is None else views.viewer(self.spec, who.user, found)
+        if found is None:
+            return None
+        with self.cache.lock:
+            at, known = self._viewers
+            if at is not found:
+                at, known = self._viewers = (found, {})
+            me = known.get(who.user)
+        if me is None:
+            me = views.viewer(self.spec, who.user, found)
+            with self.cache.lock:
+                if self._viewers[0] is found and len(self._viewers[1]) < MAX_CACHED:
+                    self._viewers[1][who.user] = me
+        return me
 
     # -- answers built once per read ------------------------------------------------------------------
     def prepare(self, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float], version: int) -> None:
