@@ -195,6 +195,8 @@ def summary_of(got: dict, calls: int, reads: list[float], refresh: float | None)
     samples = got["samples"]
     secs = got["seconds"]
     lat = [s for _, s, code in samples if code in OK]
+    # one read of the pool runs its squeue calls back to back: calls less than a second apart are one read
+    reads = [t for i, t in enumerate(reads) if i == 0 or t - reads[i - 1] >= 1.0]
     gaps = [b - a for a, b in zip(reads, reads[1:], strict=False)]
     out = {
         "requests": len(samples),
@@ -297,9 +299,14 @@ def serve_child(config: dict[str, Any]) -> None:
         # counted from the first request on, its first read of Slurm included (the exporter's first scrape is too)
         before, reads_from = counter.total(), len(counter.reads)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-        warm = httpx.get(base + "/api/v1/pool", headers={"Authorization": f"Bearer {token}"}, timeout=600)
-        if warm.status_code != 200:
-            raise SystemExit(f"the service answered {warm.status_code}: {warm.text[:300]}")
+        until = time.monotonic() + 900
+        while True:  # the first read done (a big one takes longer than the first request waits for it)
+            warm = httpx.get(base + "/api/v1/pool", headers={"Authorization": f"Bearer {token}"}, timeout=600)
+            if warm.status_code != 200:
+                raise SystemExit(f"the service answered {warm.status_code}: {warm.text[:300]}")
+            if warm.json().get("nodes") or time.monotonic() > until:
+                break
+            time.sleep(1.0)
         print(json.dumps({"port": port, "before": before, "reads_from": reads_from}), flush=True)
         if sampler is not None:
             sampler.start()

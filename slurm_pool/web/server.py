@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
@@ -45,9 +44,6 @@ SPARE_FILES = 256
 KEEP_ALIVE = 5
 #: Bytes of request line and headers h11 buffers before refusing the request.
 MAX_HEADERS = 16 * 1024
-#: Seconds a thread holds the interpreter before another may run (Python's default is 5 ms): the event
-#: loop's thread gets it back sooner after each socket call while the reader's thread parses a read.
-SWITCH_INTERVAL = 0.0005
 
 
 @dataclass(frozen=True)
@@ -227,7 +223,6 @@ def build_server(
     """A uvicorn server for ``app`` on ``host:port`` with the guards above (and :class:`Guard` outermost);
     ``limits`` default to the spec's (``console``) within the open-files limit."""
     open_files = raise_open_files()
-    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     limits = limits or Limits.of(console, open_files)
     config = uvicorn.Config(
         RequestCap(Guard(app, hosts=hosts), limits.requests),  # Guard outermost too: even a 500 has the headers
