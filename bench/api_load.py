@@ -63,6 +63,8 @@ API_PATHS = ("/api/v1/pool", "/api/v1/jobs")
 #: Where the recorded snapshots are made (kept between runs), and the seed that makes them.
 SCALE_INPUTS = REPO / "bench" / "results" / "scale-inputs" / "console"
 SEED = 32
+#: A call of one of these (in its first words) is part of a read of the pool.
+READ_WORDS = frozenset({"squeue", "sinfo", "nodes", "node"})
 #: Answers that count: the body, or 304 (the client's copy is current).
 OK = (200, 304)
 #: The goals of issue 27.
@@ -76,7 +78,7 @@ class Counting:
     def __init__(self, inner: Runner):
         self.inner = inner
         self.calls: Counter[str] = Counter()
-        self.reads: list[float] = []  # monotonic time of each ``squeue`` (one per read of the pool)
+        self.reads: list[float] = []  # monotonic time of each call that reads the pool (nodes, jobs)
         self._lock = threading.Lock()
 
     def run(
@@ -84,7 +86,7 @@ class Counting:
     ) -> Result:
         with self._lock:
             self.calls[" ".join(list(argv)[:2])] += 1
-            if "squeue" in list(argv)[:3]:
+            if READ_WORDS & set(list(argv)[:4]) and "--version" not in argv:
                 self.reads.append(time.monotonic())
         return self.inner.run(argv, check=check, input=input, timeout=timeout)
 
@@ -195,8 +197,13 @@ def summary_of(got: dict, calls: int, reads: list[float], refresh: float | None)
     samples = got["samples"]
     secs = got["seconds"]
     lat = [s for _, s, code in samples if code in OK]
-    # one read of the pool runs its squeue calls back to back: calls less than a second apart are one read
-    reads = [t for i, t in enumerate(reads) if i == 0 or t - reads[i - 1] >= 1.0]
+    # one read of the pool runs its commands back to back (for seconds on a loaded machine): a read starts
+    # with the first call after half a refresh interval (a second for the exporter's reads per scrape)
+    starts: list[float] = []
+    for t in reads:
+        if not starts or t - starts[-1] >= (refresh / 2 if refresh else 1.0):
+            starts.append(t)
+    reads = starts
     gaps = [b - a for a, b in zip(reads, reads[1:], strict=False)]
     out = {
         "requests": len(samples),

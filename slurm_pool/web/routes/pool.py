@@ -20,8 +20,8 @@ router = APIRouter(route_class=Utf8JsonRoute)
 
 @router.get(f"{API}/pool", response_model=models.Pool, responses=ERRORS, tags=["pool"])
 async def get_pool(request: Request, who: Who, svc: Svc) -> Response:
-    """Built once per read (before requests see it): answered on the event loop when it is at hand, else in
-    a thread (the first read, the coordinators, an answer still to build)."""
+    # built once per read, before requests see it: answered on the event loop when it is at hand, else in a
+    # thread (the first read, the coordinators, an answer still to build); no docstring: the schema's text
     body = svc.pool_answer_now(who)
     if body is None:
         body = await run_in_threadpool(svc.pool_answer, who)
