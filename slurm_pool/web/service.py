@@ -263,17 +263,23 @@ class Service:
     def prepare(self, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float], version: int) -> None:
         """Build a new state's pool answers and job index (the reader calls it before requests see the state)."""
         self.cache.index(snap)
-        for operator in (False, True):
-            self.cache.keep_pool(operator, snap, version, self.pool_body(operator, snap, history, reclaims))
+        full = self.pool_view(True, snap, history, reclaims)
+        self.cache.keep_pool(True, snap, version, full.model_dump_json().encode())
+        public = full.model_copy(update={"nodes": [n.model_copy(update={"reason": ""}) for n in full.nodes]})
+        self.cache.keep_pool(False, snap, version, public.model_dump_json().encode())  # drains' reasons: operators'
+
+    def pool_view(
+        self, operator: bool, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float]
+    ) -> models.Pool:
+        return views.pool(
+            self.spec, views.Viewer("", operator=operator), snap.nodes, snap.jobs, now=snap.time, history=history,
+            fresh=snap.fresh, lend_partition=self.lend_partition, reclaims=reclaims,
+        )  # fmt: skip
 
     def pool_body(
         self, operator: bool, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float]
     ) -> bytes:
-        view = views.pool(
-            self.spec, views.Viewer("", operator=operator), snap.nodes, snap.jobs, now=snap.time, history=history,
-            fresh=snap.fresh, lend_partition=self.lend_partition, reclaims=reclaims,
-        )  # fmt: skip
-        return view.model_dump_json().encode()
+        return self.pool_view(operator, snap, history, reclaims).model_dump_json().encode()
 
     def pool_answer(self, who: Caller) -> Answer:
         """The pool as ``who`` may see it (may wait for Slurm: the first read, the coordinators)."""

@@ -72,6 +72,17 @@ def test_answers_are_ready_before_requests_see_a_read(monkeypatch: pytest.Monkey
     assert built == []
 
 
+def test_prepared_answers_are_the_ones_built_on_demand() -> None:
+    client, *_ = make()
+    client.get("/api/v1/pool", headers=bearer("alice"))
+    svc, reader = client.app.state.service, client.app.state.reader  # type: ignore[attr-defined]
+    reader.wait_idle()
+    snap, version = reader.latest(), reader.version
+    bodies = {op: svc.cache.pool_hit(op, snap, version).body for op in (False, True)}
+    built = {op: svc.pool_body(op, snap, reader.history, reader.last_reclaims()) for op in (False, True)}
+    assert bodies == built and bodies[False] != bodies[True]
+
+
 def test_a_failed_preparation_leaves_the_read_and_builds_on_demand(caplog: pytest.LogCaptureFixture) -> None:
     client, _runner, _slurm, clock = make()
     reader = client.app.state.reader  # type: ignore[attr-defined]
