@@ -20,7 +20,7 @@ import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Hashable, Sequence
+from typing import Annotated, Any, Callable, Hashable, Sequence, cast
 
 from fastapi import Depends, Request, Response
 
@@ -84,7 +84,8 @@ class AnswerCache:
         #: (id of the read, version of the history and reclaims, operator) -> (the read, the answer)
         self._pool: OrderedDict[tuple[int, int, bool], tuple[Snapshot, Answer]] = OrderedDict()
         self._index: tuple[Snapshot | None, views.JobIndex | None] = (None, None)
-        self._jobs: tuple[Any, dict[Hashable, Answer]] = (None, {})
+        #: id of a read -> (the read, its job lists by viewer and query): the published read's and the next's
+        self._jobs: OrderedDict[int, tuple[Snapshot, dict[Hashable, Answer]]] = OrderedDict()
         self._why: tuple[Any, dict[Hashable, dict[str, Any]]] = (None, {})
         self._submitted: dict[int, JobRecord] = {}
         self._building: dict[Hashable, threading.Lock] = {}
@@ -166,12 +167,34 @@ class AnswerCache:
 
     def jobs_hit(self, snap: Snapshot, key: Hashable) -> Answer | None:
         """A job list from ``snap`` for ``key``, if built."""
-        found: Answer | None = self._hit("_jobs", snap, key)
-        return found
+        with self.lock:
+            at = self._jobs.get(id(snap))
+            return at[1].get(key) if at is not None and at[0] is snap else None
+
+    def keep_jobs(self, snap: Snapshot, key: Hashable, answer: Answer) -> None:
+        with self.lock:
+            at = self._jobs.get(id(snap))
+            if at is None or at[0] is not snap:
+                at = self._jobs[id(snap)] = (snap, {})
+                while len(self._jobs) > 2:
+                    self._jobs.popitem(last=False)
+            if len(at[1]) < self.max_cached:
+                at[1][key] = answer
+
+    def asked(self) -> list[Hashable]:
+        """The job lists asked of the latest read with any (viewers and queries), most recent read first."""
+        with self.lock:
+            return [key for _snap, answers in reversed(self._jobs.values()) for key in answers][: self.max_cached]
 
     def jobs(self, snap: Snapshot, key: Hashable, build: Callable[[], Answer]) -> Answer:
         """A job list from ``snap`` for ``key`` (the viewer and the filters)."""
-        found: Answer = self._per("_jobs", snap, key, build)
+
+        def made() -> Answer:
+            answer = build()
+            self.keep_jobs(snap, key, answer)
+            return answer
+
+        found: Answer = self.once(("jobs", key), lambda: self.jobs_hit(snap, key), made)
         return found
 
     def explained(self, forecast: Any, key: Hashable, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -262,7 +285,10 @@ class Service:
     # -- answers built once per read ------------------------------------------------------------------
     def prepare(self, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float], version: int) -> None:
         """Build a new state's pool answers and job index (the reader calls it before requests see the state)."""
-        self.cache.index(snap)
+        index = self.cache.index(snap)
+        for key in dict.fromkeys(self.cache.asked()):  # the lists asked of the last read: asked again soon
+            me, *query = cast(tuple[Any, ...], key)
+            self.cache.keep_jobs(snap, key, self.job_list(index, me, tuple(query)))
         full = self.pool_view(True, snap, history, reclaims)
         self.cache.keep_pool(True, snap, version, full.model_dump_json().encode())
         public = full.model_copy(update={"nodes": [n.model_copy(update={"reason": ""}) for n in full.nodes]})
@@ -304,13 +330,13 @@ class Service:
         me = self.viewer(who)
         snap = self.reader.snapshot()
 
-        def build() -> Answer:
-            state, user, project, tier, sort = query
-            index = self.cache.index(snap)
-            listed = index.job_list(me, state=state, user=user, project=project, tier=tier, sort=sort)
-            return Answer.of(listed.model_dump_json().encode())
+        return self.cache.jobs(snap, (me, *query), lambda: self.job_list(self.cache.index(snap), me, query))
 
-        return self.cache.jobs(snap, (me, *query), build)
+    @staticmethod
+    def job_list(index: views.JobIndex, me: views.Viewer, query: Any) -> Answer:
+        state, user, project, tier, sort = query
+        listed = index.job_list(me, state=state, user=user, project=project, tier=tier, sort=sort)
+        return Answer.of(listed.model_dump_json().encode())
 
     def jobs_answer_now(self, who: Caller, query: JobQuery) -> Answer | None:
         """:meth:`jobs_answer` when it is built already (None else)."""
