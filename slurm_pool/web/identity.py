@@ -65,6 +65,8 @@ MAX_KEY = 64 * 1024
 MAX_SESSIONS = 10_000
 #: Sessions one user may have at once; a new login past it ends their least recently used one.
 MAX_USER_SESSIONS = 16
+#: Tokens whose signature was checked, kept (the least recently used go first).
+MAX_TOKENS = 10_000
 #: Longest password passed to PAM.
 MAX_PASSWORD = 1024
 
@@ -171,8 +173,36 @@ def _time_claim(claims: Mapping[str, Any], name: str) -> float | None:
     return float(value)
 
 
+@dataclass(frozen=True)
+class Signed:
+    """What a token whose signature matches says: its user and its times (``nbf`` may be absent)."""
+
+    user: Any  # the claim as sent: checked by :meth:`check`
+    exp: float
+    iat: float
+    nbf: float | None
+
+    def check(self, user_exists: Callable[[str], bool], now: float) -> str:
+        """The user, when the token is current now and the user exists; AuthError(401) else."""
+        if self.exp + LEEWAY < now:
+            raise AuthError(401, "the token has expired")
+        if self.iat - LEEWAY > now or (self.nbf is not None and self.nbf - LEEWAY > now):
+            raise AuthError(401, "the token is not valid yet (issued in the future)")
+        if not text.matches("login", self.user):
+            raise AuthError(401, f"the token's user {text.shown(str(self.user))[:80]!r} is not a user name")
+        if not user_exists(self.user):
+            raise AuthError(401, f"the token's user {self.user!r} does not exist")
+        return str(self.user)
+
+
 def verify(key: bytes, token: str, user_exists: Callable[[str], bool], now: float | None = None) -> str:
     """The user ``token`` was minted for; AuthError(401) unless it is a valid, current Slurm token."""
+    return signed(key, token).check(user_exists, time.time() if now is None else now)
+
+
+def signed(key: bytes, token: str) -> Signed:
+    """What ``token`` says, once its shape, algorithm (HS256 only) and signature are checked; AuthError(401)
+    else.  Its times and user are :meth:`Signed.check`'s to judge."""
     if not isinstance(token, str) or len(token) > MAX_TOKEN:
         raise AuthError(401, f"the token is longer than {MAX_TOKEN} characters")
     if not JWT_RE.fullmatch(token):
@@ -203,19 +233,9 @@ def verify(key: bytes, token: str, user_exists: Callable[[str], bool], now: floa
         raise AuthError(401, f"the token has no {e.claim!r} claim") from None
     except jwt.PyJWTError as e:
         raise AuthError(401, f"the token is not valid ({text.shown(str(e))[:120]})") from None
-    at = time.time() if now is None else now
     exp, iat, nbf = (_time_claim(claims, n) for n in ("exp", "iat", "nbf"))
     assert exp is not None and iat is not None  # required above
-    if exp + LEEWAY < at:
-        raise AuthError(401, "the token has expired")
-    if iat - LEEWAY > at or (nbf is not None and nbf - LEEWAY > at):
-        raise AuthError(401, "the token is not valid yet (issued in the future)")
-    user = claims["sun"]
-    if not text.matches("login", user):
-        raise AuthError(401, f"the token's user {text.shown(str(user))[:80]!r} is not a user name")
-    if not user_exists(user):
-        raise AuthError(401, f"the token's user {user!r} does not exist")
-    return str(user)
+    return Signed(claims["sun"], exp, iat, nbf)
 
 
 def pam_checker(service: str) -> Callable[[str, str], bool]:
@@ -317,6 +337,7 @@ class Authenticator:
         self._clock = clock
         self._proxies = [ipaddress.ip_network(n, strict=False) for n in console.trusted_proxies]
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._tokens: OrderedDict[str, Signed] = OrderedDict()  # tokens whose signature matched, by use
         self._lock = threading.Lock()
 
     # -- who is calling --------------------------------------------------------------
@@ -329,7 +350,7 @@ class Authenticator:
             m = BEARER_RE.fullmatch(auth)
             if m is None:
                 raise AuthError(401, "the Authorization header is not 'Bearer <token>'")
-            return Caller(verify(self._key, m.group(1), self._user_exists, self._clock()), "token")
+            return Caller(self._signed(m.group(1)).check(self._user_exists, self._clock()), "token")
         cookie = cookies.get(HOST_COOKIE, cookies.get(SESSION_COOKIE))
         session, refused = None, None
         if cookie is not None:
@@ -347,6 +368,21 @@ class Authenticator:
         if cookie is not None:
             raise AuthError(401, "the session has expired or was logged out; log in again")
         raise AuthError(401, "not logged in: log in, or send 'Authorization: Bearer <token>' (scontrol token)")
+
+    def _signed(self, token: str) -> Signed:
+        """:func:`signed` once per token: a client sends the same token on every request, and checking its
+        signature again would say the same (its times and user are checked on every request still)."""
+        with self._lock:
+            hit = self._tokens.get(token)
+            if hit is not None:
+                self._tokens.move_to_end(token)
+                return hit
+        found = signed(self._key, token)
+        with self._lock:
+            self._tokens[token] = found
+            while len(self._tokens) > MAX_TOKENS:
+                self._tokens.popitem(last=False)
+        return found
 
     def _session(self, cookie: str, token: str | None) -> Caller | None:
         """The cookie's live session; AuthError(401) when ``token`` (the X-CSRF-Token header) is not its own."""

@@ -69,6 +69,10 @@ PROMETHEUS_TIMEOUT = 5.0
 #: Hours of accounting the last reclaims are read from (the projects page's read, so one cache serves both).
 RECLAIM_HOURS = 24
 
+#: Called in the reader thread with what the pool's answer is built from -- the read, the history, the last
+#: reclaims and :attr:`PoolReader.version` -- *before* requests see it, so answers are ready when they do.
+Prepare = Callable[["Snapshot", list[models.Sample], dict[str, float], int], None]
+_KEEP: Any = object()
 #: The adapter's seam: ``(prometheus_url, endpoint, params, timeout)`` -> the answer's ``data``.
 PrometheusApi = Callable[[str, str, Mapping[str, str], float], Any]
 
@@ -198,6 +202,10 @@ class PoolReader:
         self._details: OrderedDict[str, _Timed] = OrderedDict()
         self._slow: dict[str, _Timed] = {}
         self._models: dict[int, tuple[Any, PoolModel]] = {}  # id(spec) -> (spec, its predictor model)
+        #: Counts the changes of the history and reclaims that a read does not make (Prometheus', sacct's).
+        self.version = 0
+        #: Builds the answers of a new state before requests see it (the service's; None: built on demand).
+        self.prepare: Prepare | None = None
 
     @property
     def history(self) -> list[models.Sample]:
@@ -219,12 +227,7 @@ class PoolReader:
     def snapshot(self, wait: float = FIRST_READ_WAIT) -> Snapshot:
         """The last read; starts the next one when it is ``refresh_seconds`` old (one at a time)."""
         with self._lock:
-            now = self.clock()
-            if (self._inflight is None or self._inflight.done()) and now - self._attempt >= self.refresh:
-                self._attempt = now
-                self._inflight = self._pool.submit(self._read)
-                if self._extras is None or self._extras.done():
-                    self._extras = self._pool.submit(self._read_extras)
+            self._next_read()
             fut, snap = self._inflight, self._snapshot
         if snap is not None or fut is None:
             return snap or Snapshot(time=self.clock(), fresh=False, error="no read of Slurm yet")
@@ -232,6 +235,22 @@ class PoolReader:
             return fut.result(timeout=wait)
         except FutureTimeout:
             return Snapshot(time=self.clock(), fresh=False, error="Slurm did not answer in time")
+
+    def latest(self) -> Snapshot | None:
+        """The last read without waiting (None before the first); starts the next one when due, as
+        :meth:`snapshot` does."""
+        with self._lock:
+            self._next_read()
+            return self._snapshot
+
+    def _next_read(self) -> None:
+        """Start the next read when the last is ``refresh_seconds`` old (one at a time); the lock held."""
+        now = self.clock()
+        if (self._inflight is None or self._inflight.done()) and now - self._attempt >= self.refresh:
+            self._attempt = now
+            self._inflight = self._pool.submit(self._read)
+            if self._extras is None or self._extras.done():
+                self._extras = self._pool.submit(self._read_extras)
 
     def stale(self) -> None:
         """Read again on the next request (after an action changed the queue); still one read at a time."""
@@ -272,10 +291,41 @@ class PoolReader:
             log.warning("sampling the pool failed: %s", exc)
             point = None
         with self._lock:
+            if self._prometheus is not None:
+                history = list(self._prometheus)
+            else:
+                history = list(self.own_history) + ([point] if point is not None else [])
+                history = history[-(self.own_history.maxlen or len(history)) :]
+            reclaims, version = dict(self._reclaims), self.version
+        self._prepare(snap, history, reclaims, version)
+        with self._lock:
             self._snapshot = snap
             if point is not None:
                 self.own_history.append(point)
         return snap
+
+    def _prepare(self, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float], version: int) -> None:
+        if self.prepare is None:
+            return
+        try:
+            self.prepare(snap, history, reclaims, version)
+        except Exception:  # noqa: BLE001 -- answers are then built on demand
+            log.exception("preparing the answers of a read failed")
+
+    def _changed(self, prometheus: Any = _KEEP, reclaims: Any = _KEEP) -> None:
+        """Publish Prometheus' history (a list, None when it failed) or the last ``reclaims`` when they differ
+        from what requests see, their answers prepared first."""
+        with self._lock:
+            new_prom = self._prometheus if prometheus is _KEEP else prometheus
+            new_reclaims = self._reclaims if reclaims is _KEEP else reclaims
+            if new_prom == self._prometheus and new_reclaims == self._reclaims:
+                return
+            snap, version = self._snapshot, self.version + 1
+            history = list(new_prom if new_prom is not None else self.own_history)
+        if snap is not None:
+            self._prepare(snap, history, dict(new_reclaims), version)
+        with self._lock:
+            self._prometheus, self._reclaims, self.version = new_prom, new_reclaims, version
 
     def _read_extras(self) -> None:
         """Prometheus' history and the last reclaims, when due (runs in the reader thread after a read); never raises."""
@@ -284,17 +334,14 @@ class PoolReader:
             if now - self._prometheus_attempt >= self.refresh:
                 self._prometheus_attempt = now
                 got = self._read_prometheus(now)
-                with self._lock:
-                    self._prometheus = got
+                self._changed(prometheus=got)
         if self.reclaim_hours:
             try:
                 runs, _start, _end = self.accounting(self.reclaim_hours)
             except Exception as exc:  # noqa: BLE001 -- no accounting: the last reclaims stay as they were
                 log.warning("reading the last reclaims (sacct) failed: %s", text.shown(str(exc))[:300])
                 return
-            found = reclaim_times(runs, self.lend_partition)
-            with self._lock:
-                self._reclaims = found
+            self._changed(reclaims=reclaim_times(runs, self.lend_partition))
 
     def _read_prometheus(self, now: float) -> list[models.Sample] | None:
         """The last :data:`PROMETHEUS_WINDOW` of utilisation from Prometheus; None (logged) when that fails."""
@@ -379,6 +426,14 @@ class PoolReader:
                 if rec is not None:
                     out.append(rec)
         return out
+
+    def coordinators_now(self) -> dict[str, set[str]] | None:
+        """The coordinators when a read of them is at hand and not stale, without waiting; None else."""
+        slot = self._slow.get("coord")
+        if slot is None or slot.value is None or self.clock() - slot.time >= self.slow_seconds:
+            return None
+        found: dict[str, set[str]] = slot.value
+        return found
 
     def coordinators(self) -> dict[str, set[str]]:
         """Account -> its coordinators (Slurm's accounts); empty when they cannot be read."""

@@ -13,13 +13,16 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import time
 import weakref
-from typing import Annotated, Any, Callable, Hashable, Sequence
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Hashable, Sequence, cast
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 
 from slurm_pool import text
 from slurm_pool.adapters.records import JobRecord
@@ -45,46 +48,153 @@ MAX_CACHED = 4096
 PAM_TURNS = 8
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A serialized answer and its entity tag (a hash of its bytes): a client that has it gets 304."""
+
+    body: bytes
+    etag: str
+
+    @classmethod
+    def of(cls, body: bytes) -> Answer:
+        return cls(body, '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"')
+
+    def response(self, request: Request) -> Response:
+        """200 with the body, or 304 when the request's ``If-None-Match`` names this answer's tag."""
+        tags = request.headers.get("if-none-match")
+        if tags and self.etag in {t.strip().removeprefix("W/") for t in tags.split(",")[:64]}:
+            return Response(status_code=304, headers={"ETag": self.etag})
+        return Response(content=self.body, media_type="application/json", headers={"ETag": self.etag})
+
+
+#: A job list's query: state, user, project, tier, sort.
+JobQuery = tuple[str | None, str | None, str | None, str | None, str]
+
+
 class AnswerCache:
     """Answers built from one read (or forecast), kept until the next: per role for the pool, per viewer and
-    filters for job lists, per job for explanations; and the jobs submitted here the reads may not have yet."""
+    filters for job lists, per job for explanations; the read's jobs indexed (:class:`~.views.JobIndex`); and
+    the jobs submitted here the reads may not have yet.  A missing answer is built by one thread, the others
+    asking for it wait for that one (:meth:`once`)."""
 
     def __init__(self, max_cached: int = MAX_CACHED, max_submitted: int = MAX_SUBMITTED):
         self.max_cached = max_cached
         self.max_submitted = max_submitted
-        self._lock = threading.Lock()
-        self._pool: dict[bool, tuple[Snapshot, bytes]] = {}
-        self._jobs: tuple[Any, dict[Hashable, bytes]] = (None, {})
+        self.lock = threading.Lock()
+        #: (id of the read, version of the history and reclaims, operator) -> (the read, the answer)
+        self._pool: OrderedDict[tuple[int, int, bool], tuple[Snapshot, Answer]] = OrderedDict()
+        self._index: tuple[Snapshot | None, views.JobIndex | None] = (None, None)
+        #: id of a read -> (the read, its job lists by viewer and query): the published read's and the next's
+        self._jobs: OrderedDict[int, tuple[Snapshot, dict[Hashable, Answer]]] = OrderedDict()
         self._why: tuple[Any, dict[Hashable, dict[str, Any]]] = (None, {})
         self._submitted: dict[int, JobRecord] = {}
+        self._building: dict[Hashable, threading.Lock] = {}
 
-    def pool(self, operator: bool, snap: Snapshot, build: Callable[[], bytes]) -> bytes:
-        """The pool's answer for an operator or anyone else, from ``snap``."""
-        with self._lock:
-            cached = self._pool.get(operator)
-        if cached is None or cached[0] is not snap:
-            cached = (snap, build())
-            with self._lock:
-                self._pool[operator] = cached
-        return cached[1]
+    def once(self, key: Hashable, find: Callable[[], Any], build: Callable[[], Any]) -> Any:
+        """``find()``, else ``build()`` by one thread at a time per ``key`` (a thread that waited finds the
+        answer the one before it built)."""
+        found = find()
+        if found is not None:
+            return found
+        with self.lock:
+            turn = self._building.setdefault(key, threading.Lock())
+        try:
+            with turn:
+                found = find()
+                return found if found is not None else build()
+        finally:
+            with self.lock:
+                if not turn.locked():
+                    self._building.pop(key, None)
+
+    # -- the pool -----------------------------------------------------------------------------------
+    def pool_hit(self, operator: bool, snap: Snapshot, version: int) -> Answer | None:
+        """The pool's answer for an operator or anyone else from ``snap`` and history ``version``, if built."""
+        with self.lock:
+            hit = self._pool.get((id(snap), version, operator))
+        return hit[1] if hit is not None and hit[0] is snap else None
+
+    def keep_pool(self, operator: bool, snap: Snapshot, version: int, body: bytes) -> Answer:
+        answer = Answer.of(body)
+        with self.lock:
+            self._pool[(id(snap), version, operator)] = (snap, answer)
+            while len(self._pool) > 8:  # this state's and the one before (requests see it until this is ready)
+                self._pool.popitem(last=False)
+        return answer
+
+    def pool(self, operator: bool, snap: Snapshot, version: int, build: Callable[[], bytes]) -> Answer:
+        """The pool's answer for an operator or anyone else, from ``snap`` (built once)."""
+
+        def made() -> Answer:
+            return self.keep_pool(operator, snap, version, build())
+
+        found: Answer = self.once(("pool", operator), lambda: self.pool_hit(operator, snap, version), made)
+        return found
+
+    # -- jobs ---------------------------------------------------------------------------------------
+    def index(self, snap: Snapshot) -> views.JobIndex:
+        """``snap``'s jobs indexed (built once per read)."""
+
+        def hit() -> views.JobIndex | None:
+            at, index = self._index
+            return index if at is snap else None
+
+        def build() -> views.JobIndex:
+            index = views.JobIndex(snap.jobs)
+            with self.lock:
+                self._index = (snap, index)
+            return index
+
+        found: views.JobIndex = self.once("index", hit, build)
+        return found
 
     def _per(self, slot: str, source: Any, key: Hashable, build: Callable[[], Any]) -> Any:
         """The answer for ``key`` from ``source`` (a read, a forecast): a new source drops every other."""
-        with self._lock:
-            if getattr(self, slot)[0] is not source:
-                setattr(self, slot, (source, {}))
-            hit = getattr(self, slot)[1].get(key)
+        hit = self._hit(slot, source, key)
         if hit is None:
-            hit = build()
-            with self._lock:
+            hit = self.once((slot, key), lambda: self._hit(slot, source, key), build)
+            with self.lock:
                 at, answers = getattr(self, slot)
                 if at is source and len(answers) < self.max_cached:
                     answers[key] = hit
         return hit
 
-    def jobs(self, snap: Snapshot, key: Hashable, build: Callable[[], bytes]) -> bytes:
+    def _hit(self, slot: str, source: Any, key: Hashable) -> Any:
+        with self.lock:
+            if getattr(self, slot)[0] is not source:
+                setattr(self, slot, (source, {}))
+            return getattr(self, slot)[1].get(key)
+
+    def jobs_hit(self, snap: Snapshot, key: Hashable) -> Answer | None:
+        """A job list from ``snap`` for ``key``, if built."""
+        with self.lock:
+            at = self._jobs.get(id(snap))
+            return at[1].get(key) if at is not None and at[0] is snap else None
+
+    def keep_jobs(self, snap: Snapshot, key: Hashable, answer: Answer) -> None:
+        with self.lock:
+            at = self._jobs.get(id(snap))
+            if at is None or at[0] is not snap:
+                at = self._jobs[id(snap)] = (snap, {})
+                while len(self._jobs) > 2:
+                    self._jobs.popitem(last=False)
+            if len(at[1]) < self.max_cached:
+                at[1][key] = answer
+
+    def asked(self) -> list[Hashable]:
+        """The job lists asked of the latest read with any (viewers and queries), most recent read first."""
+        with self.lock:
+            return [key for _snap, answers in reversed(self._jobs.values()) for key in answers][: self.max_cached]
+
+    def jobs(self, snap: Snapshot, key: Hashable, build: Callable[[], Answer]) -> Answer:
         """A job list from ``snap`` for ``key`` (the viewer and the filters)."""
-        found: bytes = self._per("_jobs", snap, key, build)
+
+        def made() -> Answer:
+            answer = build()
+            self.keep_jobs(snap, key, answer)
+            return answer
+
+        found: Answer = self.once(("jobs", key), lambda: self.jobs_hit(snap, key), made)
         return found
 
     def explained(self, forecast: Any, key: Hashable, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -94,13 +204,13 @@ class AnswerCache:
 
     def remember(self, job: JobRecord) -> None:
         """A job submitted here, until the reads have it (the oldest forgotten first)."""
-        with self._lock:
+        with self.lock:
             self._submitted[job.job_id] = job
             while len(self._submitted) > self.max_submitted:
                 self._submitted.pop(next(iter(self._submitted)))
 
     def submitted(self, job_id: int) -> JobRecord | None:
-        with self._lock:
+        with self.lock:
             return self._submitted.get(job_id)
 
 
@@ -130,6 +240,8 @@ class Service:
         )
         self._tables: PolicyTables | None = None
         self._tables_lock = threading.Lock()
+        self._viewers: tuple[Any, dict[str, views.Viewer]] = (None, {})
+        reader.prepare = self.prepare
 
     @staticmethod
     def lend_partition_of(spec: PoolSpec) -> str:
@@ -151,6 +263,86 @@ class Service:
 
     def viewer(self, who: Caller) -> views.Viewer:
         return views.viewer(self.spec, who.user, self.reader.coordinators())
+
+    def viewer_now(self, who: Caller) -> views.Viewer | None:
+        """:meth:`viewer` when the coordinators are at hand (None: reading them may wait for Slurm); the same
+        viewer for the same user while the coordinators stay the same read."""
+        found = self.reader.coordinators_now()
+        if found is None:
+            return None
+        with self.cache.lock:
+            at, known = self._viewers
+            if at is not found:
+                at, known = self._viewers = (found, {})
+            me = known.get(who.user)
+        if me is None:
+            me = views.viewer(self.spec, who.user, found)
+            with self.cache.lock:
+                if self._viewers[0] is found and len(self._viewers[1]) < MAX_CACHED:
+                    self._viewers[1][who.user] = me
+        return me
+
+    # -- answers built once per read ------------------------------------------------------------------
+    def prepare(self, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float], version: int) -> None:
+        """Build a new state's pool answers and job index (the reader calls it before requests see the state)."""
+        index = self.cache.index(snap)
+        for key in dict.fromkeys(self.cache.asked()):  # the lists asked of the last read: asked again soon
+            me, *query = cast(tuple[Any, ...], key)
+            self.cache.keep_jobs(snap, key, self.job_list(index, me, tuple(query)))
+        full = self.pool_view(True, snap, history, reclaims)
+        self.cache.keep_pool(True, snap, version, full.model_dump_json().encode())
+        public = full.model_copy(update={"nodes": [n.model_copy(update={"reason": ""}) for n in full.nodes]})
+        self.cache.keep_pool(False, snap, version, public.model_dump_json().encode())  # drains' reasons: operators'
+
+    def pool_view(
+        self, operator: bool, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float]
+    ) -> models.Pool:
+        return views.pool(
+            self.spec, views.Viewer("", operator=operator), snap.nodes, snap.jobs, now=snap.time, history=history,
+            fresh=snap.fresh, lend_partition=self.lend_partition, reclaims=reclaims,
+        )  # fmt: skip
+
+    def pool_body(
+        self, operator: bool, snap: Snapshot, history: list[models.Sample], reclaims: dict[str, float]
+    ) -> bytes:
+        return self.pool_view(operator, snap, history, reclaims).model_dump_json().encode()
+
+    def pool_answer(self, who: Caller) -> Answer:
+        """The pool as ``who`` may see it (may wait for Slurm: the first read, the coordinators)."""
+        me = self.viewer(who)
+        reader = self.reader
+        version = reader.version
+        snap = reader.snapshot()
+        return self.cache.pool(
+            me.operator, snap, version,
+            lambda: self.pool_body(me.operator, snap, reader.history, reader.last_reclaims()),
+        )  # fmt: skip
+
+    def pool_answer_now(self, who: Caller) -> Answer | None:
+        """:meth:`pool_answer` when it is built already (None: it may have to be built or wait for Slurm)."""
+        me = self.viewer_now(who)
+        version = self.reader.version
+        snap = self.reader.latest()
+        return None if me is None or snap is None else self.cache.pool_hit(me.operator, snap, version)
+
+    def jobs_answer(self, who: Caller, query: JobQuery) -> Answer:
+        """The queue as ``who`` may see it, filtered and sorted (may wait for Slurm, or build the answer)."""
+        me = self.viewer(who)
+        snap = self.reader.snapshot()
+
+        return self.cache.jobs(snap, (me, *query), lambda: self.job_list(self.cache.index(snap), me, query))
+
+    @staticmethod
+    def job_list(index: views.JobIndex, me: views.Viewer, query: Any) -> Answer:
+        state, user, project, tier, sort = query
+        listed = index.job_list(me, state=state, user=user, project=project, tier=tier, sort=sort)
+        return Answer.of(listed.model_dump_json().encode())
+
+    def jobs_answer_now(self, who: Caller, query: JobQuery) -> Answer | None:
+        """:meth:`jobs_answer` when it is built already (None else)."""
+        me = self.viewer_now(who)
+        snap = self.reader.latest()
+        return None if me is None or snap is None else self.cache.jobs_hit(snap, (me, *query))
 
     def secure(self, request: Request) -> bool:
         """The browser reaches the service over TLS (its own, or a proxy's that ``public_url`` names)."""
@@ -237,7 +429,7 @@ class Access:
             raise ApiError(400, str(exc), "tier") from None
 
 
-def service(request: Request) -> Service:
+async def service(request: Request) -> Service:
     """The app's :class:`Service`."""
     svc: Service = request.app.state.service
     return svc
@@ -252,8 +444,9 @@ Svc = Annotated[Service, Depends(service)]
 Checks = Annotated[Access, Depends(access)]
 
 
-def caller(request: Request, svc: Svc) -> Caller:
-    """Who calls (a Bearer token, a session, a trusted proxy's header); 401 else."""
+async def caller(request: Request, svc: Svc) -> Caller:
+    """Who calls (a Bearer token, a session, a trusted proxy's header); 401 else.  On the event loop: checking
+    a token or a session is a few microseconds' work, not worth a thread's turn."""
     return svc.auth.caller(request.headers, request.cookies, request.client.host if request.client else None)
 
 

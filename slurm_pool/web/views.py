@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from slurm_pool import text
 from slurm_pool.adapters.gres import parse_gres
-from slurm_pool.adapters.records import JobRecord, NodeRecord
+from slurm_pool.adapters.records import JobRecord, NodeRecord, State
 from slurm_pool.metrics.charges import held_seconds
 from slurm_pool.metrics.collector import DEFAULT_LEND_PARTITION
 from slurm_pool.metrics.outcomes import record_fields
@@ -249,6 +249,50 @@ def job_list(
         raise ValueError(f"sort: {sort!r} is not one of {', '.join(SORT_KEYS)} (a leading '-' reverses)")
     shown_jobs.sort(key=lambda j: _sort_value(getattr(j, key)), reverse=sort.startswith("-"))
     return models.JobList(jobs=shown_jobs, hidden=dict(sorted(hidden.items())))
+
+
+class JobIndex:
+    """One read's jobs by user and by account, and their counts by state: a caller's list costs the jobs
+    they see, not the whole queue (:meth:`job_list` answers as :func:`job_list` does)."""
+
+    def __init__(self, jobs: Sequence[JobRecord]):
+        self.jobs = tuple(jobs)
+        self.by_user: dict[str, list[int]] = {}
+        self.by_account: dict[str, list[int]] = {}
+        self.by_state: Counter[State] = Counter()
+        for i, job in enumerate(self.jobs):
+            self.by_user.setdefault(job.user, []).append(i)
+            if job.account:
+                self.by_account.setdefault(job.account, []).append(i)
+            self.by_state[job.state] += 1
+
+    def seen(self, who: Viewer) -> list[JobRecord]:
+        """The jobs ``who`` may see in full, in the read's order."""
+        if who.operator:
+            return list(self.jobs)
+        picked = set(self.by_user.get(who.user, ()))
+        for account in who.coordinates:
+            picked.update(self.by_account.get(account, ()))
+        return [self.jobs[i] for i in sorted(picked)]
+
+    def job_list(
+        self, who: Viewer, *, state: str | None = None, sort: str = "job_id", **only: str | None
+    ) -> models.JobList:
+        """:func:`job_list` of the read's jobs (``only``: its ``user``, ``project`` and ``tier`` filters)."""
+        seen = self.seen(who)
+        listed = job_list(who, seen, state=state, sort=sort, **only)
+        if who.operator:
+            return listed
+        wanted = state.upper() if state else None
+        hidden: Counter[str] = Counter()
+        for st, n in self.by_state.items():
+            if wanted is None or wanted in st:
+                hidden[st.base or "UNKNOWN"] += n
+        for job in seen:
+            if wanted is None or wanted in job.state:
+                hidden[job.state.base or "UNKNOWN"] -= 1
+        listed.hidden = dict(sorted((k, n) for k, n in hidden.items() if n > 0))
+        return listed
 
 
 def _sort_value(v: Any) -> tuple[int, Any]:

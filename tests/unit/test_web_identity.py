@@ -183,6 +183,40 @@ def test_bearer_token_caller(scheme: str) -> None:
     assert auth.caller(bearer(mint(KEY, "bob", now=NOW), scheme), {}, "192.0.2.1") == Caller("bob", "token")
 
 
+def test_a_tokens_signature_is_checked_once_its_times_and_user_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_pool.web import identity
+
+    checked: list[str] = []
+    real = identity.signed
+    monkeypatch.setattr(identity, "signed", lambda key, token: checked.append(token) or real(key, token))
+    clock = Clock()
+    auth = make(clock)
+    token = mint(KEY, "bob", lifespan=60, now=NOW)
+    for _ in range(3):
+        assert auth.caller(bearer(token), {}, "192.0.2.1") == Caller("bob", "token")
+    assert checked == [token]
+    forged = token[:-2] + ("AA" if not token.endswith("AA") else "BB")  # another string: checked, refused
+    with pytest.raises(AuthError, match="signature"):
+        auth.caller(bearer(forged), {}, "192.0.2.1")
+    with pytest.raises(AuthError, match="signature"):
+        auth.caller(bearer(forged), {}, "192.0.2.1")  # a refused token is not kept
+    assert checked == [token, forged, forged]
+    USERS.discard("bob")
+    try:
+        with pytest.raises(AuthError, match="does not exist"):
+            auth.caller(bearer(token), {}, "192.0.2.1")
+    finally:
+        USERS.add("bob")
+    clock.t = NOW + 60 + identity.LEEWAY + 1
+    with pytest.raises(AuthError, match="expired"):
+        auth.caller(bearer(token), {}, "192.0.2.1")
+    early = mint(KEY, "bob", lifespan=600, now=NOW + 3600)
+    with pytest.raises(AuthError, match="not valid yet"):
+        auth.caller(bearer(early), {}, "192.0.2.1")
+    with pytest.raises(AuthError, match="not valid yet"):
+        auth.caller(bearer(early), {}, "192.0.2.1")
+
+
 @pytest.mark.parametrize(
     "headers,why",
     [

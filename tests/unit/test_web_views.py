@@ -4,6 +4,7 @@ from real Slurm 22.05 and 26.05 (``tests/data/slurm``) and the example pool."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,47 @@ def test_job_filters_and_sort(query: dict[str, str], seen: list[int]) -> None:
     who = views.viewer(example_spec(), "olga")
     out = views.job_list(who, jobs, sort="-job_id", **query)
     assert [j.job_id for j in out.jobs] == sorted(seen, reverse=True)
+
+
+#: Queries the index must answer as the list does: filters a viewer sees through, and ones it does not.
+INDEX_QUERIES: list[dict[str, Any]] = [
+    {},
+    {"state": "running"},
+    {"state": "PENDING", "sort": "-submit_time"},
+    {"state": "REQUEUED"},
+    {"user": "bob", "sort": "-job_id"},
+    {"project": "projb", "state": "RUNNING"},
+    {"tier": "scavenger"},
+    {"user": "nobody"},
+]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("user", [v[0] for v in VISIBLE])
+@pytest.mark.parametrize("query", INDEX_QUERIES)
+def test_job_index_answers_as_the_list_does(version: str, user: str, query: dict[str, Any]) -> None:
+    _nodes, jobs = scene(version)
+    jobs = jobs + [dataclasses.replace(jobs[0], job_id=99, account="", user="zed")]  # no account: nobody coordinates
+    who = views.viewer(example_spec(), user, COORD)
+    assert views.JobIndex(jobs).job_list(who, **query) == views.job_list(who, jobs, **query)
+
+
+def test_job_index_reads_each_job_once_per_read() -> None:
+    """The index is built once; a viewer's list then looks at the jobs it shows, not the queue."""
+    _nodes, jobs = scene("26.05")
+
+    class Counted(list):  # type: ignore[type-arg]
+        reads = 0
+
+        def __iter__(self) -> Any:
+            Counted.reads += 1
+            return super().__iter__()
+
+    index = views.JobIndex(Counted(jobs))
+    before = Counted.reads
+    for user in ("alice", "bob", "carol", "dave"):
+        index.job_list(views.viewer(example_spec(), user, COORD))
+    assert (before, Counted.reads) == (1, 1)
 
 
 def test_bad_sort_is_refused() -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Callable, Optional
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi import Path as PathParam
+from starlette.concurrency import run_in_threadpool
 
 from slurm_pool import text
 from slurm_pool.adapters.records import JobRecord
@@ -16,7 +17,7 @@ from slurm_pool.predict.explain import explain, together
 from slurm_pool.predict.forward import LiveJob
 from slurm_pool.web import models, views
 from slurm_pool.web.bodies import Utf8JsonRoute
-from slurm_pool.web.problems import ERRORS, ApiError, json_answer, quoted
+from slurm_pool.web.problems import ERRORS, ApiError, quoted
 from slurm_pool.web.service import API, Changing, Checks, Service, Svc, Who, find, job_ref
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ def _word(value: Optional[str], field: str, rule: str) -> Optional[str]:
 
 
 @router.get(f"{API}/jobs", response_model=models.JobList, responses=ERRORS, tags=["jobs"])
-def get_jobs(
+async def get_jobs(
+    request: Request,
     who: Who,
     svc: Svc,
     state: Optional[str] = None,
@@ -93,22 +95,17 @@ def get_jobs(
         raise ApiError(422, f"query.state: {quoted(state)} is not a job state such as RUNNING", "query.state")
     if sort.lstrip("-") not in views.SORT_KEYS or len(sort) > 32:
         raise ApiError(422, f"query.sort: {quoted(sort)} is not one of {', '.join(views.SORT_KEYS)}", "query.sort")
-    me = svc.viewer(who)
-    snap = svc.reader.snapshot()
-
-    def build() -> bytes:
-        listed = views.job_list(
-            me,
-            snap.jobs,
-            state=state,
-            user=_word(user, "query.user", "login"),
-            project=_word(project, "query.project", "name"),
-            tier=_word(tier, "query.tier", "name"),
-            sort=sort,
-        )
-        return listed.model_dump_json().encode()
-
-    return json_answer(svc.cache.jobs(snap, (me, state, user, project, tier, sort), build))
+    query = (
+        state,
+        _word(user, "query.user", "login"),
+        _word(project, "query.project", "name"),
+        _word(tier, "query.tier", "name"),
+        sort,
+    )
+    body = svc.jobs_answer_now(who, query)  # at hand: answered on the event loop
+    if body is None:
+        body = await run_in_threadpool(svc.jobs_answer, who, query)
+    return body.response(request)
 
 
 @router.get(f"{API}/jobs/history", response_model=models.JobList, responses=ERRORS, tags=["jobs"])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from slurm_pool.web import models, views
 from slurm_pool.web.bodies import Utf8JsonRoute
-from slurm_pool.web.problems import ERRORS, ApiError, json_answer
+from slurm_pool.web.problems import ERRORS, ApiError
 from slurm_pool.web.service import API, Svc, Who
 
 #: Hours of accounting the projects page covers.
@@ -18,19 +19,13 @@ router = APIRouter(route_class=Utf8JsonRoute)
 
 
 @router.get(f"{API}/pool", response_model=models.Pool, responses=ERRORS, tags=["pool"])
-def get_pool(who: Who, svc: Svc) -> Response:
-    me = svc.viewer(who)
-    reader = svc.reader
-    snap = reader.snapshot()
-
-    def build() -> bytes:
-        view = views.pool(
-            svc.spec, me, snap.nodes, snap.jobs, now=snap.time, history=list(reader.history), fresh=snap.fresh,
-            lend_partition=svc.lend_partition, reclaims=reader.last_reclaims(),
-        )  # fmt: skip
-        return view.model_dump_json().encode()
-
-    return json_answer(svc.cache.pool(me.operator, snap, build))
+async def get_pool(request: Request, who: Who, svc: Svc) -> Response:
+    # built once per read, before requests see it: answered on the event loop when it is at hand, else in a
+    # thread (the first read, the coordinators, an answer still to build); no docstring: the schema's text
+    body = svc.pool_answer_now(who)
+    if body is None:
+        body = await run_in_threadpool(svc.pool_answer, who)
+    return body.response(request)
 
 
 @router.get(f"{API}/projects", response_model=list[models.ProjectView], responses=ERRORS, tags=["pool"])

@@ -153,11 +153,18 @@
     }
   }
 
+  // The last answers with an entity tag, by path (the oldest dropped past MAX_KEPT_ANSWERS).
+  const MAX_KEPT_ANSWERS = 16;
+  const answers = new Map();
+
   async function api(method, path, body) {
     const headers = { Accept: "application/json" };
     const init = { method: method, headers: headers, credentials: "same-origin", cache: "no-store" };
     // The session is the cookie *and* this token, on every request: a cookie replayed alone does nothing.
     if (state.csrf) headers["X-CSRF-Token"] = state.csrf;
+    // A poll that finds the answer unchanged (the same read of Slurm) gets 304 and reuses the last one.
+    const kept = method === "GET" ? answers.get(path) : undefined;
+    if (kept) headers["If-None-Match"] = kept.etag;
     if (method !== "GET") {
       headers["Content-Type"] = "application/json";
       if (body !== undefined) init.body = JSON.stringify(body);
@@ -168,6 +175,7 @@
     } catch (err) {
       throw new ApiError(0, "The service cannot be reached (" + err.message + ").", null);
     }
+    if (resp.status === 304 && kept) return kept.data;
     let data = null;
     if ((resp.headers.get("Content-Type") || "").indexOf("json") >= 0) {
       try {
@@ -180,6 +188,12 @@
       const message = data && typeof data.message === "string" ? data.message : "HTTP " + resp.status;
       const field = data && typeof data.field === "string" ? data.field : null;
       throw new ApiError(resp.status, message, field);
+    }
+    const etag = method === "GET" ? resp.headers.get("ETag") : null;
+    if (etag) {
+      answers.delete(path);
+      answers.set(path, { etag: etag, data: data });
+      if (answers.size > MAX_KEPT_ANSWERS) answers.delete(answers.keys().next().value);
     }
     return data;
   }
@@ -303,6 +317,7 @@
   function toLogin(message) {
     stopPolling();
     forget();
+    answers.clear(); // the last user's answers go with them
     state.gen += 1;
     state.me = null;
     keepToken(null);
