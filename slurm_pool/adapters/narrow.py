@@ -46,21 +46,25 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from slurm_pool.adapters.records import (
     JOB_BASE_STATES,
+    ON_NODE,
+    WAITING,
     JobRecord,
     NodeRecord,
     RecordError,
     RecordSkipped,
     convert_record,
-    job_record,
+    job_state,
     node_record,
     skipped,
     string_tres,
 )
-from slurm_pool.adapters.slurmjson import Unusable, parse_duration, whole
+from slurm_pool.adapters.slurmjson import INFINITE, UINT32_MAX, Unusable, parse_duration, whole
 from slurm_pool.text import shown
 from slurm_pool.versions import SlurmVersion
 
@@ -116,6 +120,8 @@ _NO_TIME = frozenset({"N/A", "Unknown", "None"})
 _NO_LIMIT = frozenset({"UNLIMITED", "NOT_SET", "Partition_Limit"})
 #: What slurmctld adds to a job's start for the end of a job with no time limit.
 YEAR_SECONDS = 365 * 24 * 60 * 60
+#: The ``raw`` of a record read from text: one shared, read-only empty mapping.
+_NO_RAW: Mapping[str, Any] = MappingProxyType({})
 #: At most this many jobs are read again one list at a time; more take one whole ``squeue --json``.
 FALLBACK_LIST_MAX = 500
 
@@ -194,16 +200,18 @@ def _int(value: str, field: str, where: str, least: int = 0) -> int:
         raise RecordSkipped(f"{where}: {exc}") from None
 
 
-def _stamp(value: str, field: str, where: str) -> int:
+def _stamp(value: str, field: str) -> int:
     """Unix seconds (0: unset); a time in another form is RecordError (the read's time format did not hold)."""
+    if value.isdigit() and value.isascii() and len(value) <= 20:
+        return int(value)
     if value in _NO_TIME:
         return 0
     if not _SECONDS.fullmatch(value):
-        raise RecordError(f"{where}: {field} {shown(value[:64])!r} is not a number")
+        raise RecordError(f"{field} {shown(value[:64])!r} is not a number")
     return int(value)
 
 
-def _end(v: dict[str, str], where: str) -> int | None:
+def _end(v: dict[str, str]) -> int | None:
     """EndTime; squeue prints ``NONE`` for a job with no time limit whose end is ahead (``_print_job_time_end``).
 
     A running job's is then its start plus a year, unless a preemption set it
@@ -211,8 +219,8 @@ def _end(v: dict[str, str], where: str) -> int | None:
     None (read it as JSON) otherwise.
     """
     if v["EndTime"] != "NONE":
-        return _stamp(v["EndTime"], "EndTime", where)
-    start = _stamp(v["StartTime"], "StartTime", where)
+        return _stamp(v["EndTime"], "EndTime")
+    start = _stamp(v["StartTime"], "StartTime")
     if v["State"] == "RUNNING" and start and v["PreemptTime"] in _NO_TIME:
         return start + YEAR_SECONDS
     if v["State"] == "PENDING":  # not started: no end (job_record drops Slurm's estimate too)
@@ -220,14 +228,16 @@ def _end(v: dict[str, str], where: str) -> int | None:
     return None
 
 
-def _limit(value: str, where: str) -> int | None:
+@lru_cache(maxsize=4096)
+def _limit(value: str) -> int | None:
+    """Minutes (None: no limit; -1: over a year, which text does not say); limits repeat, so cached."""
     if value in _NO_LIMIT:
         return None
     if value == "INVALID":  # over a year: _print_secs prints no number (read as JSON)
         return -1
     secs = parse_duration(value)
     if secs is None:
-        raise RecordError(f"{where}: TimeLimit {shown(value[:64])!r} is not a time")
+        raise RecordError(f"TimeLimit {shown(value[:64])!r} is not a time")
     return int(secs) // 60
 
 
@@ -236,11 +246,19 @@ def _null(value: str) -> str:
 
 
 def job_dict(values: Sequence[str], fields: Sequence[str], where: str) -> dict[str, Any]:
-    """One squeue line as the ``squeue --json`` keys :func:`job_record` reads."""
-    v = dict(zip(fields, values, strict=True))
+    """One squeue line as the ``squeue --json`` keys :func:`job_record` reads (what :class:`TextJobs` is held to)."""
+    try:
+        return _job_dict(dict(zip(fields, values, strict=True)), where)
+    except RecordSkipped:
+        raise
+    except RecordError as exc:
+        raise RecordError(f"{where}: {exc}") from None
+
+
+def _job_dict(v: dict[str, str], where: str) -> dict[str, Any]:
     requeue = v["Requeue"]
     if requeue not in ("0", "1"):
-        raise RecordError(f"{where}: Requeue {shown(requeue[:64])!r} is not 0 or 1")
+        raise RecordError(f"Requeue {shown(requeue[:64])!r} is not 0 or 1")
     return {
         "job_id": _int(v["JobId"], "JobId", where, least=1),
         "name": v["Name"],
@@ -256,11 +274,11 @@ def job_dict(values: Sequence[str], fields: Sequence[str], where: str) -> dict[s
         "restart_cnt": _int(v["RestartCnt"], "RestartCnt", where),
         "comment": _null(v["Comment"]),
         "requeue": requeue == "1",
-        "submit_time": _stamp(v["SubmitTime"], "SubmitTime", where),
-        "start_time": _stamp(v["StartTime"], "StartTime", where),
-        "end_time": _end(v, where),
-        "preempt_time": _stamp(v["PreemptTime"], "PreemptTime", where),
-        "time_limit": _limit(v["TimeLimit"], where),
+        "submit_time": _stamp(v["SubmitTime"], "SubmitTime"),
+        "start_time": _stamp(v["StartTime"], "StartTime"),
+        "end_time": _end(v),
+        "preempt_time": _stamp(v["PreemptTime"], "PreemptTime"),
+        "time_limit": _limit(v["TimeLimit"]),
         "tres_alloc_str": "" if v["tres-alloc"] == "N/A" else v["tres-alloc"],
         "tres_per_node": "" if v["tres-per-node"] == "N/A" else v["tres-per-node"],
         **{
@@ -305,31 +323,156 @@ def parse_job_text(texts: Sequence[str], version: SlurmVersion, tok: Tokens, wha
                 excluded[_int(jid, "JobId", f"{what} (%x): record {i + 1}", least=1)] = exc
             except RecordSkipped as problem:
                 skipped(problem)
+    build = TextJobs(fields, version, excluded)
     records: dict[int, JobRecord] = {}
     again: list[int] = []
     for i, values in enumerate(rows):
-        where = f"{what}: record {i + 1} (job {shown(values[0][:24])})"
         try:
-            job = job_dict(values, fields, where)
-            jid = job["job_id"]
-            if excluded is not None:
-                if jid not in excluded:  # ended between the two reads: JSON says what it is now
-                    again.append(jid)
-                    continue
-                job["excluded_nodes"] = excluded[jid]
-            if not exact(job, version):
-                again.append(jid)
+            got = build.record(values)
+        except (Unusable, RecordError) as problem:  # named here: the message is built only for a bad record
+            where = f"{what}: record {i + 1} (job {shown(values[0][:24])})"
+            if isinstance(problem, (Unusable, RecordSkipped)):  # no usable id or count (a GPU count in its TRES)
+                skipped(f"{where}: {problem}")
                 continue
-            records[jid] = convert_record(_text_job, job, where)
-        except Unusable as problem:  # a GPU count in its TRES (exact reads them)
-            skipped(f"{where}: {problem}")
-        except RecordSkipped as problem:
-            skipped(problem)
+            raise RecordError(f"{where}: {problem}") from None
+        if isinstance(got, int):
+            again.append(got)
+        else:
+            records[got.job_id] = got
     return JobText([records[k] for k in sorted(records)], again)
 
 
-def _text_job(job: Mapping[str, Any]) -> JobRecord:
-    return job_record(job, keep_raw=False)  # 200,000 dicts of text values are not worth keeping
+class TextJobs:
+    """One squeue line straight to its :class:`JobRecord`: what :func:`job_record` makes of :func:`job_dict`.
+
+    The per-line work of a 200,000-job read, so it indexes the values and skips the
+    JSON-shaped dict between; ``tests/unit/test_narrow_readers.py`` pins it to
+    ``job_record(job_dict(...))``.  Errors name the field, not the record (the caller adds that).
+    """
+
+    def __init__(self, fields: Sequence[str], version: SlurmVersion, excluded: Mapping[int, str] | None):
+        if tuple(fields[: len(JOB_FIELDS)]) != JOB_FIELDS:
+            raise ValueError(f"the job fields must start with JOB_FIELDS, not {fields!r}")
+        self.excluded = excluded
+        self.flags_exact = not version.has("json_data_parser")  # 22.05: JSON prints the one word too
+        self.exc_ix = fields.index("ExcNodes") if "ExcNodes" in fields else None
+
+    def record(self, values: Sequence[str]) -> JobRecord | int:
+        """The record, or its job id when text cannot say it exactly (:func:`exact`: read it as JSON)."""
+        (
+            jid_text,
+            name,
+            state_word,
+            reason,
+            partition,
+            qos,
+            account,
+            user,
+            nodes,
+            required,
+            restart_text,
+            comment,
+            requeue,
+            submit_text,
+            start_text,
+            end_text,
+            preempt_text,
+            limit_text,
+            alloc,
+            per_node,
+            per_job,
+            per_socket,
+            per_task,
+            count_text,
+            features,
+        ) = values[: len(JOB_FIELDS)]
+        if requeue not in ("0", "1"):
+            raise RecordError(f"Requeue {shown(requeue[:64])!r} is not 0 or 1")
+        jid = _whole(jid_text, "JobId", 1)
+        restarts = _whole(restart_text, "RestartCnt", 0)
+        submit = _stamp(submit_text, "SubmitTime")
+        start = _stamp(start_text, "StartTime")
+        if end_text != "NONE":
+            end: int | None = _stamp(end_text, "EndTime")
+        elif state_word == "RUNNING" and start and preempt_text in _NO_TIME:
+            end = start + YEAR_SECONDS
+        elif state_word == "PENDING":
+            end = 0
+        else:
+            end = None
+        preempt = _stamp(preempt_text, "PreemptTime")
+        limit = _limit(limit_text)
+        count = _whole(count_text, "NumNodes", 0)
+        excluded = self.excluded
+        if excluded is not None:
+            if jid not in excluded:  # ended between the two reads: JSON says what it is now
+                return jid
+            exc = excluded[jid]
+        else:
+            exc = "" if self.exc_ix is None else values[self.exc_ix]
+        if end is None or limit == -1 or not _REASON_WORD.fullmatch(reason):
+            return jid
+        alloc, per_node = _na(alloc), _na(per_node)
+        asks = " ".join((per_node, _na(per_job), _na(per_socket), _na(per_task)))
+        alloc_gpus, _, alloc_shards = string_tres(alloc, None, None)  # cached; Unusable for a bad count
+        if ("gpu" in asks and not alloc_gpus) or ("shard" in asks and not alloc_shards):
+            return jid
+        if not (state_word in JOB_BASE_STATES or self.flags_exact):
+            return jid
+        state = job_state(state_word)
+        gpus, types, shards = string_tres(alloc, None, per_node)
+        minutes = None if limit is None or limit >= INFINITE else limit
+        if minutes is None and state.any(WAITING) and not state.any(ON_NODE):
+            end = 0  # job_record: no end for an unlimited job that has not started
+        return JobRecord(
+            job_id=jid,
+            name=_text(name),
+            state=state,
+            reason=_text(reason),
+            partition=_text(partition),
+            qos=_text(qos),
+            account=_text(account),
+            user=_text(user),
+            nodes=_text(nodes),
+            required_nodes=_text(required),
+            excluded_nodes=_text(exc),
+            restart_count=restarts,
+            comment="" if comment == "(null)" else comment,
+            requeue=requeue == "1",
+            submit_time=_seconds(submit),
+            start_time=_seconds(start),
+            end_time=_seconds(end),
+            preempt_time=_seconds(preempt),
+            time_limit=None if minutes is None else float(minutes) * 60.0,
+            gpus=gpus,
+            gpu_types=dict(types),
+            shards=shards,
+            node_count=count,
+            features=_text(features),
+            raw=_NO_RAW,
+        )
+
+
+def _whole(value: str, field: str, least: int) -> int:
+    """:func:`~slurm_pool.adapters.slurmjson.whole` of a text value, the common case first."""
+    if value.isdigit() and value.isascii() and len(value) <= 10:
+        n = int(value)
+        if least <= n <= UINT32_MAX:
+            return n
+    return whole(value, field, least=least)
+
+
+def _seconds(n: int) -> float | None:
+    """A time as :func:`~slurm_pool.adapters.records.job_record` reads it: 0 and Slurm's sentinels are unset."""
+    return float(n) if n and n < INFINITE else None
+
+
+def _na(value: str) -> str:
+    return "" if value == "N/A" else value
+
+
+def _text(value: str) -> str:
+    return "" if value in ("(null)", "N/A") else value
 
 
 def merge(text: JobText, json_records: Iterable[JobRecord]) -> list[JobRecord]:
