@@ -114,6 +114,8 @@ NODE_FIELDS = (
 #: A reason Slurm names by its enum (``job_state_reason_string``: one word); anything else is a ``state_desc``.
 _REASON_WORD = re.compile(r"[A-Za-z0-9_]{1,64}")
 _SECONDS = re.compile(r"[0-9]{1,20}")
+#: What squeue prints for a text value that is not set (:func:`~slurm_pool.adapters.records.job_record` reads it "").
+_UNSET = frozenset({"(null)", "N/A"})
 #: What squeue prints for a time that is not set (0, INFINITE, NO_VAL).
 _NO_TIME = frozenset({"N/A", "Unknown", "None"})
 #: What squeue prints for a time limit that is not a number of minutes.
@@ -122,6 +124,8 @@ _NO_LIMIT = frozenset({"UNLIMITED", "NOT_SET", "Partition_Limit"})
 YEAR_SECONDS = 365 * 24 * 60 * 60
 #: The ``raw`` of a record read from text: one shared, read-only empty mapping.
 _NO_RAW: Mapping[str, Any] = MappingProxyType({})
+#: Characters of output split at once (:func:`split_records`).
+SPLIT_BLOCK = 1 << 20
 #: At most this many jobs are read again one list at a time; more take one whole ``squeue --json``.
 FALLBACK_LIST_MAX = 500
 
@@ -177,19 +181,25 @@ def node_command(version: SlurmVersion, tok: Tokens) -> list[str]:
 
 
 def split_records(text: str, n: int, tok: Tokens, what: str) -> Iterator[list[str]]:
-    """``n`` values per record, one record at a time; RecordError naming the first that is not whole."""
+    """``n`` values per record, one record at a time; RecordError naming the first that is not whole.
+
+    Split a block of records at a time (one C call each), so a 200,000-job listing is never held twice.
+    """
     end = tok.end + "\n"
     pos, i = 0, 0
     while pos < len(text):
-        stop = text.find(end, pos)
-        if stop < 0:
+        cut = text.rfind(end, pos, pos + SPLIT_BLOCK)  # the block's last whole record
+        if cut < 0:
+            cut = text.find(end, pos)  # one record longer than a block
+        if cut < 0:
             raise RecordError(f"{what}: output ends inside a record: {shown(text[pos : pos + 200])!r}")
-        values = text[pos:stop].split(tok.sep)
-        i += 1
-        if len(values) != n:
-            raise RecordError(f"{what}: record {i} ({shown(values[0][:64])!r}) has {len(values)} fields, not {n}")
-        yield values
-        pos = stop + len(end)
+        for record in text[pos:cut].split(end):
+            values = record.split(tok.sep)
+            i += 1
+            if len(values) != n:
+                raise RecordError(f"{what}: record {i} ({shown(values[0][:64])!r}) has {len(values)} fields, not {n}")
+            yield values
+        pos = cut + len(end)
 
 
 def _int(value: str, field: str, where: str, least: int = 0) -> int:
@@ -426,16 +436,16 @@ class TextJobs:
             end = 0  # job_record: no end for an unlimited job that has not started
         return JobRecord(
             job_id=jid,
-            name=_text(name),
+            name=name if name not in _UNSET else "",
             state=state,
-            reason=_text(reason),
-            partition=_text(partition),
-            qos=_text(qos),
-            account=_text(account),
-            user=_text(user),
-            nodes=_text(nodes),
-            required_nodes=_text(required),
-            excluded_nodes=_text(exc),
+            reason=reason if reason not in _UNSET else "",
+            partition=partition if partition not in _UNSET else "",
+            qos=qos if qos not in _UNSET else "",
+            account=account if account not in _UNSET else "",
+            user=user if user not in _UNSET else "",
+            nodes=nodes if nodes not in _UNSET else "",
+            required_nodes=required if required not in _UNSET else "",
+            excluded_nodes=exc if exc not in _UNSET else "",
             restart_count=restarts,
             comment="" if comment == "(null)" else comment,
             requeue=requeue == "1",
@@ -448,7 +458,7 @@ class TextJobs:
             gpu_types=dict(types),
             shards=shards,
             node_count=count,
-            features=_text(features),
+            features=features if features not in _UNSET else "",
             raw=_NO_RAW,
         )
 
@@ -469,10 +479,6 @@ def _seconds(n: int) -> float | None:
 
 def _na(value: str) -> str:
     return "" if value == "N/A" else value
-
-
-def _text(value: str) -> str:
-    return "" if value in ("(null)", "N/A") else value
 
 
 def merge(text: JobText, json_records: Iterable[JobRecord]) -> list[JobRecord]:
@@ -513,25 +519,38 @@ def node_dict(values: Sequence[str], fields: Sequence[str]) -> dict[str, Any]:
 def parse_node_text(text: str, version: SlurmVersion, tok: Tokens, what: str = "sinfo --Format") -> list[NodeRecord]:
     """Node records of :func:`node_command`'s output: one per node, its partitions merged in order."""
     fields = node_fields(version)
-    nodes: dict[str, dict[str, Any]] = {}
+    at = fields.index("PartitionName")
+    first: dict[str, list[str]] = {}  # each node's first line, then the partitions of all its lines
+    parts: dict[str, list[str]] = {}
     for i, values in enumerate(split_records(text, len(fields), tok, what)):
-        where = f"{what}: record {i + 1} (node {shown(values[0][:64])})"
-        n = node_dict(values, fields)
-        if not n["name"]:
-            skipped(f"{where}: no node name")
+        name, part = values[0], values[at]
+        if not name:
+            skipped(f"{what}: record {i + 1} (node {shown(name[:64])}): no node name")
             continue
-        seen = nodes.get(n["name"])
+        seen = first.get(name)
         if seen is None:
-            nodes[n["name"]] = n
-            continue
-        parts = seen["partitions"]
-        if {k: x for k, x in seen.items() if k != "partitions"} != {k: x for k, x in n.items() if k != "partitions"}:
-            raise RecordError(f"{where}: differs from the node's earlier line beyond its partition")
-        parts.extend(p for p in n["partitions"] if p not in parts)
+            first[name], parts[name] = values, []
+        elif (seen[:at] != values[:at] or seen[at + 1 :] != values[at + 1 :]) and _beyond_partition(
+            seen, values, fields
+        ):
+            raise RecordError(
+                f"{what}: record {i + 1} (node {shown(name[:64])}): differs from the node's earlier line beyond "
+                "its partition"
+            )
+        if part not in ("n/a", "(null)") and part not in parts[name]:
+            parts[name].append(part)
     out = []
-    for name in sorted(nodes):
+    for name in sorted(first):
+        n = node_dict(first[name], fields)
+        n["partitions"] = parts[name]
         try:
-            out.append(convert_record(node_record, nodes[name], f"{what}: node {shown(name)}"))
+            out.append(convert_record(node_record, n, f"{what}: node {shown(name)}"))
         except RecordSkipped as problem:
             skipped(problem)
     return out
+
+
+def _beyond_partition(a: Sequence[str], b: Sequence[str], fields: Sequence[str]) -> bool:
+    """Whether two lines of one node say different things beyond the partition (as node records)."""
+    x, y = node_dict(a, fields), node_dict(b, fields)
+    return {k: v for k, v in x.items() if k != "partitions"} != {k: v for k, v in y.items() if k != "partitions"}
