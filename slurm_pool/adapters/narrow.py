@@ -43,6 +43,7 @@ output recorded from the real daemons of both ends).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 from dataclasses import dataclass
@@ -124,6 +125,36 @@ _NO_LIMIT = frozenset({"UNLIMITED", "NOT_SET", "Partition_Limit"})
 YEAR_SECONDS = 365 * 24 * 60 * 60
 #: The ``raw`` of a record read from text: one shared, read-only empty mapping.
 _NO_RAW: Mapping[str, Any] = MappingProxyType({})
+#: JobRecord's fields in order: :class:`TextJobs` passes them by position (a fifth of its time).
+_RECORD_ORDER = (
+    "job_id",
+    "name",
+    "state",
+    "reason",
+    "partition",
+    "qos",
+    "account",
+    "user",
+    "nodes",
+    "required_nodes",
+    "excluded_nodes",
+    "restart_count",
+    "comment",
+    "requeue",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "preempt_time",
+    "time_limit",
+    "gpus",
+    "gpu_types",
+    "shards",
+    "node_count",
+    "features",
+    "raw",
+)
+#: :meth:`TextJobs.shape` of jobs that text cannot say exactly.
+_AGAIN: tuple[Any, ...] = ()
 #: Characters of output split at once (:func:`split_records`).
 SPLIT_BLOCK = 1 << 20
 #: At most this many jobs are read again one list at a time; more take one whole ``squeue --json``.
@@ -366,6 +397,9 @@ class TextJobs:
         self.excluded = excluded
         self.flags_exact = not version.has("json_data_parser")  # 22.05: JSON prints the one word too
         self.exc_ix = fields.index("ExcNodes") if "ExcNodes" in fields else None
+        self.shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        if [f.name for f in dataclasses.fields(JobRecord)] != list(_RECORD_ORDER):
+            raise TypeError("JobRecord's fields moved: TextJobs builds it by position")
 
     def record(self, values: Sequence[str]) -> JobRecord | int:
         """The record, or its job id when text cannot say it exactly (:func:`exact`: read it as JSON)."""
@@ -420,47 +454,73 @@ class TextJobs:
             exc = excluded[jid]
         else:
             exc = "" if self.exc_ix is None else values[self.exc_ix]
-        if end is None or limit == -1 or not _REASON_WORD.fullmatch(reason):
+        if end is None:
             return jid
+        key = (limit, reason, alloc, per_node, per_job, per_socket, per_task, state_word)
+        shape = self.shapes.get(key)
+        if shape is None:
+            shape = self.shapes[key] = self.shape(*key)
+        if shape is _AGAIN:
+            return jid
+        state, gpus, types, shards, seconds, unlimited_waiting = shape
+        return JobRecord(
+            jid,
+            name if name not in _UNSET else "",
+            state,
+            reason,
+            partition if partition not in _UNSET else "",
+            qos if qos not in _UNSET else "",
+            account if account not in _UNSET else "",
+            user if user not in _UNSET else "",
+            nodes if nodes not in _UNSET else "",
+            required if required not in _UNSET else "",
+            exc if exc not in _UNSET else "",
+            restarts,
+            "" if comment == "(null)" else comment,
+            requeue == "1",
+            _seconds(submit),
+            _seconds(start),
+            None if unlimited_waiting else _seconds(end),  # job_record: no end for an unlimited job not started
+            _seconds(preempt),
+            seconds,
+            gpus,
+            dict(types),
+            shards,
+            count,
+            features if features not in _UNSET else "",
+            _NO_RAW,
+        )
+
+    def shape(
+        self,
+        limit: int | None,
+        reason: str,
+        alloc: str,
+        per_node: str,
+        per_job: str,
+        per_socket: str,
+        per_task: str,
+        state_word: str,
+    ) -> tuple[Any, ...]:
+        """What jobs with these values share: _AGAIN (read them as JSON), or their state, GPUs and limit.
+
+        Many jobs share them, so each read computes them once (:meth:`record`); an Unusable count is raised
+        for every job that has it, never kept.
+        """
+        if limit == -1 or not _REASON_WORD.fullmatch(reason):
+            return _AGAIN
         alloc, per_node = _na(alloc), _na(per_node)
         asks = " ".join((per_node, _na(per_job), _na(per_socket), _na(per_task)))
-        alloc_gpus, _, alloc_shards = string_tres(alloc, None, None)  # cached; Unusable for a bad count
+        alloc_gpus, _, alloc_shards = string_tres(alloc, None, None)  # Unusable for a bad count
         if ("gpu" in asks and not alloc_gpus) or ("shard" in asks and not alloc_shards):
-            return jid
+            return _AGAIN
         if not (state_word in JOB_BASE_STATES or self.flags_exact):
-            return jid
+            return _AGAIN
         state = job_state(state_word)
         gpus, types, shards = string_tres(alloc, None, per_node)
         minutes = None if limit is None or limit >= INFINITE else limit
-        if minutes is None and state.any(WAITING) and not state.any(ON_NODE):
-            end = 0  # job_record: no end for an unlimited job that has not started
-        return JobRecord(
-            job_id=jid,
-            name=name if name not in _UNSET else "",
-            state=state,
-            reason=reason if reason not in _UNSET else "",
-            partition=partition if partition not in _UNSET else "",
-            qos=qos if qos not in _UNSET else "",
-            account=account if account not in _UNSET else "",
-            user=user if user not in _UNSET else "",
-            nodes=nodes if nodes not in _UNSET else "",
-            required_nodes=required if required not in _UNSET else "",
-            excluded_nodes=exc if exc not in _UNSET else "",
-            restart_count=restarts,
-            comment="" if comment == "(null)" else comment,
-            requeue=requeue == "1",
-            submit_time=_seconds(submit),
-            start_time=_seconds(start),
-            end_time=_seconds(end),
-            preempt_time=_seconds(preempt),
-            time_limit=None if minutes is None else float(minutes) * 60.0,
-            gpus=gpus,
-            gpu_types=dict(types),
-            shards=shards,
-            node_count=count,
-            features=features if features not in _UNSET else "",
-            raw=_NO_RAW,
-        )
+        unlimited_waiting = minutes is None and state.any(WAITING) and not state.any(ON_NODE)
+        return state, gpus, types, shards, None if minutes is None else float(minutes) * 60.0, unlimited_waiting
 
 
 def _whole(value: str, field: str, least: int) -> int:
