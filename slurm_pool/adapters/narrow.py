@@ -21,10 +21,11 @@ output recorded from the real daemons of both ends).
 * Times: ``SLURM_TIME_FORMAT=%s`` makes every time Unix seconds
   (``src/common/parse_time.c`` ``_make_time_str_internal``); unset times print
   ``N/A``, ``Unknown`` or ``None``.
-* Each line becomes the JSON record's shape and goes through the same
-  :func:`~slurm_pool.adapters.records.job_record` /
-  :func:`~slurm_pool.adapters.records.node_record`, so unset values, GPU
-  counts and states map exactly as they do from JSON.
+* A node line becomes the JSON record's shape and goes through the same
+  :func:`~slurm_pool.adapters.records.node_record`; a job line goes straight to
+  the record :func:`~slurm_pool.adapters.records.job_record` makes of its JSON
+  shape (:class:`TextJobs`, held to ``job_record(job_dict(...))`` by the tests),
+  so unset values, GPU counts and states map exactly as they do from JSON.
 * What text cannot say, read again with ``squeue --json --jobs=ID,...``
   (:func:`fallback_command`), so the records stay exact:
 
@@ -127,32 +128,9 @@ YEAR_SECONDS = 365 * 24 * 60 * 60
 _NO_RAW: Mapping[str, Any] = MappingProxyType({})
 #: JobRecord's fields in order: :class:`TextJobs` passes them by position (a fifth of its time).
 _RECORD_ORDER = (
-    "job_id",
-    "name",
-    "state",
-    "reason",
-    "partition",
-    "qos",
-    "account",
-    "user",
-    "nodes",
-    "required_nodes",
-    "excluded_nodes",
-    "restart_count",
-    "comment",
-    "requeue",
-    "submit_time",
-    "start_time",
-    "end_time",
-    "preempt_time",
-    "time_limit",
-    "gpus",
-    "gpu_types",
-    "shards",
-    "node_count",
-    "features",
-    "raw",
-)
+    "job_id name state reason partition qos account user nodes required_nodes excluded_nodes restart_count comment "
+    "requeue submit_time start_time end_time preempt_time time_limit gpus gpu_types shards node_count features raw"
+).split()
 #: :meth:`TextJobs.shape` of jobs that text cannot say exactly.
 _AGAIN: tuple[Any, ...] = ()
 #: Characters of output split at once (:func:`split_records`).
@@ -398,7 +376,7 @@ class TextJobs:
         self.flags_exact = not version.has("json_data_parser")  # 22.05: JSON prints the one word too
         self.exc_ix = fields.index("ExcNodes") if "ExcNodes" in fields else None
         self.shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        if [f.name for f in dataclasses.fields(JobRecord)] != list(_RECORD_ORDER):
+        if [f.name for f in dataclasses.fields(JobRecord)] != _RECORD_ORDER:
             raise TypeError("JobRecord's fields moved: TextJobs builds it by position")
 
     def record(self, values: Sequence[str]) -> JobRecord | int:
