@@ -35,6 +35,8 @@ class GresItem(NamedTuple):
 
 def split_top(text: str) -> list[str]:
     """Split at commas that are not inside parentheses."""
+    if "," not in text:  # one entry, the common case: no character loop
+        return [text.strip()] if text.strip() else []
     parts: list[str] = []
     depth = 0
     cur: list[str] = []

@@ -16,7 +16,7 @@ import re
 import time
 from typing import Any, Callable, ClassVar, Protocol, Sequence
 
-from slurm_pool.adapters import narrow
+from slurm_pool.adapters import narrow, queuestream
 from slurm_pool.adapters.partitions import PartitionRecord, parse_partition_text
 from slurm_pool.adapters.records import (
     JobRecord,
@@ -114,7 +114,7 @@ class SlurmClient(SlurmCalls):
         if len(text.fallback_ids) > narrow.FALLBACK_LIST_MAX:  # the whole queue: streamed, only those jobs kept
             with stream_output(self.runner, argv) as out:
                 what = f"{' '.join(argv)} printed no readable records"
-                return narrow.merge(text, narrow.wanted_records(out, text.fallback_ids, what))
+                return narrow.merge(text, queuestream.wanted_records(out, text.fallback_ids, what))
         return narrow.merge(text, self._read(argv, parse_jobs))
 
     def jobs_json(self) -> list[JobRecord]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 from slurm_pool.adapters.gres import gpu_counts
@@ -43,8 +44,8 @@ def node_gpu_states(state: Iterable[str], gres: str, gres_used: str) -> dict[str
     down or not responding, and ``idle`` otherwise.
     """
     states = {s.upper() for s in state}
-    total = gpu_counts(gres)
-    used = gpu_counts(gres_used)
+    total = dict(_gpu_counts(gres))
+    used = dict(_gpu_counts(gres_used))
     if states & DRAIN_STATES:
         free_state = "drained"
     elif states & DOWN_STATES:
@@ -59,6 +60,12 @@ def node_gpu_states(state: Iterable[str], gres: str, gres_used: str) -> dict[str
         row[free_state] += free
         out[gtype] = row
     return out
+
+
+@lru_cache(maxsize=8192)
+def _gpu_counts(text: str) -> tuple[tuple[str, int], ...]:
+    """:func:`~slurm_pool.adapters.gres.gpu_counts`, cached: 10,000 nodes print a few GRES strings."""
+    return tuple(gpu_counts(text).items())
 
 
 #: Seconds after a lend placeholder ended within which a job starting on its node took that node back.

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from slurm_pool.adapters import narrow
+from slurm_pool.adapters import narrow, queuestream
 from slurm_pool.adapters.records import JobRecord, NodeRecord, RecordError, job_record, parse_jobs, parse_nodes
 from slurm_pool.adapters.runner import RecordingRunner
 from slurm_pool.adapters.slurm import SlurmClient
@@ -338,9 +338,9 @@ def test_many_fallbacks_stream_the_whole_json_and_keep_only_those_jobs(path, mon
 
 def test_the_streamed_fallback_converts_only_the_jobs_asked_for(caplog):
     doc = {"jobs": [{"job_id": 7, "job_state": ["PENDING", "REQUEUED"]}, {"job_id": 8, "restart_cnt": "x"}]}
-    got = list(narrow.wanted_records(io.BytesIO(json.dumps(doc).encode()), [7], "squeue --json"))
+    got = list(queuestream.wanted_records(io.BytesIO(json.dumps(doc).encode()), [7], "squeue --json"))
     assert [(j.job_id, str(j.state)) for j in got] == [(7, "PENDING+REQUEUED")] and not caplog.records
-    got = list(narrow.wanted_records(io.BytesIO(json.dumps(doc).encode()), [7, 8], "squeue --json"))
+    got = list(queuestream.wanted_records(io.BytesIO(json.dumps(doc).encode()), [7, 8], "squeue --json"))
     assert [j.job_id for j in got] == [7]  # job 8's count is unusable: reported and skipped
     assert "squeue --json: jobs[1]: restart_cnt 'x'" in caplog.text
 
@@ -365,3 +365,72 @@ def test_json_drops_the_end_of_an_unlimited_job_that_has_not_started(state, limi
     # plus INFINITE*60 wrapped to 32 bits (backfill.c; recorded on 26.05, past INFINITE: unset already).
     j = {"job_id": 5, "job_state": state, "time_limit": limit, "end_time": {"set": True, "number": 1827770704}}
     assert job_record(j).end_time == end
+
+
+# -- the per-line builder is job_record(job_dict(...)) --------------------------------------------
+
+#: Values each field takes in the lines below: ordinary, unset, hostile and out of range.
+LINE_VALUES: dict[str, list[str]] = {
+    "JobId": ["7", "0", "4294967293", "4294967294", "7x", "\u0667", "12" * 11],
+    "Name": ["n", "(null)", "N/A", ""],
+    "State": ["PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED", "CANCELLED"],
+    "Reason": ["Priority", "None", "N/A", "Nodes required for job are DOWN"],
+    "NodeList": ["", "n[1-2]", "(null)"],
+    "RestartCnt": ["0", "3", "-1", "4294967294"],
+    "Comment": ["(null)", "N/A", "c"],
+    "Requeue": ["0", "1", "yes"],
+    "StartTime": ["N/A", "100", "Unknown", "4294967294", "99999999999999999999"],
+    "EndTime": ["N/A", "NONE", "200", "4294967295", "soon"],
+    "PreemptTime": ["N/A", "150"],
+    "TimeLimit": ["1-02:03:00", "UNLIMITED", "INVALID", "5", "71582788:00:00", "soon"],
+    "tres-alloc": ["cpu=1,gres/gpu=2,gres/gpu:a100=2", "N/A", "cpu=1", "cpu=1,gres/shard=3", "cpu=1,gres/gpu=-2"],
+    "tres-per-node": ["gres/gpu:a100:2", "N/A", "gres/shard:1"],
+    "tres-per-job": ["N/A", "gres/gpu:1"],
+    "NumNodes": ["1", "0", "-1"],
+    "Feature": ["(null)", "a100&nvlink"],
+    "ExcNodes": ["", "n9"],
+}
+
+
+def reference(line: str, version: SlurmVersion) -> object:
+    """What the JSON-shaped path makes of one line: a record, a job id to read again, or the error's text."""
+    values = line[: -len(TOK.end) - 1].split(TOK.sep)
+    fields = narrow.job_fields(version)
+    try:
+        job = narrow.job_dict(values, fields, "where")
+        if not narrow.exact(job, version):
+            return job["job_id"]
+        return values_of(job_record(job, keep_raw=False))
+    except Exception as exc:  # noqa: BLE001 -- compared by kind and text (either unusable kind: skipped)
+        kind = "RecordSkipped" if type(exc).__name__ == "Unusable" else type(exc).__name__
+        return f"{kind}: {str(exc).removeprefix('where: ')}"
+
+
+def built(line: str, version: SlurmVersion) -> object:
+    values = line[: -len(TOK.end) - 1].split(TOK.sep)
+    try:
+        got = narrow.TextJobs(narrow.job_fields(version), version, None).record(values)
+    except Exception as exc:  # noqa: BLE001
+        kind = "RecordSkipped" if type(exc).__name__ == "Unusable" else type(exc).__name__
+        return f"{kind}: {exc}"
+    return got if isinstance(got, int) else values_of(got)
+
+
+def values_of(r: JobRecord) -> dict[str, Any]:
+    return values(r)
+
+
+@pytest.mark.parametrize("field", sorted(LINE_VALUES))
+def test_each_line_builds_what_job_record_makes_of_its_json_shape(field):
+    for value in LINE_VALUES[field]:
+        for state in ("PENDING", "RUNNING"):
+            for limit in ("1-02:03:00", "UNLIMITED"):
+                over = {"State": state, "TimeLimit": limit, "StartTime": "100", field: value}
+                for version in (V22, V26):
+                    line = job_line(**over)
+                    if version is V22:  # no ExcNodes field: the line is cut to 22.05's fields
+                        cut = line[: -len(TOK.end) - 1].split(TOK.sep)[: len(narrow.job_fields(V22))]
+                        line = TOK.sep.join(cut) + TOK.end + "\n"
+                    want = reference(line, version)
+                    got = built(line, version)
+                    assert got == want, (field, value, state, limit, version)
