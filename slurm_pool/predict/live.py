@@ -23,10 +23,13 @@ from slurm_pool.spec.hosts import expand
 
 #: Days of accounting a forecast reads for each user's recent runtimes.
 HISTORY_DAYS = 14
-#: Node state words under which a node takes no new job.
-UNAVAILABLE = frozenset(
-    {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN", "FUTURE"}
-)
+#: Node state words under which a node takes no new job for the forecast's horizon.  A node that has only
+#: missed slurmctld's last ping (NOT_RESPONDING without DOWN) is not among them: slurmctld holds it back
+#: until its slurmd answers again and marks it DOWN only once SlurmdTimeout passes (``node_not_resp`` in
+#: src/slurmctld/node_mgr.c, ``ping_nodes.c``), so it either takes jobs again within seconds (a loaded
+#: slurmd answering late) or the next forecast reads it DOWN; dropping it for the whole horizon would
+#: predict "never" for jobs that start once it answers.
+UNAVAILABLE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "POWERED_DOWN", "FUTURE"})
 _HELD = ("JobHeldUser", "JobHeldAdmin", "launch failed requeued held")
 
 
