@@ -238,6 +238,9 @@ def test_cli_compare_text_json_and_plot(tmp_path):
     assert (out / "sizing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "report.md").read_text()
     assert "## Designs compared" in page and "| floating | 4 | 0.50 | 0.50 | 2.00 |" in page
+    bound = got["lower_bound_gpus"]
+    assert f"| {bound} | {4 / bound:.2f} | 100% |" in page and "| projb | 0 | 0 | 0 |" in page
+    assert "Bar: owners' p95 wait <= dedicated servers' p95 + 0 s." in page
 
 
 @pytest.mark.parametrize(
