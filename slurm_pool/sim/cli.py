@@ -13,7 +13,7 @@ from slurm_pool.sim.engine import BORROWED, GUARANTEED, Result, standard_policie
 from slurm_pool.sim.engine import simulate as replay
 from slurm_pool.sim.nodelend import OVERFLOW, LendRule, LendStats
 from slurm_pool.sim.nodes import NodePolicy, NodeResult, nodes_from_spec, simulate_nodes
-from slurm_pool.sim.report import write_report
+from slurm_pool.sim.report import bound_plot, write_report
 from slurm_pool.sim.sizing import (
     BORROWER_TOLERANCE,
     MAX_BORROWER_TOLERANCE,
@@ -212,6 +212,14 @@ def default_grace(spec: Any) -> int:
     help="With --compare: the share of draws a size must pass, ceil(confidence x draws) of them (0.9 over 10 "
     "draws: 9); 1 asks every draw.  [default: 0.9]",
 )
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --compare: write a PNG of GPUs against owners' p95 per design (a light line per draw), the bar "
+    "and the lower bound.",
+)
 # --- end of the owners' bar ---
 @click.option(
     "--borrower-tolerance",
@@ -262,6 +270,7 @@ def simulate(
     owner_slack: float | None,
     owner_p95: float | None,
     confidence: float | None,
+    plot_path: str | None,
     borrower_tolerance: float | None,
     report_dir: str | None,
     spot_tier: str | None,
@@ -280,6 +289,8 @@ def simulate(
     if draws is not None and not comparing:
         raise click.BadParameter(f"{draws} draws: only --compare replays several draws", param_hint="--draws")
     check_bar(comparing, owner_slack, owner_p95, confidence)
+    if plot_path is not None and not comparing:
+        raise click.BadParameter(shown(f"{plot_path}: only --compare plots the designs"), param_hint="--plot")
     if borrower_tolerance is not None and not (sizing or comparing):
         raise click.BadParameter(
             f"{borrower_tolerance:g}: only --size or --compare judges borrowers", param_hint="--borrower-tolerance"
@@ -335,6 +346,11 @@ def simulate(
             write_report(results, report_dir, title=title, sizing=sized, compared=compared)
         except OSError as exc:
             raise click.BadParameter(shown(f"{report_dir}: {exc.strerror or exc}"), param_hint="--report") from None
+    if plot_path is not None and compared is not None:
+        try:
+            bound_plot(compared, plot_path)
+        except OSError as exc:
+            raise click.BadParameter(shown(f"{plot_path}: {exc.strerror or exc}"), param_hint="--plot") from None
     owners = sum(j.project is not None for j in hist.jobs)
     on_mig = sum(j.profile is not None for j in hist.jobs)
     if as_json:

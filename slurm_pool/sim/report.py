@@ -267,6 +267,38 @@ def design_curves(comparisons: list[tuple[str, Comparison]], path: str | Path) -
     return write_all(target.parent, {target.name: png}, option="--out")[0]
 
 
+def bound_plot(c: Comparison, path: str | Path) -> Path:
+    """``simulate --compare --plot FILE``: GPUs against owners' p95 per design, a light line per draw and a
+    bold one for the worst draw, the bar and the lower bound as lines; written whole or not at all."""
+
+    def draw(ax: Any) -> None:
+        for k, d in enumerate(c.designs[1:]):
+            color = f"C{k}"
+            for trials in d.trials:
+                ax.plot(d.gpus, [t.result.wait_quantile(0.95) / 3600 for t in trials], "-", color=color, alpha=0.25)
+            xs, ys = design_points(d, 1.0, 3600.0)
+            ax.plot(xs, ys, DESIGN_STYLE[d.name], color=color, linewidth=1.5, label=f"{d.name} (worst draw)")
+            if d.chosen is not None:
+                ax.plot([xs[d.chosen]], [ys[d.chosen]], "o", color=color)
+        ded = c.designs[0]
+        ax.plot(
+            [ded.dedicated_gpus],
+            [max(b.wait_quantile(0.95) for b in c.baselines) / 3600],
+            "s",
+            color="black",
+            label="dedicated servers",
+        )
+        if c.targets:
+            ax.axhline(max(c.targets) / 3600, color="grey", linestyle="--", linewidth=0.8, label="the bar (worst draw)")
+        if c.bound is not None:
+            ax.axvline(c.bound, color="black", linestyle=":", linewidth=1, label=f"lower bound: {c.bound} GPUs")
+        ax.set_ylim(bottom=0)
+
+    png = _plot((7, 4.5), "GPUs in the pool", "owners' p95 wait (hours)", draw, legend="upper right")
+    target = Path(path)
+    return write_all(target.parent, {target.name: png}, option="--plot")[0]
+
+
 def write_report(
     results: list[tuple[str, Result]],
     directory: str | Path,

@@ -396,3 +396,17 @@ def test_cli_compare_bad_bar_exits_2(args, message):
     res = run(*args)
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_cli_compare_plot_written_whole(tmp_path):
+    out = tmp_path / "plots" / "bound.png"
+    res = run("--nodes", "--compare", "--draws", "2", "--plot", str(out))
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = run("--nodes", "--compare", "--draws", "2", "--plot", str(blocker / "bound.png"))
+    assert res.exit_code == 2 and "--plot" in res.output and "Traceback" not in res.output
+    assert blocker.read_text() == "x"
+    res = run("--nodes", "--plot", str(out))
+    assert res.exit_code == 2 and "only --compare plots the designs" in res.output
