@@ -266,6 +266,7 @@ class Design:
             "busy_with_lent": round(sum(busy(r) for r in rs) / n, 4),
             "offered_load": None if self.offered_load(i) is None else round(self.offered_load(i) or 0.0, 4),
             "preemptions": round(sum(r.preemptions for r in rs) / n, 1),
+            "owner_jobs_preempted": round(sum(r.owner_jobs_preempted for r in rs) / n, 1),
             "lost_gpu_hours": round(sum(r.lost_gpu_seconds for r in rs) / n / 3600, 2),
             "grace_and_restart_gpu_hours": round(
                 sum(r.grace_gpu_seconds + r.restart_gpu_seconds for r in rs) / n / 3600, 2
