@@ -18,7 +18,9 @@ runtime ``p``.  The bound is the largest of:
   at least the smaller overlap of its earliest and latest placement (the
   overlap is concave in the start); the demand-weighted overlaps, less the
   ``k`` largest (the jobs a schedule may leave out), fit in
-  ``m x (t2 - t1)`` GPU-seconds;
+  ``m x (t2 - t1)`` GPU-seconds; jointly, the same ``k`` jobs are left out of
+  every interval (:func:`joint_bound`: a linear program, an integer one up to
+  :data:`MILP_JOBS` jobs);
 * **compulsory parts**: a kept job with ``p > T`` surely runs in
   ``[a + T, a + p)``; at any instant, those demands less the ``k`` largest fit
   in ``m``.
@@ -46,6 +48,14 @@ EXACT_JOBS = 10
 LENGTHS = 48
 #: The most start points the energy bound tries (evenly spread over the earliest and latest starts).
 STARTS = 256
+#: The densest intervals per start point the linear program keeps.
+KEEP = 3
+#: What the linear program's optimum is lowered by before rounding up (its solver's tolerances).
+LP_SLACK = 1e-6
+#: Seconds the integer program may search for a better bound than the linear program's.
+MILP_SECONDS = 5.0
+#: Up to this many owner jobs the integer program runs (beyond, its solver outruns its time limit).
+MILP_JOBS = 200
 _EPS = 1e-9
 
 
@@ -98,19 +108,19 @@ def _less_top(rows: np.ndarray, k: int) -> np.ndarray:
     return total - top.sum(axis=-1)
 
 
-def energy_bound(ts: Sequence[Task], bar: float, k: int, lengths: int = LENGTHS, starts: int = STARTS) -> int:
-    """The energy bound over intervals of ``lengths`` lengths starting at the earliest and latest starts (at
-    most ``starts`` of them, evenly spread: any interval gives a valid bound)."""
-    if len(ts) <= k:
-        return 0
+def _intervals(
+    ts: Sequence[Task], bar: float, k: int, lengths: int, starts: int, keep: int
+) -> tuple[float, list[np.ndarray]]:
+    """The energy bound's largest density, and for each start point the ``keep`` densest intervals' rows
+    (each job's GPU-seconds surely inside, over the interval's length)."""
     a = np.array([t.arrival for t in ts])
     p = np.array([t.runtime for t in ts])
     d = np.array([t.demand for t in ts])
     lo, hi = float(max(p.min(), 1.0)), float((a + bar + p).max() - a.min())
     if hi <= 0:
-        return 0
+        return 0.0, []
     ladder = np.unique(np.geomspace(lo, max(lo, hi), lengths))
-    best = 0.0
+    best, rows = 0.0, []
     points = np.unique(np.concatenate([a, a + bar]))
     if len(points) > starts:
         points = points[np.linspace(0, len(points) - 1, starts).round().astype(int)]
@@ -118,9 +128,64 @@ def energy_bound(ts: Sequence[Task], bar: float, k: int, lengths: int = LENGTHS,
         t2 = t1 + ladder[:, None]  # (lengths, 1)
         early = np.clip(np.minimum(a + p, t2) - np.maximum(a, t1), 0, None)
         late = np.clip(np.minimum(a + bar + p, t2) - np.maximum(a + bar, t1), 0, None)
-        need = _less_top(np.minimum(early, late) * d, k)
-        best = max(best, float((need / ladder).max()))
-    return _up(best)
+        energy = np.minimum(early, late) * d / ladder[:, None]
+        density = _less_top(energy, k)
+        best = max(best, float(density.max()))
+        rows += list(energy[np.argsort(density)[-keep:]])
+    return best, rows
+
+
+def energy_bound(ts: Sequence[Task], bar: float, k: int, lengths: int = LENGTHS, starts: int = STARTS) -> int:
+    """The energy bound over intervals of ``lengths`` lengths starting at the earliest and latest starts (at
+    most ``starts`` of them, evenly spread: any interval gives a valid bound), each less its ``k`` largest."""
+    if len(ts) <= k:
+        return 0
+    return _up(_intervals(ts, bar, k, lengths, starts, 0)[0])
+
+
+def joint_bound(
+    ts: Sequence[Task],
+    bar: float,
+    k: int,
+    lengths: int = LENGTHS,
+    starts: int = STARTS,
+    time_limit: float = MILP_SECONDS,
+) -> int:
+    """The energy bound with the same ``k`` jobs left out of every interval: a linear program over the densest
+    intervals (each job kept by a share ``x`` from 0 to 1, the shares summing to at least ``n - k``;
+    minimise the GPUs ``m`` with every interval's kept GPU-seconds within ``m`` times its length), then with
+    each share 0 or 1 up to :data:`MILP_JOBS` jobs (``scipy.optimize.milp``; past ``time_limit`` seconds, the
+    bound it has proven)."""
+    n = len(ts)
+    if n <= k:
+        return 0
+    _, rows = _intervals(ts, bar, k, lengths, starts, KEEP)
+    if not rows:
+        return 0
+    from scipy.optimize import linprog
+
+    energy = np.array(rows)
+    a_ub = np.vstack([np.hstack([energy, -np.ones((len(rows), 1))]), np.append(-np.ones(n), 0.0)])
+    b_ub = np.append(np.zeros(len(rows)), -(n - k))
+    cost = np.append(np.zeros(n), 1.0)
+    got = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=[(0, 1)] * n + [(0, None)], method="highs")
+    best = float(got.fun) if got.status == 0 else 0.0
+    if (
+        time_limit > 0 and n <= MILP_JOBS
+    ):  # each job kept or not: the integer program's proven bound, within the time limit
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
+        whole = milp(
+            cost,
+            constraints=LinearConstraint(a_ub, -np.inf, b_ub),
+            integrality=np.append(np.ones(n), 0),
+            bounds=Bounds(np.zeros(n + 1), np.append(np.ones(n), np.inf)),
+            options={"time_limit": time_limit},
+        )
+        proven = whole.fun if whole.status == 0 else getattr(whole, "mip_dual_bound", None)
+        if proven is not None and math.isfinite(proven):
+            best = max(best, float(proven))
+    return _up(best - LP_SLACK)
 
 
 def compulsory_bound(ts: Sequence[Task], bar: float, k: int) -> int:
@@ -136,8 +201,9 @@ def compulsory_bound(ts: Sequence[Task], bar: float, k: int) -> int:
 
 
 def relaxed_bound(ts: Sequence[Task], bar: float, k: int) -> int:
-    """The largest of the biggest-job, energy and compulsory-part bounds."""
-    return max(biggest_bound(ts, k), energy_bound(ts, bar, k), compulsory_bound(ts, bar, k))
+    """The largest of the biggest-job, energy (joint: the same jobs left out everywhere) and compulsory-part
+    bounds (the joint bound is at least the energy bound's on the intervals it keeps)."""
+    return max(biggest_bound(ts, k), joint_bound(ts, bar, k), compulsory_bound(ts, bar, k))
 
 
 def feasible(ts: Sequence[Task], bar: float, k: int, gpus: float) -> bool:

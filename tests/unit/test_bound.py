@@ -102,3 +102,13 @@ def test_relaxations_on_many_jobs():
 def test_lower_bound_rejects(bar, q, message):
     with pytest.raises(ValueError, match=message):
         bound.lower_bound([], bar, q)
+
+
+def test_the_joint_bound_leaves_out_the_same_jobs_everywhere():
+    # two bursts of a 4-GPU job and nine 1-GPU jobs, bar 0, one of 20 may wait: each interval alone may leave
+    # its burst's big job out (9 GPUs), but only one of the two can be, so the other burst needs 13
+    burst = [Task(0, 100, 4)] + [Task(0, 100, 1)] * 9
+    ts = burst + [Task(1000, 100, t.demand) for t in burst]
+    assert bound.late_allowed(20) == 1
+    assert bound.energy_bound(ts, 0, 1) == 9 and bound.compulsory_bound(ts, 0, 1) == 9
+    assert bound.joint_bound(ts, 0, 1) == 13 and bound.lower_bound(as_jobs(ts), 0) == 13
