@@ -251,6 +251,7 @@ class Design:
         """Size ``i`` over the draws: owners' worst p95, and the means of the rest."""
         rs = [d[i].result for d in self.trials]
         n = len(rs)
+        per = [project_p95(r) for r in rs]
         return {
             "gpus": self.gpus[i],
             "ratio_to_dedicated": round(self.gpus[i] / self.dedicated_gpus, 3),
@@ -258,8 +259,7 @@ class Design:
             "owner_wait_p95_seconds": round(max(r.wait_quantile(0.95) for r in rs), 1),
             "owner_wait_p95_seconds_per_draw": [round(r.wait_quantile(0.95), 1) for r in rs],
             "owner_wait_p95_seconds_per_project": {
-                p: round(max(project_p95(r).get(p, 0.0) for r in rs), 1)
-                for p in sorted({p for r in rs for p in r.owner_projects})
+                p: round(max(got.get(p, 0.0) for got in per), 1) for p in sorted({p for got in per for p in got})
             },
             "draws_passing_share": round(self.passing_share(i), 3),
             "utilization": round(sum(r.utilization for r in rs) / n, 4),
