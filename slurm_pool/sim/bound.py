@@ -12,8 +12,8 @@ arrival, so at most ``k = n - ceil(q n)`` may wait longer (:func:`late_allowed`)
 Every other job runs inside ``[a, a + T + p]`` for its arrival ``a`` and
 runtime ``p``.  The bound is the largest of:
 
-* **biggest job**: the ``k + 1``-th largest demand (only ``k`` jobs may be left
-  out of the bar, and the rest each need their GPUs at once);
+* **biggest job**: the largest demand (every owner job runs at some time: an
+  unfinished one fails the bar, and a job needs its GPUs at once);
 * **energy**: for a time interval ``[t1, t2]``, every kept job overlaps it by
   at least the smaller overlap of its earliest and latest placement (the
   overlap is concave in the start); the demand-weighted overlaps, less the
@@ -25,7 +25,9 @@ runtime ``p``.  The bound is the largest of:
   ``[a + T, a + p)``; at any instant, those demands less the ``k`` largest fit
   in ``m``.
 
-Each is a necessary condition, so their maximum is a lower bound.  Up to
+Each is a necessary condition, so their maximum is a lower bound.  The jobs
+left out of the bar may run after all the others, so with the biggest job's
+GPUs they never stand in the way of the rest.  Up to
 :data:`EXACT_JOBS` owner jobs the bound is exact instead (:func:`feasible`:
 a search over semi-active schedules, in which every job starts at an arrival
 or at another job's end; any feasible schedule can be shifted left into one).
@@ -91,10 +93,9 @@ def _up(x: float) -> int:
     return max(0, math.ceil(x - _EPS))
 
 
-def biggest_bound(ts: Sequence[Task], k: int) -> int:
-    """The ``k + 1``-th largest demand, rounded up (0: ``k`` covers every job)."""
-    ds = sorted((t.demand for t in ts), reverse=True)
-    return _up(ds[k]) if k < len(ds) else 0
+def biggest_bound(ts: Sequence[Task]) -> int:
+    """The largest demand, rounded up (every job runs at some time; 0: no jobs)."""
+    return _up(max((t.demand for t in ts), default=0.0))
 
 
 def _less_top(rows: np.ndarray, k: int) -> np.ndarray:
@@ -203,7 +204,7 @@ def compulsory_bound(ts: Sequence[Task], bar: float, k: int) -> int:
 def relaxed_bound(ts: Sequence[Task], bar: float, k: int) -> int:
     """The largest of the biggest-job, energy (joint: the same jobs left out everywhere) and compulsory-part
     bounds (the joint bound is at least the energy bound's on the intervals it keeps)."""
-    return max(biggest_bound(ts, k), joint_bound(ts, bar, k), compulsory_bound(ts, bar, k))
+    return max(biggest_bound(ts), joint_bound(ts, bar, k), compulsory_bound(ts, bar, k))
 
 
 def feasible(ts: Sequence[Task], bar: float, k: int, gpus: float) -> bool:

@@ -7,6 +7,7 @@ schedule, and an active schedule meets every deadline whenever any schedule does
 
 from __future__ import annotations
 
+import math
 from itertools import combinations, permutations
 from typing import Sequence
 
@@ -35,9 +36,10 @@ def placeable(order: Sequence[Task], bar: float, gpus: float) -> bool:
 
 
 def optimum(tasks: Sequence[Task], bar: float, late: int) -> int:
-    """The fewest whole GPUs on which all but ``late`` tasks start within ``bar`` of arriving."""
+    """The fewest whole GPUs on which all but ``late`` tasks start within ``bar`` of arriving and every task runs
+    (the late ones after all the others: they need only the biggest task's GPUs)."""
     keep = max(0, len(tasks) - late)
-    gpus = 0
+    gpus = math.ceil(max((t.demand for t in tasks), default=0) - 1e-9)
     while True:
         for subset in combinations(tasks, keep):
             if any(placeable(order, bar, gpus) for order in permutations(subset)):

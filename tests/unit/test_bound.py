@@ -78,6 +78,12 @@ def test_the_bound_is_reached_by_a_schedule_on_its_gpus():
         pytest.param([], 0, 0, id="no-jobs"),
         pytest.param([Job("b", None, 0, 100, 8)], 0, 0, id="borrowers-left-out"),
         pytest.param([Job("m", "a", 0, 10, 7, profile="1g.10gb")], 0, 1, id="mig-share"),
+        pytest.param(
+            [Job(f"j{i}", "a", 10.0 * i, 10, 1) for i in range(19)] + [Job("big", "a", 0, 10, 8)],
+            0,
+            8,
+            id="the-biggest-runs-too",
+        ),
         pytest.param([Job("m", "a", 0, 10, 2, profile="3g.40gb")] * 2, 0, 2, id="mig-shares-add-up"),
         pytest.param([Job(f"j{i}", "a", 0, 10, 1) for i in range(20)], 0, 19, id="one-of-20-may-wait"),
     ],
