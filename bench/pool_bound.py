@@ -58,6 +58,7 @@ def main() -> int:
     ap.add_argument("--confidence", type=float, default=0.9)
     ap.add_argument("--slack", type=float, default=None, help="seconds over the dedicated p95 [default: --grace]")
     ap.add_argument("--only", type=int, default=None, help="only the n-th mix (0-based), for a quick run")
+    ap.add_argument("--out", type=Path, default=OUT, help="the Markdown file written")
     args = ap.parse_args()
     slack = args.grace if args.slack is None else args.slack
     window = args.days * wl.DAY
@@ -90,6 +91,7 @@ def main() -> int:
         )
         + (f" --slack {slack:g}" if args.slack is not None else "")
         + (f" --only {args.only}" if args.only is not None else "")
+        + (f" --out {args.out}" if args.out.resolve() != OUT else "")
     )
     need = draws_needed(args.draws, args.confidence)
     lines = [
@@ -143,7 +145,7 @@ def main() -> int:
         f"All {len(rows)} mixes x 2 bars took {elapsed:.0f} s (load average {load[0]:.1f} / {load[1]:.1f} / "
         f"{load[2]:.1f}, a shared 2-core machine).",
     ]
-    OUT.write_text("\n".join(lines) + "\n")
+    args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
