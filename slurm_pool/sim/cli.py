@@ -13,7 +13,7 @@ from slurm_pool.sim.engine import BORROWED, GUARANTEED, Result, standard_policie
 from slurm_pool.sim.engine import simulate as replay
 from slurm_pool.sim.nodelend import OVERFLOW, LendRule, LendStats
 from slurm_pool.sim.nodes import NodePolicy, NodeResult, nodes_from_spec, simulate_nodes
-from slurm_pool.sim.report import write_report
+from slurm_pool.sim.report import bound_plot, write_report
 from slurm_pool.sim.sizing import (
     BORROWER_TOLERANCE,
     MAX_BORROWER_TOLERANCE,
@@ -24,7 +24,7 @@ from slurm_pool.sim.sizing import (
     size_pool,
 )
 from slurm_pool.sim.sizing import summary as sizing_summary
-from slurm_pool.sim.sizing_compare import Comparison, compare
+from slurm_pool.sim.sizing_compare import Comparison, compare, draws_needed
 from slurm_pool.sim.sizing_compare import summary as compare_summary
 from slurm_pool.sim.units import describe
 from slurm_pool.text import shown
@@ -189,6 +189,38 @@ def default_grace(spec: Any) -> int:
     help="With --compare: runtime draws, the history as recorded and then runtimes redrawn from its own; a size "
     "passes only if it passes on every draw.  [default: 3]",
 )
+# --- the owners' bar of --compare (issue 48) ---
+@click.option(
+    "--owner-slack",
+    "owner_slack",
+    type=Finite(min=0),
+    default=None,
+    help="With --compare: owners' p95 wait may exceed the dedicated servers' p95 on the same draw by this "
+    "many seconds.  [default: one GraceTime, --grace]",
+)
+@click.option(
+    "--owner-p95",
+    "owner_p95",
+    type=Finite(min=0),
+    default=None,
+    help="With --compare: an absolute bar instead: owners' p95 wait at most this many seconds.",
+)
+@click.option(
+    "--confidence",
+    type=Finite(min=0, max=1, min_open=True),
+    default=None,
+    help="With --compare: the share of draws a size must pass, ceil(confidence x draws) of them (0.9 over 10 "
+    "draws: 9); 1 asks every draw.  [default: 0.9]",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --compare: write a PNG of GPUs against owners' p95 per design (a light line per draw), the bar "
+    "and the lower bound.",
+)
+# --- end of the owners' bar ---
 @click.option(
     "--borrower-tolerance",
     "borrower_tolerance",
@@ -235,6 +267,10 @@ def simulate(
     sizing: bool,
     comparing: bool,
     draws: int | None,
+    owner_slack: float | None,
+    owner_p95: float | None,
+    confidence: float | None,
+    plot_path: str | None,
     borrower_tolerance: float | None,
     report_dir: str | None,
     spot_tier: str | None,
@@ -252,6 +288,9 @@ def simulate(
         raise click.BadParameter("floating guarantees place jobs on nodes: give --nodes too", param_hint="--compare")
     if draws is not None and not comparing:
         raise click.BadParameter(f"{draws} draws: only --compare replays several draws", param_hint="--draws")
+    check_bar(comparing, owner_slack, owner_p95, confidence)
+    if plot_path is not None and not comparing:
+        raise click.BadParameter(shown(f"{plot_path}: only --compare plots the designs"), param_hint="--plot")
     if borrower_tolerance is not None and not (sizing or comparing):
         raise click.BadParameter(
             f"{borrower_tolerance:g}: only --size or --compare judges borrowers", param_hint="--borrower-tolerance"
@@ -284,7 +323,19 @@ def simulate(
         pool = next(p for _, p in policies if p.name == "pool-checkpoint-on-preempt")
         if comparing:
             step = bars.step(f"comparing the designs over {draws or 3} runtime draws")
-            compared = compare(nodes, hist.jobs, pool, hist.window, draws=draws or 3, lend=rule, tol=tol, progress=step)
+            compared = compare(
+                nodes,
+                hist.jobs,
+                pool,
+                hist.window,
+                draws=draws or 3,
+                lend=rule,
+                tol=tol,
+                progress=step,
+                slack=None if owner_p95 is not None else grace if owner_slack is None else owner_slack,
+                owner_p95=owner_p95,
+                confidence=DEFAULT_CONFIDENCE if confidence is None else confidence,
+            )
             sized = compared.sizing(0)
         elif sizing:
             engine = node_replay if on_nodes else gpu_replay
@@ -295,6 +346,11 @@ def simulate(
             write_report(results, report_dir, title=title, sizing=sized, compared=compared)
         except OSError as exc:
             raise click.BadParameter(shown(f"{report_dir}: {exc.strerror or exc}"), param_hint="--report") from None
+    if plot_path is not None and compared is not None:
+        try:
+            bound_plot(compared, plot_path)
+        except OSError as exc:
+            raise click.BadParameter(shown(f"{plot_path}: {exc.strerror or exc}"), param_hint="--plot") from None
     owners = sum(j.project is not None for j in hist.jobs)
     on_mig = sum(j.profile is not None for j in hist.jobs)
     if as_json:
@@ -364,6 +420,22 @@ def simulate(
         echo_sizing(sized)
 
 
+#: The share of draws a size passes on by default (--confidence).
+DEFAULT_CONFIDENCE = 0.9
+
+
+def check_bar(comparing: bool, slack: float | None, p95: float | None, confidence: float | None) -> None:
+    """BadParameter when the owners' bar is given without --compare, or twice."""
+    for value, hint in ((slack, "--owner-slack"), (p95, "--owner-p95"), (confidence, "--confidence")):
+        if value is not None and not comparing:
+            raise click.BadParameter(f"{value:g}: only --compare judges sizes over draws", param_hint=hint)
+    if slack is not None and p95 is not None:
+        raise click.BadParameter(
+            f"{p95:g}: give either a slack over the dedicated p95 or an absolute p95, not both",
+            param_hint="--owner-p95",
+        )
+
+
 def echo_sizing(sz: Sizing) -> None:
     """The pool sizes tried, and the answer."""
     best = sz.best
@@ -394,12 +466,17 @@ def echo_compare(c: Comparison) -> None:
     ds = c.designs
     redrawn = f", then {c.draws - 1} with runtimes redrawn from its own" if c.draws > 1 else ""
     click.echo(f"\ndesigns compared over {c.draws} runtime draws (the history as recorded{redrawn}):")
+    targets = c.targets or tuple(b.wait_quantile(0.95) for b in c.baselines)
+    where = "" if c.owner_p95 is not None else f" (dedicated servers + {c.slack:,.0f} s, per draw)"
+    need = draws_needed(c.draws, c.confidence)
     click.echo(
-        f"  bar: owners' p95 wait <= {', '.join(f'{b.wait_quantile(0.95):,.0f}' for b in c.baselines)} s "
-        f"(dedicated servers, per draw), >= {', '.join(f'{borrower_floor(n, c.tolerance):,}' for n in c.needs)} "
+        f"  bar: owners' p95 wait <= {', '.join(f'{t:,.0f}' for t in targets)} s{where}, "
+        f">= {', '.join(f'{borrower_floor(n, c.tolerance):,}' for n in c.needs)} "
         f"borrower jobs done inside the window ({', '.join(f'{n:,}' for n in c.needs)} on owned nodes, all servers, "
-        f"less {c.tolerance * 100:g} %); a size passes on every draw, and so does every larger one"
+        f"less {c.tolerance * 100:g} %); a size passes on at least {need} of the {c.draws} draws "
+        f"(confidence {c.confidence:g}), and so does every larger one"
     )
+    bound = c.bound
     cells: dict[str, list[str]] = {k: [] for k in ROWS}
     for d in ds:
         i = d.chosen
@@ -407,6 +484,9 @@ def echo_compare(c: Comparison) -> None:
         f = d.figures(i) if i is not None else None
         cells["GPUs needed"].append(str(d.gpus[i]) if i is not None else "none passes")
         cells["ratio to dedicated"].append(f"{d.gpus[i] / d.dedicated_gpus:.2f}" if i is not None else "-")
+        cells["lower bound (any schedule)"].append("-" if bound is None else str(bound))
+        cells["ratio to bound"].append(f"{d.gpus[i] / bound:.2f}" if i is not None and bound else "-")
+        cells["draws passing"].append(f"{d.passing_share(i):.0%}" if i is not None else "-")
         cells["range over draws"].append(
             "-" if rr is None else f"{rr[0]:.2f}" if rr[0] == rr[1] else f"{rr[0]:.2f}-{rr[1]:.2f}"
         )
@@ -418,12 +498,20 @@ def echo_compare(c: Comparison) -> None:
         cells["offered load"].append(f"{f['offered_load']:.1%}" if f and f["offered_load"] is not None else "-")
         cells["preemptions"].append(f"{f['preemptions']:,.0f}" if f else "-")
         cells["lost GPU-h"].append(f"{f['lost_gpu_hours']:,.1f}" if f else "-")
+    per = [d.figures(d.chosen)["owner_wait_p95_seconds_per_project"] if d.chosen is not None else {} for d in ds]
+    for p in sorted({p for got in per for p in got}):  # one project's burst can decide a size
+        cells[shown(f"p95 {p}")[:26]] = [f"{got[p]:,.0f} s" if p in got else "-" for got in per]
     click.echo(f"  {'':26}" + "".join(f"{d.name:>22}" for d in ds))
     lent = cells["busy: Slurm jobs"] != cells["busy: + lent inference"]
     for row, vals in cells.items():
         if row == "busy: + lent inference" and not lent:
             continue
         click.echo(f"  {row:26}" + "".join(f"{v:>22}" for v in vals))
+    if c.bounds:
+        click.echo(
+            f"  lower bound per draw: {', '.join(map(str, c.bounds))} GPUs (the fewest on which any schedule, knowing "
+            f"every runtime, keeps the draw's bar); a size passing {need} draws has at least the {need}-th smallest"
+        )
     for d in ds[1:]:
         click.echo(f"  {d.name}: what stops a smaller pool: {d.limit}")
 
@@ -431,6 +519,9 @@ def echo_compare(c: Comparison) -> None:
 ROWS = (
     "GPUs needed",
     "ratio to dedicated",
+    "lower bound (any schedule)",
+    "ratio to bound",
+    "draws passing",
     "range over draws",
     "overcommit",
     "owners' p95 (worst draw)",

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from slurm_pool.outfiles import write_all
 from slurm_pool.sim.engine import Result, quantile
 from slurm_pool.sim.sizing import Sizing, borrowers_done_in_window
-from slurm_pool.sim.sizing_compare import Comparison, Design
+from slurm_pool.sim.sizing_compare import Comparison, Design, draws_needed
 
 PLOTS = ("busy.png", "owner_waits.png")
 SIZING_PLOT = "sizing.png"
@@ -115,28 +115,46 @@ def compare_markdown(c: Comparison) -> str:
         "## Designs compared",
         "",
         f"Dedicated servers, owned nodes and floating guarantees on the same history, over {c.draws} runtime "
-        "draws (the history as recorded, then runtimes redrawn from its own).  A size passes when it passes on "
-        "every draw; the answer is the smallest size whose larger sizes all pass too.",
+        f"draws (the history as recorded, then runtimes redrawn from its own).  Bar: {c.bar()}.  A size passes "
+        f"when it passes on at least {draws_needed(c.draws, c.confidence)} of the {c.draws} draws (confidence "
+        f"{c.confidence:g}); the answer is the smallest size whose larger sizes all pass too.  Lower bound: the "
+        f"fewest GPUs on which any schedule, knowing every runtime, keeps the bar (per draw: "
+        f"{', '.join(map(str, c.bounds)) or '-'}; see docs/guarantees.md).",
         "",
         f"![GPUs against owners' p95 wait, three designs]({SIZING_PLOT})",
         "",
         "| design | GPUs | ratio to dedicated | range over draws | overcommit | owners' p95 (s, worst draw) "
-        "| busy: Slurm / + lent | preemptions | lost GPU-h | what stops a smaller pool |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| busy: Slurm / + lent | preemptions | lost GPU-h | what stops a smaller pool | lower bound "
+        "| ratio to bound | draws passing |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
+    bound = c.bound
+    shown_bound = "-" if bound is None else str(bound)
     for d in c.designs:
         i, rr = d.chosen, d.ratio_range
         span = "-" if rr is None else f"{rr[0]:.2f}" if rr[0] == rr[1] else f"{rr[0]:.2f}-{rr[1]:.2f}"
         if i is None:
-            lines.append(f"| {d.name} | none passes | - | {span} | - | - | - | - | - | {d.limit} |")
+            lines.append(
+                f"| {d.name} | none passes | - | {span} | - | - | - | - | - | {d.limit} | {shown_bound} | - | - |"
+            )
             continue
         f = d.figures(i)
         oc = f"{f['overcommit']:.2f}" if f["overcommit"] is not None else "-"
+        ratio = f"{f['gpus'] / bound:.2f}" if bound else "-"
         lines.append(
             f"| {d.name} | {f['gpus']} | {f['gpus'] / d.dedicated_gpus:.2f} | {span} | {oc} | "
             f"{f['owner_wait_p95_seconds']:,.0f} | {f['utilization']:.1%} / {f['busy_with_lent']:.1%} | "
-            f"{f['preemptions']:,.0f} | {f['lost_gpu_hours']:,.1f} | {d.limit} |"
+            f"{f['preemptions']:,.0f} | {f['lost_gpu_hours']:,.1f} | {d.limit} | {shown_bound} | "
+            f"{ratio} | {f['draws_passing_share']:.0%} |"
         )
+    per = {d.name: d.figures(d.chosen)["owner_wait_p95_seconds_per_project"] for d in c.designs if d.chosen is not None}
+    projects = sorted({p for got in per.values() for p in got})
+    if projects:
+        lines += ["", "Owners' p95 wait per project at each answer (seconds, worst draw):", ""]
+        lines.append("| project | " + " | ".join(per) + " |")
+        lines.append("|---|" + "---:|" * len(per))
+        for p in projects:
+            lines.append(f"| {p} | " + " | ".join(f"{got[p]:,.0f}" if p in got else "-" for got in per.values()) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -247,6 +265,38 @@ def design_curves(comparisons: list[tuple[str, Comparison]], path: str | Path) -
     )
     target = Path(path)
     return write_all(target.parent, {target.name: png}, option="--out")[0]
+
+
+def bound_plot(c: Comparison, path: str | Path) -> Path:
+    """``simulate --compare --plot FILE``: GPUs against owners' p95 per design, a light line per draw and a
+    bold one for the worst draw, the bar and the lower bound as lines; written whole or not at all."""
+
+    def draw(ax: Any) -> None:
+        for k, d in enumerate(c.designs[1:]):
+            color = f"C{k}"
+            for trials in d.trials:
+                ax.plot(d.gpus, [t.result.wait_quantile(0.95) / 3600 for t in trials], "-", color=color, alpha=0.25)
+            xs, ys = design_points(d, 1.0, 3600.0)
+            ax.plot(xs, ys, DESIGN_STYLE[d.name], color=color, linewidth=1.5, label=f"{d.name} (worst draw)")
+            if d.chosen is not None:
+                ax.plot([xs[d.chosen]], [ys[d.chosen]], "o", color=color)
+        ded = c.designs[0]
+        ax.plot(
+            [ded.dedicated_gpus],
+            [max(b.wait_quantile(0.95) for b in c.baselines) / 3600],
+            "s",
+            color="black",
+            label="dedicated servers",
+        )
+        if c.targets:
+            ax.axhline(max(c.targets) / 3600, color="grey", linestyle="--", linewidth=0.8, label="the bar (worst draw)")
+        if c.bound is not None:
+            ax.axvline(c.bound, color="black", linestyle=":", linewidth=1, label=f"lower bound: {c.bound} GPUs")
+        ax.set_ylim(bottom=0)
+
+    png = _plot((7, 4.5), "GPUs in the pool", "owners' p95 wait (hours)", draw, legend="upper right")
+    target = Path(path)
+    return write_all(target.parent, {target.name: png}, option="--plot")[0]
 
 
 def write_report(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -208,8 +210,12 @@ def run(*args: str):
     return CliRunner().invoke(cli, ["simulate", "--spec", str(SPEC), "--sacct", str(SACCT), *args])
 
 
+#: The bar before issue 48: the dedicated p95 with no slack, on every draw.
+OLD_BAR = ("--owner-slack", "0", "--confidence", "1")
+
+
 def test_cli_compare_text_json_and_plot(tmp_path):
-    res = run("--nodes", "--compare", "--draws", "2")
+    res = run("--nodes", "--compare", "--draws", "2", *OLD_BAR)
     assert res.exit_code == 0, res.output
     assert "designs compared over 2 runtime draws" in res.output
     table = res.output[res.output.index("designs compared") :]
@@ -222,7 +228,7 @@ def test_cli_compare_text_json_and_plot(tmp_path):
     assert len(rows["offered load"]) == 3 and "less 1 %" in table
     assert "floating: what stops a smaller pool: at 2 GPUs (draw 0): owner wait p95" in table
     out = tmp_path / "report"
-    res = run("--nodes", "--compare", "--draws", "2", "--json", "--report", str(out))
+    res = run("--nodes", "--compare", "--draws", "2", "--json", "--report", str(out), *OLD_BAR)
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)["compare"]
     assert [d["design"] for d in got["designs"]] == ["dedicated", "owned", "floating"]
@@ -232,6 +238,9 @@ def test_cli_compare_text_json_and_plot(tmp_path):
     assert (out / "sizing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "report.md").read_text()
     assert "## Designs compared" in page and "| floating | 4 | 0.50 | 0.50 | 2.00 |" in page
+    bound = got["lower_bound_gpus"]
+    assert f"| {bound} | {4 / bound:.2f} | 100% |" in page and "| projb | 0 | 0 | 0 |" in page
+    assert "Bar: owners' p95 wait <= dedicated servers' p95 + 0 s." in page
 
 
 @pytest.mark.parametrize(
@@ -257,3 +266,147 @@ def test_cli_compare_bad_history_exits_2(tmp_path):
     res = CliRunner().invoke(cli, ["simulate", "--spec", str(SPEC), "--sacct", str(bad), "--nodes", "--compare"])
     assert res.exit_code == 2, res.output
     assert "jobs[0] is int, not an object" in res.output
+
+
+# --- the owners' bar: slack or an absolute p95, judged per draw, at a confidence (issue 48) ---
+
+
+@pytest.mark.parametrize(
+    ("draws", "confidence", "needed"),
+    [(10, 0.9, 9), (3, 0.9, 3), (3, 0.5, 2), (10, 1.0, 10), (1, 0.01, 1), (7, 0.7, 5)],
+)
+def test_draws_needed(draws, confidence, needed):
+    assert sc.draws_needed(draws, confidence) == needed
+
+
+@pytest.mark.parametrize(
+    ("confidence", "chosen_gpus", "share_at_7"),
+    [(1.0, 8, 2 / 3), (0.6, 6, 2 / 3), (0.9, 8, 2 / 3)],
+)
+def test_a_size_passes_on_enough_draws(confidence, chosen_gpus, share_at_7):
+    passes = [[True, True, True], [True, False, True], [True, True, True]]
+    d = replace(fake_design(passes), confidence=confidence)
+    assert d.gpus[d.chosen] == chosen_gpus and d.passing_share(1) == pytest.approx(share_at_7)
+    assert d.figures(1)["draws_passing_share"] == round(share_at_7, 3)
+
+
+# a's two 1-GPU jobs arrive together; dedicated, a runs them side by side; on one GPU the second waits 100 s
+CROWD = [Job("a-0", "a", 0, 100, 1), Job("a-1", "a", 0, 100, 1), Job("b-0", "b", 300, 100, 1)]
+
+
+@pytest.mark.parametrize(
+    ("bar", "floating_gpus", "bound", "targets"),
+    [
+        pytest.param({}, 2, 2, (0.0,), id="no-slack"),
+        pytest.param({"slack": 100}, 1, 1, (100.0,), id="slack-of-the-wait"),
+        pytest.param({"slack": 99}, 2, 2, (99.0,), id="slack-short-of-it"),
+        pytest.param({"owner_p95": 150}, 1, 1, (150.0,), id="absolute"),
+    ],
+)
+def test_compare_bar_and_bound(bar, floating_gpus, bound, targets):
+    c = sc.compare(TINY, CROWD, POOL, 600, **bar)
+    floating = c.design("floating")
+    assert c.targets == targets and floating.gpus[floating.chosen] == floating_gpus
+    assert c.bounds == (bound,) and c.bound == bound
+    got = {d["design"]: d for d in sc.summary(c)["designs"]}
+    assert got["floating"]["lower_bound_gpus"] == bound
+    assert got["floating"]["ratio_to_bound"] == floating_gpus / bound
+    assert set(got["floating"]["at_size"]["owner_wait_p95_seconds_per_project"]) == {"a", "b"}
+
+
+def test_an_absolute_bar_can_fail_the_dedicated_servers():
+    c = sc.compare(TINY, [Job("a-0", "a", 0, 100, 2), Job("a-1", "a", 0, 100, 2)], POOL, 600, owner_p95=10)
+    assert c.design("dedicated").chosen is None and "owner wait p95 100 s > 10 s" in c.design("dedicated").limit
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"slack": 1, "owner_p95": 1}, "give one bar, not both"),
+        ({"slack": -1}, "owner_slack: -1 is not a number of seconds"),
+        ({"owner_p95": float("inf")}, "owner_p95: inf is not a number of seconds"),
+        ({"confidence": 0}, "confidence: 0 is not a share above 0"),
+        ({"confidence": 1.5}, "confidence: 1.5 is not a share above 0"),
+    ],
+)
+def test_compare_rejects_a_bad_bar(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        sc.compare(TINY, TINY_JOBS, POOL, 400, **kwargs)
+
+
+def random_history(seed: int) -> list[Job]:
+    """Owners a and b (two 1-GPU servers each) and a borrower, 6 to 9 jobs of 1 or 2 GPUs."""
+    rng = random.Random(seed)
+    return [
+        Job(
+            f"j{i}",
+            rng.choice(["a", "b", None]),
+            float(rng.randint(0, 400)),
+            float(rng.randint(20, 300)),
+            rng.randint(1, 2),
+        )
+        for i in range(rng.randint(6, 9))
+    ]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_bound_is_at_most_every_answer_on_every_draw(seed):
+    jobs = random_history(seed)
+    c = sc.compare(TINY, jobs, POOL, 800, draws=3, slack=rng_slack(seed))
+    for d in c.designs:
+        for k, smallest in enumerate(d.per_draw):
+            assert smallest is None or c.bounds[k] <= smallest, (d.name, k)
+        if d.chosen is not None:
+            assert c.bound is not None and c.bound <= d.gpus[d.chosen]
+
+
+def rng_slack(seed: int) -> float:
+    return float(random.Random(seed).choice([0, 30, 120]))
+
+
+def test_cli_compare_bar_default_is_one_gracetime():
+    res = run("--nodes", "--compare", "--draws", "2", "--json")
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    bar = got["compare"]["owner_bar"]
+    assert bar["slack_seconds"] == got["grace_seconds"] and bar["confidence"] == 0.9 and bar["draws_needed"] == 2
+    designs = got["compare"]["designs"]
+    assert all(d["lower_bound_gpus"] == got["compare"]["lower_bound_gpus"] for d in designs)
+    res = run("--nodes", "--compare", "--draws", "2")
+    table = res.output[res.output.index("designs compared") :]
+    rows = {ln[:28].strip(): ln[28:].split() for ln in table.splitlines()[3:]}
+    assert rows["lower bound (any schedule)"] == [str(got["compare"]["lower_bound_gpus"])] * 3
+    assert rows["draws passing"] == ["100%"] * 3 and "p95 proja" in rows
+    assert "a size passes on at least 2 of the 2 draws (confidence 0.9)" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "--compare", "--owner-slack", "-5"], "'--owner-slack': -5.0 is not in the range"),
+        (["--nodes", "--compare", "--owner-p95", "nan"], "'--owner-p95'"),
+        (["--nodes", "--compare", "--confidence", "0"], "'--confidence': 0.0 is not in the range"),
+        (["--nodes", "--compare", "--confidence", "1.1"], "'--confidence': 1.1 is not in the range"),
+        (["--nodes", "--compare", "--owner-slack", "5", "--owner-p95", "60"], "for --owner-p95: 60: give either"),
+        (["--nodes", "--owner-slack", "5"], "for --owner-slack: 5: only --compare"),
+        (["--nodes", "--confidence", "0.5"], "for --confidence: 0.5: only --compare"),
+    ],
+)
+def test_cli_compare_bad_bar_exits_2(args, message):
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+
+
+def test_cli_compare_plot_written_whole(tmp_path):
+    out = tmp_path / "plots" / "bound.png"
+    res = run("--nodes", "--compare", "--draws", "2", "--plot", str(out))
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = run("--nodes", "--compare", "--draws", "2", "--plot", str(blocker / "bound.png"))
+    assert res.exit_code == 2 and "--plot" in res.output and "Traceback" not in res.output
+    assert blocker.read_text() == "x"
+    res = run("--nodes", "--plot", str(out))
+    assert res.exit_code == 2 and "only --compare plots the designs" in res.output
