@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ckptjob import TRAIN, TRAIN_SCRIPT, job_python, workdir
+from tests.support.ckptjob import TRAIN_SCRIPT, expected_result, job_python, steps_lost, train_lines, workdir
 from tests.support.patience import wait_for
 
 pytestmark = pytest.mark.slurm
@@ -37,44 +36,8 @@ STEPS, EVERY, STEP_TIME = 600, 50, 0.1
 PREEMPTIONS = 3
 
 
-def _expected(steps: int) -> str:
-    """The final state of an uninterrupted run (train_sim is a script, not a module)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_sim", TRAIN)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.expected("slurm-pool", steps)
-
-
-def _lines(log: Path, event: str) -> list[dict[str, str]]:
-    out = []
-    for line in log.read_text().splitlines():
-        if line.startswith(f"train_sim: {event} "):
-            out.append(dict(kv.split("=", 1) for kv in line.split()[2:] if "=" in kv))
-    return out
-
-
 def _count(log: Path, event: str) -> int:
-    return len(_lines(log, event)) if log.exists() else 0
-
-
-def _runs(log: Path) -> list[list[str]]:
-    """The train_sim lines of each run, split at its ``start`` lines."""
-    runs: list[list[str]] = []
-    for line in log.read_text().splitlines():
-        if line.startswith("train_sim: start "):
-            runs.append([])
-        if runs and line.startswith("train_sim: "):
-            runs[-1].append(line)
-    return runs
-
-
-def _last_step(run: list[str]) -> int:
-    steps = [int(m.group(1)) for line in run for m in [re.search(r" step=(\d+)", line)] if m]
-    resume = [int(m.group(1)) for line in run for m in [re.search(r" resume_step=(\d+)", line)] if m]
-    return max(steps + resume)
+    return len(train_lines(log, event)) if log.exists() else 0
 
 
 def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
@@ -130,15 +93,13 @@ def test_preempted_three_times_resumes_to_the_same_result(cluster, node_conf):
         cluster.release_begin_time(victim)
     cluster.wait_state(victim, ["COMPLETED"], timeout=STEPS * STEP_TIME + 300)
 
-    starts = _lines(log, "start")
+    starts = train_lines(log, "start")
     assert [s["restart"] for s in starts] == [str(i) for i in range(PREEMPTIONS + 1)], log.read_text()
-    signals = _lines(log, "signal")
+    signals = train_lines(log, "signal")
     assert len(signals) == PREEMPTIONS and all(s["reason"] == "preempt" for s in signals), signals
-    done = _lines(log, "done")
-    assert len(done) == 1 and done[0]["final"] == _expected(STEPS)
-    runs = _runs(log)
-    for before, after in zip(runs, runs[1:], strict=False):
-        lost = _last_step(before) - int(after[0].split("resume_step=")[1].split()[0])
+    done = train_lines(log, "done")
+    assert len(done) == 1 and done[0]["final"] == expected_result(STEPS)
+    for lost, before, after in steps_lost(log):
         assert 0 <= lost <= EVERY, (lost, before[-3:], after[:1])
 
     ck = base / "alice" / str(victim)
@@ -195,7 +156,7 @@ def test_time_limit_self_requeue_is_counted_in_the_comment(cluster, node_conf):
         "slurm-pool:self-requeues=1 in the job's comment",
     )
     cluster.wait_state(job, ["PENDING", "REQUEUED", "RUNNING"], timeout=60)
-    assert _lines(log, "signal")[0]["reason"] == "timeout"
+    assert train_lines(log, "signal")[0]["reason"] == "timeout"
     cluster.release_begin_time(job)
     # Second run: the budget (1) is spent, so at the next warning it checkpoints and gives up (exit 86).
     cluster.wait_state(job, ["FAILED", "COMPLETED", "TIMEOUT"], timeout=240)

@@ -41,7 +41,7 @@ import pytest
 import yaml
 
 from slurm_pool import __version__
-from tests.support.ckptjob import TRAIN
+from tests.support.ckptjob import TRAIN, expected_result, steps_lost, train_lines
 from tests.support.dist import build_dist, deb_in, install_deb, upgrade_deb
 from tests.support.patience import wait_for
 from tests.support.slurm_cluster import job_workdir
@@ -121,30 +121,6 @@ def _show_job(cluster, job: int) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", out))
 
 
-def _lines(log: Path, event: str) -> list[dict[str, str]]:
-    text = log.read_text() if log.exists() else ""
-    return [
-        dict(kv.split("=", 1) for kv in line.split()[2:] if "=" in kv)
-        for line in text.splitlines()
-        if line.startswith(f"train_sim: {event} ")
-    ]
-
-
-def _runs(log: Path) -> list[list[str]]:
-    """The train_sim lines of each run, split at its ``start`` lines."""
-    runs: list[list[str]] = []
-    for line in log.read_text().splitlines():
-        if line.startswith("train_sim: start "):
-            runs.append([])
-        if runs and line.startswith("train_sim: "):
-            runs[-1].append(line)
-    return runs
-
-
-def _last_step(run: list[str]) -> int:
-    return max(int(m.group(1)) for line in run for m in [re.search(r" (?:resume_)?step=(\d+)", line)] if m)
-
-
 @pytest.fixture(scope="module")
 def earlier_dist(tmp_path_factory) -> Path:
     """The earlier commit's artefacts, built with today's packaging."""
@@ -210,7 +186,7 @@ def test_upgrade_and_rollback_with_jobs_running(
         cluster.wait_state(owner, ["COMPLETED"], timeout=90)
         cluster.release_begin_time(ckpt_job)
         cluster.wait_state(ckpt_job, ["RUNNING", "COMPLETED"], timeout=120)
-        wait_for(lambda: len(_lines(log, "start")) >= run + 1, 60, f"run {run} of the checkpointing job to start")
+        wait_for(lambda: len(train_lines(log, "start")) >= run + 1, 60, f"run {run} of the checkpointing job to start")
 
     # 2. the earlier package: render, apply; the checkpointing job starts under its wrapper
     venv = install_deb(earlier_deb, install_root)
@@ -224,7 +200,7 @@ def test_upgrade_and_rollback_with_jobs_running(
         user="alice", script=JOB_SCRIPT.format(venv=venv, work=work, steps=STEPS, every=EVERY),
     )  # fmt: skip
     cluster.wait_state(ckpt_job, ["RUNNING"], timeout=120)
-    wait_for(lambda: _lines(log, "checkpoint"), 60, "the job's first periodic checkpoint")
+    wait_for(lambda: train_lines(log, "checkpoint"), 60, "the job's first periodic checkpoint")
     long_job_untouched()
 
     # 3. upgrade: the current package over the earlier one, under the running job
@@ -236,7 +212,7 @@ def test_upgrade_and_rollback_with_jobs_running(
     assert current["spec_sha256"] == hashlib.sha256(spec.read_bytes()).hexdigest()
     assert {k: v for k, v in current.items() if k != "spec_sha256"} == earlier  # every rendered file the same
     admin.apply_accounting()
-    assert _lines(log, "done") == [], "the job finished before the upgrade was through: make STEPS larger"
+    assert train_lines(log, "done") == [], "the job finished before the upgrade was through: make STEPS larger"
     preempt_and_resume(1)
     long_job_untouched()
 
@@ -249,21 +225,19 @@ def test_upgrade_and_rollback_with_jobs_running(
         assert (tmp_path / "render-rollback" / name).read_bytes() == (tmp_path / "render-earlier" / name).read_bytes()
     admin.apply_accounting()
     admin.diff()
-    assert _lines(log, "done") == [], "the job finished before the rollback was through: make STEPS larger"
+    assert train_lines(log, "done") == [], "the job finished before the rollback was through: make STEPS larger"
     (work / "pace").write_text(f"{FAST}\n")  # the next run finishes quickly
     preempt_and_resume(2)
     long_job_untouched()
 
     # 5. the checkpointing job completes as if never interrupted; the long job never noticed
     cluster.wait_state(ckpt_job, ["COMPLETED"], timeout=STEPS * FAST + 120)
-    starts = _lines(log, "start")
+    starts = train_lines(log, "start")
     assert [s["restart"] for s in starts] == ["0", "1", "2"], log.read_text()
     assert all(int(s["resume_step"]) > 0 for s in starts[1:]), starts  # from a checkpoint, not from zero
-    (done,) = _lines(log, "done")
-    assert done["final"] == _expected(STEPS)
-    runs = _runs(log)
-    for before, after in zip(runs, runs[1:], strict=False):
-        lost = _last_step(before) - int(after[0].split("resume_step=")[1].split()[0])
+    (done,) = train_lines(log, "done")
+    assert done["final"] == expected_result(STEPS)
+    for lost, before, after in steps_lost(log):
         assert 0 <= lost <= EVERY, (lost, before[-3:], after[:1])
     long_job_untouched()
 
@@ -274,14 +248,3 @@ def test_upgrade_and_rollback_with_jobs_running(
     assert res.returncode == 0 and "accounting: no changes" in res.stdout.splitlines(), res.stdout + res.stderr
     res = cluster.cli("diff", "--spec", str(spec))
     assert (res.returncode, res.stdout) == (0, ""), res.stdout + res.stderr
-
-
-def _expected(steps: int) -> str:
-    """The final state of an uninterrupted run (train_sim is a script, not a module)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_sim", TRAIN)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.expected("slurm-pool", steps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import stat
 import sys
@@ -76,3 +77,49 @@ def workdir(tag: str) -> Path:
     for p in [d / "lib", *(d / "lib").rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     return d
+
+
+# -- reading a train_sim log ---------------------------------------------------------------
+
+
+def train_lines(log: Path, event: str) -> list[dict[str, str]]:
+    """The ``key=value`` fields of each ``train_sim: EVENT`` line of ``log`` (none while it does not exist)."""
+    text = log.read_text() if log.exists() else ""
+    return [
+        dict(kv.split("=", 1) for kv in line.split()[2:] if "=" in kv)
+        for line in text.splitlines()
+        if line.startswith(f"train_sim: {event} ")
+    ]
+
+
+def train_runs(log: Path) -> list[list[str]]:
+    """The train_sim lines of each run, split at its ``start`` lines."""
+    runs: list[list[str]] = []
+    for line in log.read_text().splitlines():
+        if line.startswith("train_sim: start "):
+            runs.append([])
+        if runs and line.startswith("train_sim: "):
+            runs[-1].append(line)
+    return runs
+
+
+def steps_lost(log: Path) -> list[tuple[int, list[str], list[str]]]:
+    """For each run after the first: the steps done before it that it did again (last step of the run before
+    less its resume step), the run before and it."""
+    runs = train_runs(log)
+    out = []
+    for before, after in zip(runs, runs[1:], strict=False):
+        last = max(int(m.group(1)) for line in before for m in [re.search(r" (?:resume_)?step=(\d+)", line)] if m)
+        out.append((last - int(after[0].split("resume_step=")[1].split()[0]), before, after))
+    return out
+
+
+def expected_result(steps: int) -> str:
+    """The final state of an uninterrupted run of ``steps`` (train_sim is a script, not a module)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_sim", TRAIN)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.expected("slurm-pool", steps)
