@@ -14,6 +14,7 @@ from slurm_pool.adapters import jobsplit
 from slurm_pool.adapters.records import JobRecord, RecordError, job_record
 from slurm_pool.adapters.sacct_stream import JOB_FIELDS, sacct_jobs
 from slurm_pool.sim import history
+from tests.support.sacct import finished
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = sorted((ROOT / "tests" / "data" / "slurm").glob("*/sacct*.json"))
@@ -82,20 +83,10 @@ def _bulk(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return counts
 
 
-def _ran(doc: dict[str, Any]) -> dict[str, Any]:
-    for k, job in enumerate(doc["jobs"]):
-        t = job["time"]
-        for key in ("submission", "start", "end"):
-            if isinstance(t.get(key), dict):
-                t[key] = t[key]["number"]
-        t["end"] = t["end"] or t["start"] + 10 + k
-    return doc
-
-
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 @pytest.mark.parametrize("copies", [1, 300])
 def test_recorded_fixtures_read_the_same_as_the_reference(path, copies, tmp_path, monkeypatch):
-    doc = _ran(json.loads(path.read_text()))
+    doc = finished(json.loads(path.read_text()))
     doc["jobs"] = [dict(j, job_id=n + 1) for n, j in enumerate(doc["jobs"] * copies)]
     text = _doc(doc["jobs"])
     counts = _bulk(monkeypatch)

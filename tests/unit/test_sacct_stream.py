@@ -21,6 +21,7 @@ from slurm_pool.cli import cli
 from slurm_pool.sim import history
 from slurm_pool.spec import load_spec
 from slurm_pool.spec.bridge import Bridge, ForecastSettings
+from tests.support.sacct import finished
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "pool.yaml"
@@ -36,17 +37,6 @@ def _job(job_id, account, submit, start, end, gpus=1):
         "time": {"submission": submit, "start": start, "end": end},
         "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": gpus}]},
     }
-
-
-def _ran(doc):
-    """The fixture's jobs as finished ones (26.05's were recorded running: end 0)."""
-    for k, job in enumerate(doc["jobs"]):
-        t = job["time"]
-        for key in ("submission", "start", "end"):
-            if isinstance(t.get(key), dict):
-                t[key] = t[key]["number"]
-        t["end"] = t["end"] or t["start"] + 10 + k
-    return doc
 
 
 def _streamed(text: bytes, capacity=None, mig=None, name="x.json"):
@@ -66,7 +56,7 @@ def _same(a: history.History, b: history.History) -> None:
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 @pytest.mark.parametrize("indent", [None, 1])
 def test_the_stream_reads_every_recorded_fixture_as_the_whole_document_reader(path, indent):
-    doc = _ran(json.loads(path.read_text()))
+    doc = finished(json.loads(path.read_text()))
     text = json.dumps(doc, indent=indent).encode()
     spec = load_spec(SPEC)
     _same(_streamed(text), _whole(doc))
