@@ -39,15 +39,15 @@ from bench.slurm_docs import FULL, PARTITIONS, PROJECTS, QUICK, generate, size_n
 
 RECORDED = ROOT / "tests" / "data" / "slurm" / "26.05" / "openmetrics"
 PATHS = ("commands", "openmetrics", "json.loads")
-_PART_LINE = re.compile(r'^(slurm_partition_[a-z_]+)\{partition="[^"]*"\} (.*)$')
-_NODE_LINE = re.compile(r'^(slurm_node_[a-z_]+)\{node="[^"]*"\} (.*)$')
+_PART_LINE = re.compile(r'(slurm_partition_[a-z_]+)\{partition="[^"]*"\} (.*)')
+_NODE_LINE = re.compile(r'(slurm_node_[a-z_]+)\{node="[^"]*"\} (.*)')
 
 
 def scaled(text: str, line_re: re.Pattern[str], label: str, names: list[str]) -> str:
     """The recorded answer with its per-partition (per-node) samples repeated for every one of ``names``."""
     out, per = [], {}
     for line in text.splitlines():
-        m = line_re.match(line)
+        m = line_re.fullmatch(line)
         if m:
             per.setdefault(m.group(1), m.group(2))
         elif line != "# EOF":
@@ -65,8 +65,9 @@ def prepare(where: Path, quick: bool) -> dict[str, int]:
         where.mkdir(parents=True, exist_ok=True)
         generate(where, n, j, 32, PROJECTS, PARTITIONS)
     record_answers("exporter", sizes, where)
-    node_names = [x["name"] for x in json.loads(nodes.read_text())["nodes"]]
-    parts = sorted({p for x in json.loads(nodes.read_text())["nodes"] for p in x.get("partitions") or []})
+    listed = json.loads(nodes.read_text())["nodes"]
+    node_names = [x["name"] for x in listed]
+    parts = sorted({p for x in listed for p in x.get("partitions") or []})
     rec = {name: (RECORDED / f"{name}.txt").read_text() for name in ("partitions", "nodes")}
     (where / "om-partitions.txt").write_text(scaled(rec["partitions"], _PART_LINE, "partition", parts))
     (where / "om-nodes.txt").write_text(scaled(rec["nodes"], _NODE_LINE, "node", node_names))
